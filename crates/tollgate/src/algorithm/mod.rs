@@ -1,0 +1,147 @@
+//! The five algorithms of SEMANTICS.md as pure steps.
+//!
+//! Each module exposes `check(rule, state, t, cost)`: no I/O, no clock, no
+//! allocation (but for the sliding log's own entries). A denied check never
+//! changes state. [`KeyState`] with [`evaluate`] / [`commit`] gives stores
+//! one shape for all five, split in two so a multi-rule check can evaluate
+//! every pair before it commits any.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::algorithm::{KeyState, decide};
+//! use tollgate::{Algorithm, RuleSpec};
+//!
+//! let rule = RuleSpec::new("r", Algorithm::FixedWindow, 2, Duration::from_secs(1)).build()?;
+//! let mut state = KeyState::Empty;
+//! assert!(decide(&rule, &mut state, 0, 1).allowed);
+//! assert!(decide(&rule, &mut state, 10, 1).allowed);
+//! let denied = decide(&rule, &mut state, 20, 1);
+//! assert_eq!(denied.retry_after, Some(Duration::from_micros(999_980)));
+//! # Ok::<(), tollgate::RuleError>(())
+//! ```
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+pub use fixed_window::FixedWindowState;
+pub use gcra::GcraState;
+pub use sliding_log::SlidingLog;
+pub use sliding_window::SlidingWindowState;
+pub use token_bucket::TokenBucketState;
+
+use crate::decision::Decision;
+use crate::rule::{Algorithm, Rule};
+use crate::time::Micros;
+
+/// Per-key state of any algorithm. `Empty` is the state of a key never seen
+/// (or forgotten after it reset); a state of another algorithm than the
+/// rule's counts as `Empty`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyState {
+    /// Nothing recorded.
+    #[default]
+    Empty,
+    /// GCRA.
+    Gcra(GcraState),
+    /// Token bucket.
+    TokenBucket(TokenBucketState),
+    /// Fixed window.
+    FixedWindow(FixedWindowState),
+    /// Sliding window counter.
+    SlidingWindow(SlidingWindowState),
+    /// Sliding log.
+    SlidingLog(SlidingLog),
+}
+
+impl KeyState {
+    /// When this state is back to empty/full and can be forgotten without
+    /// changing any decision, given `rule`. `None` for `Empty`.
+    #[must_use]
+    pub fn expires_at(&self, rule: &Rule) -> Option<Micros> {
+        let period = rule.period_micros();
+        match self {
+            KeyState::Empty => None,
+            KeyState::Gcra(s) => Some(s.tat),
+            KeyState::TokenBucket(s) => Some(s.last + (rule.tau_micros() - s.credit)),
+            KeyState::FixedWindow(s) => Some((s.window + 1) * period),
+            KeyState::SlidingWindow(s) => Some((s.window + 2) * period),
+            KeyState::SlidingLog(log) => log.newest().map(|n| n + period),
+        }
+    }
+
+    /// How many sliding-log entries this state holds (0 for the others).
+    #[must_use]
+    pub fn log_entries(&self) -> usize {
+        match self {
+            KeyState::SlidingLog(log) => log.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// Decides a check of `cost` at `t` against `state` without changing it.
+#[must_use]
+pub fn evaluate(rule: &Rule, state: &KeyState, t: Micros, cost: u64) -> Decision {
+    match (rule.algorithm(), state) {
+        (Algorithm::Gcra, KeyState::Gcra(s)) => gcra::check(rule, Some(*s), t, cost).0,
+        (Algorithm::Gcra, _) => gcra::check(rule, None, t, cost).0,
+        (Algorithm::TokenBucket, KeyState::TokenBucket(s)) => {
+            token_bucket::check(rule, Some(*s), t, cost).0
+        }
+        (Algorithm::TokenBucket, _) => token_bucket::check(rule, None, t, cost).0,
+        (Algorithm::FixedWindow, KeyState::FixedWindow(s)) => {
+            fixed_window::check(rule, Some(*s), t, cost).0
+        }
+        (Algorithm::FixedWindow, _) => fixed_window::check(rule, None, t, cost).0,
+        (Algorithm::SlidingWindow, KeyState::SlidingWindow(s)) => {
+            sliding_window::check(rule, Some(*s), t, cost).0
+        }
+        (Algorithm::SlidingWindow, _) => sliding_window::check(rule, None, t, cost).0,
+        (Algorithm::SlidingLog, KeyState::SlidingLog(log)) => sliding_log::check(rule, log, t, cost),
+        (Algorithm::SlidingLog, _) => sliding_log::check(rule, &SlidingLog::new(), t, cost),
+    }
+}
+
+/// Applies an admitted check of `cost` at `t` to `state`. Call only when
+/// [`evaluate`] admitted that same check on that same state.
+pub fn commit(rule: &Rule, state: &mut KeyState, t: Micros, cost: u64) {
+    if cost == 0 {
+        return;
+    }
+    *state = match (rule.algorithm(), std::mem::take(state)) {
+        (Algorithm::Gcra, s) => {
+            let prev = if let KeyState::Gcra(g) = s { Some(g) } else { None };
+            KeyState::Gcra(gcra::check(rule, prev, t, cost).1)
+        }
+        (Algorithm::TokenBucket, s) => {
+            let prev = if let KeyState::TokenBucket(g) = s { Some(g) } else { None };
+            KeyState::TokenBucket(token_bucket::check(rule, prev, t, cost).1)
+        }
+        (Algorithm::FixedWindow, s) => {
+            let prev = if let KeyState::FixedWindow(g) = s { Some(g) } else { None };
+            KeyState::FixedWindow(fixed_window::check(rule, prev, t, cost).1)
+        }
+        (Algorithm::SlidingWindow, s) => {
+            let prev = if let KeyState::SlidingWindow(g) = s { Some(g) } else { None };
+            KeyState::SlidingWindow(sliding_window::check(rule, prev, t, cost).1)
+        }
+        (Algorithm::SlidingLog, s) => {
+            let mut log = if let KeyState::SlidingLog(l) = s { l } else { SlidingLog::new() };
+            log.record(rule, t, cost);
+            KeyState::SlidingLog(log)
+        }
+    };
+}
+
+/// Evaluates and, when admitted, commits: the whole single-key step.
+pub fn decide(rule: &Rule, state: &mut KeyState, t: Micros, cost: u64) -> Decision {
+    let decision = evaluate(rule, state, t, cost);
+    if decision.allowed {
+        commit(rule, state, t, cost);
+    }
+    decision
+}

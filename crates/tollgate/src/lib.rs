@@ -1,0 +1,50 @@
+//! tollgate: a rate limiter whose counters survive across replicas.
+//!
+//! One set of decision semantics (GCRA, token bucket, fixed window, sliding
+//! window, sliding log), pure algorithm steps, and stores that apply them
+//! atomically. This crate holds the algorithms, rules, the [`Limiter`] and
+//! the in-memory store.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Algorithm, FakeClock, Limiter, MemoryStore, RuleSpec};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let clock = FakeClock::new();
+//! let store = MemoryStore::builder().clock(clock.clone()).build();
+//! let rule = RuleSpec::new("per_user", Algorithm::Gcra, 2, Duration::from_secs(1)).build()?;
+//! let limiter = Limiter::new(store, [rule])?;
+//!
+//! assert!(limiter.check("per_user", "alice", 1).await?.allowed);
+//! assert!(limiter.check("per_user", "alice", 1).await?.allowed);
+//! let denied = limiter.check("per_user", "alice", 1).await?;
+//! assert!(!denied.allowed);
+//! assert_eq!(denied.retry_after, Some(Duration::from_millis(500)));
+//!
+//! clock.advance(Duration::from_millis(500));
+//! assert!(limiter.check("per_user", "alice", 1).await?.allowed);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+pub mod algorithm;
+mod decision;
+mod error;
+mod limiter;
+mod rule;
+pub mod store;
+mod time;
+
+pub use decision::{Decision, MultiDecision, Outcome};
+pub use error::{Error, StoreError, StoreErrorKind, WaitError};
+pub use limiter::{Check, Limiter, MAX_KEY_LEN};
+pub use rule::{
+    Algorithm, MAX_BURST_WINDOW, MAX_LIMIT, MAX_NAME_LEN, MAX_PERIOD, MAX_SLIDING_LOG_LIMIT,
+    MIN_PERIOD, Rule, RuleError, RuleSpec,
+};
+pub use store::Store;
+pub use store::memory::{MemoryStore, MemoryStoreBuilder};
+pub use time::{
+    Clock, FakeClock, Micros, MonotonicClock, TokioClock, duration_to_micros,
+    micros_to_millis_ceil, parse_duration,
+};

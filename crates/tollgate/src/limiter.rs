@@ -1,0 +1,219 @@
+//! The public entry point: rules by name over one store.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::decision::{Decision, MultiDecision};
+use crate::error::{Error, WaitError};
+use crate::rule::{Rule, RuleError};
+use crate::store::memory::MemoryStore;
+use crate::store::{KeyCheck, Store};
+use crate::time::Micros;
+
+/// The longest key accepted, in bytes. Stores hash keys, so this bounds CPU,
+/// not memory.
+pub const MAX_KEY_LEN: usize = 4096;
+
+/// One (rule, key) pair of a multi-rule check, by rule name.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    /// The rule's name.
+    pub rule: &'a str,
+    /// The identity being limited.
+    pub key: &'a [u8],
+    /// Units to consume; 0 peeks.
+    pub cost: u64,
+}
+
+impl<'a> Check<'a> {
+    /// A cost-1 check of `key` under `rule`.
+    pub fn new(rule: &'a str, key: &'a (impl AsRef<[u8]> + ?Sized)) -> Self {
+        Self {
+            rule,
+            key: key.as_ref(),
+            cost: 1,
+        }
+    }
+
+    /// The same check with another cost.
+    #[must_use]
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+}
+
+/// Rules by name over one store.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Check, FakeClock, Limiter, MemoryStore, RuleSpec};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let store = MemoryStore::builder().clock(FakeClock::new()).build();
+/// let limiter = Limiter::new(store, [
+///     RuleSpec::new("per_key", Algorithm::Gcra, 10, Duration::from_secs(1)).build()?,
+///     RuleSpec::new("per_ip", Algorithm::FixedWindow, 1, Duration::from_secs(1)).build()?,
+/// ])?;
+/// let both = [Check::new("per_key", "k1"), Check::new("per_ip", "10.0.0.1")];
+/// assert!(limiter.check_all(&both).await?.allowed);
+/// let again = limiter.check_all(&both).await?;
+/// assert!(!again.allowed);
+/// assert_eq!(again.deciding, 1); // per_ip denied; per_key consumed nothing
+/// assert_eq!(again.decisions[0].remaining, 9);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Limiter<S = MemoryStore> {
+    store: S,
+    rules: Vec<Rule>,
+    by_name: HashMap<String, usize>,
+}
+
+impl<S: Store> Limiter<S> {
+    /// A limiter over `store` with `rules`.
+    ///
+    /// # Errors
+    /// Two rules with the same name (field `name`).
+    pub fn new(store: S, rules: impl IntoIterator<Item = Rule>) -> Result<Self, RuleError> {
+        let rules: Vec<Rule> = rules.into_iter().collect();
+        let mut by_name = HashMap::with_capacity(rules.len());
+        for (i, rule) in rules.iter().enumerate() {
+            if by_name.insert(rule.name().to_owned(), i).is_some() {
+                return Err(RuleError {
+                    field: "name",
+                    message: format!("rule name {:?} is used twice", rule.name()),
+                });
+            }
+        }
+        Ok(Self {
+            store,
+            rules,
+            by_name,
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The rules, in the order given.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The rule named `name`.
+    #[must_use]
+    pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.by_name.get(name).map(|&i| &self.rules[i])
+    }
+
+    fn resolve(&self, name: &str, key: &[u8]) -> Result<&Rule, Error> {
+        if key.len() > MAX_KEY_LEN {
+            return Err(Error::KeyTooLong { len: key.len() });
+        }
+        self.rule(name)
+            .ok_or_else(|| Error::UnknownRule(name.to_owned()))
+    }
+
+    /// Checks `key` under `rule`, consuming `cost` units when admitted
+    /// (0 peeks), at the store's time.
+    ///
+    /// # Errors
+    /// Unknown rule, key too long, or the store failed.
+    pub async fn check(
+        &self,
+        rule: &str,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        self.check_at(rule, key, cost, None).await
+    }
+
+    /// Like [`Limiter::check`] at an explicit time `at` (µs) when given:
+    /// for replay and tests.
+    ///
+    /// # Errors
+    /// Unknown rule, key too long, or the store failed.
+    pub async fn check_at(
+        &self,
+        rule: &str,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+        at: Option<Micros>,
+    ) -> Result<Decision, Error> {
+        let key = key.as_ref();
+        let rule = self.resolve(rule, key)?;
+        Ok(self.store.check(rule, key, cost, at).await?)
+    }
+
+    /// Checks several (rule, key) pairs all-or-nothing (SEMANTICS.md).
+    ///
+    /// # Errors
+    /// No pairs, an unknown rule, a key too long, or the store failed.
+    pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+        self.check_all_at(checks, None).await
+    }
+
+    /// Like [`Limiter::check_all`] at an explicit time `at` (µs) when given.
+    ///
+    /// # Errors
+    /// No pairs, an unknown rule, a key too long, or the store failed.
+    pub async fn check_all_at(
+        &self,
+        checks: &[Check<'_>],
+        at: Option<Micros>,
+    ) -> Result<MultiDecision, Error> {
+        if checks.is_empty() {
+            return Err(Error::NoChecks);
+        }
+        let resolved = checks
+            .iter()
+            .map(|c| {
+                Ok(KeyCheck {
+                    rule: self.resolve(c.rule, c.key)?,
+                    key: c.key,
+                    cost: c.cost,
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        Ok(self.store.check_all(&resolved, at).await?)
+    }
+
+    /// Waits until `cost` units of `key` under `rule` are admitted, then
+    /// returns that admitting decision (x/time/rate's `Wait`). With
+    /// `max_wait`, fails at once — consuming nothing — when the wait the
+    /// limiter reports would end past it, instead of sleeping into a
+    /// failure. Waiters are not queued: after each sleep the check is tried
+    /// again and may find the units taken by another caller.
+    ///
+    /// # Errors
+    /// [`WaitError::DeadlineExceeded`] when admission would come too late,
+    /// [`WaitError::Never`] when the cost exceeds the rule's capacity,
+    /// [`WaitError::Check`] when the check itself fails.
+    pub async fn until_ready(
+        &self,
+        rule: &str,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+        max_wait: Option<Duration>,
+    ) -> Result<Decision, WaitError> {
+        let key = key.as_ref();
+        let deadline = max_wait.map(|d| tokio::time::Instant::now() + d);
+        loop {
+            let decision = self.check(rule, key, cost).await?;
+            if decision.allowed {
+                return Ok(decision);
+            }
+            let Some(retry_after) = decision.retry_after else {
+                return Err(WaitError::Never);
+            };
+            if deadline.is_some_and(|d| tokio::time::Instant::now() + retry_after > d) {
+                return Err(WaitError::DeadlineExceeded { retry_after });
+            }
+            tokio::time::sleep(retry_after).await;
+        }
+    }
+}

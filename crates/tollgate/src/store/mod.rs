@@ -1,0 +1,70 @@
+//! Stores keep per-key state and apply an algorithm atomically.
+//!
+//! The base capability is [`Store`]: the atomic single check and the
+//! all-or-nothing multi-rule check. A store never knows about HTTP, gRPC or
+//! config files.
+
+pub mod memory;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::decision::{Decision, MultiDecision};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::time::Micros;
+
+/// One (rule, key, cost) triple of a check handed to a store.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyCheck<'a> {
+    /// The rule deciding.
+    pub rule: &'a Rule,
+    /// The identity being limited.
+    pub key: &'a [u8],
+    /// Units to consume; 0 peeks.
+    pub cost: u64,
+}
+
+/// A place that keeps rate-limit state and decides checks atomically.
+///
+/// `at` is the time of the check in microseconds; `None` means the store's
+/// own clock (the memory store's [`crate::Clock`], or the Redis server's
+/// `TIME`). Tests and replay pass it explicitly.
+pub trait Store: Send + Sync + 'static {
+    /// Decides one check atomically.
+    fn check(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+        cost: u64,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Decides several checks all-or-nothing: admitted only if every pair
+    /// admits; when any denies, no pair consumes. `checks` is not empty.
+    fn check_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send;
+}
+
+impl<S: Store> Store for Arc<S> {
+    fn check(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+        cost: u64,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).check(rule, key, cost, at)
+    }
+
+    fn check_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        (**self).check_all(checks, at)
+    }
+}
