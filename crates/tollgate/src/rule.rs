@@ -196,7 +196,7 @@ impl RuleSpec {
                 format!("period {:?} is longer than the maximum 366d", self.period),
             ));
         }
-        if self.period.subsec_nanos() % 1_000 != 0 {
+        if !self.period.subsec_nanos().is_multiple_of(1_000) {
             return Err(RuleError::new(
                 "period",
                 format!("period {:?} is not a whole number of microseconds", self.period),

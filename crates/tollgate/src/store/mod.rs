@@ -5,6 +5,8 @@
 //! config files.
 
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,0 +1,86 @@
+//! Redis key names: `{prefix}:{<rule>:<key>}`.
+//!
+//! The braces are a Redis Cluster hash tag, so everything stored for one
+//! (rule, key) pair lives in one slot. The caller's key is written as `=`
+//! followed by its bytes when it is at most [`MAX_RAW_KEY`] bytes long, and
+//! as `#` followed by the hex SHA-1 of its bytes when longer, so a hostile
+//! key costs Redis at most ~`MAX_RAW_KEY` bytes and the two forms can never
+//! name the same Redis key. Rule names cannot contain `:`, so different
+//! (rule, key) pairs always get different names.
+
+/// Keys longer than this are stored by their SHA-1.
+pub const MAX_RAW_KEY: usize = 128;
+
+/// The Redis key of (rule, key) under `prefix`.
+pub(crate) fn redis_key(prefix: &str, rule: &str, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + rule.len() + key.len().min(MAX_RAW_KEY) + 8);
+    out.extend_from_slice(prefix.as_bytes());
+    out.extend_from_slice(b":{");
+    out.extend_from_slice(rule.as_bytes());
+    out.push(b':');
+    if key.len() <= MAX_RAW_KEY {
+        out.push(b'=');
+        out.extend_from_slice(key);
+    } else {
+        out.push(b'#');
+        out.extend_from_slice(sha1_smol::Sha1::from(key).digest().to_string().as_bytes());
+    }
+    out.push(b'}');
+    out
+}
+
+/// The Redis Cluster slot of a key, computed as Redis does (CRC16/XMODEM of
+/// the hash tag, or of the whole key without one, modulo 16384).
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(key)) % 16384
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_eq!(slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(slot(b"foo{{bar}}zap"), crc16(b"{bar") % 16384);
+    }
+
+    #[test]
+    fn long_keys_are_hashed_and_forms_never_collide() {
+        let short = redis_key("tg", "r", b"alice");
+        assert_eq!(short, b"tg:{r:=alice}");
+        let long = redis_key("tg", "r", &[b'x'; MAX_RAW_KEY + 1]);
+        assert_eq!(long.len(), "tg:{r:#}".len() + 40);
+        assert!(long.starts_with(b"tg:{r:#"));
+        // A short key spelling a hash is still a different Redis key.
+        let spelled = redis_key("tg", "r", &long[6..long.len() - 1]);
+        assert_ne!(spelled, long);
+    }
+}

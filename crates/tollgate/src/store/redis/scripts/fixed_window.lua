@@ -1,0 +1,27 @@
+-- Fixed window on one hash: w = window index floor(t / period), n = count.
+ALGOS[3] = function(key, cost, period, limit, _, _, t)
+  local w = idiv(t, period)
+  local h = redis.call('HMGET', key, 'w', 'n')
+  local count = 0
+  if tonumber(h[1]) == w then count = tonumber(h[2]) or 0 end
+  local fits = cost <= limit
+  local allowed = fits and count + cost <= limit
+  local after = count
+  if allowed then after = count + cost end
+  local to_next = (w + 1) * period - t
+  local retry = -1
+  if not allowed and fits then retry = to_next end
+  local write = function()
+    redis.call('HSET', key, 'w', num(w), 'n', num(after))
+    redis.call('PEXPIRE', key, ttl_ms(to_next))
+  end
+  return allowed, limit - after, to_next, retry, write
+end
+
+REFUNDS[3] = function(key, cost, period, limit, _, _, t0)
+  local h = redis.call('HMGET', key, 'w', 'n')
+  if tonumber(h[1]) ~= idiv(t0, period) then return end
+  local n = (tonumber(h[2]) or 0) - cost
+  if n < 0 then n = 0 end
+  redis.call('HSET', key, 'n', num(n))
+end

@@ -1,0 +1,30 @@
+-- GCRA on one string key holding the theoretical arrival time (µs).
+-- Each algorithm defines eval(key, cost, p1..p4, t) -> allowed, remaining,
+-- reset_after, retry_after (-1 none), write; write(t) applies an admitted check.
+ALGOS[1] = function(key, cost, inc, tau, interval, burst, t)
+  local stored = tonumber(redis.call('GET', key))
+  local tat = t
+  if stored and stored > t then tat = stored end
+  local new_tat = tat + inc
+  local fits = cost <= burst
+  local allowed = fits and new_tat - t <= tau
+  local kept = tat
+  if allowed then kept = new_tat end
+  local used = kept - t
+  local left = tau - used
+  if left < 0 then left = 0 end
+  local retry = -1
+  if not allowed and fits then retry = new_tat - tau - t end
+  local write = function()
+    redis.call('SET', key, num(new_tat), 'PX', ttl_ms(new_tat - t))
+  end
+  return allowed, idiv(left, interval), used, retry, write
+end
+
+REFUNDS[1] = function(key, cost, inc, tau, interval, burst, t0)
+  local stored = tonumber(redis.call('GET', key))
+  if stored == nil then return end
+  local tat = stored - inc
+  if tat < t0 then tat = t0 end
+  redis.call('SET', key, num(tat), 'PX', ttl_ms(tat - t0))
+end

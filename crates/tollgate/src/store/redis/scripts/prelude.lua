@@ -1,0 +1,84 @@
+-- tollgate: shared prelude of every script. The scripts implement
+-- SEMANTICS.md exactly, bit for bit with the Rust algorithms.
+--
+-- Calling convention (every script):
+--   KEYS[i]   the Redis key of pair i (one key per (rule, key) pair; hash-tagged)
+--   ARGV[1]   t in microseconds, or "" to read the server's TIME (the normal case;
+--             an explicit t is for replay and tests only)
+--   ARGV[2]   extra TTL in milliseconds added to every expiry (0 normally; replay
+--             passes a margin because its trace clock is not the server's)
+--   ARGV[3]   n, the number of pairs
+--   ARGV[4]   mode: "c" check (decide; write only if every pair admits),
+--             "d" dry run (decide, write nothing; admitting pairs report a peek),
+--             "r" refund (undo an admitted check made at t = ARGV[1]; Redis
+--             Cluster multi-rule checks whose pairs live on several nodes)
+--   then 6 arguments per pair: algorithm code, cost, p1, p2, p3, p4
+--     gcra (1), token_bucket (2):  p1 = cost*period/limit (µs, floored),
+--                                  p2 = tau = burst*period/limit, p3 = T = period/limit,
+--                                  p4 = burst
+--     fixed_window (3), sliding_window (4), sliding_log (5): p1 = period (µs), p2 = limit
+-- Reply: t (µs), then 4 integers per pair: allowed (0/1), remaining,
+-- reset_after (µs), retry_after (µs, or -1 for none).
+--
+-- Precision: Lua numbers are IEEE doubles, exact for integers below 2^53
+-- (about 285 years of microseconds). Every stored or compared value stays
+-- below that: t (epoch µs, ~2^50.7), tat = t + tau with tau <= 3660 days,
+-- counts <= limit <= 10^12. The one product that can exceed 2^53, the
+-- sliding window's prev * elapsed, is computed exactly by muldiv below.
+-- Numbers are written with %.0f (never tostring, which keeps 14 digits).
+
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+
+local TWO53 = 9007199254740992
+
+-- floor(a / b) for integers 0 <= a < 2^53, b >= 1, exactly.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+-- floor(a * b / c) for integers 0 <= a, b < 2^53 and 1 <= c < 2^52, exactly,
+-- when the result is below 2^53.
+local function muldiv(a, b, c)
+  if a == 0 or b == 0 then return 0 end
+  if a <= TWO53 / b then return idiv(a * b, c) end
+  local qa = idiv(a, c)
+  local ra = a - qa * c
+  local qb = idiv(b, c)
+  local rb = b - qb * c
+  -- a*b = qa*b*c + ra*qb*c + ra*rb; ra, rb < c: shift-and-add for ra*rb / c
+  local bits = {}
+  local x = rb
+  while x > 0 do
+    local bit = x % 2
+    bits[#bits + 1] = bit
+    x = (x - bit) / 2
+  end
+  local q, r = 0, 0
+  for i = #bits, 1, -1 do
+    q = q * 2
+    r = r * 2
+    if r >= c then r = r - c; q = q + 1 end
+    if bits[i] == 1 then
+      r = r + ra
+      if r >= c then r = r - c; q = q + 1 end
+    end
+  end
+  return qa * b + ra * qb + q
+end
+
+local function num(x)
+  return string.format('%.0f', x)
+end
+
+-- Milliseconds of TTL for a key that is back to empty `us` microseconds from t.
+local margin = tonumber(ARGV[2]) or 0
+local function ttl_ms(us)
+  local ms = math.ceil(us / 1000) + margin
+  if ms < 1 then ms = 1 end
+  return num(ms)
+end
+
+local ALGOS = {}
+local REFUNDS = {}

@@ -1,0 +1,53 @@
+-- Sliding log on one sorted set: score = admission time (µs), member =
+-- "time:cost". Checks admitted at the same microsecond are merged into one
+-- member. An entry made at s counts while t < s + period.
+ALGOS[5] = function(key, cost, period, limit, _, _, t)
+  local live = redis.call('ZRANGEBYSCORE', key, '(' .. num(t - period), '+inf', 'WITHSCORES')
+  local costs, times, used = {}, {}, 0
+  for i = 1, #live, 2 do
+    local c = tonumber(string.match(live[i], ':(%d+)$'))
+    costs[#costs + 1] = c
+    times[#times + 1] = tonumber(live[i + 1])
+    used = used + c
+  end
+  local fits = cost <= limit
+  local allowed = fits and used + cost <= limit
+  local after = used
+  if allowed then after = used + cost end
+  local newest = times[#times]
+  if allowed and cost > 0 and (newest == nil or newest < t) then newest = t end
+  local reset = 0
+  if newest then reset = newest + period - t end
+  local retry = -1
+  if not allowed and fits then
+    local freed = 0
+    for i = 1, #costs do
+      freed = freed + costs[i]
+      if used - freed + cost <= limit then
+        retry = times[i] + period - t
+        break
+      end
+    end
+  end
+  local write = function()
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(t - period))
+    local same = redis.call('ZRANGEBYSCORE', key, num(t), num(t))
+    local total = cost
+    for i = 1, #same do
+      total = total + tonumber(string.match(same[i], ':(%d+)$'))
+      redis.call('ZREM', key, same[i])
+    end
+    redis.call('ZADD', key, num(t), num(t) .. ':' .. num(total))
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', key, ttl_ms(tonumber(last[2]) + period - t))
+  end
+  return allowed, limit - after, reset, retry, write
+end
+
+REFUNDS[5] = function(key, cost, period, limit, _, _, t0)
+  local same = redis.call('ZRANGEBYSCORE', key, num(t0), num(t0))
+  if #same == 0 then return end
+  local total = tonumber(string.match(same[1], ':(%d+)$')) - cost
+  redis.call('ZREM', key, same[1])
+  if total > 0 then redis.call('ZADD', key, num(t0), num(t0) .. ':' .. num(total)) end
+end

@@ -1,0 +1,61 @@
+-- Sliding window counter on one hash holding two counters:
+-- w = current window index, p = count of window w-1, c = count of window w.
+-- The estimate prev*(period-elapsed)/period + curr + cost <= limit is decided
+-- exactly: ceil(prev*(period-elapsed)/period) = prev - floor(prev*elapsed/period).
+local function sw_retry(period, limit, elapsed, prev, curr, cost)
+  -- later in this window: prev*(period-e') <= (limit-curr-cost)*period
+  if prev > 0 and curr + cost <= limit then
+    local a = limit - curr - cost
+    local q = period
+    if a < prev then q = muldiv(a, period, prev) end
+    if q >= 1 then
+      local e2 = period - q
+      if e2 < elapsed then e2 = elapsed end
+      return e2 - elapsed
+    end
+  end
+  -- next window: prev' = curr, curr' = 0
+  local to_next = period - elapsed
+  if curr == 0 then return to_next end
+  local q = period
+  if limit - cost < curr then q = muldiv(limit - cost, period, curr) end
+  if q >= 1 then return to_next + (period - q) end
+  return to_next + period
+end
+
+ALGOS[4] = function(key, cost, period, limit, _, _, t)
+  local w = idiv(t, period)
+  local elapsed = t - w * period
+  local h = redis.call('HMGET', key, 'w', 'p', 'c')
+  local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
+  local prev, curr = 0, 0
+  if sw == w then prev, curr = sp, sc elseif sw == w - 1 then prev = sc end
+  local weighted = 0
+  if prev > 0 then weighted = prev - muldiv(prev, elapsed, period) end
+  local fits = cost <= limit
+  local allowed = fits and weighted + curr + cost <= limit
+  local after = curr
+  if allowed then after = curr + cost end
+  local remaining = limit - after - weighted
+  if remaining < 0 then remaining = 0 end
+  local reset = 0
+  if after > 0 then reset = (w + 2) * period - t elseif prev > 0 then reset = (w + 1) * period - t end
+  local retry = -1
+  if not allowed and fits then retry = sw_retry(period, limit, elapsed, prev, curr, cost) end
+  local write = function()
+    redis.call('HSET', key, 'w', num(w), 'p', num(prev), 'c', num(after))
+    redis.call('PEXPIRE', key, ttl_ms((w + 2) * period - t))
+  end
+  return allowed, remaining, reset, retry, write
+end
+
+REFUNDS[4] = function(key, cost, period, limit, _, _, t0)
+  local w0 = idiv(t0, period)
+  local h = redis.call('HMGET', key, 'w', 'p', 'c')
+  local w = tonumber(h[1])
+  local field
+  if w == w0 then field = 'c' elseif w == w0 + 1 then field = 'p' else return end
+  local v = (tonumber(h[field == 'c' and 3 or 2]) or 0) - cost
+  if v < 0 then v = 0 end
+  redis.call('HSET', key, field, num(v))
+end

@@ -1,0 +1,34 @@
+-- Token bucket on one hash: c = credit in µs (tokens = c / T), l = last refill.
+ALGOS[2] = function(key, cost, need, tau, interval, burst, t)
+  local h = redis.call('HMGET', key, 'c', 'l')
+  local credit, last = tau, t
+  local c, l = tonumber(h[1]), tonumber(h[2])
+  if c and l then
+    local elapsed = t - l
+    if elapsed < 0 then elapsed = 0 end
+    credit = c + elapsed
+    if credit > tau then credit = tau end
+    if l > t then last = l end
+  end
+  local fits = cost <= burst
+  local allowed = fits and credit >= need
+  local after = credit
+  if allowed then after = credit - need end
+  local retry = -1
+  if not allowed and fits then retry = need - credit end
+  local write = function()
+    redis.call('HSET', key, 'c', num(after), 'l', num(last))
+    redis.call('PEXPIRE', key, ttl_ms(tau - after))
+  end
+  return allowed, idiv(after, interval), tau - after, retry, write
+end
+
+REFUNDS[2] = function(key, cost, need, tau, interval, burst, t0)
+  local h = redis.call('HMGET', key, 'c', 'l')
+  local c, l = tonumber(h[1]), tonumber(h[2])
+  if c == nil or l == nil then return end
+  c = c + need
+  if c > tau then c = tau end
+  redis.call('HSET', key, 'c', num(c))
+  redis.call('PEXPIRE', key, ttl_ms(tau - c))
+end
