@@ -1,0 +1,55 @@
+//! Command-line flags (CONTRACT.md, "Command line"), parsed with clap.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// `tollgate`: a rate limiter whose counters survive across replicas.
+#[derive(Debug, Parser)]
+#[command(name = "tollgate", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check a config file without serving: exit 0 if good, 1 with every
+    /// problem (file:line: field: why) if not.
+    Validate(ValidateArgs),
+    /// Run a CSV trace of checks through the limiter and write one decision
+    /// per row.
+    Replay(ReplayArgs),
+}
+
+/// `tollgate validate --config FILE [--envoy-config FILE.yaml ...]`.
+#[derive(Debug, Clone, Args)]
+pub struct ValidateArgs {
+    /// The TOML config file.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// envoyproxy/ratelimit YAML files. Not supported yet: giving one makes
+    /// `validate` fail with a message saying so.
+    #[arg(long = "envoy-config", value_name = "FILE.yaml")]
+    pub envoy_config: Vec<PathBuf>,
+}
+
+/// `tollgate replay --config FILE --trace FILE.csv [--store URL] [--out FILE.csv]`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The TOML config file with the rules the trace names.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Input CSV with header `t_ms,rule,key[,cost]`; `-` reads stdin.
+    #[arg(long, value_name = "FILE.csv")]
+    pub trace: PathBuf,
+    /// The store to replay through; defaults to the config's `[store] url`.
+    /// Only `memory` exists so far.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Where to write the decisions CSV; stdout when absent or `-`.
+    #[arg(long, value_name = "FILE.csv")]
+    pub out: Option<PathBuf>,
+}

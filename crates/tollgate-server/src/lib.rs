@@ -1,0 +1,18 @@
+//! The `tollgate` binary as a library: config loading and validation, the
+//! `validate` and `replay` subcommands. `main.rs` only parses flags, calls
+//! in here and maps errors to exit codes.
+//!
+//! * [`config`]: the TOML config file, validated field by field so
+//!   `validate` reports every problem with its line.
+//! * [`store_url`], [`key`], [`cidr`]: the parsers the config uses for
+//!   store URLs, proxy key extractors and `trusted_proxies`.
+//! * [`validate`] and [`replay`]: the subcommands.
+//! * [`cli`]: the command-line flags.
+
+pub mod cidr;
+pub mod cli;
+pub mod config;
+pub mod key;
+pub mod replay;
+pub mod store_url;
+pub mod validate;
