@@ -75,6 +75,11 @@ pub enum Error {
     },
     /// A multi-rule check named no pair.
     NoChecks,
+    /// An explicit time past [`crate::MAX_TIME`].
+    TimeOutOfRange {
+        /// The time given, in microseconds.
+        at: u64,
+    },
     /// The store failed.
     Store(StoreError),
 }
@@ -89,6 +94,11 @@ impl fmt::Display for Error {
                 crate::MAX_KEY_LEN
             ),
             Error::NoChecks => f.write_str("a multi-rule check must name at least one rule"),
+            Error::TimeOutOfRange { at } => write!(
+                f,
+                "time {at} µs is past the latest time a check accepts ({} µs)",
+                crate::MAX_TIME
+            ),
             Error::Store(e) => e.fmt(f),
         }
     }

@@ -28,6 +28,7 @@
 //! ```
 
 pub mod algorithm;
+pub mod conformance;
 mod decision;
 mod error;
 mod limiter;
@@ -45,6 +46,6 @@ pub use rule::{
 pub use store::Store;
 pub use store::memory::{MemoryStore, MemoryStoreBuilder};
 pub use time::{
-    Clock, FakeClock, Micros, MonotonicClock, TokioClock, duration_to_micros,
+    Clock, FakeClock, MAX_TIME, Micros, MonotonicClock, TokioClock, duration_to_micros,
     micros_to_millis_ceil, parse_duration,
 };

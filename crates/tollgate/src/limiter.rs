@@ -8,11 +8,18 @@ use crate::error::{Error, WaitError};
 use crate::rule::{Rule, RuleError};
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Store};
-use crate::time::Micros;
+use crate::time::{MAX_TIME, Micros};
 
 /// The longest key accepted, in bytes. Stores hash keys, so this bounds CPU,
 /// not memory.
 pub const MAX_KEY_LEN: usize = 4096;
+
+fn check_time(at: Option<Micros>) -> Result<(), Error> {
+    match at {
+        Some(at) if at > MAX_TIME => Err(Error::TimeOutOfRange { at }),
+        _ => Ok(()),
+    }
+}
 
 /// One (rule, key) pair of a multi-rule check, by rule name.
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +153,7 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Decision, Error> {
         let key = key.as_ref();
         let rule = self.resolve(rule, key)?;
+        check_time(at)?;
         Ok(self.store.check(rule, key, cost, at).await?)
     }
 
@@ -169,6 +177,7 @@ impl<S: Store> Limiter<S> {
         if checks.is_empty() {
             return Err(Error::NoChecks);
         }
+        check_time(at)?;
         let resolved = checks
             .iter()
             .map(|c| {

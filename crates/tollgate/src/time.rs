@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 /// A point in time, in whole microseconds since an origin the clock chooses.
 pub type Micros = u64;
 
+/// The latest explicit time a check accepts: 2^53 µs minus the longest
+/// burst window, so every time a store computes (`t + tau`, window ends)
+/// stays exact in an IEEE double, as the Redis scripts require. About the
+/// year 2255 on the Unix epoch.
+pub const MAX_TIME: Micros = (1 << 53) - 2 * 3660 * 86_400 * 1_000_000;
+
 /// Converts a [`Duration`] to whole microseconds, saturating at `u64::MAX`.
 #[must_use]
 pub fn duration_to_micros(d: Duration) -> Micros {
@@ -94,8 +100,7 @@ impl FakeClock {
 
     /// Moves every clone of this clock forward by `d`.
     pub fn advance(&self, d: Duration) {
-        self.now
-            .fetch_add(duration_to_micros(d), Ordering::SeqCst);
+        self.now.fetch_add(duration_to_micros(d), Ordering::SeqCst);
     }
 
     /// Moves every clone of this clock forward by `us` microseconds.

@@ -29,7 +29,13 @@ async fn unknown_rule_and_long_key_are_errors_not_denials() {
         })
     );
     // A key of exactly the limit is fine, and so is the empty key.
-    assert!(limiter.check("r", vec![b'x'; MAX_KEY_LEN], 1).await.unwrap().allowed);
+    assert!(
+        limiter
+            .check("r", vec![b'x'; MAX_KEY_LEN], 1)
+            .await
+            .unwrap()
+            .allowed
+    );
     assert!(limiter.check("r", "", 1).await.unwrap().allowed);
     assert_eq!(limiter.check_all(&[]).await, Err(Error::NoChecks));
     let bad = [Check::new("r", "a"), Check::new("missing", "b")];
@@ -131,6 +137,39 @@ async fn concurrent_waiters_are_all_admitted_at_the_rate() {
         assert!(t.await.unwrap().unwrap().allowed);
     }
     // 10 at once, then one every 100 ms: the 30th at 2 s, not earlier.
-    assert!(start.elapsed() >= Duration::from_secs(2), "{:?}", start.elapsed());
-    assert!(start.elapsed() < Duration::from_secs(3), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn explicit_times_past_max_time_are_refused() {
+    let store = MemoryStore::new();
+    let rule = RuleSpec::new("fw", Algorithm::FixedWindow, 3, Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let limiter = Limiter::new(store, [rule]).unwrap();
+    let late = tollgate::MAX_TIME + 1;
+    assert_eq!(
+        limiter.check_at("fw", "k", 1, Some(late)).await,
+        Err(Error::TimeOutOfRange { at: late })
+    );
+    assert_eq!(
+        limiter
+            .check_all_at(&[Check::new("fw", "k")], Some(u64::MAX))
+            .await,
+        Err(Error::TimeOutOfRange { at: u64::MAX })
+    );
+    let d = limiter
+        .check_at("fw", "k", 1, Some(tollgate::MAX_TIME))
+        .await
+        .unwrap();
+    assert!(d.allowed);
 }

@@ -4,6 +4,7 @@
 //! all-or-nothing multi-rule check. A store never knows about HTTP, gRPC or
 //! config files.
 
+mod any;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -15,6 +16,8 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::time::Micros;
+
+pub use any::AnyStore;
 
 /// One (rule, key, cost) triple of a check handed to a store.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +34,8 @@ pub struct KeyCheck<'a> {
 ///
 /// `at` is the time of the check in microseconds; `None` means the store's
 /// own clock (the memory store's [`crate::Clock`], or the Redis server's
-/// `TIME`). Tests and replay pass it explicitly.
+/// `TIME`). Tests and replay pass it explicitly, at most [`crate::MAX_TIME`]
+/// (the [`crate::Limiter`] refuses later times; a store may answer garbage).
 pub trait Store: Send + Sync + 'static {
     /// Decides one check atomically.
     fn check(

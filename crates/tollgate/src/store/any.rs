@@ -1,0 +1,60 @@
+//! A store chosen at run time (from a config file or a URL).
+
+use crate::decision::{Decision, MultiDecision};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::store::memory::MemoryStore;
+use crate::store::{KeyCheck, Store};
+use crate::time::Micros;
+
+/// Any of the stores this crate provides, dispatched without boxing.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyStore {
+    /// The in-process store.
+    Memory(MemoryStore),
+    /// The Redis store.
+    #[cfg(feature = "redis")]
+    Redis(crate::store::redis::RedisStore),
+}
+
+impl From<MemoryStore> for AnyStore {
+    fn from(s: MemoryStore) -> Self {
+        AnyStore::Memory(s)
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<crate::store::redis::RedisStore> for AnyStore {
+    fn from(s: crate::store::redis::RedisStore) -> Self {
+        AnyStore::Redis(s)
+    }
+}
+
+impl Store for AnyStore {
+    async fn check(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+        cost: u64,
+        at: Option<Micros>,
+    ) -> Result<Decision, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.check(rule, key, cost, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => s.check(rule, key, cost, at).await,
+        }
+    }
+
+    async fn check_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.check_all(checks, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => s.check_all(checks, at).await,
+        }
+    }
+}
