@@ -40,8 +40,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 
-pub use self::url::{RedisTopology, UrlError};
 use self::scripts::{Script, Scripts};
+pub use self::url::{RedisTopology, UrlError};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::{Algorithm, Rule};
@@ -94,7 +94,10 @@ impl Pair<'_> {
                     .arg(rule.burst());
             }
             _ => {
-                cmd.arg(rule.period_micros()).arg(rule.limit()).arg(0).arg(0);
+                cmd.arg(rule.period_micros())
+                    .arg(rule.limit())
+                    .arg(0)
+                    .arg(0);
             }
         }
     }
@@ -193,8 +196,8 @@ impl RedisStore {
     /// A bad URL or prefix ([`StoreErrorKind::Protocol`]), or no server
     /// reachable ([`StoreErrorKind::Unavailable`] / `Timeout`).
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
-        let topology =
-            RedisTopology::parse(url).map_err(|e| StoreError::new(StoreErrorKind::Protocol, e.0))?;
+        let topology = RedisTopology::parse(url)
+            .map_err(|e| StoreError::new(StoreErrorKind::Protocol, e.0))?;
         Self::connect_to(topology, options).await
     }
 
@@ -259,9 +262,13 @@ impl RedisStore {
                     info = info.set_password(pass);
                 }
                 let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
-                let client =
-                    SentinelClient::build(sentinels, master, Some(node), SentinelServerType::Master)
-                        .map_err(|e| store_error(&e))?;
+                let client = SentinelClient::build(
+                    sentinels,
+                    master,
+                    Some(node),
+                    SentinelServerType::Master,
+                )
+                .map_err(|e| store_error(&e))?;
                 let backend = SentinelBackend {
                     client: tokio::sync::Mutex::new(client),
                     conn: parking_lot::RwLock::new(None),
@@ -442,7 +449,9 @@ impl RedisStore {
             cost,
         };
         let script = self.inner.scripts.single(rule.algorithm());
-        let (_, mut d) = self.run(script, std::slice::from_ref(&pair), "c", at).await?;
+        let (_, mut d) = self
+            .run(script, std::slice::from_ref(&pair), "c", at)
+            .await?;
         d.pop().ok_or_else(|| protocol("empty reply"))
     }
 

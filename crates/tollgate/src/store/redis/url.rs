@@ -95,11 +95,10 @@ impl RedisTopology {
                 )));
             }
             let (auth, hosts) = split_auth(hosts);
-            let auth = auth
-                .map(|a| {
-                    let (u, p) = a.split_once(':').unwrap_or(("", a));
-                    (u.to_owned(), p.to_owned())
-                });
+            let auth = auth.map(|a| {
+                let (u, p) = a.split_once(':').unwrap_or(("", a));
+                (u.to_owned(), p.to_owned())
+            });
             return Ok(RedisTopology::Sentinel {
                 sentinels: host_ports(url, hosts)?
                     .into_iter()
