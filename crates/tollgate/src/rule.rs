@@ -152,7 +152,12 @@ pub struct RuleSpec {
 
 impl RuleSpec {
     /// A spec without a burst.
-    pub fn new(name: impl Into<String>, algorithm: Algorithm, limit: u64, period: Duration) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        algorithm: Algorithm,
+        limit: u64,
+        period: Duration,
+    ) -> Self {
         Self {
             name: name.into(),
             algorithm,
@@ -199,7 +204,10 @@ impl RuleSpec {
         if !self.period.subsec_nanos().is_multiple_of(1_000) {
             return Err(RuleError::new(
                 "period",
-                format!("period {:?} is not a whole number of microseconds", self.period),
+                format!(
+                    "period {:?} is not a whole number of microseconds",
+                    self.period
+                ),
             ));
         }
         let period = duration_to_micros(self.period);
