@@ -14,5 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod key;
 pub mod replay;
-pub mod store_url;
 pub mod validate;
+
+/// Store URLs; the parser lives in the library, beside the stores it opens.
+pub use tollgate::store::url as store_url;

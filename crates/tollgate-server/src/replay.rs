@@ -19,6 +19,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 
 use csv::{ByteRecord, ReaderBuilder, WriterBuilder};
+use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{Limiter, MAX_KEY_LEN, MemoryStore, Store};
 
 use crate::cli::ReplayArgs;
@@ -37,10 +38,10 @@ pub const OUTPUT_HEADER: [&str; 8] = [
     "reset_after_ms",
 ];
 
-/// The largest `t_ms` accepted: 10^15 ms, about 31,700 years after the
-/// trace's origin. Keeps `t` in µs far enough below `u64::MAX` that no
-/// algorithm's `t + period` arithmetic can overflow.
-pub const MAX_T_MS: u64 = 1_000_000_000_000_000;
+/// The largest `t_ms` accepted: [`tollgate::MAX_TIME`] in whole ms (about
+/// 265 years after the trace's origin), the latest time every store —
+/// the Redis scripts' doubles included — computes exactly.
+pub const MAX_T_MS: u64 = tollgate::MAX_TIME / 1_000;
 
 /// Checks, admissions and denials of one rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,15 +149,6 @@ fn is_dash(p: &Path) -> bool {
     p.as_os_str() == "-"
 }
 
-/// The message for a store URL whose store does not exist yet.
-#[must_use]
-pub fn store_not_built(url: &StoreUrl) -> String {
-    format!(
-        "store {url}: the Redis store is not built yet; replay runs on the memory store only \
-         for now (--store memory)"
-    )
-}
-
 /// The in-process store sized by `[store]`.
 #[must_use]
 pub fn memory_store(config: &StoreConfig) -> MemoryStore {
@@ -210,7 +202,32 @@ pub fn run(args: &ReplayArgs) -> Result<Summary, ReplayError> {
                 .map_err(|e| ReplayError::Store(e.to_string()))?;
             runtime.block_on(replay(&limiter, trace, &trace_name, out))
         }
-        other => Err(ReplayError::Store(store_not_built(&other))),
+        redis => {
+            let store = runtime
+                .block_on(RedisStore::connect_to(
+                    &redis,
+                    replay_options(&config.store),
+                ))
+                .map_err(|e| ReplayError::Store(format!("store {redis}: {e}")))?;
+            let limiter =
+                Limiter::new(store, rules).map_err(|e| ReplayError::Store(e.to_string()))?;
+            runtime.block_on(replay(&limiter, trace, &trace_name, out))
+        }
+    }
+}
+
+/// Redis options for a replay: a fresh key prefix under the configured one,
+/// so the trace starts from empty state and touches no live key, and a
+/// timeout generous enough for a batch job. Keys expire on their own (their
+/// trace-time TTL plus [`RedisOptions::explicit_time_ttl_margin`]).
+fn replay_options(store: &StoreConfig) -> RedisOptions {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    RedisOptions {
+        prefix: format!("{}:replay-{}-{nanos}", store.prefix, std::process::id()),
+        timeout: store.timeout.max(std::time::Duration::from_secs(5)),
+        ..RedisOptions::default()
     }
 }
 

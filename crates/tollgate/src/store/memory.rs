@@ -11,19 +11,31 @@
 //!   exclusive lock; a multi-rule check takes every shard it touches in
 //!   index order, so it is atomic against every other check.
 //! * Bounded: at most `max_keys` keys (and `max_log_entries` sliding-log
-//!   entries). A full shard first drops keys that are back to their
-//!   empty/full state (forgetting them changes no decision), then, if still
-//!   full, evicts the eighth of its keys nearest to that state. Under a
-//!   flood of distinct keys beyond the cap the store therefore forgets the
-//!   keys closest to reset, erring towards admission, and memory stays
-//!   bounded.
+//!   entries). A shard that goes over its share first drops every key that
+//!   is back to its empty/full state (forgetting them changes no decision);
+//!   if that leaves less than an eighth of its share free, it also evicts the
+//!   live keys nearest to that state until an eighth is free. The scan is
+//!   thus paid once per eighth of a shard of new keys, never once per key,
+//!   even when keys expire exactly as fast as new ones arrive. Under a flood
+//!   of distinct keys beyond the cap the store forgets the keys closest to
+//!   reset, erring towards admission, and memory stays bounded. A key's own
+//!   sliding log is never cut: the log cap may be exceeded by the entries of
+//!   the keys the current check wrote (at most their rules' `limit` each).
+//!
+//! An idle GCRA key costs one table entry (16-byte fingerprint and 8-byte
+//! state, plus a control byte) at the table's load factor: under 64 bytes,
+//! whatever the key's length.
+//!
+//! The hot path is not generic: [`MemoryStore::check_sync`] reads the clock
+//! and calls into code compiled once in this crate, where the algorithm step
+//! inlines into the compare-and-swap loop.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
-use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::algorithm::{self, GcraState, KeyState, gcra};
 use crate::decision::{Decision, MultiDecision};
@@ -67,6 +79,143 @@ impl Hasher for FpHasher {
 
 type FpMap<V> = HashMap<Fp, V, BuildHasherDefault<FpHasher>>;
 
+// The name's length is one byte of the fingerprint input.
+const _: () = assert!(crate::rule::MAX_NAME_LEN < 256);
+
+/// The byte string a (rule name, key) pair is hashed as:
+///
+/// * one word: the name's length in the top byte, its first 7 bytes (zero
+///   padded) below;
+/// * the rest of the name in 8-byte little-endian words, the last one zero
+///   padded;
+/// * the key.
+///
+/// The length says where the name ends, so the encoding parses back into the
+/// pair: distinct pairs are distinct inputs. Its words are whole, so the key
+/// starts on a word boundary and is hashed straight from its own memory.
+/// (The store computes the same hash without building this string; tests
+/// check the two agree.)
+#[cfg(test)]
+fn fingerprint_input(name: &[u8], key: &[u8]) -> Vec<u8> {
+    let (head, rest) = name.split_at(name.len().min(7));
+    let mut out = Vec::with_capacity(16 + name.len() + key.len());
+    out.extend_from_slice(head);
+    out.resize(7, 0);
+    out.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
+    for word in rest.chunks(8) {
+        out.extend_from_slice(word);
+        out.resize(out.len() + 8 - word.len(), 0);
+    }
+    out.extend_from_slice(key);
+    out
+}
+
+/// Up to 7 bytes as a little-endian word, zero padded, in at most three
+/// loads.
+#[inline]
+fn le_word(b: &[u8]) -> u64 {
+    debug_assert!(b.len() < 8);
+    let mut word = 0;
+    let mut i = 0;
+    if b.len() >= 4 {
+        word = u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        i = 4;
+    }
+    if b.len() - i >= 2 {
+        word |= u64::from(u16::from_le_bytes([b[i], b[i + 1]])) << (8 * i);
+        i += 2;
+    }
+    if i < b.len() {
+        word |= u64::from(b[i]) << (8 * i);
+    }
+    word
+}
+
+/// Exactly 8 bytes as a little-endian word.
+#[inline]
+fn le_word8(b: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(word)
+}
+
+/// SipHash-1-3 with a 128-bit output (the reference algorithm, as the
+/// `siphasher` crate computes it; a test checks they agree), written out so
+/// the whole hash stays in registers and inlines into the check.
+#[derive(Clone, Copy)]
+struct Sip13 {
+    /// The state after keying.
+    v: [u64; 4],
+}
+
+impl Sip13 {
+    fn new(k0: u64, k1: u64) -> Self {
+        Self {
+            v: [
+                k0 ^ 0x736f_6d65_7073_6575,
+                // 0x646f72616e646f6d ^ 0xee: the 128-bit variant's tweak.
+                k1 ^ 0x646f_7261_6e64_6f83,
+                k0 ^ 0x6c79_6765_6e65_7261,
+                k1 ^ 0x7465_6462_7974_6573,
+            ],
+        }
+    }
+
+    #[inline(always)]
+    fn round(v: &mut [u64; 4]) {
+        v[0] = v[0].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(13) ^ v[0];
+        v[0] = v[0].rotate_left(32);
+        v[2] = v[2].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(16) ^ v[2];
+        v[0] = v[0].wrapping_add(v[3]);
+        v[3] = v[3].rotate_left(21) ^ v[0];
+        v[2] = v[2].wrapping_add(v[1]);
+        v[1] = v[1].rotate_left(17) ^ v[2];
+        v[2] = v[2].rotate_left(32);
+    }
+
+    #[inline(always)]
+    fn absorb(v: &mut [u64; 4], m: u64) {
+        v[3] ^= m;
+        Self::round(v);
+        v[0] ^= m;
+    }
+
+    /// The hash of `fingerprint_input(name, key)`, computed from the parts.
+    #[inline]
+    fn fingerprint(&self, name: &[u8], key: &[u8]) -> Fp {
+        let mut v = self.v;
+        let (head, rest) = name.split_at(name.len().min(7));
+        Self::absorb(&mut v, le_word(head) | (name.len() as u64) << 56);
+        let mut words = rest.chunks_exact(8);
+        for word in &mut words {
+            Self::absorb(&mut v, le_word8(word));
+        }
+        let mut len = 8 * (1 + rest.len().div_ceil(8));
+        if !words.remainder().is_empty() {
+            Self::absorb(&mut v, le_word(words.remainder()));
+        }
+        let mut words = key.chunks_exact(8);
+        for word in &mut words {
+            Self::absorb(&mut v, le_word8(word));
+        }
+        len += key.len();
+        // The last block: the input's length (mod 256) on top of its tail.
+        Self::absorb(&mut v, le_word(words.remainder()) | (len as u64) << 56);
+        v[2] ^= 0xee;
+        Self::round(&mut v);
+        Self::round(&mut v);
+        Self::round(&mut v);
+        let h1 = v[0] ^ v[1] ^ v[2] ^ v[3];
+        v[1] ^= 0xdd;
+        Self::round(&mut v);
+        Self::round(&mut v);
+        Self::round(&mut v);
+        Fp(h1, v[0] ^ v[1] ^ v[2] ^ v[3])
+    }
+}
+
 /// State of a non-GCRA key and when it is back to empty.
 #[derive(Debug)]
 struct Slot {
@@ -104,9 +253,13 @@ impl Table {
 
     fn add_log_entries(&self, delta: isize) -> usize {
         if delta >= 0 {
-            self.log_entries.fetch_add(delta.unsigned_abs(), Ordering::Relaxed) + delta.unsigned_abs()
+            self.log_entries
+                .fetch_add(delta.unsigned_abs(), Ordering::Relaxed)
+                + delta.unsigned_abs()
         } else {
-            self.log_entries.fetch_sub(delta.unsigned_abs(), Ordering::Relaxed) - delta.unsigned_abs()
+            self.log_entries
+                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed)
+                - delta.unsigned_abs()
         }
     }
 
@@ -125,28 +278,35 @@ impl Table {
         *self.log_entries.get_mut() -= freed;
     }
 
-    /// Evicts at least `n` keys (fewer if fewer are evictable), those
-    /// nearest to reset first, never one in `protect`. With `logs_only`,
-    /// only sliding-log keys are candidates.
-    fn evict(&mut self, n: usize, protect: &[Fp], logs_only: bool) {
-        let mut candidates: Vec<(Micros, Fp)> = Vec::new();
-        if !logs_only {
-            candidates.extend(
-                self.gcra
-                    .iter_mut()
-                    .filter(|(fp, _)| !protect.contains(fp))
-                    .map(|(fp, tat)| (*tat.get_mut(), *fp)),
-            );
+    /// Removes one key, returning whether it was held.
+    fn remove(&mut self, fp: Fp) -> bool {
+        if self.gcra.remove(&fp).is_some() {
+            return true;
         }
+        match self.other.remove(&fp) {
+            Some(mut slot) => {
+                *self.log_entries.get_mut() -= slot.get_mut().state.log_entries();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Evicts `n` keys (fewer if fewer are evictable), those nearest to
+    /// reset first, never one in `protect`.
+    fn evict_keys(&mut self, n: usize, protect: &[Fp]) {
+        let mut candidates: Vec<(Micros, Fp)> = Vec::with_capacity(self.len());
+        candidates.extend(
+            self.gcra
+                .iter_mut()
+                .filter(|(fp, _)| !protect.contains(fp))
+                .map(|(fp, tat)| (*tat.get_mut(), *fp)),
+        );
         candidates.extend(
             self.other
                 .iter_mut()
-                .filter_map(|(fp, slot)| {
-                    let slot = slot.get_mut();
-                    let eligible =
-                        !protect.contains(fp) && (!logs_only || slot.state.log_entries() > 0);
-                    eligible.then_some((slot.expires, *fp))
-                }),
+                .filter(|(fp, _)| !protect.contains(fp))
+                .map(|(fp, slot)| (slot.get_mut().expires, *fp)),
         );
         let n = n.min(candidates.len());
         if n == 0 {
@@ -155,12 +315,30 @@ impl Table {
         if n < candidates.len() {
             candidates.select_nth_unstable(n - 1);
         }
-        for (_, fp) in &candidates[..n] {
-            if self.gcra.remove(fp).is_none()
-                && let Some(slot) = self.other.remove(fp)
-            {
-                *self.log_entries.get_mut() -= slot.lock().state.log_entries();
+        for &(_, fp) in &candidates[..n] {
+            self.remove(fp);
+        }
+    }
+
+    /// Evicts sliding-log keys, those nearest to reset first, never one in
+    /// `protect`, until at most `target` entries are held (or no candidate
+    /// is left).
+    fn evict_log_entries(&mut self, target: usize, protect: &[Fp]) {
+        let mut candidates: Vec<(Micros, Fp)> = self
+            .other
+            .iter_mut()
+            .filter_map(|(fp, slot)| {
+                let slot = slot.get_mut();
+                let eligible = !protect.contains(fp) && slot.state.log_entries() > 0;
+                eligible.then_some((slot.expires, *fp))
+            })
+            .collect();
+        candidates.sort_unstable();
+        for (_, fp) in candidates {
+            if *self.log_entries.get_mut() <= target {
+                break;
             }
+            self.remove(fp);
         }
     }
 }
@@ -232,12 +410,16 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         let random = std::collections::hash_map::RandomState::new();
         MemoryStore {
             clock: self.clock,
-            shards: (0..shards).map(|_| Shard::default()).collect(),
-            shard_bits: shards.ilog2(),
-            shard_cap: self.max_keys / shards,
-            shard_log_cap: (self.max_log_entries / shards).max(1),
-            k0: random.hash_one(0x746f_6c6c_u64),
-            k1: random.hash_one(0x6761_7465_u64),
+            core: Core {
+                shards: (0..shards).map(|_| Shard::default()).collect(),
+                shard_bits: shards.ilog2(),
+                shard_cap: self.max_keys / shards,
+                shard_log_cap: (self.max_log_entries / shards).max(1),
+                sip: Sip13::new(
+                    random.hash_one(0x746f_6c6c_u64),
+                    random.hash_one(0x6761_7465_u64),
+                ),
+            },
         }
     }
 }
@@ -254,15 +436,33 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 /// assert!(!store.check_sync(&rule, b"k", 1, None).allowed);
 /// assert_eq!(store.len(), 1);
 /// ```
-#[derive(Debug)]
 pub struct MemoryStore<C = MonotonicClock> {
     clock: C,
+    core: Core,
+}
+
+/// Everything but the clock: the hot path is compiled here, once, not in
+/// every crate that names a clock type.
+struct Core {
     shards: Box<[Shard]>,
     shard_bits: u32,
     shard_cap: usize,
     shard_log_cap: usize,
-    k0: u64,
-    k1: u64,
+    /// SipHash-1-3 keyed with the store's random secret.
+    sip: Sip13,
+}
+
+impl<C: fmt::Debug> fmt::Debug for MemoryStore<C> {
+    /// Sizes and caps only: neither the secret nor every key's state.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("clock", &self.clock)
+            .field("keys", &self.core.len())
+            .field("capacity", &self.core.capacity())
+            .field("log_entries", &self.core.log_entries())
+            .field("shards", &self.core.shards.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl MemoryStore<MonotonicClock> {
@@ -287,6 +487,7 @@ impl Default for MemoryStore<MonotonicClock> {
 
 /// GCRA on one atomic word: compare-and-swap until the state we decided on
 /// is the state we replace.
+#[inline]
 fn gcra_cas(rule: &Rule, cell: &AtomicU64, t: Micros, cost: u64) -> Decision {
     let mut current = cell.load(Ordering::Acquire);
     loop {
@@ -310,7 +511,7 @@ impl<C: Clock> MemoryStore<C> {
     /// How many keys are held.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.read().len()).sum()
+        self.core.len()
     }
 
     /// Whether no key is held.
@@ -322,43 +523,84 @@ impl<C: Clock> MemoryStore<C> {
     /// How many sliding-log entries are held across all keys.
     #[must_use]
     pub fn log_entries(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.0.read().log_entries.load(Ordering::Relaxed))
-            .sum()
+        self.core.log_entries()
     }
 
     /// The most keys this store holds at once (the configured cap rounded
     /// down to a multiple of the shard count).
     #[must_use]
     pub fn capacity(&self) -> usize {
-        self.shard_cap * self.shards.len()
+        self.core.capacity()
     }
 
     /// Drops every key that is back to its empty/full state at the store's
-    /// current time. Never needed for correctness; frees memory early.
+    /// current time, and gives back the memory of shards left mostly empty.
+    /// Never needed for correctness; frees memory early.
     pub fn sweep(&self) {
-        let t = self.clock.now();
+        self.core.sweep(self.clock.now());
+    }
+
+    /// Decides one check now, synchronously. `at` overrides the clock.
+    #[inline]
+    pub fn check_sync(&self, rule: &Rule, key: &[u8], cost: u64, at: Option<Micros>) -> Decision {
+        let t = at.unwrap_or_else(|| self.clock.now());
+        self.core.check(rule, key, cost, t)
+    }
+
+    /// Decides several checks all-or-nothing, synchronously. The same
+    /// (rule, key) named twice counts once with the costs added.
+    ///
+    /// # Panics
+    /// Never for a non-empty `checks`; an empty one is answered by the
+    /// [`crate::Limiter`] before it reaches a store.
+    pub fn check_all_sync(&self, checks: &[KeyCheck<'_>], at: Option<Micros>) -> MultiDecision {
+        let t = at.unwrap_or_else(|| self.clock.now());
+        self.core.check_all(checks, t)
+    }
+}
+
+impl Core {
+    fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.read().len()).sum()
+    }
+
+    fn log_entries(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.0.read().log_entries.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn capacity(&self) -> usize {
+        self.shard_cap * self.shards.len()
+    }
+
+    fn sweep(&self, t: Micros) {
         for shard in &self.shards {
-            shard.0.write().drop_expired(t);
+            let mut table = shard.0.write();
+            table.drop_expired(t);
+            // Removing keys frees no memory; rebuild tables left mostly empty.
+            if table.gcra.len() * 4 < table.gcra.capacity() {
+                table.gcra.shrink_to_fit();
+            }
+            if table.other.len() * 4 < table.other.capacity() {
+                table.other.shrink_to_fit();
+            }
         }
     }
 
+    /// The (rule, key) fingerprint: SipHash-1-3 (128 bits) under the
+    /// store's secret of the pair's injective encoding (`fingerprint_input`
+    /// in the tests), computed a word at a time from the name and straight
+    /// from the key's memory. (Copying the parts into a buffer first made
+    /// the hash read bytes just stored, a store-forwarding stall that cost
+    /// more than the hashing.)
+    #[inline]
     fn fingerprint(&self, rule: &Rule, key: &[u8]) -> Fp {
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        h.write(rule.name().as_bytes());
-        // 0xff never occurs in a rule name, so (name, key) maps to one input.
-        h.write_u8(0xff);
-        h.write(key);
-        let h = h.finish128();
-        Fp(h.h1, h.h2)
+        self.sip.fingerprint(rule.name().as_bytes(), key)
     }
 
-    fn shard(&self, fp: Fp) -> &Shard {
-        let i = fp.1.checked_shr(64 - self.shard_bits).unwrap_or(0);
-        &self.shards[usize::try_from(i).unwrap_or(0)]
-    }
-
+    #[inline]
     fn shard_index(&self, fp: Fp) -> usize {
         usize::try_from(fp.1.checked_shr(64 - self.shard_bits).unwrap_or(0)).unwrap_or(0)
     }
@@ -371,32 +613,47 @@ impl<C: Clock> MemoryStore<C> {
             return;
         }
         table.drop_expired(t);
-        if table.len() > self.shard_cap {
-            let n = table.len() - self.shard_cap + self.shard_cap / 8;
-            table.evict(n.max(1), protect, false);
-        }
-        while *table.log_entries.get_mut() > self.shard_log_cap {
-            let before = table.len();
-            table.evict(1, protect, true);
-            if table.len() == before {
-                break;
+        if over_keys {
+            let low = self.shard_cap - self.shard_cap / 8;
+            if table.len() > low {
+                table.evict_keys(table.len() - low, protect);
             }
+        }
+        if *table.log_entries.get_mut() > self.shard_log_cap {
+            let low = self.shard_log_cap - self.shard_log_cap / 8;
+            table.evict_log_entries(low, protect);
         }
     }
 
-    /// Decides one check now, synchronously. `at` overrides the clock.
-    pub fn check_sync(&self, rule: &Rule, key: &[u8], cost: u64, at: Option<Micros>) -> Decision {
-        let t = at.unwrap_or_else(|| self.clock.now());
+    /// Decides one check at `t`.
+    fn check(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
+        if rule.algorithm() == Algorithm::Gcra {
+            self.check_gcra(rule, key, cost, t)
+        } else {
+            self.check_other(rule, key, cost, t)
+        }
+    }
+
+    /// The GCRA path: a held key is one compare-and-swap under the shared
+    /// lock.
+    #[inline]
+    fn check_gcra(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
         let fp = self.fingerprint(rule, key);
-        let shard = self.shard(fp);
-        let gcra = rule.algorithm() == Algorithm::Gcra;
+        let shard = &self.shards[self.shard_index(fp)];
+        if let Some(cell) = shard.0.read().gcra.get(&fp) {
+            return gcra_cas(rule, cell, t, cost);
+        }
+        self.create(shard, rule, fp, cost, t)
+    }
+
+    /// The other algorithms: a held key is updated under its own mutex,
+    /// under the shared lock.
+    fn check_other(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
+        let fp = self.fingerprint(rule, key);
+        let shard = &self.shards[self.shard_index(fp)];
         {
             let table = shard.0.read();
-            if gcra {
-                if let Some(cell) = table.gcra.get(&fp) {
-                    return gcra_cas(rule, cell, t, cost);
-                }
-            } else if let Some(slot) = table.other.get(&fp) {
+            if let Some(slot) = table.other.get(&fp) {
                 let mut slot = slot.lock();
                 let decision = algorithm::evaluate(rule, &slot.state, t, cost);
                 if !decision.allowed || cost == 0 {
@@ -412,32 +669,36 @@ impl<C: Clock> MemoryStore<C> {
                 return decision;
             }
         }
-        // A key not held: decide against the empty state; create it only
-        // when the check consumes.
+        self.create(shard, rule, fp, cost, t)
+    }
+
+    /// A check on a key not held (when last looked): decide against the
+    /// empty state; create the key only when the check consumes.
+    #[cold]
+    fn create(&self, shard: &Shard, rule: &Rule, fp: Fp, cost: u64, t: Micros) -> Decision {
         let decision = algorithm::evaluate(rule, &KeyState::Empty, t, cost);
         if !decision.allowed || cost == 0 {
             return decision;
         }
         let mut table = shard.0.write();
-        let decision = self.commit_locked(&mut table, rule, fp, t, cost);
+        let decision = Self::commit_locked(&mut table, rule, fp, t, cost);
         self.enforce_caps(&mut table, t, &[fp]);
         decision
     }
 
     /// Decides and commits one check holding the shard exclusively,
     /// creating the key if needed.
-    fn commit_locked(
-        &self,
-        table: &mut Table,
-        rule: &Rule,
-        fp: Fp,
-        t: Micros,
-        cost: u64,
-    ) -> Decision {
+    fn commit_locked(table: &mut Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
             let cell = table.gcra.entry(fp).or_insert_with(|| AtomicU64::new(0));
-            let (decision, next) =
-                gcra::check(rule, Some(GcraState { tat: *cell.get_mut() }), t, cost);
+            let (decision, next) = gcra::check(
+                rule,
+                Some(GcraState {
+                    tat: *cell.get_mut(),
+                }),
+                t,
+                cost,
+            );
             if decision.allowed {
                 *cell.get_mut() = next.tat;
             }
@@ -473,14 +734,8 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Decides several checks all-or-nothing, synchronously. The same
-    /// (rule, key) named twice counts once with the costs added.
-    ///
-    /// # Panics
-    /// Never for a non-empty `checks`; an empty one is answered by the
-    /// [`crate::Limiter`] before it reaches a store.
-    pub fn check_all_sync(&self, checks: &[KeyCheck<'_>], at: Option<Micros>) -> MultiDecision {
-        let t = at.unwrap_or_else(|| self.clock.now());
+    /// Decides several checks all-or-nothing at `t`.
+    fn check_all(&self, checks: &[KeyCheck<'_>], t: Micros) -> MultiDecision {
         // Merge pairs naming the same (rule, key).
         let mut pairs: Vec<(Fp, &Rule, u64)> = Vec::with_capacity(checks.len());
         let mut slot_of = Vec::with_capacity(checks.len());
@@ -497,8 +752,10 @@ impl<C: Clock> MemoryStore<C> {
         let mut shard_ids: Vec<usize> = pairs.iter().map(|p| self.shard_index(p.0)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();
-        let mut guards: Vec<RwLockWriteGuard<'_, Table>> =
-            shard_ids.iter().map(|&i| self.shards[i].0.write()).collect();
+        let mut guards: Vec<RwLockWriteGuard<'_, Table>> = shard_ids
+            .iter()
+            .map(|&i| self.shards[i].0.write())
+            .collect();
         let guard_of = |fp: Fp| {
             shard_ids
                 .binary_search(&self.shard_index(fp))
@@ -507,7 +764,9 @@ impl<C: Clock> MemoryStore<C> {
 
         let decided: Vec<Decision> = pairs
             .iter()
-            .map(|&(fp, rule, cost)| Self::evaluate_locked(&guards[guard_of(fp)], rule, fp, t, cost))
+            .map(|&(fp, rule, cost)| {
+                Self::evaluate_locked(&guards[guard_of(fp)], rule, fp, t, cost)
+            })
             .collect();
         let allowed = decided.iter().all(|d| d.allowed);
         let decided: Vec<Decision> = if allowed {
@@ -517,7 +776,7 @@ impl<C: Clock> MemoryStore<C> {
                 committed.push(if cost == 0 {
                     Self::evaluate_locked(table, rule, fp, t, 0)
                 } else {
-                    self.commit_locked(table, rule, fp, t, cost)
+                    Self::commit_locked(table, rule, fp, t, cost)
                 });
             }
             let written: Vec<Fp> = pairs.iter().map(|p| p.0).collect();
@@ -561,5 +820,97 @@ impl<C: Clock> Store for MemoryStore<C> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         std::future::ready(Ok(self.check_all_sync(checks, at)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use siphasher::sip128::SipHasher13;
+
+    use super::*;
+    use crate::rule::RuleSpec;
+
+    fn store() -> MemoryStore<crate::FakeClock> {
+        MemoryStore::builder()
+            .clock(crate::FakeClock::new())
+            .build()
+    }
+
+    /// The reference SipHash-1-3-128 keyed as `store`'s, recovered from its
+    /// state (v0 = k0 ^ c0, v1 = k1 ^ c1').
+    fn reference(store: &MemoryStore<crate::FakeClock>) -> SipHasher13 {
+        let v = store.core.sip.v;
+        SipHasher13::new_with_keys(v[0] ^ 0x736f_6d65_7073_6575, v[1] ^ 0x646f_7261_6e64_6f83)
+    }
+
+    fn rule(name: &str) -> Rule {
+        RuleSpec::new(name, Algorithm::Gcra, 1, Duration::from_secs(1))
+            .build()
+            .expect("valid rule")
+    }
+
+    /// Undoes [`fingerprint_input`]: the encoding is injective.
+    fn parse_input(input: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let len = usize::from(input[7]);
+        let mut name = input[..len.min(7)].to_vec();
+        let rest_words = len.saturating_sub(7).div_ceil(8);
+        name.extend_from_slice(&input[8..8 + len.saturating_sub(7)]);
+        (name, input[8 + 8 * rest_words..].to_vec())
+    }
+
+    #[test]
+    fn fingerprint_is_siphash_of_an_injective_encoding() {
+        let store = store();
+        let names = [
+            "a",
+            "api",
+            "per_ip",
+            "per_use",
+            "per_user",
+            "per_user_route",
+            "a.b-c_d.e-f_g.h-i",
+            &"x".repeat(128),
+        ];
+        let keys: Vec<Vec<u8>> = (0..40)
+            .map(|n| {
+                (0..n)
+                    .map(|i| u8::try_from(i * 37 % 256).unwrap_or(0))
+                    .collect()
+            })
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        let reference = reference(&store);
+        for name in names {
+            let rule = rule(name);
+            for key in &keys {
+                let input = fingerprint_input(name.as_bytes(), key);
+                assert_eq!(parse_input(&input), (name.as_bytes().to_vec(), key.clone()));
+                let h = reference.hash(&input);
+                let fp = store.core.fingerprint(&rule, key);
+                assert_eq!(fp, Fp(h.h1, h.h2), "{name:?} {key:?}");
+                assert!(seen.insert(fp));
+            }
+        }
+    }
+
+    #[test]
+    fn le_word_reads_every_length() {
+        let bytes = [1u8, 2, 3, 4, 5, 6, 7, 8];
+        for n in 0..8 {
+            let mut padded = [0u8; 8];
+            padded[..n].copy_from_slice(&bytes[..n]);
+            assert_eq!(le_word(&bytes[..n]), u64::from_le_bytes(padded));
+        }
+        assert_eq!(le_word8(&bytes), u64::from_le_bytes(bytes));
+    }
+
+    #[test]
+    fn debug_shows_sizes_not_the_secret() {
+        let store = store();
+        let text = format!("{store:?}");
+        assert!(text.contains("keys: 0"), "{text}");
+        assert!(!text.contains("sip"), "{text}");
     }
 }

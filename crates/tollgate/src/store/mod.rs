@@ -8,6 +8,7 @@ mod any;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod url;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::rule::Rule;
 use crate::time::Micros;
 
 pub use any::AnyStore;
+pub use url::StoreUrl;
 
 /// One (rule, key, cost) triple of a check handed to a store.
 #[derive(Debug, Clone, Copy)]

@@ -1,18 +1,22 @@
-//! Redis key names: `{prefix}:{<rule>:<key>}`.
+//! Redis key names: `{prefix}:{<rule>:<key>}:<algorithm>`.
 //!
 //! The braces are a Redis Cluster hash tag, so everything stored for one
-//! (rule, key) pair lives in one slot. The caller's key is written as `=`
+//! (rule, key) pair lives in one slot. The algorithm's short name at the end
+//! (`gcra`, `tb`, `fw`, `sw`, `sl`) means a rule whose algorithm is changed
+//! starts from fresh state instead of meeting a value of another type. The caller's key is written as `=`
 //! followed by its bytes when it is at most [`MAX_RAW_KEY`] bytes long, and
 //! as `#` followed by the hex SHA-1 of its bytes when longer, so a hostile
 //! key costs Redis at most ~`MAX_RAW_KEY` bytes and the two forms can never
 //! name the same Redis key. Rule names cannot contain `:`, so different
 //! (rule, key) pairs always get different names.
 
+use crate::rule::Algorithm;
+
 /// Keys longer than this are stored by their SHA-1.
 pub const MAX_RAW_KEY: usize = 128;
 
 /// The Redis key of (rule, key) under `prefix`.
-pub(crate) fn redis_key(prefix: &str, rule: &str, key: &[u8]) -> Vec<u8> {
+pub(crate) fn redis_key(prefix: &str, rule: &str, algorithm: Algorithm, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(prefix.len() + rule.len() + key.len().min(MAX_RAW_KEY) + 8);
     out.extend_from_slice(prefix.as_bytes());
     out.extend_from_slice(b":{");
@@ -25,7 +29,14 @@ pub(crate) fn redis_key(prefix: &str, rule: &str, key: &[u8]) -> Vec<u8> {
         out.push(b'#');
         out.extend_from_slice(sha1_smol::Sha1::from(key).digest().to_string().as_bytes());
     }
-    out.push(b'}');
+    out.extend_from_slice(b"}:");
+    out.extend_from_slice(match algorithm {
+        Algorithm::Gcra => b"gcra",
+        Algorithm::TokenBucket => b"tb",
+        Algorithm::FixedWindow => b"fw",
+        Algorithm::SlidingWindow => b"sw",
+        Algorithm::SlidingLog => b"sl",
+    });
     out
 }
 
@@ -74,13 +85,18 @@ mod tests {
 
     #[test]
     fn long_keys_are_hashed_and_forms_never_collide() {
-        let short = redis_key("tg", "r", b"alice");
-        assert_eq!(short, b"tg:{r:=alice}");
-        let long = redis_key("tg", "r", &[b'x'; MAX_RAW_KEY + 1]);
-        assert_eq!(long.len(), "tg:{r:#}".len() + 40);
+        let g = Algorithm::Gcra;
+        let short = redis_key("tg", "r", g, b"alice");
+        assert_eq!(short, b"tg:{r:=alice}:gcra");
+        let long = redis_key("tg", "r", g, &[b'x'; MAX_RAW_KEY + 1]);
+        assert_eq!(long.len(), "tg:{r:#}:gcra".len() + 40);
         assert!(long.starts_with(b"tg:{r:#"));
         // A short key spelling a hash is still a different Redis key.
-        let spelled = redis_key("tg", "r", &long[6..long.len() - 1]);
+        let spelled = redis_key("tg", "r", g, &long[6..long.len() - 6]);
         assert_ne!(spelled, long);
+        // Another algorithm, another key, same slot.
+        let fw = redis_key("tg", "r", Algorithm::FixedWindow, b"alice");
+        assert_ne!(fw, short);
+        assert_eq!(slot(&fw), slot(&short));
     }
 }

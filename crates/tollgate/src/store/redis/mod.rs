@@ -9,7 +9,8 @@
 //! * **Every key has a TTL**, set by the same script that writes it, at the
 //!   moment the key is back to its empty/full state. Denied checks write
 //!   nothing.
-//! * **Keys**: `{prefix}:{<rule>:<key>}` (see [`keys`]); long keys hashed.
+//! * **Keys**: `{prefix}:{<rule>:<key>}:<algorithm>` (see [`keys`]); long
+//!   keys hashed.
 //! * **Connections**: one multiplexed connection per node carries every
 //!   concurrent check, pipelined; reconnection is automatic.
 //!
@@ -28,7 +29,6 @@
 
 pub mod keys;
 mod scripts;
-mod url;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,10 +41,10 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 
 use self::scripts::{Script, Scripts};
-pub use self::url::{RedisTopology, UrlError};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::{Algorithm, Rule};
+use crate::store::url::StoreUrl;
 use crate::store::{KeyCheck, Store};
 use crate::time::Micros;
 
@@ -193,22 +193,19 @@ impl RedisStore {
     /// Connects to the Redis named by a store URL (CONTRACT.md).
     ///
     /// # Errors
-    /// A bad URL or prefix ([`StoreErrorKind::Protocol`]), or no server
+    /// A bad URL or prefix, the `memory` URL, or `rediss://` without the
+    /// `redis-tls` feature ([`StoreErrorKind::Protocol`]); no server
     /// reachable ([`StoreErrorKind::Unavailable`] / `Timeout`).
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
-        let topology = RedisTopology::parse(url)
-            .map_err(|e| StoreError::new(StoreErrorKind::Protocol, e.0))?;
-        Self::connect_to(topology, options).await
+        let url: StoreUrl = url.parse().map_err(protocol)?;
+        Self::connect_to(&url, options).await
     }
 
-    /// Connects to a parsed topology.
+    /// Connects to the Redis a parsed store URL names.
     ///
     /// # Errors
     /// As [`RedisStore::connect`].
-    pub async fn connect_to(
-        topology: RedisTopology,
-        options: RedisOptions,
-    ) -> Result<Self, StoreError> {
+    pub async fn connect_to(url: &StoreUrl, options: RedisOptions) -> Result<Self, StoreError> {
         if options.prefix.is_empty()
             || options
                 .prefix
@@ -221,9 +218,29 @@ impl RedisStore {
             )));
         }
         let t = options.timeout;
-        let backend = match topology {
-            RedisTopology::Standalone(url) => {
-                let client = redis::Client::open(url.as_str()).map_err(|e| store_error(&e))?;
+        let backend = match url {
+            StoreUrl::Memory => {
+                return Err(protocol("the memory URL names no Redis store"));
+            }
+            StoreUrl::Redis {
+                tls,
+                credentials,
+                node,
+                db,
+            } => {
+                if *tls && !cfg!(feature = "redis-tls") {
+                    return Err(protocol(
+                        "rediss:// needs tollgate built with the redis-tls feature",
+                    ));
+                }
+                #[cfg(feature = "redis-tls")]
+                if *tls {
+                    // rustls needs a process-wide crypto provider; a second
+                    // install (another store, or the application's) is fine.
+                    let _ = rustls::crypto::ring::default_provider().install_default();
+                }
+                let client = redis::Client::open(node.client_url(*tls, credentials, *db))
+                    .map_err(|e| store_error(&e))?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(t))
                     .set_response_timeout(Some(t))
@@ -235,7 +252,8 @@ impl RedisStore {
                         .map_err(|e| store_error(&e))?,
                 )
             }
-            RedisTopology::Cluster(nodes) => {
+            StoreUrl::Cluster { credentials, nodes } => {
+                let nodes = nodes.iter().map(|n| n.client_url(false, credentials, 0));
                 let client = ClusterClient::builder(nodes)
                     .connection_timeout(t)
                     .response_timeout(t)
@@ -249,22 +267,26 @@ impl RedisStore {
                         .map_err(|e| store_error(&e))?,
                 )
             }
-            RedisTopology::Sentinel {
-                sentinels,
+            StoreUrl::Sentinel {
+                credentials,
+                nodes,
                 master,
-                auth,
             } => {
                 let mut info = redis::RedisConnectionInfo::default();
-                if let Some((user, pass)) = auth {
-                    if !user.is_empty() {
-                        info = info.set_username(user);
-                    }
+                if let Some(user) = &credentials.username {
+                    info = info.set_username(user);
+                }
+                if let Some(pass) = &credentials.password {
                     info = info.set_password(pass);
                 }
+                let sentinels: Vec<String> = nodes
+                    .iter()
+                    .map(|n| n.client_url(false, &super::url::Credentials::default(), 0))
+                    .collect();
                 let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
                 let client = SentinelClient::build(
                     sentinels,
-                    master,
+                    master.clone(),
                     Some(node),
                     SentinelServerType::Master,
                 )
@@ -298,7 +320,7 @@ impl RedisStore {
     /// The Redis key holding (rule, key)'s state.
     #[must_use]
     pub fn redis_key(&self, rule: &Rule, key: &[u8]) -> Vec<u8> {
-        keys::redis_key(&self.inner.prefix, rule.name(), key)
+        keys::redis_key(&self.inner.prefix, rule.name(), rule.algorithm(), key)
     }
 
     /// Sends `PING`: whether the store answers (all nodes' answers are not
@@ -419,7 +441,7 @@ fn merge<'a>(prefix: &str, checks: &[KeyCheck<'a>]) -> (Vec<Pair<'a>>, Vec<usize
     let mut pairs: Vec<Pair<'a>> = Vec::with_capacity(checks.len());
     let mut index = Vec::with_capacity(checks.len());
     for c in checks {
-        let key = keys::redis_key(prefix, c.rule.name(), c.key);
+        let key = keys::redis_key(prefix, c.rule.name(), c.rule.algorithm(), c.key);
         if let Some(i) = pairs.iter().position(|p| p.key == key) {
             pairs[i].cost = pairs[i].cost.saturating_add(c.cost);
             index.push(i);

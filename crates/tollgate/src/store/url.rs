@@ -2,8 +2,7 @@
 //! `rediss://…` (TLS), `redis+cluster://host:port[,host:port…]`,
 //! `redis+sentinel://host:port[,host:port…]/master-name`.
 //!
-//! Parsing is complete now; only the memory store exists so far (see
-//! [`crate::replay`] for where a store is opened from its URL).
+//! [`crate::store::redis::RedisStore::connect_to`] opens the Redis ones.
 
 use std::fmt;
 use std::str::FromStr;
@@ -60,7 +59,7 @@ impl Credentials {
 /// password replaced by `***`, so it is safe to log.
 ///
 /// ```
-/// use tollgate_server::store_url::StoreUrl;
+/// use tollgate::store::StoreUrl;
 ///
 /// let url: StoreUrl = "redis://app:s3cret@cache.internal:6380/2".parse().unwrap();
 /// assert_eq!(url.to_string(), "redis://app:***@cache.internal:6380/2");
@@ -98,6 +97,43 @@ pub enum StoreUrl {
         /// The monitored master's name.
         master: String,
     },
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Credentials {
+    /// `user:pass@` (percent-encoded) for a client URL, or nothing.
+    fn userinfo(&self) -> String {
+        if self.is_empty() {
+            return String::new();
+        }
+        format!(
+            "{}:{}@",
+            percent_encode(self.username.as_deref().unwrap_or("")),
+            percent_encode(self.password.as_deref().unwrap_or(""))
+        )
+    }
+}
+
+impl HostPort {
+    /// `redis://[user:pass@]host:port[/db]` (or `rediss://`) for the Redis
+    /// client library, credentials included: never log it.
+    #[must_use]
+    pub fn client_url(&self, tls: bool, credentials: &Credentials, db: u32) -> String {
+        let scheme = if tls { "rediss" } else { "redis" };
+        format!("{scheme}://{}{self}/{db}", credentials.userinfo())
+    }
 }
 
 impl StoreUrl {

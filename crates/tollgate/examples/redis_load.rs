@@ -1,0 +1,108 @@
+//! Load generator for the Redis store: `concurrency` tasks in one process
+//! doing GCRA checks through one `RedisStore` (one multiplexed connection)
+//! for `seconds`, then prints checks/s, latency p50/p99 and the client CPU
+//! time per check. Used by `bench/redis.sh`.
+//!
+//! ```sh
+//! cargo run --release --features redis --example redis_load -- redis://127.0.0.1:6379 64 5 10000
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::store::redis::{RedisOptions, RedisStore};
+use tollgate::{Algorithm, RuleSpec, Store};
+
+/// User + system CPU time of this process, from /proc/self/stat.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the full line: 11 and 12 here.
+    let clk = 100; // sysconf(_SC_CLK_TCK) on Linux
+    Duration::from_millis((ticks(11) + ticks(12)) * 1000 / clk)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let url = args
+        .get(1)
+        .cloned()
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".into());
+    let concurrency: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(64);
+    let seconds: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let keys: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async move {
+        let store = RedisStore::connect(
+            &url,
+            RedisOptions {
+                prefix: "bench".into(),
+                ..RedisOptions::default()
+            },
+        )
+        .await
+        .expect("connect");
+        // Admitting: a limit far above what the run can reach per key.
+        let rule = RuleSpec::new("load", Algorithm::Gcra, 1_000_000, Duration::from_secs(1))
+            .build()
+            .expect("rule");
+        // Warm up: load the script, open the connection.
+        store
+            .check(&rule, b"warm", 1, None)
+            .await
+            .expect("warm-up check");
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        let cpu0 = cpu_time();
+        let start = Instant::now();
+        let rule = Arc::new(rule);
+        let tasks: Vec<_> = (0..concurrency)
+            .map(|task| {
+                let (store, rule) = (store.clone(), rule.clone());
+                tokio::spawn(async move {
+                    let mut latencies = Vec::with_capacity(1 << 16);
+                    let mut n = task as u64;
+                    while Instant::now() < deadline {
+                        n = n.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                        let key = (n >> 33) % keys;
+                        let t0 = Instant::now();
+                        store
+                            .check(&rule, key.to_string().as_bytes(), 1, None)
+                            .await
+                            .expect("check");
+                        latencies.push(u32::try_from(t0.elapsed().as_micros()).unwrap_or(u32::MAX));
+                    }
+                    latencies
+                })
+            })
+            .collect();
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.expect("task"));
+        }
+        let wall = start.elapsed();
+        let cpu = cpu_time().saturating_sub(cpu0);
+        all.sort_unstable();
+        let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+        let n = all.len() as f64;
+        println!(
+            "tollgate_redis checks={} rps={:.0} p50_us={} p99_us={} client_cpu_us_per_check={:.2}",
+            all.len(),
+            n / wall.as_secs_f64(),
+            pct(0.50),
+            pct(0.99),
+            cpu.as_secs_f64() * 1e6 / n
+        );
+    });
+}

@@ -1,0 +1,271 @@
+//! The Redis store against real `redis-server` processes: decisions equal
+//! the memory store's, a fleet of instances holds one limit, every key has a
+//! TTL, and lost scripts or a restarted server are survived.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_harness::RedisServer;
+use tollgate::store::KeyCheck;
+use tollgate::store::redis::{RedisOptions, RedisStore};
+use tollgate::{Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreErrorKind};
+
+/// 2025-11-24 in µs: the scripts must be exact at epoch-sized times.
+const EPOCH: u64 = 1_764_000_000_000_000;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+async fn connect(server: &RedisServer, prefix: &str) -> RedisStore {
+    let options = RedisOptions {
+        prefix: prefix.to_owned(),
+        ..RedisOptions::default()
+    };
+    RedisStore::connect(&server.url(), options)
+        .await
+        .expect("connect to the test redis-server")
+}
+
+fn random_rule(rng: &mut Rng, name: &str, algorithm: Algorithm) -> Rule {
+    let periods = [1_000, 7_000, 1_000_000, 3_600_000_000, 86_400_000_000];
+    let period = periods[usize::try_from(rng.below(5)).unwrap()];
+    let limit = match rng.below(4) {
+        0 => 1 + rng.below(3),
+        1 => 1 + rng.below(20),
+        2 => 3,
+        _ => 1 + rng.below(1000),
+    }
+    .min(if algorithm.has_burst() {
+        period
+    } else {
+        u64::MAX
+    });
+    let mut spec = RuleSpec::new(name, algorithm, limit, Duration::from_micros(period));
+    if algorithm.has_burst() && rng.below(2) == 0 {
+        spec = spec.burst(1 + rng.below(limit * 2));
+    }
+    spec.build().expect("random rule is valid")
+}
+
+fn assert_no_key_without_ttl(server: &RedisServer) {
+    let bare = server.keys_without_ttl();
+    assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_equal_the_memory_store_on_random_traces() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "conf").await;
+    let mut rng = Rng(0x7011_6a7e);
+    let mut compared = 0;
+    for round in 0..40 {
+        for algorithm in Algorithm::ALL {
+            let rule = random_rule(&mut rng, &format!("r{round}"), algorithm);
+            let memory = MemoryStore::new();
+            let period = rule.period_micros();
+            let mut t = EPOCH + rng.below(period * 3);
+            for step in 0..40 {
+                let key = [b'k', u8::try_from(rng.below(3)).unwrap()];
+                let cost = match rng.below(10) {
+                    0 => 0,
+                    1 => rule.capacity() + 1,
+                    2..=4 => 1 + rng.below(rule.capacity()),
+                    _ => 1,
+                };
+                let expected = memory.check_sync(&rule, &key, cost, Some(t));
+                let got = redis.check(&rule, &key, cost, Some(t)).await.unwrap();
+                assert_eq!(
+                    got, expected,
+                    "{algorithm} rule {rule:?} step {step} t {t} cost {cost}"
+                );
+                compared += 1;
+                t += match rng.below(4) {
+                    0 => 0,
+                    1 => rng.below(period / 10 + 1),
+                    2 => rng.below(period),
+                    _ => rng.below(period * 2),
+                };
+            }
+        }
+    }
+    assert_eq!(compared, 40 * 5 * 40);
+    assert_no_key_without_ttl(&server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_rule_checks_equal_the_memory_store() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "multi").await;
+    let mut rng = Rng(42);
+    for round in 0..30 {
+        let rules: Vec<Rule> = Algorithm::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| random_rule(&mut rng, &format!("m{round}_{i}"), a))
+            .collect();
+        let memory = MemoryStore::new();
+        let mut t = EPOCH;
+        for step in 0..40 {
+            let n = 1 + rng.below(4);
+            let keys: Vec<[u8; 1]> = (0..n)
+                .map(|_| [u8::try_from(rng.below(2)).unwrap()])
+                .collect();
+            let checks: Vec<KeyCheck<'_>> = keys
+                .iter()
+                .map(|k| KeyCheck {
+                    rule: &rules[usize::try_from(rng.below(5)).unwrap()],
+                    key: k,
+                    cost: rng.below(3),
+                })
+                .collect();
+            let expected = memory.check_all_sync(&checks, Some(t));
+            let got = redis.check_all(&checks, Some(t)).await.unwrap();
+            assert_eq!(got, expected, "round {round} step {step} t {t}");
+            t += rng.below(400_000);
+        }
+    }
+    assert_no_key_without_ttl(&server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_instances_admits_exactly_the_limit() {
+    let server = RedisServer::start();
+    // Four independent instances, each with its own connection.
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        fleet.push(connect(&server, "fleet").await);
+    }
+    for algorithm in Algorithm::ALL {
+        // A long period: no unit is refilled while the test runs.
+        let rule = RuleSpec::new(
+            format!("fleet_{algorithm}"),
+            algorithm,
+            37,
+            Duration::from_secs(3600),
+        )
+        .build()
+        .unwrap();
+        let admitted = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for store in &fleet {
+            for _ in 0..8 {
+                let (store, rule, admitted) = (store.clone(), rule.clone(), admitted.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..20 {
+                        let d = store.check(&rule, b"shared", 1, None).await.unwrap();
+                        if d.allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), 37, "{algorithm}");
+    }
+    assert_no_key_without_ttl(&server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_run_changes_no_decision() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "flush").await;
+    for algorithm in Algorithm::ALL {
+        let rule = RuleSpec::new(
+            format!("f_{algorithm}"),
+            algorithm,
+            5,
+            Duration::from_secs(10),
+        )
+        .build()
+        .unwrap();
+        let memory = MemoryStore::new();
+        for i in 0..12u64 {
+            if i % 3 == 1 {
+                server.script_flush();
+            }
+            let t = EPOCH + i * 700_000;
+            let expected = memory.check_sync(&rule, b"k", 1, Some(t));
+            let got = redis.check(&rule, b"k", 1, Some(t)).await.unwrap();
+            assert_eq!(got, expected, "{algorithm} step {i}");
+        }
+    }
+    assert_no_key_without_ttl(&server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_is_reconnected_to() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "restart").await;
+    let rule = RuleSpec::new("r", Algorithm::Gcra, 2, Duration::from_secs(60))
+        .build()
+        .unwrap();
+    assert!(redis.check(&rule, b"k", 1, None).await.unwrap().allowed);
+    server.kill();
+    let err = redis.check(&rule, b"k", 1, None).await.unwrap_err();
+    assert!(err.is_transient(), "{err}");
+    server.restart();
+    // The store reconnects by itself; the restarted server is empty.
+    let start = Instant::now();
+    let decision: Decision = loop {
+        match redis.check(&rule, b"k", 1, None).await {
+            Ok(d) => break d,
+            Err(e) => {
+                assert!(e.is_transient(), "{e}");
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "no reconnection: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    assert!(decision.allowed);
+    assert_eq!(
+        decision.remaining, 1,
+        "a fresh server starts from an empty key"
+    );
+    assert_no_key_without_ttl(&server);
+}
+
+#[tokio::test]
+async fn bad_urls_and_prefixes_are_rejected_with_the_reason() {
+    for (url, needle) in [
+        ("redis+sentinel://127.0.0.1:1", "master"),
+        ("http://x:1", "expected \"memory\""),
+        ("redis://h:0", "port"),
+        ("memory", "no Redis store"),
+    ] {
+        let err = RedisStore::connect(url, RedisOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), StoreErrorKind::Protocol, "{url}");
+        assert!(err.to_string().contains(needle), "{url}: {err}");
+    }
+    let err = RedisStore::connect(
+        "redis://127.0.0.1:1",
+        RedisOptions {
+            prefix: "a{b".into(),
+            ..RedisOptions::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("prefix"), "{err}");
+}
