@@ -22,6 +22,10 @@ pub enum Command {
     /// Run a CSV trace of checks through the limiter and write one decision
     /// per row.
     Replay(ReplayArgs),
+    /// Check one key against the configured store at the store's own time
+    /// (an operator's probe; also what fleet tests run as separate
+    /// processes). One CSV line per check on stdout, a tally on stderr.
+    Check(CheckArgs),
 }
 
 /// `tollgate validate --config FILE [--envoy-config FILE.yaml ...]`.
@@ -46,10 +50,36 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE.csv")]
     pub trace: PathBuf,
     /// The store to replay through; defaults to the config's `[store] url`.
-    /// Only `memory` exists so far.
+    /// A Redis store is used under a fresh key prefix, with the trace's time.
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
     /// Where to write the decisions CSV; stdout when absent or `-`.
     #[arg(long, value_name = "FILE.csv")]
     pub out: Option<PathBuf>,
+}
+
+/// `tollgate check --config FILE [--store URL] --rule NAME --key KEY [--cost N] [--count N] [--concurrency N]`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The TOML config file.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// The store; defaults to the config's `[store] url`.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// The rule to check.
+    #[arg(long)]
+    pub rule: String,
+    /// The key to check.
+    #[arg(long)]
+    pub key: String,
+    /// Units each check consumes (0 peeks).
+    #[arg(long, default_value_t = 1)]
+    pub cost: u64,
+    /// How many checks to make.
+    #[arg(long, default_value_t = 1)]
+    pub count: u64,
+    /// How many checks are in flight at once.
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: u64,
 }

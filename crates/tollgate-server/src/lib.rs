@@ -9,6 +9,7 @@
 //! * [`validate`] and [`replay`]: the subcommands.
 //! * [`cli`]: the command-line flags.
 
+pub mod check;
 pub mod cidr;
 pub mod cli;
 pub mod config;

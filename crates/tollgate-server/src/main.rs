@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tollgate_server::cli::{Cli, Command};
-use tollgate_server::{replay, validate};
+use tollgate_server::{check, replay, validate};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -22,6 +22,16 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Check(args) => match check::run(&args) {
+            Ok(tally) => {
+                eprint!("{tally}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("tollgate check: {e}");
                 ExitCode::FAILURE
             }
         },
