@@ -1,0 +1,261 @@
+//! The Redis store on a 3-master Cluster and behind Sentinel, with real
+//! `redis-server` processes: the same decisions as the memory store
+//! (multi-rule checks across cluster nodes included), one limit for a fleet,
+//! and checks that carry on through failovers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_harness::{RedisCluster, SentinelSetup};
+use tollgate::store::KeyCheck;
+use tollgate::store::redis::{RedisOptions, RedisStore};
+use tollgate::{Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreError};
+
+const EPOCH: u64 = 1_764_000_000_000_000;
+
+async fn connect(url: &str, prefix: &str) -> RedisStore {
+    let options = RedisOptions {
+        prefix: prefix.to_owned(),
+        timeout: Duration::from_secs(2),
+        ..RedisOptions::default()
+    };
+    RedisStore::connect(url, options).await.expect("connect")
+}
+
+fn rules(prefix: &str) -> Vec<Rule> {
+    Algorithm::ALL
+        .iter()
+        .map(|&a| {
+            RuleSpec::new(format!("{prefix}_{a}"), a, 5, Duration::from_secs(2))
+                .build()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Retries a check while the store reports a transient failure (a failover
+/// in progress), for at most 20 s. Any other error fails the test.
+async fn settle(mut f: impl AsyncFnMut() -> Result<Decision, StoreError>) -> (Decision, u32) {
+    let start = Instant::now();
+    let mut failures = 0;
+    loop {
+        match f().await {
+            Ok(d) => return (d, failures),
+            Err(e) => {
+                assert!(e.is_transient(), "a non-transient error: {e}");
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "no recovery within 20 s: {e}"
+                );
+                failures += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Steps through a trace of cost-1 checks on every rule, comparing with a
+/// memory store; `between` runs once, halfway.
+async fn trace_through(store: &RedisStore, rules: &[Rule], between: impl FnOnce()) {
+    let memory = MemoryStore::new();
+    let mut between = Some(between);
+    for step in 0..16u64 {
+        if step == 8 {
+            (between.take().unwrap())();
+        }
+        let t = EPOCH + step * 150_000;
+        for rule in rules {
+            let expected = memory.check_sync(rule, b"k", 1, Some(t));
+            let (got, _) = settle(async || store.check(rule, b"k", 1, Some(t)).await).await;
+            assert_eq!(got, expected, "{} step {step}", rule.name());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_decisions_equal_the_memory_store_across_nodes() {
+    let cluster = RedisCluster::start(3, 0);
+    let store = connect(&cluster.store_url(), "cl").await;
+    let rules = rules("c");
+    let memory = MemoryStore::new();
+    // Keys chosen so the pairs of a multi-check land on different slots
+    // (and, with 3 masters, usually on different nodes).
+    let keys: Vec<Vec<u8>> = (0..6).map(|i| format!("user{i}").into_bytes()).collect();
+    let mut state = 7u64;
+    let mut rand = |n: u64| {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        (state >> 33) % n
+    };
+    for step in 0..200u64 {
+        let t = EPOCH + step * 37_000;
+        let n = 1 + rand(4);
+        let checks: Vec<KeyCheck<'_>> = (0..n)
+            .map(|_| KeyCheck {
+                rule: &rules[usize::try_from(rand(5)).unwrap()],
+                key: &keys[usize::try_from(rand(6)).unwrap()],
+                cost: rand(3),
+            })
+            .collect();
+        let expected = memory.check_all_sync(&checks, Some(t));
+        let got = store.check_all(&checks, Some(t)).await.unwrap();
+        assert_eq!(got, expected, "step {step}");
+    }
+    let bare = cluster.keys_without_ttl();
+    assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_multi_check_across_nodes_consumes_nothing() {
+    let cluster = RedisCluster::start(3, 0);
+    let store = connect(&cluster.store_url(), "deny").await;
+    let open = RuleSpec::new("open", Algorithm::Gcra, 10, Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let tight = RuleSpec::new("tight", Algorithm::FixedWindow, 1, Duration::from_secs(60))
+        .build()
+        .unwrap();
+    // Find two keys whose Redis keys live on different masters.
+    let a = b"alpha".as_slice();
+    let b = (0..100)
+        .map(|i| format!("beta{i}").into_bytes())
+        .find(|k| {
+            let ka = String::from_utf8(store.redis_key(&open, a)).unwrap();
+            let kb = String::from_utf8(store.redis_key(&tight, k)).unwrap();
+            cluster.master_of(&ka).port() != cluster.master_of(&kb).port()
+        })
+        .expect("keys on two masters");
+    let both = [
+        KeyCheck {
+            rule: &open,
+            key: a,
+            cost: 1,
+        },
+        KeyCheck {
+            rule: &tight,
+            key: &b,
+            cost: 1,
+        },
+    ];
+    assert!(store.check_all(&both, None).await.unwrap().allowed);
+    for _ in 0..5 {
+        let d = store.check_all(&both, None).await.unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.deciding, 1);
+        assert_eq!(d.decisions[0].remaining, 9, "the open rule lost nothing");
+    }
+    let peek = store.check(&open, a, 0, None).await.unwrap();
+    assert_eq!(peek.remaining, 9);
+    assert!(cluster.keys_without_ttl().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_fleet_admits_exactly_the_limit() {
+    let cluster = RedisCluster::start(3, 0);
+    let mut fleet = Vec::new();
+    for _ in 0..3 {
+        fleet.push(connect(&cluster.store_url(), "fleet").await);
+    }
+    for algorithm in Algorithm::ALL {
+        let rule = RuleSpec::new(
+            format!("f_{algorithm}"),
+            algorithm,
+            23,
+            Duration::from_secs(3600),
+        )
+        .build()
+        .unwrap();
+        let admitted = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for store in &fleet {
+            for _ in 0..6 {
+                let (store, rule, admitted) = (store.clone(), rule.clone(), admitted.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..10 {
+                        if store.check(&rule, b"hot", 1, None).await.unwrap().allowed {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(admitted.load(Ordering::Relaxed), 23, "{algorithm}");
+    }
+    assert!(cluster.keys_without_ttl().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_carry_on_through_a_cluster_failover() {
+    let cluster = RedisCluster::start(3, 1);
+    let store = connect(&cluster.store_url(), "fo").await;
+    let rules = rules("fo");
+    let key = String::from_utf8(store.redis_key(&rules[0], b"k")).unwrap();
+    // A graceful failover (replica promoted after catching up) loses no
+    // write, so every decision still equals the memory store's.
+    trace_through(&store, &rules, || {
+        let report = cluster.failover_master_of(&key);
+        assert_ne!(report.new_master_port, report.old_master_port);
+    })
+    .await;
+    // A master killed outright: checks fail for a moment (transient), then
+    // carry on against the promoted replica.
+    let rule = &rules[0];
+    cluster.kill_master_of(&key);
+    let (d, _) = settle(async || store.check(rule, b"after-kill", 1, None).await).await;
+    assert!(d.allowed);
+    assert!(cluster.keys_without_ttl().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_carry_on_through_a_sentinel_failover() {
+    let setup = SentinelSetup::start();
+    let store = connect(&setup.store_url(), "sent").await;
+    let rules = rules("s");
+    trace_through(&store, &rules, || {
+        let report = setup.failover();
+        assert_ne!(report.new_master_port, report.old_master_port);
+    })
+    .await;
+    // The old master, now a replica, refuses writes; the store looked the
+    // new one up. Kill that one too: the store follows again.
+    setup.kill_master();
+    let (d, _) = settle(async || store.check(&rules[0], b"after-kill", 1, None).await).await;
+    assert!(d.allowed);
+    assert!(setup.keys_without_ttl().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_fleet_admits_exactly_the_limit() {
+    let setup = SentinelSetup::start();
+    let mut fleet = Vec::new();
+    for _ in 0..3 {
+        fleet.push(connect(&setup.store_url(), "sfleet").await);
+    }
+    let rule = RuleSpec::new("sf", Algorithm::Gcra, 19, Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let admitted = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for store in &fleet {
+        for _ in 0..5 {
+            let (store, rule, admitted) = (store.clone(), rule.clone(), admitted.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..10 {
+                    if store.check(&rule, b"hot", 1, None).await.unwrap().allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(admitted.load(Ordering::Relaxed), 19);
+    assert!(setup.keys_without_ttl().is_empty());
+}
