@@ -608,3 +608,52 @@ impl Store for RedisStore {
         self.check_many(checks, at)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rule::RuleSpec;
+
+    /// The refund a cross-node multi-check issues when a later node denies
+    /// (traffic raced in between its dry run and its consumption) gives back
+    /// exactly what was taken: every algorithm's state reads as before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refund_restores_the_state_before_the_consumption() {
+        let server = redis_harness::RedisServer::start();
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .expect("connect");
+        let multi = &store.inner.scripts.multi;
+        for algorithm in Algorithm::ALL {
+            let rule = RuleSpec::new(
+                format!("r_{algorithm}"),
+                algorithm,
+                5,
+                Duration::from_secs(10),
+            )
+            .build()
+            .unwrap();
+            let key = store.redis_key(&rule, b"k");
+            let pair = |cost| Pair {
+                rule: &rule,
+                key: key.clone(),
+                cost,
+            };
+            let t0 = 1_764_000_000_000_000;
+            // Some earlier history, then a peek to compare against.
+            store.run(multi, &[pair(2)], "c", Some(t0)).await.unwrap();
+            let t1 = t0 + 1_300_000;
+            let (_, before) = store.run(multi, &[pair(0)], "c", Some(t1)).await.unwrap();
+            // Consume 2 at t1, then refund them.
+            let (t, taken) = store.run(multi, &[pair(2)], "c", Some(t1)).await.unwrap();
+            assert_eq!(t, t1);
+            assert!(taken[0].allowed, "{algorithm}");
+            assert_eq!(taken[0].remaining + 2, before[0].remaining, "{algorithm}");
+            let (_, refunded) = store.run(multi, &[pair(2)], "r", Some(t)).await.unwrap();
+            assert_eq!(refunded, before, "{algorithm}: refund peek");
+            let (_, after) = store.run(multi, &[pair(0)], "c", Some(t1)).await.unwrap();
+            assert_eq!(after, before, "{algorithm}: state after the refund");
+        }
+        assert!(server.keys_without_ttl().is_empty());
+    }
+}
