@@ -35,7 +35,8 @@ pub fn check(
     let decision = Decision {
         allowed,
         limit,
-        remaining: limit - after,
+        // `after` exceeds `limit` when the rule was lowered over live state
+        remaining: limit.saturating_sub(after),
         reset_after: Duration::from_micros(to_next),
         retry_after: (!allowed && fits).then(|| Duration::from_micros(to_next)),
     };
@@ -46,4 +47,194 @@ pub fn check(
             count: after,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    //! Expected values by hand from SEMANTICS.md, fixed window:
+    //! `w = floor(t / period)`, `remaining = limit - count[w]`,
+    //! `reset_after = retry_after = (w + 1) * period - t`.
+
+    use std::time::Duration;
+
+    use super::{FixedWindowState, check};
+    use crate::algorithm::{KeyState, decide};
+    use crate::decision::Decision;
+    use crate::rule::{Algorithm, Rule, RuleSpec};
+
+    fn rule(limit: u64, period_us: u64) -> Rule {
+        RuleSpec::new(
+            "r",
+            Algorithm::FixedWindow,
+            limit,
+            Duration::from_micros(period_us),
+        )
+        .build()
+        .expect("valid rule")
+    }
+
+    fn decision(allowed: bool, remaining: u64, reset_us: u64, retry: Option<u64>) -> Decision {
+        Decision {
+            allowed,
+            limit: 3,
+            remaining,
+            reset_after: Duration::from_micros(reset_us),
+            retry_after: retry.map(Duration::from_micros),
+        }
+    }
+
+    #[test]
+    fn counts_per_aligned_window_and_retries_at_its_end() {
+        // 3 per 1 s. t = 2_250_000: w = 2, end of window 3_000_000, to_next 750_000.
+        let r = rule(3, 1_000_000);
+        let mut s = KeyState::Empty;
+        assert_eq!(
+            decide(&r, &mut s, 2_250_000, 1),
+            decision(true, 2, 750_000, None)
+        );
+        assert_eq!(
+            decide(&r, &mut s, 2_250_000, 1),
+            decision(true, 1, 750_000, None)
+        );
+        // t = 2_500_000: to_next 500_000.
+        assert_eq!(
+            decide(&r, &mut s, 2_500_000, 1),
+            decision(true, 0, 500_000, None)
+        );
+        assert_eq!(
+            s,
+            KeyState::FixedWindow(FixedWindowState {
+                window: 2,
+                count: 3
+            })
+        );
+        assert_eq!(
+            decide(&r, &mut s, 2_500_000, 1),
+            decision(false, 0, 500_000, Some(500_000))
+        );
+        // the last microsecond of the window: still denied, retry 1.
+        assert_eq!(
+            decide(&r, &mut s, 2_999_999, 1),
+            decision(false, 0, 1, Some(1))
+        );
+        // the window boundary: w = 3, count 0, to_next 1_000_000.
+        assert_eq!(
+            decide(&r, &mut s, 3_000_000, 1),
+            decision(true, 2, 1_000_000, None)
+        );
+        // skipping a window forgets everything.
+        assert_eq!(
+            decide(&r, &mut s, 5_000_001, 3),
+            decision(true, 0, 999_999, None)
+        );
+    }
+
+    #[test]
+    fn a_larger_cost_waits_for_the_next_window_and_never_above_limit() {
+        let r = rule(3, 1_000_000);
+        let mut s = KeyState::FixedWindow(FixedWindowState {
+            window: 7,
+            count: 2,
+        });
+        // count 2 + cost 2 > 3: retry to_next = 8_000_000 - 7_100_000.
+        assert_eq!(
+            decide(&r, &mut s, 7_100_000, 2),
+            decision(false, 1, 900_000, Some(900_000))
+        );
+        // cost 4 > limit: never, reporting the state.
+        assert_eq!(
+            decide(&r, &mut s, 7_100_000, 4),
+            decision(false, 1, 900_000, None)
+        );
+        // peek: admitted, remaining 1, nothing consumed.
+        assert_eq!(
+            decide(&r, &mut s, 7_100_000, 0),
+            decision(true, 1, 900_000, None)
+        );
+        assert_eq!(
+            s,
+            KeyState::FixedWindow(FixedWindowState {
+                window: 7,
+                count: 2
+            })
+        );
+        // cost 1 fills it exactly
+        assert_eq!(
+            decide(&r, &mut s, 7_100_000, 1),
+            decision(true, 0, 900_000, None)
+        );
+        // a peek on an empty key still reports the window's end (SEMANTICS)
+        assert_eq!(
+            decide(&r, &mut KeyState::Empty, 7_100_000, 0),
+            decision(true, 3, 900_000, None)
+        );
+    }
+
+    #[test]
+    fn a_state_from_a_past_window_counts_as_empty() {
+        let r = rule(3, 1_000);
+        let (d, next) = check(
+            &r,
+            Some(FixedWindowState {
+                window: 4,
+                count: 3,
+            }),
+            5_000,
+            1,
+        );
+        // w = 5, to_next = 6_000 - 5_000.
+        assert_eq!(d, decision(true, 2, 1_000, None));
+        assert_eq!(
+            next,
+            FixedWindowState {
+                window: 5,
+                count: 1
+            }
+        );
+    }
+
+    #[test]
+    fn three_per_second() {
+        let r = rule(3, 1_000_000);
+        let mut s = KeyState::Empty;
+        for remaining in [2, 1, 0] {
+            assert_eq!(
+                decide(&r, &mut s, 0, 1),
+                decision(true, remaining, 1_000_000, None)
+            );
+        }
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(false, 0, 1_000_000, Some(1_000_000))
+        );
+    }
+
+    #[test]
+    fn a_lowered_limit_over_live_state_reports_zero_remaining() {
+        // A rule reloaded under the same name with a lower limit finds a
+        // count above it (the memory store keys state by rule name; Redis
+        // state outlives a deploy). Regression: `limit - count` underflowed
+        // (a panic in debug, remaining = 2^64 - 3 in release).
+        let r = rule(2, 1_000_000);
+        let mut s = KeyState::FixedWindow(FixedWindowState {
+            window: 0,
+            count: 5,
+        });
+        let peek = decide(&r, &mut s, 400_000, 0);
+        // count 5 + 0 > 2: even a peek is denied until the window ends.
+        assert_eq!(
+            peek,
+            Decision {
+                limit: 2,
+                ..decision(false, 0, 600_000, Some(600_000))
+            }
+        );
+        assert_eq!(
+            decide(&r, &mut s, 1_000_000, 2),
+            Decision {
+                limit: 2,
+                ..decision(true, 0, 1_000_000, None)
+            }
+        );
+    }
 }

@@ -66,7 +66,8 @@ impl KeyState {
         match self {
             KeyState::Empty => None,
             KeyState::Gcra(s) => Some(s.tat),
-            KeyState::TokenBucket(s) => Some(s.last + (rule.tau_micros() - s.credit)),
+            // credit above tau (a lowered burst) is a full bucket
+            KeyState::TokenBucket(s) => Some(s.last + rule.tau_micros().saturating_sub(s.credit)),
             KeyState::FixedWindow(s) => Some((s.window + 1) * period),
             KeyState::SlidingWindow(s) => Some((s.window + 2) * period),
             KeyState::SlidingLog(log) => log.newest().map(|n| n + period),
@@ -101,7 +102,9 @@ pub fn evaluate(rule: &Rule, state: &KeyState, t: Micros, cost: u64) -> Decision
             sliding_window::check(rule, Some(*s), t, cost).0
         }
         (Algorithm::SlidingWindow, _) => sliding_window::check(rule, None, t, cost).0,
-        (Algorithm::SlidingLog, KeyState::SlidingLog(log)) => sliding_log::check(rule, log, t, cost),
+        (Algorithm::SlidingLog, KeyState::SlidingLog(log)) => {
+            sliding_log::check(rule, log, t, cost)
+        }
         (Algorithm::SlidingLog, _) => sliding_log::check(rule, &SlidingLog::new(), t, cost),
     }
 }
@@ -114,23 +117,43 @@ pub fn commit(rule: &Rule, state: &mut KeyState, t: Micros, cost: u64) {
     }
     *state = match (rule.algorithm(), std::mem::take(state)) {
         (Algorithm::Gcra, s) => {
-            let prev = if let KeyState::Gcra(g) = s { Some(g) } else { None };
+            let prev = if let KeyState::Gcra(g) = s {
+                Some(g)
+            } else {
+                None
+            };
             KeyState::Gcra(gcra::check(rule, prev, t, cost).1)
         }
         (Algorithm::TokenBucket, s) => {
-            let prev = if let KeyState::TokenBucket(g) = s { Some(g) } else { None };
+            let prev = if let KeyState::TokenBucket(g) = s {
+                Some(g)
+            } else {
+                None
+            };
             KeyState::TokenBucket(token_bucket::check(rule, prev, t, cost).1)
         }
         (Algorithm::FixedWindow, s) => {
-            let prev = if let KeyState::FixedWindow(g) = s { Some(g) } else { None };
+            let prev = if let KeyState::FixedWindow(g) = s {
+                Some(g)
+            } else {
+                None
+            };
             KeyState::FixedWindow(fixed_window::check(rule, prev, t, cost).1)
         }
         (Algorithm::SlidingWindow, s) => {
-            let prev = if let KeyState::SlidingWindow(g) = s { Some(g) } else { None };
+            let prev = if let KeyState::SlidingWindow(g) = s {
+                Some(g)
+            } else {
+                None
+            };
             KeyState::SlidingWindow(sliding_window::check(rule, prev, t, cost).1)
         }
         (Algorithm::SlidingLog, s) => {
-            let mut log = if let KeyState::SlidingLog(l) = s { l } else { SlidingLog::new() };
+            let mut log = if let KeyState::SlidingLog(l) = s {
+                l
+            } else {
+                SlidingLog::new()
+            };
             log.record(rule, t, cost);
             KeyState::SlidingLog(log)
         }
@@ -144,4 +167,33 @@ pub fn decide(rule: &Rule, state: &mut KeyState, t: Micros, cost: u64) -> Decisi
         commit(rule, state, t, cost);
     }
     decision
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{KeyState, TokenBucketState, evaluate};
+    use crate::rule::{Algorithm, RuleSpec};
+
+    #[test]
+    fn expires_at_survives_a_lowered_burst() {
+        // A bucket saved under burst 10 (tau = 1_000_000 at T = 100_000) and
+        // read under burst 2 (tau = 200_000) holds more credit than the new
+        // capacity: it is full, so it can be forgotten at once. Regression:
+        // `tau - credit` underflowed.
+        let r = RuleSpec::new("r", Algorithm::TokenBucket, 10, Duration::from_secs(1))
+            .burst(2)
+            .build()
+            .expect("valid rule");
+        let s = KeyState::TokenBucket(TokenBucketState {
+            credit: 900_000,
+            last: 5_000,
+        });
+        assert_eq!(s.expires_at(&r), Some(5_000));
+        assert_eq!(
+            evaluate(&r, &s, 5_000, 0),
+            evaluate(&r, &KeyState::Empty, 5_000, 0)
+        );
+    }
 }

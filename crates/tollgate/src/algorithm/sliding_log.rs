@@ -114,8 +114,164 @@ pub fn check(rule: &Rule, log: &SlidingLog, t: Micros, cost: u64) -> Decision {
     Decision {
         allowed,
         limit,
-        remaining: limit - after,
+        // `after` exceeds `limit` when the rule was lowered over live state
+        remaining: limit.saturating_sub(after),
         reset_after: Duration::from_micros(newest.map_or(0, |n| n + period - t)),
         retry_after: retry_after.map(Duration::from_micros),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Expected values by hand from SEMANTICS.md, sliding log, limit 5 per
+    //! 1 s (P = 1_000_000): an entry made at `s` counts while `t < s + P`.
+
+    use std::time::Duration;
+
+    use super::{SlidingLog, check};
+    use crate::algorithm::{KeyState, decide, evaluate};
+    use crate::decision::Decision;
+    use crate::rule::{Algorithm, Rule, RuleSpec};
+
+    const P: u64 = 1_000_000;
+
+    fn rule(limit: u64) -> Rule {
+        RuleSpec::new("r", Algorithm::SlidingLog, limit, Duration::from_micros(P))
+            .build()
+            .expect("valid rule")
+    }
+
+    fn decision(allowed: bool, remaining: u64, reset_us: u64, retry: Option<u64>) -> Decision {
+        Decision {
+            allowed,
+            limit: 5,
+            remaining,
+            reset_after: Duration::from_micros(reset_us),
+            retry_after: retry.map(Duration::from_micros),
+        }
+    }
+
+    fn entries(s: &KeyState) -> Vec<(u64, u64)> {
+        match s {
+            KeyState::SlidingLog(log) => log.entries().collect(),
+            other => panic!("not a log: {other:?}"),
+        }
+    }
+
+    /// The log (100, 2), (200, 1 + 1 merged), (300, 1): 5 units used.
+    fn full() -> KeyState {
+        let r = rule(5);
+        let mut s = KeyState::Empty;
+        // remaining 5 - 2 = 3, reset 100 + P - 100 = P.
+        assert_eq!(decide(&r, &mut s, 100, 2), decision(true, 3, P, None));
+        assert_eq!(decide(&r, &mut s, 200, 1), decision(true, 2, P, None));
+        assert_eq!(decide(&r, &mut s, 200, 1), decision(true, 1, P, None));
+        assert_eq!(decide(&r, &mut s, 300, 1), decision(true, 0, P, None));
+        s
+    }
+
+    #[test]
+    fn same_microsecond_entries_are_merged() {
+        assert_eq!(entries(&full()), vec![(100, 2), (200, 2), (300, 1)]);
+    }
+
+    #[test]
+    fn retry_waits_for_as_many_entries_as_needed() {
+        let r = rule(5);
+        let s = full();
+        // cost 3 at 400: freeing (100, 2) leaves 3 + 3 > 5; freeing (200, 2) too
+        // leaves 1 + 3 <= 5, so s_k = 200: retry 200 + P - 400 = 999_800.
+        // reset = newest 300 + P - 400 = 999_900.
+        assert_eq!(
+            evaluate(&r, &s, 400, 3),
+            decision(false, 0, 999_900, Some(999_800))
+        );
+        assert!(evaluate(&r, &s, 400 + 999_800, 3).allowed);
+        assert!(!evaluate(&r, &s, 400 + 999_799, 3).allowed);
+        // cost 1: freeing (100, 2) is enough: retry 100 + P - 400 = 999_700.
+        assert_eq!(
+            evaluate(&r, &s, 400, 1),
+            decision(false, 0, 999_900, Some(999_700))
+        );
+        // cost 5 needs all three entries gone: 300 + P - 400 = 999_900.
+        assert_eq!(
+            evaluate(&r, &s, 400, 5),
+            decision(false, 0, 999_900, Some(999_900))
+        );
+        // cost 6 > limit: never.
+        assert_eq!(evaluate(&r, &s, 400, 6), decision(false, 0, 999_900, None));
+    }
+
+    #[test]
+    fn entries_expire_exactly_one_period_later() {
+        let r = rule(5);
+        let mut s = full();
+        // at 100 + P - 1 the first entry still counts: peek remaining 0.
+        assert_eq!(decide(&r, &mut s, P + 99, 0), decision(true, 0, 201, None));
+        // at 100 + P it does not: remaining 2, reset 300 + P - (P + 100) = 200.
+        assert_eq!(decide(&r, &mut s, P + 100, 0), decision(true, 2, 200, None));
+        // peeks and denials leave the log as it was, expired entries included.
+        assert_eq!(
+            decide(&r, &mut s, P + 100, 3),
+            decision(false, 2, 200, Some(100))
+        );
+        assert_eq!(entries(&s), vec![(100, 2), (200, 2), (300, 1)]);
+        // an admitted check drops what expired: (100, 2) and (200, 2) at P + 250.
+        // used 1 + 2: remaining 2, reset P + 250 + P - (P + 250) = P.
+        assert_eq!(decide(&r, &mut s, P + 250, 2), decision(true, 2, P, None));
+        assert_eq!(entries(&s), vec![(300, 1), (P + 250, 2)]);
+        // once everything expired the reset is 0.
+        assert_eq!(decide(&r, &mut s, 3 * P, 0), decision(true, 5, 0, None));
+        assert_eq!(
+            check(&r, &SlidingLog::new(), 7, 0),
+            decision(true, 5, 0, None)
+        );
+    }
+
+    #[test]
+    fn three_per_second() {
+        let r = RuleSpec::new("r", Algorithm::SlidingLog, 3, Duration::from_secs(1))
+            .build()
+            .expect("valid rule");
+        let mut s = KeyState::Empty;
+        for (t, remaining) in [(0, 2), (10, 1), (20, 0)] {
+            // reset = t + P - t = P: the newest entry is the one just made.
+            assert_eq!(
+                decide(&r, &mut s, t, 1),
+                Decision {
+                    limit: 3,
+                    ..decision(true, remaining, P, None)
+                }
+            );
+        }
+        // 4th at 30: freeing (0, 1) suffices: retry 0 + P - 30; reset 20 + P - 30.
+        assert_eq!(
+            decide(&r, &mut s, 30, 1),
+            Decision {
+                limit: 3,
+                ..decision(false, 0, P - 10, Some(P - 30))
+            }
+        );
+    }
+
+    #[test]
+    fn a_lowered_limit_over_live_entries_reports_zero_remaining() {
+        // The log was filled under limit 5; the rule now says 2.
+        // Regression: `limit - used` underflowed.
+        let r = RuleSpec::new("r", Algorithm::SlidingLog, 2, Duration::from_micros(P))
+            .build()
+            .expect("valid rule");
+        let mut s = full();
+        // used 5 > 2. cost 1 needs used - freed + 1 <= 2: freeing (100, 2)
+        // leaves 3, (200, 2) too leaves 1: retry 200 + P - 400; reset 300 + P - 400.
+        let d = decide(&r, &mut s, 400, 1);
+        assert_eq!(
+            d,
+            Decision {
+                limit: 2,
+                ..decision(false, 0, 999_900, Some(999_800))
+            }
+        );
+        assert_eq!(decide(&r, &mut s, 400, 0).remaining, 0);
     }
 }

@@ -111,3 +111,214 @@ fn retry_after(period: u64, limit: u64, elapsed: u64, prev: u64, curr: u64, cost
     // Both windows are then past: the one after next starts empty.
     to_next + period
 }
+
+#[cfg(test)]
+mod tests {
+    //! Expected values by hand from SEMANTICS.md, sliding window counter,
+    //! mostly with limit 10 per 1 s (P = 1_000_000) at t = 5_250_000:
+    //! `w = 5`, `elapsed = 250_000`, the previous window weighs `P - e = 750_000`.
+    //! Admitted iff `prev * (P - e) + (curr + cost) * P <= 10 * P`.
+
+    use std::time::Duration;
+
+    use super::{SlidingWindowState, check};
+    use crate::algorithm::{KeyState, decide, evaluate};
+    use crate::decision::Decision;
+    use crate::rule::{Algorithm, Rule, RuleSpec};
+
+    const P: u64 = 1_000_000;
+    const T: u64 = 5_250_000;
+
+    fn rule(limit: u64, period_us: u64) -> Rule {
+        RuleSpec::new(
+            "r",
+            Algorithm::SlidingWindow,
+            limit,
+            Duration::from_micros(period_us),
+        )
+        .build()
+        .expect("valid rule")
+    }
+
+    fn state(window: u64, prev: u64, curr: u64) -> KeyState {
+        KeyState::SlidingWindow(SlidingWindowState { window, prev, curr })
+    }
+
+    fn decision(allowed: bool, remaining: u64, reset_us: u64, retry: Option<u64>) -> Decision {
+        Decision {
+            allowed,
+            limit: 10,
+            remaining,
+            reset_after: Duration::from_micros(reset_us),
+            retry_after: retry.map(Duration::from_micros),
+        }
+    }
+
+    /// `retry_after` is exact: admitted at `t + d`, denied at `t + d - 1`.
+    fn assert_exact(r: &Rule, s: &KeyState, t: u64, cost: u64, d: u64) {
+        assert!(evaluate(r, s, t + d, cost).allowed, "at t + {d}");
+        assert!(!evaluate(r, s, t + d - 1, cost).allowed, "at t + {d} - 1");
+    }
+
+    #[test]
+    fn the_previous_window_is_weighted_by_its_overlap() {
+        let r = rule(10, P);
+        // stored in window 4: seen from window 5 it is the previous window.
+        let mut s = state(4, 0, 8);
+        // peek: 8 * 750_000 = 6_000_000 used; remaining floor(4_000_000 / P) = 4;
+        // curr == 0, prev > 0: reset = 6_000_000 - 5_250_000 = 750_000.
+        assert_eq!(decide(&r, &mut s, T, 0), decision(true, 4, 750_000, None));
+        assert_eq!(s, state(4, 0, 8));
+        // 6_000_000 + 1 * P <= 10 * P: admitted; remaining floor(3_000_000 / P) = 3;
+        // curr > 0: reset = 7_000_000 - 5_250_000 = 1_750_000.
+        assert_eq!(decide(&r, &mut s, T, 1), decision(true, 3, 1_750_000, None));
+        assert_eq!(s, state(5, 8, 1));
+        // cost 3: 6_000_000 + 4 * P = 10 * P exactly: admitted, remaining 0.
+        assert_eq!(decide(&r, &mut s, T, 3), decision(true, 0, 1_750_000, None));
+        // cost 1: 6_000_000 + 5 * P > 10 * P. Later in this window:
+        // 8 * (P - e') <= (10 - 4 - 1) * P  =>  P - e' <= 625_000  =>  e' >= 375_000,
+        // retry = 375_000 - 250_000 = 125_000.
+        assert_eq!(
+            decide(&r, &mut s, T, 1),
+            decision(false, 0, 1_750_000, Some(125_000))
+        );
+        assert_eq!(s, state(5, 8, 4));
+        assert_exact(&r, &s, T, 1, 125_000);
+    }
+
+    #[test]
+    fn retry_later_in_the_same_window_rounds_up_to_a_whole_microsecond() {
+        let r = rule(10, P);
+        let mut s = state(5, 7, 3);
+        // 7 * 750_000 = 5_250_000 + 4 * P = 9_250_000 <= 10 * P: admitted;
+        // remaining floor(750_000 / P) = 0.
+        assert_eq!(decide(&r, &mut s, T, 1), decision(true, 0, 1_750_000, None));
+        // 5_250_000 + 5 * P > 10 * P: 7 * (P - e') <= 5 * P
+        // => P - e' <= floor(5_000_000 / 7) = 714_285 => e' >= 285_715, d = 35_715.
+        // (7 * 714_285 = 4_999_995 fits; 7 * 714_286 = 5_000_002 does not.)
+        assert_eq!(
+            decide(&r, &mut s, T, 1),
+            decision(false, 0, 1_750_000, Some(35_715))
+        );
+        assert_exact(&r, &s, T, 1, 35_715);
+        // a peek half-way: 7 * 500_000 + 4 * P = 7_500_000, remaining 2, reset 1_500_000.
+        assert_eq!(
+            evaluate(&r, &s, 5_500_000, 0),
+            decision(true, 2, 1_500_000, None)
+        );
+    }
+
+    #[test]
+    fn retry_in_the_next_window() {
+        let r = rule(10, P);
+        let s = state(5, 1, 9);
+        // cost 2: curr + cost = 11 > 10, so not in this window. In window 6,
+        // prev' = 9: 9 * (P - e'') + 2 * P <= 10 * P => P - e'' <= floor(8 * P / 9)
+        // = 888_888 => e'' >= 111_112; d = (6_000_000 - 5_250_000) + 111_112 = 861_112.
+        // remaining floor((10 * P - 750_000 - 9 * P) / P) = floor(0.25) = 0.
+        assert_eq!(
+            evaluate(&r, &s, T, 2),
+            decision(false, 0, 1_750_000, Some(861_112))
+        );
+        assert_exact(&r, &s, T, 2, 861_112);
+        // cost 1: in this window 1 * (P - e') + 10 * P <= 10 * P needs e' = P, which
+        // is the next window; there prev' = 9: 9 * P + 1 * P <= 10 * P at e'' = 0.
+        // d = 750_000 exactly, the window boundary.
+        assert_eq!(
+            evaluate(&r, &s, T, 1),
+            decision(false, 0, 1_750_000, Some(750_000))
+        );
+        assert_exact(&r, &s, T, 1, 750_000);
+        // the previous window empty: at the last microsecond of window 5 the
+        // next window is 1 µs away; 10 * (P - e'') + 1 * P <= 10 * P =>
+        // e'' >= 100_000; d = 1 + 100_000.
+        let full = state(5, 0, 10);
+        assert_eq!(
+            evaluate(&r, &full, 5_999_999, 1),
+            decision(false, 0, 1_000_001, Some(100_001))
+        );
+        assert_exact(&r, &full, 5_999_999, 1, 100_001);
+    }
+
+    #[test]
+    fn retry_two_windows_later() {
+        let r = rule(10, P);
+        let s = state(5, 0, 1);
+        // cost 10 (= limit): not in window 5 (1 + 10 > 10); in window 6 prev' = 1
+        // and 1 * (P - e'') + 10 * P > 10 * P for every e'' < P; window 7 is empty.
+        // d = 750_000 + P = 1_750_000. remaining floor(9 * P / P) = 9.
+        assert_eq!(
+            evaluate(&r, &s, T, 10),
+            decision(false, 9, 1_750_000, Some(1_750_000))
+        );
+        assert_exact(&r, &s, T, 10, 1_750_000);
+    }
+
+    #[test]
+    fn cost_above_limit_peeks_and_empty_keys() {
+        let r = rule(10, P);
+        let mut s = state(5, 8, 4);
+        // 8 * 750_000 + 4 * P = 10 * P: remaining 0.
+        assert_eq!(
+            decide(&r, &mut s, T, 11),
+            decision(false, 0, 1_750_000, None)
+        );
+        assert_eq!(decide(&r, &mut s, T, 0), decision(true, 0, 1_750_000, None));
+        assert_eq!(s, state(5, 8, 4));
+        // nothing in either window: reset_after 0.
+        assert_eq!(
+            evaluate(&r, &KeyState::Empty, T, 0),
+            decision(true, 10, 0, None)
+        );
+        // a state two windows old counts as empty.
+        assert_eq!(
+            evaluate(&r, &state(3, 10, 10), T, 0),
+            decision(true, 10, 0, None)
+        );
+        let (d, next) = check(
+            &r,
+            Some(SlidingWindowState {
+                window: 3,
+                prev: 10,
+                curr: 10,
+            }),
+            T,
+            10,
+        );
+        assert_eq!(d, decision(true, 0, 1_750_000, None));
+        assert_eq!(
+            next,
+            SlidingWindowState {
+                window: 5,
+                prev: 0,
+                curr: 10
+            }
+        );
+    }
+
+    #[test]
+    fn three_per_second() {
+        let r = rule(3, P);
+        let mut s = KeyState::Empty;
+        // remaining floor((3 * P - n * P) / P) = 3 - n; reset (0 + 2) * P.
+        for remaining in [2, 1, 0] {
+            assert_eq!(
+                decide(&r, &mut s, 0, 1),
+                Decision {
+                    limit: 3,
+                    ..decision(true, remaining, 2 * P, None)
+                }
+            );
+        }
+        // 4th: in window 1, prev' = 3: 3 * (P - e) + P <= 3 * P => P - e <= 666_666
+        // => e >= 333_334; d = P + 333_334.
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            Decision {
+                limit: 3,
+                ..decision(false, 0, 2 * P, Some(1_333_334))
+            }
+        );
+        assert_exact(&r, &s, 0, 1, 1_333_334);
+    }
+}

@@ -48,5 +48,239 @@ pub fn check(
         reset_after: Duration::from_micros(tau - after),
         retry_after: (!allowed && fits).then(|| Duration::from_micros(need - credit)),
     };
-    (decision, TokenBucketState { credit: after, last })
+    (
+        decision,
+        TokenBucketState {
+            credit: after,
+            last,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    //! Expected values by hand. Tokens are kept as microseconds of credit:
+    //! one token is `T = period / limit` µs, a full bucket `tau = burst * T`.
+    //! `remaining = floor(credit_after / T)`, `reset_after = tau - credit_after`,
+    //! `retry_after = need - credit`.
+
+    use std::time::Duration;
+
+    use super::{TokenBucketState, check};
+    use crate::algorithm::{KeyState, decide, evaluate};
+    use crate::decision::Decision;
+    use crate::rule::{Algorithm, Rule, RuleSpec};
+
+    fn rule(algorithm: Algorithm, limit: u64, period_us: u64, burst: Option<u64>) -> Rule {
+        let mut spec = RuleSpec::new("r", algorithm, limit, Duration::from_micros(period_us));
+        spec.burst = burst;
+        spec.build().expect("valid rule")
+    }
+
+    fn tb(limit: u64, period_us: u64, burst: Option<u64>) -> Rule {
+        rule(Algorithm::TokenBucket, limit, period_us, burst)
+    }
+
+    fn decision(
+        allowed: bool,
+        limit: u64,
+        remaining: u64,
+        reset_us: u64,
+        retry: Option<u64>,
+    ) -> Decision {
+        Decision {
+            allowed,
+            limit,
+            remaining,
+            reset_after: Duration::from_micros(reset_us),
+            retry_after: retry.map(Duration::from_micros),
+        }
+    }
+
+    #[test]
+    fn starts_full_drains_and_refills_continuously() {
+        // T = 500_000, tau = 1_000_000.
+        let r = tb(2, 1_000_000, None);
+        let mut s = KeyState::Empty;
+        // credit 1_000_000 - 500_000 = 500_000: remaining 1, reset 500_000.
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(true, 2, 1, 500_000, None)
+        );
+        assert_eq!(
+            s,
+            KeyState::TokenBucket(TokenBucketState {
+                credit: 500_000,
+                last: 0
+            })
+        );
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(true, 2, 0, 1_000_000, None)
+        );
+        // need 500_000, credit 0: retry 500_000.
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(false, 2, 0, 1_000_000, Some(500_000))
+        );
+        // t = 200_000: credit 200_000, retry 300_000, reset 800_000.
+        assert_eq!(
+            decide(&r, &mut s, 200_000, 1),
+            decision(false, 2, 0, 800_000, Some(300_000))
+        );
+        // denied checks store nothing, not even the refill
+        assert_eq!(
+            s,
+            KeyState::TokenBucket(TokenBucketState { credit: 0, last: 0 })
+        );
+        // t = 500_000: credit 500_000 = need: admitted, credit 0.
+        assert_eq!(
+            decide(&r, &mut s, 500_000, 1),
+            decision(true, 2, 0, 1_000_000, None)
+        );
+        // 10 s idle: credit capped at tau = 1_000_000, after 500_000.
+        assert_eq!(
+            decide(&r, &mut s, 10_500_000, 1),
+            decision(true, 2, 1, 500_000, None)
+        );
+        assert_eq!(
+            s,
+            KeyState::TokenBucket(TokenBucketState {
+                credit: 500_000,
+                last: 10_500_000
+            })
+        );
+    }
+
+    #[test]
+    fn burst_above_limit() {
+        // 1 per 100 ms, burst 3: T = 100_000, tau = 300_000.
+        let r = tb(1, 100_000, Some(3));
+        let mut s = KeyState::Empty;
+        for remaining in [2, 1, 0] {
+            let reset = 300_000 - remaining * 100_000;
+            assert_eq!(
+                decide(&r, &mut s, 1_000, 1),
+                decision(true, 3, remaining, reset, None)
+            );
+        }
+        // cost 2 at 151_000: credit 150_000 < need 200_000, retry 50_000.
+        assert_eq!(
+            decide(&r, &mut s, 151_000, 2),
+            decision(false, 3, 1, 150_000, Some(50_000))
+        );
+        assert_eq!(
+            decide(&r, &mut s, 201_000, 2),
+            decision(true, 3, 0, 300_000, None)
+        );
+    }
+
+    #[test]
+    fn cost_above_burst_and_peek() {
+        let r = tb(1, 100_000, Some(3));
+        let mut s = KeyState::TokenBucket(TokenBucketState {
+            credit: 120_000,
+            last: 0,
+        });
+        // t = 30_000: credit 150_000 -> remaining 1, reset 150_000.
+        assert_eq!(
+            decide(&r, &mut s, 30_000, 4),
+            decision(false, 3, 1, 150_000, None)
+        );
+        assert_eq!(
+            decide(&r, &mut s, 30_000, 0),
+            decision(true, 3, 1, 150_000, None)
+        );
+        assert_eq!(
+            s,
+            KeyState::TokenBucket(TokenBucketState {
+                credit: 120_000,
+                last: 0
+            })
+        );
+        assert_eq!(
+            evaluate(&r, &KeyState::Empty, 9, 0),
+            decision(true, 3, 3, 0, None)
+        );
+        // the pure step on a denial hands back the refilled bucket, which
+        // `decide` does not store
+        let (d, next) = check(&r, Some(TokenBucketState { credit: 0, last: 0 }), 40_000, 1);
+        assert_eq!(d, decision(false, 3, 0, 260_000, Some(60_000)));
+        assert_eq!(
+            next,
+            TokenBucketState {
+                credit: 40_000,
+                last: 40_000
+            }
+        );
+    }
+
+    #[test]
+    fn three_per_second_is_sane_although_t_is_not_whole() {
+        // T = 333_333, tau = 1_000_000: credit 666_667, 333_334, 1 after three.
+        let r = tb(3, 1_000_000, None);
+        let mut s = KeyState::Empty;
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(true, 3, 2, 333_333, None)
+        );
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(true, 3, 1, 666_666, None)
+        );
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(true, 3, 0, 999_999, None)
+        );
+        // need 333_333, credit 1: retry 333_332.
+        assert_eq!(
+            decide(&r, &mut s, 0, 1),
+            decision(false, 3, 0, 999_999, Some(333_332))
+        );
+        assert!(!evaluate(&r, &s, 333_331, 1).allowed);
+        assert!(evaluate(&r, &s, 333_332, 1).allowed);
+    }
+
+    #[test]
+    fn decides_exactly_as_gcra_on_a_scripted_trace() {
+        let trace: [(u64, u64); 12] = [
+            (0, 1),
+            (0, 2),
+            (0, 1),
+            (10_000, 1),
+            (90_000, 0),
+            (133_333, 3),
+            (133_334, 1),
+            (500_000, 5),
+            (500_000, 2),
+            (800_001, 1),
+            (5_000_000, 4),
+            (5_000_000, 0),
+        ];
+        for (limit, period, burst) in [
+            (3, 1_000_000, Some(4)),
+            (7, 100_000, Some(2)),
+            (4, 400_000, None),
+        ] {
+            let g = rule(Algorithm::Gcra, limit, period, burst);
+            let b = tb(limit, period, burst);
+            let (mut sg, mut sb) = (KeyState::Empty, KeyState::Empty);
+            for &(t, cost) in &trace {
+                assert_eq!(
+                    decide(&g, &mut sg, t, cost),
+                    decide(&b, &mut sb, t, cost),
+                    "limit {limit} period {period} burst {burst:?} t {t} cost {cost}"
+                );
+            }
+            // and the stored forms agree: credit == tau - (tat - last)
+            if let (KeyState::Gcra(g_state), KeyState::TokenBucket(b_state)) = (&sg, &sb) {
+                assert_eq!(
+                    b_state.credit,
+                    g.tau_micros() - (g_state.tat - b_state.last)
+                );
+            } else {
+                panic!("states {sg:?} {sb:?}");
+            }
+        }
+    }
 }
