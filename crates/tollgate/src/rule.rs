@@ -251,7 +251,8 @@ impl RuleSpec {
                 ),
             ));
         }
-        let tau = mul_div(burst, period, self.limit);
+        let interval = period / self.limit;
+        let tau = burst.saturating_mul(interval);
         if self.algorithm.has_burst() && tau > duration_to_micros(MAX_BURST_WINDOW) {
             return Err(RuleError::new(
                 "burst",
@@ -267,7 +268,7 @@ impl RuleSpec {
             limit: self.limit,
             period,
             burst,
-            interval: period / self.limit,
+            interval,
             tau,
         })))
     }
@@ -295,20 +296,17 @@ fn validate_name(name: &str) -> Result<(), RuleError> {
     Ok(())
 }
 
-/// `floor(a * b / c)` without overflow, saturating at `u64::MAX`.
-pub(crate) fn mul_div(a: u64, b: u64, c: u64) -> u64 {
-    u64::try_from(u128::from(a) * u128::from(b) / u128::from(c)).unwrap_or(u64::MAX)
-}
-
 /// A validated rule. Cheap to clone (shared).
 ///
 /// Besides the fields of its [`RuleSpec`], a rule precomputes what GCRA and
 /// token bucket need: the emission interval `T = floor(period / limit)` and
-/// the burst window `tau = floor(burst * period / limit)`, both in
-/// microseconds. When `period / limit` is a whole number of microseconds
-/// these are exact; otherwise a cost of `c` advances the state by
-/// `floor(c * period / limit)` microseconds, which over-admits by less than
-/// one part in `T` (SEMANTICS.md, Rounding).
+/// the burst window `tau = burst * T`, both in microseconds; a check of cost
+/// `c` advances the state by `c * T`. When `period / limit` is a whole
+/// number of microseconds this is exactly SEMANTICS.md. Otherwise the rule
+/// emits one unit every `floor(period / limit)` µs: a burst is still exactly
+/// `burst` units, and the sustained rate is faster than `limit` per `period`
+/// by less than one part in `T` (3 per second: one per 333,333 µs, 0.0001%
+/// fast) — SEMANTICS.md, Rounding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule(Arc<RuleInner>);
 
@@ -378,21 +376,17 @@ impl Rule {
         self.0.interval
     }
 
-    /// GCRA / token bucket burst window `floor(burst * period / limit)`, µs.
+    /// GCRA / token bucket burst window `burst * T`, µs.
     #[must_use]
     pub fn tau_micros(&self) -> Micros {
         self.0.tau
     }
 
     /// How far a check of `cost` advances GCRA / token bucket state:
-    /// `floor(cost * period / limit)` µs.
+    /// `cost * T` µs (saturating).
     #[must_use]
     pub fn increment_micros(&self, cost: u64) -> Micros {
-        if cost == 1 {
-            self.0.interval
-        } else {
-            mul_div(cost, self.0.period, self.0.limit)
-        }
+        cost.saturating_mul(self.0.interval)
     }
 
     /// The spec this rule was built from.

@@ -180,26 +180,38 @@ mod tests {
 
     #[test]
     fn three_per_second_is_sane_although_t_is_not_whole() {
-        // T = floor(1_000_000 / 3) = 333_333, tau = floor(3 * 1_000_000 / 3) = 1_000_000.
+        // T = floor(1_000_000 / 3) = 333_333, tau = 3 * T = 999_999.
         let r = rule(3, 1_000_000, None);
-        assert_eq!((r.interval_micros(), r.tau_micros()), (333_333, 1_000_000));
+        assert_eq!((r.interval_micros(), r.tau_micros()), (333_333, 999_999));
         let mut s = KeyState::Empty;
-        // remaining floor((1_000_000 - 333_333) / 333_333) = floor(2.000003) = 2
+        // remaining (999_999 - 333_333) / 333_333 = 2
         assert_eq!(decide(&r, &mut s, 0, 1), allowed(3, 2, 333_333));
-        // floor((1_000_000 - 666_666) / 333_333) = floor(1.000003) = 1
         assert_eq!(decide(&r, &mut s, 0, 1), allowed(3, 1, 666_666));
         assert_eq!(decide(&r, &mut s, 0, 1), allowed(3, 0, 999_999));
-        // new_tat = 1_333_332 > tau; retry = 1_333_332 - 1_000_000 = 333_332.
+        // new_tat = 1_333_332 > tau; retry = 1_333_332 - 999_999 = 333_333.
         assert_eq!(
             decide(&r, &mut s, 0, 1),
-            denied(3, 0, 999_999, Some(333_332))
+            denied(3, 0, 999_999, Some(333_333))
         );
-        assert!(!evaluate(&r, &s, 333_331, 1).allowed);
-        assert!(evaluate(&r, &s, 333_332, 1).allowed);
-        // cost 3 takes floor(3 * 1_000_000 / 3) = the whole burst window
+        assert!(!evaluate(&r, &s, 333_332, 1).allowed);
+        assert!(evaluate(&r, &s, 333_333, 1).allowed);
+        // cost 3 takes 3 * T, the whole burst window
         assert_eq!(
             decide(&r, &mut KeyState::Empty, 0, 3),
-            allowed(3, 0, 1_000_000)
+            allowed(3, 0, 999_999)
         );
+    }
+
+    #[test]
+    fn a_burst_is_exactly_burst_units_although_t_is_not_whole() {
+        // 3 per 1 ms with burst 1000: T = 333 µs, tau = 333_000 µs. With
+        // tau = floor(burst * period / limit) = 333_333 a 1001st unit fit.
+        let r = rule(3, 1_000, Some(1_000));
+        let mut s = KeyState::Empty;
+        assert_eq!(evaluate(&r, &s, 0, 0).remaining, 1_000);
+        for _ in 0..1_000 {
+            assert!(decide(&r, &mut s, 0, 1).allowed);
+        }
+        assert!(!decide(&r, &mut s, 0, 1).allowed);
     }
 }

@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn three_per_second_is_sane_although_t_is_not_whole() {
-        // T = 333_333, tau = 1_000_000: credit 666_667, 333_334, 1 after three.
+        // T = 333_333, tau = 3 * T = 999_999: credit 666_666, 333_333, 0 after three.
         let r = tb(3, 1_000_000, None);
         let mut s = KeyState::Empty;
         assert_eq!(
@@ -232,13 +232,13 @@ mod tests {
             decide(&r, &mut s, 0, 1),
             decision(true, 3, 0, 999_999, None)
         );
-        // need 333_333, credit 1: retry 333_332.
+        // need 333_333, credit 0: retry 333_333.
         assert_eq!(
             decide(&r, &mut s, 0, 1),
-            decision(false, 3, 0, 999_999, Some(333_332))
+            decision(false, 3, 0, 999_999, Some(333_333))
         );
-        assert!(!evaluate(&r, &s, 333_331, 1).allowed);
-        assert!(evaluate(&r, &s, 333_332, 1).allowed);
+        assert!(!evaluate(&r, &s, 333_332, 1).allowed);
+        assert!(evaluate(&r, &s, 333_333, 1).allowed);
     }
 
     #[test]
