@@ -1,0 +1,201 @@
+//! RateLimit header fields (draft-ietf-httpapi-ratelimit-headers, as
+//! CONTRACT.md fixes them) and `Retry-After`.
+//!
+//! ```text
+//! RateLimit-Policy: "per_user";q=100;w=1
+//! RateLimit: "per_user";r=99;t=1
+//! Retry-After: 1            (denials only: whole seconds, rounded up, at least 1)
+//! ```
+//!
+//! Both fields are structured-field Lists with one member per rule: the
+//! member is the rule's name as an sf-string, `q` its quota (the decision's
+//! `limit`), `w` its window in seconds rounded up, `r` what remains and `t`
+//! the seconds until reset, rounded up. Rule names (`[A-Za-z0-9_.-]+`) need
+//! no escaping inside an sf-string.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tollgate::{Decision, Rule};
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit` (legacy, opt-in).
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining` (legacy, opt-in).
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset` (legacy, opt-in): seconds until reset, rounded up.
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Which headers to write besides the standard ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeaderOptions {
+    /// Also write `X-RateLimit-Limit`, `-Remaining` and `-Reset` for the
+    /// deciding rule.
+    pub legacy: bool,
+}
+
+/// Whole seconds, rounded up.
+#[must_use]
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// The `Retry-After` value for a wait: whole seconds, rounded up, at least 1.
+#[must_use]
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    ceil_secs(wait).max(1)
+}
+
+/// `RateLimit-Policy` for these rules, one list member each.
+#[must_use]
+pub fn policy_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
+    let mut out = String::new();
+    for (rule, d) in rules {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        let _ = write!(
+            out,
+            "\"{}\";q={};w={}",
+            rule.name(),
+            d.limit,
+            ceil_secs(rule.period())
+        );
+    }
+    out
+}
+
+/// `RateLimit` for these decisions, one list member each.
+#[must_use]
+pub fn ratelimit_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
+    let mut out = String::new();
+    for (rule, d) in rules {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        let _ = write!(
+            out,
+            "\"{}\";r={};t={}",
+            rule.name(),
+            d.remaining,
+            ceil_secs(d.reset_after)
+        );
+    }
+    out
+}
+
+fn value(text: &str) -> HeaderValue {
+    // Only ASCII digits, punctuation and rule names: always a valid value.
+    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// Writes `RateLimit-Policy` and `RateLimit` for every (rule, decision),
+/// `Retry-After` when `retry_after` is given (a denial that a wait can
+/// cure), and the legacy fields for `deciding` when asked.
+pub fn insert_headers(
+    headers: &mut HeaderMap,
+    rules: &[(&Rule, &Decision)],
+    retry_after: Option<Duration>,
+    options: HeaderOptions,
+) {
+    if rules.is_empty() {
+        return;
+    }
+    headers.insert(
+        RATELIMIT_POLICY,
+        value(&policy_value(rules.iter().copied())),
+    );
+    headers.insert(RATELIMIT, value(&ratelimit_value(rules.iter().copied())));
+    if let Some(wait) = retry_after {
+        headers.insert(
+            http::header::RETRY_AFTER,
+            HeaderValue::from(retry_after_secs(wait)),
+        );
+    }
+    if options.legacy {
+        // The pair with the fewest remaining speaks for all.
+        if let Some((_, d)) = rules.iter().min_by_key(|(_, d)| d.remaining) {
+            headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
+            headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
+            headers.insert(
+                X_RATELIMIT_RESET,
+                HeaderValue::from(ceil_secs(d.reset_after)),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tollgate::{Algorithm, RuleSpec};
+
+    fn rule(name: &str, period_ms: u64) -> Rule {
+        RuleSpec::new(
+            name,
+            Algorithm::FixedWindow,
+            100,
+            Duration::from_millis(period_ms),
+        )
+        .build()
+        .unwrap()
+    }
+
+    fn decision(remaining: u64, reset_ms: u64) -> Decision {
+        Decision {
+            allowed: remaining > 0,
+            limit: 100,
+            remaining,
+            reset_after: Duration::from_millis(reset_ms),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn seconds_round_up_and_retry_after_is_at_least_one() {
+        assert_eq!(ceil_secs(Duration::ZERO), 0);
+        assert_eq!(ceil_secs(Duration::from_micros(1)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1000)), 1);
+        assert_eq!(ceil_secs(Duration::from_millis(1001)), 2);
+        assert_eq!(retry_after_secs(Duration::ZERO), 1);
+        assert_eq!(retry_after_secs(Duration::from_millis(2500)), 3);
+    }
+
+    #[test]
+    fn one_member_per_rule() {
+        let (a, b) = (rule("per_user", 1000), rule("per_ip", 90_000));
+        let (da, db) = (decision(99, 950), decision(0, 60_001));
+        let mut h = HeaderMap::new();
+        insert_headers(
+            &mut h,
+            &[(&a, &da), (&b, &db)],
+            Some(Duration::from_millis(10)),
+            HeaderOptions { legacy: true },
+        );
+        assert_eq!(
+            h[RATELIMIT_POLICY],
+            "\"per_user\";q=100;w=1, \"per_ip\";q=100;w=90"
+        );
+        assert_eq!(h[RATELIMIT], "\"per_user\";r=99;t=1, \"per_ip\";r=0;t=61");
+        assert_eq!(h[http::header::RETRY_AFTER], "1");
+        assert_eq!(h[X_RATELIMIT_REMAINING], "0");
+        assert_eq!(h[X_RATELIMIT_RESET], "61");
+    }
+
+    #[test]
+    fn nothing_without_rules_and_no_legacy_unless_asked() {
+        let mut h = HeaderMap::new();
+        insert_headers(&mut h, &[], None, HeaderOptions::default());
+        assert!(h.is_empty());
+        let a = rule("r", 250);
+        let d = decision(1, 250);
+        insert_headers(&mut h, &[(&a, &d)], None, HeaderOptions::default());
+        assert_eq!(h[RATELIMIT_POLICY], "\"r\";q=100;w=1");
+        assert!(!h.contains_key(X_RATELIMIT_LIMIT));
+        assert!(!h.contains_key(http::header::RETRY_AFTER));
+    }
+}
