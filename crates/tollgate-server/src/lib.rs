@@ -10,12 +10,13 @@
 //! * [`cli`]: the command-line flags.
 
 pub mod check;
-pub mod cidr;
 pub mod cli;
 pub mod config;
-pub mod key;
 pub mod replay;
 pub mod validate;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.
 pub use tollgate::store::url as store_url;
+/// Key extractors and CIDR ranges; they live in the tower crate, which
+/// applies them.
+pub use tollgate_tower::{cidr, key};

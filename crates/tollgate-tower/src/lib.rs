@@ -3,6 +3,8 @@
 //! [`headers`] renders decisions as the RateLimit header fields of the IETF
 //! httpapi draft (`RateLimit-Policy`, `RateLimit`) plus `Retry-After`, the
 //! same way for the tower layer, the HTTP API and the reverse proxy.
+//! [`key`] parses key extractors (`client_ip+header:x-api-key`) and [`cidr`]
+//! the trusted-proxy ranges that decide whose `X-Forwarded-For` is read.
 //!
 //! ```
 //! use std::time::Duration;
@@ -18,4 +20,6 @@
 //! assert_eq!(headers["ratelimit"], "\"per_user\";r=99;t=1");
 //! ```
 
+pub mod cidr;
 pub mod headers;
+pub mod key;
