@@ -49,6 +49,12 @@ pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// Default cap on sliding-log entries held across all keys.
 pub const DEFAULT_MAX_LOG_ENTRIES: usize = 4_000_000;
 
+/// The most shards a store has: their index is 24 bits of a fingerprint.
+const MAX_SHARDS: usize = 1 << 24;
+
+/// Where in a fingerprint's first word the shard index starts.
+const SHARD_SHIFT: u32 = 32;
+
 /// A (rule, key) fingerprint. Hashed by its first word: it is already random.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Fp(u64, u64);
@@ -185,6 +191,14 @@ impl Sip13 {
     /// The hash of `fingerprint_input(name, key)`, computed from the parts.
     #[inline]
     fn fingerprint(&self, name: &[u8], key: &[u8]) -> Fp {
+        let (h1, v) = self.first_half(name, key);
+        Fp(h1, Self::second_half(v))
+    }
+
+    /// Everything up to the first output word: the input, then the first
+    /// three finalization rounds. Returns that word and the state.
+    #[inline(always)]
+    fn first_half(&self, name: &[u8], key: &[u8]) -> (u64, [u64; 4]) {
         let mut v = self.v;
         let (head, rest) = name.split_at(name.len().min(7));
         Self::absorb(&mut v, le_word(head) | (name.len() as u64) << 56);
@@ -207,12 +221,17 @@ impl Sip13 {
         Self::round(&mut v);
         Self::round(&mut v);
         Self::round(&mut v);
-        let h1 = v[0] ^ v[1] ^ v[2] ^ v[3];
+        (v[0] ^ v[1] ^ v[2] ^ v[3], v)
+    }
+
+    /// The second output word from the state [`Sip13::first_half`] left.
+    #[inline]
+    fn second_half(mut v: [u64; 4]) -> u64 {
         v[1] ^= 0xdd;
         Self::round(&mut v);
         Self::round(&mut v);
         Self::round(&mut v);
-        Fp(h1, v[0] ^ v[1] ^ v[2] ^ v[3])
+        v[0] ^ v[1] ^ v[2] ^ v[3]
     }
 }
 
@@ -395,7 +414,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
-    /// How many shards (rounded down to a power of two, at most `max_keys`).
+    /// How many shards (rounded down to a power of two, at most `max_keys`
+    /// and 2^24).
     #[must_use]
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = n.max(1);
@@ -405,14 +425,14 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// Builds the store.
     #[must_use]
     pub fn build(self) -> MemoryStore<C> {
-        let wanted = self.shards.min(self.max_keys).max(1);
+        let wanted = self.shards.min(self.max_keys).clamp(1, MAX_SHARDS);
         let shards = 1usize << wanted.ilog2();
         let random = std::collections::hash_map::RandomState::new();
         MemoryStore {
             clock: self.clock,
             core: Core {
                 shards: (0..shards).map(|_| Shard::default()).collect(),
-                shard_bits: shards.ilog2(),
+                shard_mask: shards as u64 - 1,
                 shard_cap: self.max_keys / shards,
                 shard_log_cap: (self.max_log_entries / shards).max(1),
                 sip: Sip13::new(
@@ -445,7 +465,8 @@ pub struct MemoryStore<C = MonotonicClock> {
 /// every crate that names a clock type.
 struct Core {
     shards: Box<[Shard]>,
-    shard_bits: u32,
+    /// `shards.len() - 1`.
+    shard_mask: u64,
     shard_cap: usize,
     shard_log_cap: usize,
     /// SipHash-1-3 keyed with the store's random secret.
@@ -602,7 +623,15 @@ impl Core {
 
     #[inline]
     fn shard_index(&self, fp: Fp) -> usize {
-        usize::try_from(fp.1.checked_shr(64 - self.shard_bits).unwrap_or(0)).unwrap_or(0)
+        self.shard_of(fp.0)
+    }
+
+    /// The shard of a fingerprint, from its first word alone (so the lock
+    /// can be taken while the second is computed): bits 32 and up, clear of
+    /// the low bits and the top 7 that the shard's table uses.
+    #[inline]
+    fn shard_of(&self, h1: u64) -> usize {
+        usize::try_from((h1 >> SHARD_SHIFT) & self.shard_mask).unwrap_or(0)
     }
 
     /// Makes room after inserting, keeping `protect` (the keys just written).
@@ -638,12 +667,16 @@ impl Core {
     /// lock.
     #[inline]
     fn check_gcra(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
-        let fp = self.fingerprint(rule, key);
-        let shard = &self.shards[self.shard_index(fp)];
-        if let Some(cell) = shard.0.read().gcra.get(&fp) {
-            return gcra_cas(rule, cell, t, cost);
-        }
-        self.create(shard, rule, fp, cost, t)
+        let (h1, v) = self.sip.first_half(rule.name().as_bytes(), key);
+        let shard = &self.shards[self.shard_of(h1)];
+        let table = shard.0.read();
+        // The fingerprint's second word is computed while the lock is taken.
+        let fp = Fp(h1, Sip13::second_half(v));
+        let Some(cell) = table.gcra.get(&fp) else {
+            drop(table);
+            return self.create(shard, rule, fp, cost, t);
+        };
+        gcra_cas(rule, cell, t, cost)
     }
 
     /// The other algorithms: a held key is updated under its own mutex,

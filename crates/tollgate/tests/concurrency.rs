@@ -1,0 +1,238 @@
+//! The memory store under contention: many threads on one key, and
+//! all-or-nothing multi-rule checks racing single checks, at a frozen clock.
+//!
+//! The oracle is the pure algorithm: every check in a round is the same
+//! check at the same instant, so however the threads interleave, the store
+//! must admit exactly as many as the algorithm admits run one after another,
+//! and end in the same state.
+
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tollgate::algorithm::{self, KeyState};
+use tollgate::store::KeyCheck;
+use tollgate::{Algorithm, Clock, FakeClock, MemoryStore, Rule, RuleSpec};
+
+const THREADS: usize = 8;
+
+fn rule(name: &str, algorithm: Algorithm, limit: u64) -> Rule {
+    RuleSpec::new(name, algorithm, limit, Duration::from_secs(1))
+        .build()
+        .expect("valid rule")
+}
+
+fn store(clock: &FakeClock) -> MemoryStore<FakeClock> {
+    MemoryStore::builder().clock(clock.clone()).build()
+}
+
+/// `THREADS` threads, started together by a barrier, each running `f` with
+/// its index; returns the sum of what they return.
+fn race(f: impl Fn(usize) -> u64 + Sync) -> u64 {
+    let barrier = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (barrier, f) = (&barrier, &f);
+                s.spawn(move || {
+                    barrier.wait();
+                    f(i)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread panicked"))
+            .sum()
+    })
+}
+
+/// Many threads hammer one key of each algorithm at a frozen clock: the store
+/// admits exactly `burst` / `limit` units per round (no more, no fewer),
+/// with cost 1 and cost 2, round after round as the clock moves by whole and
+/// partial periods, and ends each round in the state the serial run reaches.
+#[test]
+fn one_key_admits_exactly_the_capacity_under_contention() {
+    // Moves of the clock before each round, in µs (period 1 s): from empty,
+    // partial refills, and a full reset.
+    let moves = [0, 250_000, 333_333, 1_000_000, 500_000, 2_000_000];
+    for algorithm in Algorithm::ALL {
+        for cost in [1, 2] {
+            let clock = FakeClock::new();
+            let store = store(&clock);
+            let rule = rule("hammer", algorithm, 101);
+            let mut shadow = KeyState::Empty;
+            for (round, &step) in moves.iter().enumerate() {
+                clock.advance_micros(step);
+                let t = clock.now();
+                let attempts_per_thread = 40;
+                let admitted = race(|_| {
+                    (0..attempts_per_thread)
+                        .map(|_| u64::from(store.check_sync(&rule, b"hot", cost, None).allowed))
+                        .sum()
+                });
+                let expected: u64 = (0..THREADS * attempts_per_thread)
+                    .map(|_| u64::from(algorithm::decide(&rule, &mut shadow, t, cost).allowed))
+                    .sum();
+                assert_eq!(
+                    admitted, expected,
+                    "{algorithm} cost {cost} round {round}: admitted {admitted} checks, \
+                     the algorithm admits {expected}"
+                );
+                if round == 0 {
+                    // From empty, exactly the capacity in whole checks.
+                    assert_eq!(admitted, 101 / cost, "{algorithm} cost {cost}");
+                }
+                let peek = store.check_sync(&rule, b"hot", 0, None);
+                assert_eq!(
+                    peek,
+                    algorithm::evaluate(&rule, &shadow, t, 0),
+                    "{algorithm} cost {cost} round {round}: state after the race"
+                );
+                assert!(!store.check_sync(&rule, b"hot", cost, None).allowed);
+            }
+        }
+    }
+}
+
+/// GCRA's compare-and-swap path alone, with many more attempts than the
+/// burst and a cost that does not divide it: never a unit too many.
+#[test]
+fn gcra_never_over_admits_under_heavy_contention() {
+    let clock = FakeClock::new();
+    let store = store(&clock);
+    let rule = RuleSpec::new("gcra", Algorithm::Gcra, 10, Duration::from_millis(10))
+        .burst(1_000)
+        .build()
+        .expect("valid rule");
+    for round in 0..5 {
+        let units = race(|_| {
+            (0..2_000)
+                .map(|_| {
+                    if store.check_sync(&rule, b"k", 3, None).allowed {
+                        3
+                    } else {
+                        0
+                    }
+                })
+                .sum()
+        });
+        // From full: 333 checks of 3 fit in a burst of 1000.
+        assert_eq!(units, 999, "round {round}");
+        // A full burst window: back to full.
+        clock.advance(Duration::from_millis(1_000));
+    }
+}
+
+/// Threads race all-or-nothing checks on overlapping pairs of (rule, key)
+/// and single checks on the same keys, then every key is drained alone.
+/// Counting what each admitted check took, every key gave exactly its
+/// capacity: a denied multi-rule check consumed nothing (else a key would
+/// run dry before its count reached the capacity), and no key gave more.
+#[test]
+fn multi_rule_checks_consume_exactly_the_limits_under_contention() {
+    let clock = FakeClock::new();
+    let store = store(&clock);
+    let per_user = rule("per_user", Algorithm::Gcra, 60);
+    let per_ip = rule("per_ip", Algorithm::FixedWindow, 90);
+    let per_route = rule("per_route", Algorithm::SlidingLog, 75);
+    let per_tenant = rule("per_tenant", Algorithm::TokenBucket, 50);
+    let pairs: [(&Rule, &[u8]); 4] = [
+        (&per_user, b"alice"),
+        (&per_ip, b"10.0.0.1"),
+        (&per_route, b"/search"),
+        (&per_tenant, b"acme"),
+    ];
+    // What each check names, by index into `pairs`: overlapping pairs, a
+    // triple, and singles.
+    let shapes: [&[usize]; 7] = [&[0, 1], &[1, 2], &[2, 3], &[3, 0], &[0, 1, 2], &[1], &[3]];
+    let taken: [AtomicU64; 4] = Default::default();
+    race(|thread| {
+        for i in 0..60 {
+            let shape = shapes[(thread + i) % shapes.len()];
+            let checks: Vec<KeyCheck<'_>> = shape
+                .iter()
+                .map(|&p| KeyCheck {
+                    rule: pairs[p].0,
+                    key: pairs[p].1,
+                    cost: 1,
+                })
+                .collect();
+            let admitted = if let [only] = checks[..] {
+                store.check_sync(only.rule, only.key, 1, None).allowed
+            } else {
+                let d = store.check_all_sync(&checks, None);
+                assert_eq!(d.decisions.len(), checks.len());
+                assert_eq!(d.allowed, d.decisions.iter().all(|x| x.allowed));
+                d.allowed
+            };
+            if admitted {
+                for &p in shape {
+                    taken[p].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        0
+    });
+    for (p, &(rule, key)) in pairs.iter().enumerate() {
+        let mut drained = 0;
+        while store.check_sync(rule, key, 1, None).allowed {
+            drained += 1;
+        }
+        let total = taken[p].load(Ordering::Relaxed) + drained;
+        assert_eq!(
+            total,
+            rule.capacity(),
+            "{}: {} taken under contention + {drained} drained",
+            rule.name(),
+            taken[p].load(Ordering::Relaxed)
+        );
+    }
+}
+
+/// One rule of a pair is exhausted; threads hammer the pair (all denied)
+/// while others hammer the exhausted key alone. The other key loses nothing.
+#[test]
+fn denied_multi_rule_checks_consume_nothing_under_contention() {
+    for algorithm in Algorithm::ALL {
+        let clock = FakeClock::new();
+        let store = store(&clock);
+        let open = rule("open", algorithm, 40);
+        let shut = rule("shut", Algorithm::Gcra, 5);
+        for _ in 0..5 {
+            assert!(store.check_sync(&shut, b"ip", 1, None).allowed);
+        }
+        let checks = [
+            KeyCheck {
+                rule: &open,
+                key: b"user",
+                cost: 1,
+            },
+            KeyCheck {
+                rule: &shut,
+                key: b"ip",
+                cost: 1,
+            },
+        ];
+        let admitted = race(|thread| {
+            (0..200)
+                .map(|_| {
+                    let allowed = if thread % 2 == 0 {
+                        store.check_all_sync(&checks, None).allowed
+                    } else {
+                        store.check_sync(&shut, b"ip", 1, None).allowed
+                    };
+                    u64::from(allowed)
+                })
+                .sum()
+        });
+        assert_eq!(admitted, 0, "{algorithm}");
+        let peek = store.check_sync(&open, b"user", 0, None);
+        assert_eq!(peek.remaining, open.capacity(), "{algorithm}");
+        let mut drained = 0;
+        while store.check_sync(&open, b"user", 1, None).allowed {
+            drained += 1;
+        }
+        assert_eq!(drained, open.capacity(), "{algorithm}");
+    }
+}
