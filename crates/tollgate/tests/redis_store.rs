@@ -269,3 +269,47 @@ async fn bad_urls_and_prefixes_are_rejected_with_the_reason() {
     .unwrap_err();
     assert!(err.to_string().contains("prefix"), "{err}");
 }
+
+/// Products past 2^53 (`prev * elapsed` with a huge limit and a year-long
+/// window) take the scripts' exact `muldiv` path; decisions still equal the
+/// memory store's 128-bit arithmetic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_stays_exact_past_two_to_the_53() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "big").await;
+    let day = 86_400_000_000u64;
+    let rule = RuleSpec::new(
+        "huge",
+        Algorithm::SlidingWindow,
+        999_999_937,
+        Duration::from_micros(366 * day),
+    )
+    .build()
+    .unwrap();
+    let memory = MemoryStore::new();
+    let mut rng = Rng(2_u64.pow(53) + 1);
+    let period = rule.period_micros();
+    let mut t = EPOCH;
+    let mut big_products = 0;
+    for step in 0..400 {
+        let cost = match rng.below(4) {
+            0 => rng.below(400_000_000),
+            1 => rng.below(1000),
+            2 => 0,
+            _ => 1 + rng.below(50_000_000),
+        };
+        let expected = memory.check_sync(&rule, b"k", cost, Some(t));
+        let got = redis.check(&rule, b"k", cost, Some(t)).await.unwrap();
+        assert_eq!(got, expected, "step {step} t {t} cost {cost}");
+        // count the checks whose prev * elapsed exceeds 2^53
+        let elapsed = t % period;
+        if expected.limit - expected.remaining > 0
+            && u128::from(expected.limit) * u128::from(elapsed) > 1 << 53
+        {
+            big_products += 1;
+        }
+        t += rng.below(period / 7);
+    }
+    assert!(big_products > 100, "only {big_products} checks past 2^53");
+    assert_no_key_without_ttl(&server);
+}
