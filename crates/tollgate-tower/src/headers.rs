@@ -142,7 +142,7 @@ mod tests {
             Duration::from_millis(period_ms),
         )
         .build()
-        .unwrap()
+        .expect("valid rule")
     }
 
     fn decision(remaining: u64, reset_ms: u64) -> Decision {

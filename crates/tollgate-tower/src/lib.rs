@@ -21,5 +21,6 @@
 //! ```
 
 pub mod cidr;
+pub mod extract;
 pub mod headers;
 pub mod key;

@@ -1,0 +1,647 @@
+//! From a request to key bytes: the client address behind trusted proxies,
+//! and a [`KeyExtractor`] applied to a request.
+//!
+//! # The client address
+//!
+//! [`ClientIpConfig::client_ip`] answers the peer address, unless the peer is
+//! inside one of the `trusted_proxies` blocks. Only then is
+//! `X-Forwarded-For` read: every `X-Forwarded-For` field line, concatenated
+//! in order into one comma-separated list, walked from the RIGHT (the hop
+//! nearest to us). Each trusted entry is skipped; the first untrusted entry
+//! is the client. When every entry is trusted, the leftmost one is. A
+//! malformed entry stops the walk and the last good address (the peer, or
+//! the entry to its right) is the client, so a garbage entry can neither
+//! hide a client nor invent one. Empty list elements (`a,,b`, a trailing
+//! comma) are skipped as RFC 9110 §5.6.1 asks.
+//!
+//! An entry is an IPv4 or IPv6 address, optionally with a port
+//! (`192.0.2.1:4711`, `[2001:db8::1]:4711`) or in brackets
+//! (`[2001:db8::1]`); anything else (`unknown`, a host name, an IPv6 zone
+//! `fe80::1%eth0`, bytes that are not UTF-8) is malformed.
+//!
+//! A peer that is NOT trusted never has its `X-Forwarded-For` read, so a
+//! client cannot pick a new bucket by sending one.
+//!
+//! IPv4-mapped IPv6 addresses (`::ffff:192.0.2.1`, what a dual-stack `[::]`
+//! listener reports for IPv4 peers) are treated as the IPv4 address they
+//! carry. IPv6 clients are then grouped by a prefix length
+//! ([`ClientIpConfig::with_ipv6_prefix`], default 128 = no grouping): one
+//! host usually holds a whole /64, so keying by the full address lets it
+//! take 2^64 buckets.
+//!
+//! # Key bytes
+//!
+//! [`KeyExtractor::extract`] renders each part and joins them with `+`, in
+//! the extractor's order. Inside a part, `%` is written `%25` and `+` is
+//! written `%2B` (every other byte as is), so a `+` in the key always
+//! separates parts and the parts can be recovered unambiguously: the header
+//! value `a+b` never collides with the two parts `a` and `b`. A key of one
+//! part whose value has no `%` or `+` is exactly that value, so the
+//! `client_ip` key of `192.0.2.1` is `192.0.2.1`, the same key an HTTP API
+//! caller would use.
+//!
+//! | part | value |
+//! |---|---|
+//! | `client_ip` | the address ([`ClientIp`]'s `Display`): `192.0.2.1`, `2001:db8::1`, or `2001:db8:1:2::/64` when grouped |
+//! | `header:NAME` | the field value's bytes; several field lines are joined with `, ` (RFC 9110 §5.3) |
+//! | `path` | the path as received, without the query and without any normalization |
+//! | `method` | the method, e.g. `GET` |
+//! | `host` | the URI's host (absolute-form or HTTP/2 `:authority`), else the `Host` header's; ASCII-lowercased, without the port and a trailing `.` |
+//!
+//! A missing header (or host) is keyed by the empty value, never an error:
+//! [`MissingKey::Empty`], the default. [`MissingKey::Reject`] answers
+//! [`KeyError::Missing`] instead for a header or host that is missing or
+//! empty, which the layer turns into a 400.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use http::header::{HOST, HeaderMap, HeaderName};
+use http::{Method, Request, Uri};
+
+use crate::cidr::Cidr;
+use crate::key::{KeyExtractor, KeyPart};
+
+/// `X-Forwarded-For`.
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// The default IPv6 grouping prefix: 128, every address its own bucket.
+pub const DEFAULT_IPV6_PREFIX: u8 = 128;
+
+/// How the client address is found: which peers are trusted proxies whose
+/// `X-Forwarded-For` is read, and how IPv6 clients are grouped. See the
+/// [module docs](self) for the exact rules.
+///
+/// ```
+/// use std::net::IpAddr;
+/// use http::HeaderMap;
+/// use tollgate_tower::extract::ClientIpConfig;
+///
+/// let config = ClientIpConfig::new()
+///     .with_trusted_proxies(["10.0.0.0/8".parse().unwrap()])
+///     .with_ipv6_prefix(64)
+///     .unwrap();
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-forwarded-for", "198.51.100.7, 10.0.0.2".parse().unwrap());
+///
+/// let via_proxy: IpAddr = "10.0.0.1".parse().unwrap();
+/// assert_eq!(config.client_ip(via_proxy, &headers).to_string(), "198.51.100.7");
+///
+/// // The same header from a peer that is not trusted is ignored.
+/// let direct: IpAddr = "203.0.113.9".parse().unwrap();
+/// assert_eq!(config.client_ip(direct, &headers).to_string(), "203.0.113.9");
+///
+/// // IPv6 clients are grouped by /64.
+/// let v6: IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+/// assert_eq!(config.client_ip(v6, &HeaderMap::new()).to_string(), "2001:db8:1:2::/64");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIpConfig {
+    trusted_proxies: Vec<Cidr>,
+    ipv6_prefix: u8,
+}
+
+impl Default for ClientIpConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClientIpConfig {
+    /// No trusted proxies (the peer is always the client) and no IPv6
+    /// grouping.
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            trusted_proxies: Vec::new(),
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
+    }
+
+    /// Peers inside these blocks are proxies whose `X-Forwarded-For` is
+    /// read (`[proxy] trusted_proxies`). Replaces any blocks set before.
+    #[must_use]
+    pub fn with_trusted_proxies(mut self, blocks: impl IntoIterator<Item = Cidr>) -> Self {
+        self.trusted_proxies = blocks.into_iter().collect();
+        self
+    }
+
+    /// Groups IPv6 clients by their first `prefix` bits (64 is the usual
+    /// choice: one subscriber's network). 128 turns grouping off.
+    ///
+    /// # Errors
+    /// A prefix above 128.
+    pub fn with_ipv6_prefix(mut self, prefix: u8) -> Result<Self, String> {
+        if prefix > 128 {
+            return Err(format!(
+                "IPv6 prefix length {prefix} must be a whole number from 0 to 128"
+            ));
+        }
+        self.ipv6_prefix = prefix;
+        Ok(self)
+    }
+
+    /// The trusted proxy blocks.
+    #[must_use]
+    pub fn trusted_proxies(&self) -> &[Cidr] {
+        &self.trusted_proxies
+    }
+
+    /// The IPv6 grouping prefix length.
+    #[must_use]
+    pub fn ipv6_prefix(&self) -> u8 {
+        self.ipv6_prefix
+    }
+
+    /// Whether `ip` is inside a trusted proxy block.
+    #[must_use]
+    pub fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted_proxies.iter().any(|block| block.contains(ip))
+    }
+
+    /// The client's address before grouping: the peer, or when the peer is
+    /// trusted, the first untrusted `X-Forwarded-For` entry from the right.
+    /// IPv4-mapped IPv6 addresses come back as IPv4.
+    #[must_use]
+    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let mut client = peer.to_canonical();
+        if !self.is_trusted(client) {
+            return client;
+        }
+        let entries = headers
+            .get_all(X_FORWARDED_FOR)
+            .iter()
+            .rev()
+            .flat_map(|line| line.as_bytes().rsplit(|&b| b == b','));
+        for entry in entries {
+            let entry = entry.trim_ascii();
+            if entry.is_empty() {
+                continue;
+            }
+            let Some(ip) = parse_forwarded(entry) else {
+                break;
+            };
+            client = ip.to_canonical();
+            if !self.is_trusted(client) {
+                break;
+            }
+        }
+        client
+    }
+
+    /// The client as it keys a bucket: [`ClientIpConfig::resolve`], then
+    /// IPv6 grouping.
+    #[must_use]
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> ClientIp {
+        ClientIp::new(self.resolve(peer, headers), self.ipv6_prefix)
+    }
+}
+
+/// One `X-Forwarded-For` entry: an address, optionally bracketed (IPv6) and
+/// optionally with a port.
+fn parse_forwarded(entry: &[u8]) -> Option<IpAddr> {
+    let text = std::str::from_utf8(entry).ok()?;
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(sock) = text.parse::<SocketAddr>() {
+        return Some(sock.ip());
+    }
+    text.strip_prefix('[')?
+        .strip_suffix(']')?
+        .parse::<Ipv6Addr>()
+        .ok()
+        .map(IpAddr::V6)
+}
+
+/// A client address as it keys a bucket: an IPv4 address, an IPv6 address,
+/// or an IPv6 network when grouping applies.
+///
+/// `Display` gives the key text: the address (`192.0.2.1`, `2001:db8::1`),
+/// or the network and its prefix length (`2001:db8:1:2::/64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientIp {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl ClientIp {
+    /// `addr` (IPv4-mapped IPv6 taken as IPv4), an IPv6 one masked to its
+    /// first `ipv6_prefix` bits (clamped to 128).
+    #[must_use]
+    pub fn new(addr: IpAddr, ipv6_prefix: u8) -> Self {
+        match addr.to_canonical() {
+            v4 @ IpAddr::V4(_) => Self {
+                addr: v4,
+                prefix: 32,
+            },
+            IpAddr::V6(v6) => {
+                let prefix = ipv6_prefix.min(128);
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+                Self {
+                    addr: IpAddr::V6((u128::from(v6) & mask).into()),
+                    prefix,
+                }
+            }
+        }
+    }
+
+    /// The address, or the network address when grouped.
+    #[must_use]
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length: 32 for IPv4, the grouping prefix for IPv6.
+    #[must_use]
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+}
+
+impl fmt::Display for ClientIp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.addr {
+            IpAddr::V6(_) if self.prefix < 128 => write!(f, "{}/{}", self.addr, self.prefix),
+            _ => self.addr.fmt(f),
+        }
+    }
+}
+
+/// What a request missing a header (or host) that a key reads gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Key it by the empty value (the default): every request without the
+    /// header shares one bucket per rule. Never an error.
+    #[default]
+    Empty,
+    /// Refuse it, and a present but empty one too: [`KeyError::Missing`],
+    /// which the layer answers with `400 Bad Request` and a problem+json
+    /// body.
+    Reject,
+}
+
+/// Why a key could not be extracted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The request has no such header (or host), and the policy is
+    /// [`MissingKey::Reject`].
+    Missing(KeyPart),
+    /// The extractor reads `client_ip`, but no peer address was given: the
+    /// server does not record it (with axum, serve
+    /// `into_make_service_with_connect_info::<SocketAddr>()`).
+    NoClientIp,
+}
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyError::Missing(KeyPart::Host) => f.write_str("the request names no host"),
+            KeyError::Missing(KeyPart::Header(name)) => {
+                write!(f, "the request has no {name:?} header, or an empty one")
+            }
+            KeyError::Missing(part) => write!(f, "the request has no {part}"),
+            KeyError::NoClientIp => f.write_str(
+                "the key reads client_ip but the peer address is unknown (the server does not \
+                 record it)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+impl KeyExtractor {
+    /// Whether any part reads the client address.
+    #[must_use]
+    pub fn uses_client_ip(&self) -> bool {
+        self.parts().contains(&KeyPart::ClientIp)
+    }
+
+    /// The key bytes of `req`: each part rendered and escaped, joined with
+    /// `+` (see the [module docs](crate::extract)). `client_ip` is the
+    /// resolved client ([`ClientIpConfig::client_ip`]); it is only read when
+    /// the extractor has a `client_ip` part.
+    ///
+    /// ```
+    /// use tollgate_tower::extract::{ClientIp, MissingKey};
+    /// use tollgate_tower::key::KeyExtractor;
+    ///
+    /// let k: KeyExtractor = "header:x-api-key+client_ip".parse().unwrap();
+    /// let req = http::Request::get("/").header("x-api-key", "a+b").body(()).unwrap();
+    /// let ip = ClientIp::new("192.0.2.1".parse().unwrap(), 128);
+    /// assert_eq!(k.extract(&req, Some(ip), MissingKey::Empty).unwrap(), b"a%2Bb+192.0.2.1");
+    /// ```
+    ///
+    /// # Errors
+    /// [`KeyError::Missing`] for a missing header or host under
+    /// [`MissingKey::Reject`]; [`KeyError::NoClientIp`] when a `client_ip`
+    /// part has no address.
+    pub fn extract<B>(
+        &self,
+        req: &Request<B>,
+        client_ip: Option<ClientIp>,
+        missing: MissingKey,
+    ) -> Result<Vec<u8>, KeyError> {
+        self.extract_from(req.method(), req.uri(), req.headers(), client_ip, missing)
+    }
+
+    /// [`KeyExtractor::extract`] for a request already split into parts.
+    ///
+    /// # Errors
+    /// As [`KeyExtractor::extract`].
+    pub fn extract_parts(
+        &self,
+        parts: &http::request::Parts,
+        client_ip: Option<ClientIp>,
+        missing: MissingKey,
+    ) -> Result<Vec<u8>, KeyError> {
+        self.extract_from(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            client_ip,
+            missing,
+        )
+    }
+
+    /// [`KeyExtractor::extract`] from the pieces of a request head.
+    ///
+    /// # Errors
+    /// As [`KeyExtractor::extract`].
+    pub fn extract_from(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        client_ip: Option<ClientIp>,
+        missing: MissingKey,
+    ) -> Result<Vec<u8>, KeyError> {
+        let mut key = Vec::with_capacity(64);
+        for (i, part) in self.parts().iter().enumerate() {
+            if i > 0 {
+                key.push(b'+');
+            }
+            match part {
+                KeyPart::ClientIp => {
+                    let ip = client_ip.ok_or(KeyError::NoClientIp)?;
+                    push_escaped(&mut key, ip.to_string().as_bytes());
+                }
+                KeyPart::Header(name) => {
+                    let start = key.len();
+                    for (j, value) in headers.get_all(name.as_str()).iter().enumerate() {
+                        if j > 0 {
+                            key.extend_from_slice(b", ");
+                        }
+                        push_escaped(&mut key, value.as_bytes());
+                    }
+                    if key.len() == start && missing == MissingKey::Reject {
+                        return Err(KeyError::Missing(part.clone()));
+                    }
+                }
+                KeyPart::Path => push_escaped(&mut key, uri.path().as_bytes()),
+                KeyPart::Method => push_escaped(&mut key, method.as_str().as_bytes()),
+                KeyPart::Host => match host(uri, headers) {
+                    Some(host) => {
+                        let host = host.to_ascii_lowercase();
+                        push_escaped(&mut key, host.strip_suffix(b".").unwrap_or(&host));
+                    }
+                    None if missing == MissingKey::Reject => {
+                        return Err(KeyError::Missing(part.clone()));
+                    }
+                    None => {}
+                },
+            }
+        }
+        Ok(key)
+    }
+}
+
+/// The request's host without the port: the URI's, else the `Host`
+/// header's. `None` when neither names one.
+fn host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a [u8]> {
+    if let Some(host) = uri.host() {
+        return Some(host.as_bytes());
+    }
+    let value = headers.get(HOST)?.as_bytes().trim_ascii();
+    let host = if value.starts_with(b"[") {
+        // [v6]:port: up to and with the closing bracket
+        match value.iter().position(|&b| b == b']') {
+            Some(end) => &value[..=end],
+            None => value,
+        }
+    } else {
+        match value.iter().rposition(|&b| b == b':') {
+            Some(colon) => &value[..colon],
+            None => value,
+        }
+    };
+    (!host.is_empty()).then_some(host)
+}
+
+/// Appends `value` with `%` as `%25` and `+` as `%2B`.
+fn push_escaped(out: &mut Vec<u8>, value: &[u8]) {
+    for &b in value {
+        match b {
+            b'%' => out.extend_from_slice(b"%25"),
+            b'+' => out.extend_from_slice(b"%2B"),
+            _ => out.push(b),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().expect("test address")
+    }
+
+    fn xff(lines: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for line in lines {
+            h.append(X_FORWARDED_FOR, line.parse().expect("header value"));
+        }
+        h
+    }
+
+    fn trusting(blocks: &[&str]) -> ClientIpConfig {
+        ClientIpConfig::new().with_trusted_proxies(blocks.iter().map(|b| b.parse().expect("block")))
+    }
+
+    #[test]
+    fn untrusted_peer_is_the_client_whatever_it_forwards() {
+        let c = trusting(&["10.0.0.0/8"]);
+        let h = xff(&["1.1.1.1, 2.2.2.2"]);
+        assert_eq!(c.resolve(ip("203.0.113.1"), &h), ip("203.0.113.1"));
+        assert_eq!(
+            ClientIpConfig::new().resolve(ip("10.0.0.1"), &h),
+            ip("10.0.0.1")
+        );
+    }
+
+    #[test]
+    fn walks_from_the_right_skipping_trusted_hops() {
+        let c = trusting(&["10.0.0.0/8", "fd00::/8"]);
+        // client, then two trusted hops; peer is the last trusted hop
+        let h = xff(&["198.51.100.1, 203.0.113.5", "10.1.1.1", "fd00::2"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("203.0.113.5"));
+        // every entry trusted: the leftmost
+        let h = xff(&["10.9.9.9, 10.8.8.8"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.9.9.9"));
+        // no header: the peer
+        assert_eq!(c.resolve(ip("10.0.0.1"), &HeaderMap::new()), ip("10.0.0.1"));
+        // empty elements are skipped
+        let h = xff(&["198.51.100.1,, ", ""]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("198.51.100.1"));
+    }
+
+    #[test]
+    fn a_malformed_entry_stops_the_walk_at_the_last_good_address() {
+        let c = trusting(&["10.0.0.0/8"]);
+        let h = xff(&["198.51.100.1, unknown, 10.2.2.2"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.2.2.2"));
+        let h = xff(&["198.51.100.1, garbage"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.0.0.1"));
+        let h = xff(&["fe80::1%eth0"]);
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.0.0.1"));
+        let mut h = HeaderMap::new();
+        h.append(
+            X_FORWARDED_FOR,
+            http::HeaderValue::from_bytes(b"198.51.100.1, \xff").expect("obs-text"),
+        );
+        assert_eq!(c.resolve(ip("10.0.0.1"), &h), ip("10.0.0.1"));
+    }
+
+    #[test]
+    fn entries_with_ports_and_brackets() {
+        let c = trusting(&["10.0.0.0/8"]);
+        for (entry, want) in [
+            ("198.51.100.1:4711", "198.51.100.1"),
+            ("[2001:db8::1]:4711", "2001:db8::1"),
+            ("[2001:db8::1]", "2001:db8::1"),
+            (" 2001:db8::1 ", "2001:db8::1"),
+            ("::ffff:198.51.100.1", "198.51.100.1"),
+        ] {
+            assert_eq!(
+                c.resolve(ip("10.0.0.1"), &xff(&[entry])),
+                ip(want),
+                "{entry}"
+            );
+        }
+    }
+
+    #[test]
+    fn mapped_peers_are_ipv4_and_match_ipv4_blocks() {
+        let c = trusting(&["10.0.0.0/8"])
+            .with_ipv6_prefix(64)
+            .expect("valid");
+        let h = xff(&["198.51.100.1"]);
+        assert_eq!(c.resolve(ip("::ffff:10.0.0.1"), &h), ip("198.51.100.1"));
+        // never grouped into one ::ffff:0:0/64 bucket
+        let a = c.client_ip(ip("::ffff:192.0.2.1"), &HeaderMap::new());
+        assert_eq!(a.to_string(), "192.0.2.1");
+    }
+
+    #[test]
+    fn ipv6_grouping() {
+        let c = ClientIpConfig::new().with_ipv6_prefix(64).expect("valid");
+        let none = HeaderMap::new();
+        let a = c.client_ip(ip("2001:db8:1:2::1"), &none);
+        let b = c.client_ip(ip("2001:db8:1:2:ffff::9"), &none);
+        let other = c.client_ip(ip("2001:db8:1:3::1"), &none);
+        assert_eq!(a, b);
+        assert_ne!(a, other);
+        assert_eq!(a.to_string(), "2001:db8:1:2::/64");
+        let full = ClientIpConfig::new().client_ip(ip("2001:db8::1"), &none);
+        assert_eq!(full.to_string(), "2001:db8::1");
+        assert_eq!(
+            ClientIpConfig::new()
+                .with_ipv6_prefix(0)
+                .expect("valid")
+                .client_ip(ip("2001:db8::1"), &none)
+                .to_string(),
+            "::/0"
+        );
+        assert!(ClientIpConfig::new().with_ipv6_prefix(129).is_err());
+    }
+
+    fn req(build: http::request::Builder) -> Request<()> {
+        build.body(()).expect("request")
+    }
+
+    #[test]
+    fn every_part_and_the_joining() {
+        let k: KeyExtractor = "client_ip+header:x-api-key+path+method+host"
+            .parse()
+            .expect("valid");
+        let r = req(Request::post("/a%2F+b?q=1")
+            .header("x-api-key", "k1")
+            .header("x-api-key", "k2")
+            .header("host", "API.Example.com.:8443"));
+        let ip = ClientIp::new(ip("192.0.2.1"), 128);
+        let key = k.extract(&r, Some(ip), MissingKey::Empty).expect("key");
+        assert_eq!(
+            String::from_utf8(key).expect("utf8"),
+            "192.0.2.1+k1, k2+/a%252F%2Bb+POST+api.example.com"
+        );
+    }
+
+    #[test]
+    fn escaping_makes_the_joining_unambiguous() {
+        let k: KeyExtractor = "header:a+header:b".parse().expect("valid");
+        let one = req(Request::get("/").header("a", "x+y").header("b", ""));
+        let two = req(Request::get("/").header("a", "x").header("b", "y"));
+        let k1 = k.extract(&one, None, MissingKey::Empty).expect("key");
+        let k2 = k.extract(&two, None, MissingKey::Empty).expect("key");
+        assert_ne!(k1, k2);
+        assert_eq!(k1, b"x%2By+");
+        assert_eq!(k2, b"x+y");
+    }
+
+    #[test]
+    fn host_from_uri_wins_and_v6_hosts_keep_brackets() {
+        let k: KeyExtractor = "host".parse().expect("valid");
+        let r = req(Request::get("http://Origin.example:80/p").header("host", "other"));
+        assert_eq!(
+            k.extract(&r, None, MissingKey::Empty).expect("key"),
+            b"origin.example"
+        );
+        let r = req(Request::get("/").header("host", "[2001:DB8::1]:8080"));
+        assert_eq!(
+            k.extract(&r, None, MissingKey::Empty).expect("key"),
+            b"[2001:db8::1]"
+        );
+    }
+
+    #[test]
+    fn missing_parts_follow_the_policy() {
+        let k: KeyExtractor = "header:x-api-key+host".parse().expect("valid");
+        let r = req(Request::get("/"));
+        assert_eq!(k.extract(&r, None, MissingKey::Empty).expect("key"), b"+");
+        assert_eq!(
+            k.extract(&r, None, MissingKey::Reject),
+            Err(KeyError::Missing(KeyPart::Header("x-api-key".into())))
+        );
+        let r = req(Request::get("/").header("x-api-key", ""));
+        assert_eq!(
+            k.extract(&r, None, MissingKey::Reject),
+            Err(KeyError::Missing(KeyPart::Header("x-api-key".into())))
+        );
+        let r = req(Request::get("/").header("x-api-key", "k"));
+        assert_eq!(
+            k.extract(&r, None, MissingKey::Reject),
+            Err(KeyError::Missing(KeyPart::Host))
+        );
+        let ipk: KeyExtractor = "client_ip".parse().expect("valid");
+        assert!(ipk.uses_client_ip());
+        assert!(!k.uses_client_ip());
+        assert_eq!(
+            ipk.extract(&r, None, MissingKey::Empty),
+            Err(KeyError::NoClientIp)
+        );
+    }
+}
