@@ -22,5 +22,16 @@
 
 pub mod cidr;
 pub mod extract;
+mod future;
 pub mod headers;
 pub mod key;
+mod layer;
+pub mod response;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::{
+    ConfigError, OnStoreError, PeerAddr, PeerAddrFn, RateLimitLayer, Verdict, VerdictFuture,
+    default_peer_addr,
+};
+pub use service::RateLimit;

@@ -1,0 +1,459 @@
+//! [`RateLimitLayer`]: the configuration, shared by every clone.
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::{Extensions, HeaderMap, Request, Response, StatusCode};
+use tollgate::{Check, Decision, Error, Limiter, MAX_KEY_LEN, Rule, Store};
+use tower_layer::Layer;
+
+use crate::extract::{ClientIpConfig, KeyError, MissingKey};
+use crate::headers::{HeaderOptions, insert_headers};
+use crate::key::KeyExtractor;
+use crate::response::{
+    DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED, problem,
+    store_unavailable, too_many_requests,
+};
+use crate::service::RateLimit;
+
+/// What a request gets when the store fails (times out, is unreachable,
+/// answers garbage).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OnStoreError {
+    /// Let it through (fail open, the default) and mark the response with
+    /// `tollgate-degraded: store-unavailable`; no RateLimit headers, since
+    /// nothing was decided.
+    #[default]
+    Allow,
+    /// Refuse it (fail closed): `503 Service Unavailable`, `Retry-After: 1`
+    /// and a problem+json body.
+    Deny,
+}
+
+/// The peer address of a request, as an extension. The layer's default
+/// peer lookup reads it (or a bare [`SocketAddr`] extension); a hyper
+/// server inserts it per connection, or see [`RateLimitLayer::with_peer_addr`]
+/// to read another extension (axum's `ConnectInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Reads the peer address from request extensions.
+pub type PeerAddrFn = fn(&Extensions) -> Option<SocketAddr>;
+
+/// The default peer lookup: a [`PeerAddr`] extension, else a [`SocketAddr`]
+/// one.
+#[must_use]
+pub fn default_peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
+    extensions
+        .get::<PeerAddr>()
+        .map(|p| p.0)
+        .or_else(|| extensions.get::<SocketAddr>().copied())
+}
+
+/// Why a [`RateLimitLayer`] could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No rules: the layer would decide nothing.
+    NoRules,
+    /// The limiter has no rule of this name.
+    UnknownRule(String),
+    /// The rule is named twice (its RateLimit header members would clash).
+    DuplicateRule(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoRules => f.write_str("a rate limit layer needs at least one rule"),
+            ConfigError::UnknownRule(name) => {
+                write!(f, "the limiter has no rule named {name:?}")
+            }
+            ConfigError::DuplicateRule(name) => write!(f, "rule {name:?} is named twice"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What the layer decided about a request, before any inner service runs:
+/// [`RateLimitLayer::decide`]. For a front door that is not a tower
+/// service (the reverse proxy) to do exactly what the layer does.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Pass the request on, then add these headers to its response:
+    /// `RateLimit-Policy` and `RateLimit` (and legacy ones if configured),
+    /// or `tollgate-degraded: store-unavailable` when the store failed
+    /// under [`OnStoreError::Allow`].
+    Admit {
+        /// Headers to add to the response, replacing any of the same name:
+        /// `response.headers_mut().extend(headers)`.
+        headers: HeaderMap,
+    },
+    /// Answer this instead: 429 (denied), 503 (store failed under
+    /// [`OnStoreError::Deny`]), 400 (missing key under
+    /// [`MissingKey::Reject`], key too long) or 500 (no peer address for a
+    /// `client_ip` key).
+    Respond(Response<String>),
+}
+
+/// The boxed future of [`RateLimitLayer::decide`].
+pub type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
+
+struct RuleKey {
+    name: String,
+    index: usize,
+    extractor: KeyExtractor,
+}
+
+pub(crate) struct Shared<S> {
+    limiter: Arc<Limiter<S>>,
+    rules: Arc<[RuleKey]>,
+    needs_client_ip: bool,
+    client_ip: ClientIpConfig,
+    header_options: HeaderOptions,
+    on_store_error: OnStoreError,
+    missing_key: MissingKey,
+    peer_addr: PeerAddrFn,
+}
+
+impl<S> Clone for Shared<S> {
+    fn clone(&self) -> Self {
+        Self {
+            limiter: Arc::clone(&self.limiter),
+            rules: Arc::clone(&self.rules),
+            needs_client_ip: self.needs_client_ip,
+            client_ip: self.client_ip.clone(),
+            header_options: self.header_options,
+            on_store_error: self.on_store_error,
+            missing_key: self.missing_key,
+            peer_addr: self.peer_addr,
+        }
+    }
+}
+
+/// A tower [`Layer`] that checks every request against a set of rules,
+/// all-or-nothing, in one [`Limiter::check_all`].
+///
+/// Every clone of the layer and of the services it makes shares ONE
+/// [`Limiter`] (an [`Arc`]), so a limit of 5 admits 5 requests however many
+/// times axum or hyper clone the service (tower's own `RateLimit` keeps its
+/// state per clone: axum#2634). The decision is made in `call`, never in
+/// `poll_ready`, which only asks the inner service.
+///
+/// An admitted request goes to the inner service, and its response gets
+/// `RateLimit-Policy` and `RateLimit` with one member per rule. A denied one
+/// is answered `429 Too Many Requests` by [`too_many_requests`]. A store
+/// failure follows [`OnStoreError`]. See [`crate::extract`] for how keys are
+/// built.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use std::time::Duration;
+/// # use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+/// use tollgate_tower::{OnStoreError, RateLimitLayer};
+/// use tollgate_tower::extract::{ClientIpConfig, MissingKey};
+///
+/// let limiter = Arc::new(Limiter::new(MemoryStore::new(), [
+///     RuleSpec::new("per_key", Algorithm::Gcra, 100, Duration::from_secs(1)).build()?,
+///     RuleSpec::new("per_ip", Algorithm::Gcra, 20, Duration::from_secs(1)).build()?,
+/// ])?);
+/// let layer = RateLimitLayer::new(limiter, [
+///     ("per_key", "header:x-api-key".parse()?),
+///     ("per_ip", "client_ip".parse()?),
+/// ])?
+/// .with_client_ip(ClientIpConfig::new().with_trusted_proxies(["10.0.0.0/8".parse()?]))
+/// .with_missing_key(MissingKey::Reject)
+/// .with_on_store_error(OnStoreError::Deny);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct RateLimitLayer<S> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S> Clone for RateLimitLayer<S> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S> fmt::Debug for RateLimitLayer<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &*self.shared;
+        f.debug_struct("RateLimitLayer")
+            .field(
+                "rules",
+                &s.rules
+                    .iter()
+                    .map(|r| (r.name.as_str(), r.extractor.to_string()))
+                    .collect::<Vec<_>>(),
+            )
+            .field("client_ip", &s.client_ip)
+            .field("header_options", &s.header_options)
+            .field("on_store_error", &s.on_store_error)
+            .field("missing_key", &s.missing_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> RateLimitLayer<S> {
+    /// A layer checking every request against `rules`: (rule name, key
+    /// extractor) pairs, each rule one of `limiter`'s. Defaults: no trusted
+    /// proxies, no IPv6 grouping, [`HeaderOptions::default`],
+    /// [`OnStoreError::Allow`], [`MissingKey::Empty`], peer address from
+    /// [`default_peer_addr`].
+    ///
+    /// # Errors
+    /// No rules, a name the limiter does not know, or a name given twice.
+    pub fn new<N: Into<String>>(
+        limiter: Arc<Limiter<S>>,
+        rules: impl IntoIterator<Item = (N, KeyExtractor)>,
+    ) -> Result<Self, ConfigError> {
+        let mut keyed: Vec<RuleKey> = Vec::new();
+        for (name, extractor) in rules {
+            let name = name.into();
+            let Some(index) = limiter.rules().iter().position(|r| r.name() == name) else {
+                return Err(ConfigError::UnknownRule(name));
+            };
+            if keyed.iter().any(|r| r.name == name) {
+                return Err(ConfigError::DuplicateRule(name));
+            }
+            keyed.push(RuleKey {
+                name,
+                index,
+                extractor,
+            });
+        }
+        if keyed.is_empty() {
+            return Err(ConfigError::NoRules);
+        }
+        Ok(Self {
+            shared: Arc::new(Shared {
+                limiter,
+                needs_client_ip: keyed.iter().any(|r| r.extractor.uses_client_ip()),
+                rules: keyed.into(),
+                client_ip: ClientIpConfig::new(),
+                header_options: HeaderOptions::default(),
+                on_store_error: OnStoreError::default(),
+                missing_key: MissingKey::default(),
+                peer_addr: default_peer_addr,
+            }),
+        })
+    }
+}
+
+impl<S> RateLimitLayer<S> {
+    fn edit(mut self, f: impl FnOnce(&mut Shared<S>)) -> Self {
+        f(Arc::make_mut(&mut self.shared));
+        self
+    }
+
+    /// How `client_ip` is found: trusted proxies and IPv6 grouping.
+    #[must_use]
+    pub fn with_client_ip(self, config: ClientIpConfig) -> Self {
+        self.edit(|s| s.client_ip = config)
+    }
+
+    /// Which headers besides the standard ones to write.
+    #[must_use]
+    pub fn with_header_options(self, options: HeaderOptions) -> Self {
+        self.edit(|s| s.header_options = options)
+    }
+
+    /// What a request gets when the store fails.
+    #[must_use]
+    pub fn with_on_store_error(self, policy: OnStoreError) -> Self {
+        self.edit(|s| s.on_store_error = policy)
+    }
+
+    /// What a request missing a key header (or host) gets.
+    #[must_use]
+    pub fn with_missing_key(self, policy: MissingKey) -> Self {
+        self.edit(|s| s.missing_key = policy)
+    }
+
+    /// Where the peer address comes from. With axum, served with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`:
+    ///
+    /// ```ignore
+    /// layer.with_peer_addr(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0))
+    /// ```
+    #[must_use]
+    pub fn with_peer_addr(self, peer_addr: PeerAddrFn) -> Self {
+        self.edit(|s| s.peer_addr = peer_addr)
+    }
+
+    /// The shared limiter.
+    #[must_use]
+    pub fn limiter(&self) -> &Arc<Limiter<S>> {
+        &self.shared.limiter
+    }
+
+    /// The (rule name, key extractor) pairs, in check order.
+    pub fn rules(&self) -> impl Iterator<Item = (&str, &KeyExtractor)> {
+        self.shared
+            .rules
+            .iter()
+            .map(|r| (r.name.as_str(), &r.extractor))
+    }
+
+    /// The client address configuration.
+    #[must_use]
+    pub fn client_ip(&self) -> &ClientIpConfig {
+        &self.shared.client_ip
+    }
+
+    /// The failure policy.
+    #[must_use]
+    pub fn on_store_error(&self) -> OnStoreError {
+        self.shared.on_store_error
+    }
+
+    /// The missing-key policy.
+    #[must_use]
+    pub fn missing_key(&self) -> MissingKey {
+        self.shared.missing_key
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared<S>> {
+        &self.shared
+    }
+}
+
+impl<S: Store> RateLimitLayer<S> {
+    /// Decides `req` as the layer's service would, without calling anything:
+    /// builds every rule's key from the request head (the peer address from
+    /// the extensions, see [`RateLimitLayer::with_peer_addr`]), then checks
+    /// them all-or-nothing in one [`Limiter::check_all`] at cost 1. The
+    /// future owns what it needs; the request can be moved on at once.
+    pub fn decide<B>(&self, req: &Request<B>) -> VerdictFuture {
+        self.shared.decide(req)
+    }
+}
+
+impl<S: Store> Shared<S> {
+    pub(crate) fn decide<B>(self: &Arc<Self>, req: &Request<B>) -> VerdictFuture {
+        match self.keys(req) {
+            Err(response) => Box::pin(std::future::ready(Verdict::Respond(*response))),
+            Ok(keys) => {
+                let shared = Arc::clone(self);
+                Box::pin(async move { shared.check(&keys).await })
+            }
+        }
+    }
+
+    /// Every rule's key, or the response that refuses the request.
+    fn keys<B>(&self, req: &Request<B>) -> Result<Vec<Vec<u8>>, Box<Response<String>>> {
+        let client_ip = if self.needs_client_ip {
+            (self.peer_addr)(req.extensions())
+                .map(|peer| self.client_ip.client_ip(peer.ip(), req.headers()))
+        } else {
+            None
+        };
+        let mut keys = Vec::with_capacity(self.rules.len());
+        for rule in self.rules.iter() {
+            let key = match rule.extractor.extract(req, client_ip, self.missing_key) {
+                Ok(key) => key,
+                Err(KeyError::Missing(part)) => {
+                    return Err(Box::new(problem(
+                        StatusCode::BAD_REQUEST,
+                        MISSING_KEY,
+                        "Bad Request",
+                        &format!(
+                            "{}, which rule \"{}\" keys on ({}).",
+                            KeyError::Missing(part),
+                            rule.name,
+                            rule.extractor
+                        ),
+                    )));
+                }
+                Err(e) => return Err(Box::new(internal(&e.to_string()))),
+            };
+            if key.len() > MAX_KEY_LEN {
+                return Err(Box::new(key_too_long(&rule.name, key.len())));
+            }
+            keys.push(key);
+        }
+        Ok(keys)
+    }
+
+    async fn check(&self, keys: &[Vec<u8>]) -> Verdict {
+        let checks: Vec<Check<'_>> = self
+            .rules
+            .iter()
+            .zip(keys)
+            .map(|(rule, key)| Check::new(&rule.name, key))
+            .collect();
+        match self.limiter.check_all(&checks).await {
+            Ok(multi) => {
+                let all = self.limiter.rules();
+                let pairs: Vec<(&Rule, &Decision)> = self
+                    .rules
+                    .iter()
+                    .zip(&multi.decisions)
+                    .map(|(rule, d)| (&all[rule.index], d))
+                    .collect();
+                if multi.allowed {
+                    let mut headers = HeaderMap::new();
+                    insert_headers(&mut headers, &pairs, None, self.header_options);
+                    Verdict::Admit { headers }
+                } else {
+                    Verdict::Respond(too_many_requests(&pairs, self.header_options))
+                }
+            }
+            Err(Error::Store(_)) => match self.on_store_error {
+                OnStoreError::Allow => {
+                    let mut headers = HeaderMap::new();
+                    headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
+                    Verdict::Admit { headers }
+                }
+                OnStoreError::Deny => Verdict::Respond(store_unavailable()),
+            },
+            Err(Error::KeyTooLong { len }) => Verdict::Respond(key_too_long("", len)),
+            // Unknown rules and empty checks are refused when the layer is
+            // built; anything else is a bug, not the client's fault.
+            Err(e) => Verdict::Respond(internal(&e.to_string())),
+        }
+    }
+}
+
+fn key_too_long(rule: &str, len: usize) -> Response<String> {
+    let detail = if rule.is_empty() {
+        format!("The request's key is {len} bytes; keys are limited to {MAX_KEY_LEN} bytes.")
+    } else {
+        format!(
+            "The request's key for rule \"{rule}\" is {len} bytes; keys are limited to \
+             {MAX_KEY_LEN} bytes."
+        )
+    };
+    problem(
+        StatusCode::BAD_REQUEST,
+        KEY_TOO_LONG,
+        "Bad Request",
+        &detail,
+    )
+}
+
+fn internal(detail: &str) -> Response<String> {
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "about:blank",
+        "Internal Server Error",
+        detail,
+    )
+}
+
+impl<S: Store, I> Layer<I> for RateLimitLayer<S> {
+    type Service = RateLimit<S, I>;
+
+    fn layer(&self, inner: I) -> Self::Service {
+        RateLimit::new(inner, self.clone())
+    }
+}

@@ -1,0 +1,97 @@
+//! [`RateLimit`]: the service the layer wraps around yours.
+
+use std::fmt;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tollgate::{Limiter, Store};
+use tower_service::Service;
+
+use crate::future::ResponseFuture;
+use crate::layer::RateLimitLayer;
+
+/// The rate-limiting service made by [`RateLimitLayer`]. Cloning it is
+/// cheap (an [`Arc`](std::sync::Arc) and the inner service's clone) and
+/// every clone shares one [`Limiter`].
+///
+/// `poll_ready` only asks the inner service: a rate-limited request is
+/// answered with 429, never held back by backpressure. `call` moves the
+/// inner service that was polled ready into the response future and keeps
+/// a fresh clone for the next call (tower's clone-and-swap), so the ready
+/// one is the one called once the check admits the request.
+///
+/// The response body `ResB` must be `From<String>` to carry a 429, 503 or
+/// 400 problem+json body: axum's `Body`, `http_body_util::Full<Bytes>` and
+/// `String` are. For another body, map it (`MapResponseBody`) before this
+/// layer.
+pub struct RateLimit<S, I> {
+    inner: I,
+    layer: RateLimitLayer<S>,
+}
+
+impl<S, I> RateLimit<S, I> {
+    /// Wraps `inner` with `layer`'s configuration.
+    pub fn new(inner: I, layer: RateLimitLayer<S>) -> Self {
+        Self { inner, layer }
+    }
+
+    /// The shared limiter.
+    pub fn limiter(&self) -> &std::sync::Arc<Limiter<S>> {
+        self.layer.limiter()
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &I {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut I {
+        &mut self.inner
+    }
+
+    /// The inner service, unwrapped.
+    pub fn into_inner(self) -> I {
+        self.inner
+    }
+}
+
+impl<S, I: Clone> Clone for RateLimit<S, I> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S, I: fmt::Debug> fmt::Debug for RateLimit<S, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, I, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, I>
+where
+    S: Store,
+    I: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: From<String>,
+{
+    type Response = Response<ResB>;
+    type Error = I::Error;
+    type Future = ResponseFuture<I, ReqB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let fresh = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, fresh);
+        let verdict = self.layer.shared().decide(&req);
+        ResponseFuture::new(verdict, ready, req)
+    }
+}
