@@ -22,13 +22,18 @@
 //!   sliding log is never cut: the log cap may be exceeded by the entries of
 //!   the keys the current check wrote (at most their rules' `limit` each).
 //!
-//! An idle GCRA key costs one table entry (16-byte fingerprint and 8-byte
-//! state, plus a control byte) at the table's load factor: under 64 bytes,
-//! whatever the key's length.
+//! GCRA keys live in a table of their own: open addressing over 24-byte
+//! slots holding the fingerprint next to the state, at most 4/5 full, so a
+//! held key is found in one cache line and an idle key costs 30 to 60 bytes,
+//! whatever the key's length. The other algorithms' states are boxed, in a
+//! general hash map.
 //!
 //! The hot path is not generic: [`MemoryStore::check_sync`] reads the clock
 //! and calls into code compiled once in this crate, where the algorithm step
-//! inlines into the compare-and-swap loop.
+//! inlines into the compare-and-swap loop. Between reading a GCRA state and
+//! swapping it there is only the step's verdict; the decision is computed
+//! after the shard's lock is released, so threads on one key hold the lock
+//! and the state's cache line as briefly as possible.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -48,12 +53,6 @@ use crate::time::{Clock, Micros, MonotonicClock};
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 /// Default cap on sliding-log entries held across all keys.
 pub const DEFAULT_MAX_LOG_ENTRIES: usize = 4_000_000;
-
-/// The most shards a store has: their index is 24 bits of a fingerprint.
-const MAX_SHARDS: usize = 1 << 24;
-
-/// Where in a fingerprint's first word the shard index starts.
-const SHARD_SHIFT: u32 = 32;
 
 /// A (rule, key) fingerprint. Hashed by its first word: it is already random.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -188,17 +187,12 @@ impl Sip13 {
         v[0] ^= m;
     }
 
-    /// The hash of `fingerprint_input(name, key)`, computed from the parts.
+    /// The hash of `fingerprint_input(name, key)`, computed from the parts;
+    /// never [`EMPTY`]: that one fingerprint becomes (0, 1), which then
+    /// shares a key's state with one other input in 2^128, as any
+    /// collision would.
     #[inline]
     fn fingerprint(&self, name: &[u8], key: &[u8]) -> Fp {
-        let (h1, v) = self.first_half(name, key);
-        Fp(h1, Self::second_half(v))
-    }
-
-    /// Everything up to the first output word: the input, then the first
-    /// three finalization rounds. Returns that word and the state.
-    #[inline(always)]
-    fn first_half(&self, name: &[u8], key: &[u8]) -> (u64, [u64; 4]) {
         let mut v = self.v;
         let (head, rest) = name.split_at(name.len().min(7));
         Self::absorb(&mut v, le_word(head) | (name.len() as u64) << 56);
@@ -221,17 +215,13 @@ impl Sip13 {
         Self::round(&mut v);
         Self::round(&mut v);
         Self::round(&mut v);
-        (v[0] ^ v[1] ^ v[2] ^ v[3], v)
-    }
-
-    /// The second output word from the state [`Sip13::first_half`] left.
-    #[inline]
-    fn second_half(mut v: [u64; 4]) -> u64 {
+        let h1 = v[0] ^ v[1] ^ v[2] ^ v[3];
         v[1] ^= 0xdd;
         Self::round(&mut v);
         Self::round(&mut v);
         Self::round(&mut v);
-        v[0] ^ v[1] ^ v[2] ^ v[3]
+        let fp = Fp(h1, v[0] ^ v[1] ^ v[2] ^ v[3]);
+        if fp == EMPTY { Fp(0, 1) } else { fp }
     }
 }
 
@@ -257,9 +247,138 @@ fn entries_delta(before: usize, after: usize) -> isize {
     isize::try_from(after).unwrap_or(isize::MAX) - isize::try_from(before).unwrap_or(isize::MAX)
 }
 
+/// The fingerprint marking an empty slot of a [`GcraTable`]; no key has it
+/// (see `Sip13::fingerprint`).
+const EMPTY: Fp = Fp(0, 0);
+
+/// One key of a [`GcraTable`]: its fingerprint and its `tat`, 24 bytes.
+#[derive(Debug)]
+struct GcraSlot {
+    fp: Fp,
+    tat: AtomicU64,
+}
+
+impl GcraSlot {
+    fn empty() -> Self {
+        Self {
+            fp: EMPTY,
+            tat: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The GCRA keys of a shard: open addressing with linear probing over
+/// slots that hold the fingerprint next to the state, so finding a key
+/// reads one cache line (a general hash map keeps its probe bytes in a
+/// separate array: two misses per check on a large store). Slots change
+/// only under the shard's exclusive lock; `tat` is updated by
+/// compare-and-swap under the shared lock. At most 4/5 full, at least 2/5
+/// after growing: 30 to 60 bytes per key.
+#[derive(Debug, Default)]
+struct GcraTable {
+    /// Empty, or a power of two of slots.
+    slots: Box<[GcraSlot]>,
+    len: usize,
+}
+
+impl GcraTable {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Where `fp`'s probe starts: the low bits of its first word (the shard
+    /// index is taken from the second).
+    #[inline]
+    fn start(&self, fp: Fp) -> usize {
+        let mask = self.slots.len() - 1;
+        usize::try_from(fp.0 & mask as u64).unwrap_or(mask)
+    }
+
+    /// The state of `fp`, if held.
+    #[inline]
+    fn get(&self, fp: Fp) -> Option<&AtomicU64> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.start(fp);
+        loop {
+            let slot = &self.slots[i];
+            if slot.fp == fp {
+                return Some(&slot.tat);
+            }
+            if slot.fp == EMPTY {
+                return None;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The state of `fp`, inserted as 0 (an empty GCRA state) if not held.
+    fn get_or_insert(&mut self, fp: Fp) -> &mut AtomicU64 {
+        if (self.len + 1) * 5 > self.slots.len() * 4 {
+            self.rebuild((self.slots.len() * 2).max(8), |_, _| true);
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = self.start(fp);
+        while self.slots[i].fp != fp && self.slots[i].fp != EMPTY {
+            i = (i + 1) & mask;
+        }
+        if self.slots[i].fp == EMPTY {
+            self.slots[i].fp = fp;
+            self.len += 1;
+        }
+        &mut self.slots[i].tat
+    }
+
+    /// Every key held and its `tat`.
+    fn iter(&mut self) -> impl Iterator<Item = (Fp, Micros)> + '_ {
+        self.slots
+            .iter_mut()
+            .filter(|s| s.fp != EMPTY)
+            .map(|s| (s.fp, *s.tat.get_mut()))
+    }
+
+    /// Keeps the keys for which `keep(fp, tat)` holds (asked twice per
+    /// key: it must not change its answer).
+    fn retain(&mut self, mut keep: impl FnMut(Fp, Micros) -> bool) {
+        let dropped = self.iter().filter(|&(fp, tat)| !keep(fp, tat)).count();
+        if dropped > 0 {
+            self.rebuild(self.slots.len(), keep);
+        }
+    }
+
+    /// Gives memory back when at most a quarter full.
+    fn shrink(&mut self) {
+        if self.len * 4 <= self.slots.len() {
+            let mut size = 8;
+            while self.len * 5 > size * 2 {
+                size *= 2;
+            }
+            let size = if self.len == 0 { 0 } else { size };
+            self.rebuild(size, |_, _| true);
+        }
+    }
+
+    /// Moves the kept keys to `size` new slots.
+    fn rebuild(&mut self, size: usize, mut keep: impl FnMut(Fp, Micros) -> bool) {
+        let old = std::mem::replace(
+            &mut self.slots,
+            (0..size).map(|_| GcraSlot::empty()).collect(),
+        );
+        self.len = 0;
+        for mut slot in old {
+            let tat = *slot.tat.get_mut();
+            if slot.fp != EMPTY && keep(slot.fp, tat) {
+                *self.get_or_insert(slot.fp).get_mut() = tat;
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Table {
-    gcra: FpMap<AtomicU64>,
+    gcra: GcraTable,
     other: FpMap<Box<Mutex<Slot>>>,
     /// Sliding-log entries held by `other`.
     log_entries: AtomicUsize,
@@ -284,7 +403,7 @@ impl Table {
 
     /// Drops every key whose state is back to empty/full at `t`.
     fn drop_expired(&mut self, t: Micros) {
-        self.gcra.retain(|_, tat| *tat.get_mut() > t);
+        self.gcra.retain(|_, tat| tat > t);
         let mut freed = 0;
         self.other.retain(|_, slot| {
             let slot = slot.get_mut();
@@ -297,17 +416,10 @@ impl Table {
         *self.log_entries.get_mut() -= freed;
     }
 
-    /// Removes one key, returning whether it was held.
-    fn remove(&mut self, fp: Fp) -> bool {
-        if self.gcra.remove(&fp).is_some() {
-            return true;
-        }
-        match self.other.remove(&fp) {
-            Some(mut slot) => {
-                *self.log_entries.get_mut() -= slot.get_mut().state.log_entries();
-                true
-            }
-            None => false,
+    /// Removes one key of another algorithm than GCRA.
+    fn remove_other(&mut self, fp: Fp) {
+        if let Some(mut slot) = self.other.remove(&fp) {
+            *self.log_entries.get_mut() -= slot.get_mut().state.log_entries();
         }
     }
 
@@ -317,9 +429,9 @@ impl Table {
         let mut candidates: Vec<(Micros, Fp)> = Vec::with_capacity(self.len());
         candidates.extend(
             self.gcra
-                .iter_mut()
+                .iter()
                 .filter(|(fp, _)| !protect.contains(fp))
-                .map(|(fp, tat)| (*tat.get_mut(), *fp)),
+                .map(|(fp, tat)| (tat, fp)),
         );
         candidates.extend(
             self.other
@@ -334,8 +446,12 @@ impl Table {
         if n < candidates.len() {
             candidates.select_nth_unstable(n - 1);
         }
-        for &(_, fp) in &candidates[..n] {
-            self.remove(fp);
+        let mut evicted: Vec<Fp> = candidates[..n].iter().map(|c| c.1).collect();
+        evicted.sort_unstable();
+        self.gcra
+            .retain(|fp, _| evicted.binary_search(&fp).is_err());
+        for fp in evicted {
+            self.remove_other(fp);
         }
     }
 
@@ -357,7 +473,7 @@ impl Table {
             if *self.log_entries.get_mut() <= target {
                 break;
             }
-            self.remove(fp);
+            self.remove_other(fp);
         }
     }
 }
@@ -414,8 +530,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
-    /// How many shards (rounded down to a power of two, at most `max_keys`
-    /// and 2^24).
+    /// How many shards (rounded down to a power of two, at most `max_keys`).
     #[must_use]
     pub fn shards(mut self, n: usize) -> Self {
         self.shards = n.max(1);
@@ -425,14 +540,14 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// Builds the store.
     #[must_use]
     pub fn build(self) -> MemoryStore<C> {
-        let wanted = self.shards.min(self.max_keys).clamp(1, MAX_SHARDS);
+        let wanted = self.shards.min(self.max_keys).max(1);
         let shards = 1usize << wanted.ilog2();
         let random = std::collections::hash_map::RandomState::new();
         MemoryStore {
             clock: self.clock,
             core: Core {
                 shards: (0..shards).map(|_| Shard::default()).collect(),
-                shard_mask: shards as u64 - 1,
+                shard_bits: shards.ilog2(),
                 shard_cap: self.max_keys / shards,
                 shard_log_cap: (self.max_log_entries / shards).max(1),
                 sip: Sip13::new(
@@ -465,8 +580,7 @@ pub struct MemoryStore<C = MonotonicClock> {
 /// every crate that names a clock type.
 struct Core {
     shards: Box<[Shard]>,
-    /// `shards.len() - 1`.
-    shard_mask: u64,
+    shard_bits: u32,
     shard_cap: usize,
     shard_log_cap: usize,
     /// SipHash-1-3 keyed with the store's random secret.
@@ -507,17 +621,25 @@ impl Default for MemoryStore<MonotonicClock> {
 }
 
 /// GCRA on one atomic word: compare-and-swap until the state we decided on
-/// is the state we replace.
+/// is the state we replace. Returns that state: the check's decision is the
+/// step's on it.
+///
+/// The loop uses only the step's verdict and next state (the rest of the
+/// step is dead code here and compiled out); the caller computes the
+/// decision (its `remaining` is a division) from the returned state after
+/// releasing the shard. Between reading the state and swapping it there is
+/// thus as little as possible, so contending threads rarely retry. The step
+/// is pure: the two computations agree.
 #[inline]
-fn gcra_cas(rule: &Rule, cell: &AtomicU64, t: Micros, cost: u64) -> Decision {
+fn gcra_cas(rule: &Rule, cell: &AtomicU64, t: Micros, cost: u64) -> GcraState {
     let mut current = cell.load(Ordering::Acquire);
     loop {
         let (decision, next) = gcra::check(rule, Some(GcraState { tat: current }), t, cost);
         if !decision.allowed || next.tat == current {
-            return decision;
+            return GcraState { tat: current };
         }
         match cell.compare_exchange_weak(current, next.tat, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return decision,
+            Ok(_) => return GcraState { tat: current },
             Err(actual) => current = actual,
         }
     }
@@ -601,9 +723,7 @@ impl Core {
             let mut table = shard.0.write();
             table.drop_expired(t);
             // Removing keys frees no memory; rebuild tables left mostly empty.
-            if table.gcra.len() * 4 < table.gcra.capacity() {
-                table.gcra.shrink_to_fit();
-            }
+            table.gcra.shrink();
             if table.other.len() * 4 < table.other.capacity() {
                 table.other.shrink_to_fit();
             }
@@ -621,17 +741,11 @@ impl Core {
         self.sip.fingerprint(rule.name().as_bytes(), key)
     }
 
+    /// The shard of a fingerprint: the top bits of its second word (tables
+    /// use the first).
     #[inline]
     fn shard_index(&self, fp: Fp) -> usize {
-        self.shard_of(fp.0)
-    }
-
-    /// The shard of a fingerprint, from its first word alone (so the lock
-    /// can be taken while the second is computed): bits 32 and up, clear of
-    /// the low bits and the top 7 that the shard's table uses.
-    #[inline]
-    fn shard_of(&self, h1: u64) -> usize {
-        usize::try_from((h1 >> SHARD_SHIFT) & self.shard_mask).unwrap_or(0)
+        usize::try_from(fp.1.checked_shr(64 - self.shard_bits).unwrap_or(0)).unwrap_or(0)
     }
 
     /// Makes room after inserting, keeping `protect` (the keys just written).
@@ -664,19 +778,19 @@ impl Core {
     }
 
     /// The GCRA path: a held key is one compare-and-swap under the shared
-    /// lock.
+    /// lock; its decision is computed after the lock is released.
     #[inline]
     fn check_gcra(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
-        let (h1, v) = self.sip.first_half(rule.name().as_bytes(), key);
-        let shard = &self.shards[self.shard_of(h1)];
+        let fp = self.fingerprint(rule, key);
+        let shard = &self.shards[self.shard_index(fp)];
         let table = shard.0.read();
-        // The fingerprint's second word is computed while the lock is taken.
-        let fp = Fp(h1, Sip13::second_half(v));
-        let Some(cell) = table.gcra.get(&fp) else {
+        let Some(cell) = table.gcra.get(fp) else {
             drop(table);
             return self.create(shard, rule, fp, cost, t);
         };
-        gcra_cas(rule, cell, t, cost)
+        let replaced = gcra_cas(rule, cell, t, cost);
+        drop(table);
+        gcra::check(rule, Some(replaced), t, cost).0
     }
 
     /// The other algorithms: a held key is updated under its own mutex,
@@ -723,7 +837,7 @@ impl Core {
     /// creating the key if needed.
     fn commit_locked(table: &mut Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
-            let cell = table.gcra.entry(fp).or_insert_with(|| AtomicU64::new(0));
+            let cell = table.gcra.get_or_insert(fp);
             let (decision, next) = gcra::check(
                 rule,
                 Some(GcraState {
@@ -756,7 +870,7 @@ impl Core {
     /// shard, changing nothing.
     fn evaluate_locked(table: &Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
-            let tat = table.gcra.get(&fp).map(|c| GcraState {
+            let tat = table.gcra.get(fp).map(|c| GcraState {
                 tat: c.load(Ordering::Acquire),
             });
             return gcra::check(rule, tat, t, cost).0;
@@ -926,6 +1040,40 @@ mod tests {
                 assert!(seen.insert(fp));
             }
         }
+    }
+
+    #[test]
+    fn gcra_table_finds_inserts_grows_and_drops() {
+        let mut table = GcraTable::default();
+        assert!(table.get(Fp(1, 1)).is_none());
+        // Colliding starts (same low bits) probe on; many keys force growth.
+        let fps: Vec<Fp> = (1..=1000u64).map(|i| Fp(i << 40 | 5, i)).collect();
+        for (i, &fp) in fps.iter().enumerate() {
+            *table.get_or_insert(fp).get_mut() = i as u64 + 100;
+            assert_eq!(table.len(), i + 1);
+            assert!(table.len() * 5 <= table.slots.len() * 4);
+        }
+        *table.get_or_insert(fps[7]).get_mut() += 0;
+        assert_eq!(table.len(), 1000);
+        for (i, &fp) in fps.iter().enumerate() {
+            let tat = table.get(fp).map(|c| c.load(Ordering::Relaxed));
+            assert_eq!(tat, Some(i as u64 + 100));
+        }
+        assert!(table.get(Fp(5, 5)).is_none());
+        table.retain(|_, tat| tat % 2 == 0);
+        assert_eq!(table.len(), 500);
+        for (i, &fp) in fps.iter().enumerate() {
+            assert_eq!(table.get(fp).is_some(), i % 2 == 0, "{i}");
+        }
+        table.retain(|_, tat| tat < 200);
+        table.shrink();
+        assert_eq!(table.len(), 50);
+        assert!(table.slots.len() <= 256, "{}", table.slots.len());
+        assert_eq!(table.iter().count(), 50);
+        table.retain(|_, _| false);
+        table.shrink();
+        assert_eq!((table.len(), table.slots.len()), (0, 0));
+        assert!(table.get(fps[0]).is_none());
     }
 
     #[test]
