@@ -1,0 +1,545 @@
+//! The layer through tower alone: one limit for every clone, readiness,
+//! 429 / headers / problem+json, all-or-nothing rules, missing keys and the
+//! store failure policies.
+
+mod common;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use common::{get, limiter, member, members, ok_service, peek, problem_body, rule, send};
+use http::header::RETRY_AFTER;
+use http::{Request, Response, StatusCode};
+use tollgate::store::KeyCheck;
+use tollgate::{
+    Algorithm, Decision, Limiter, Micros, MultiDecision, Rule, Store, StoreError, StoreErrorKind,
+};
+use tollgate_tower::extract::MissingKey;
+use tollgate_tower::headers::{HeaderOptions, X_RATELIMIT_REMAINING};
+use tollgate_tower::{ConfigError, OnStoreError, RateLimitLayer, Verdict};
+use tower::{Layer, Service, ServiceExt};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn key(name: &str) -> tollgate_tower::key::KeyExtractor {
+    name.parse().expect("key extractor")
+}
+
+#[tokio::test]
+async fn clones_share_one_limit() {
+    let (limiter, _clock) = limiter([rule("per_key", Algorithm::Gcra, 5, HOUR)]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let layer =
+        RateLimitLayer::new(limiter, [("per_key", key("header:x-api-key"))]).expect("layer");
+    let svc = layer.layer(ok_service(calls.clone()));
+    // Ten clones of the service (and one of the layer), three requests each,
+    // all at once: the limit is the limiter's, not the clone's.
+    let mut clones: Vec<_> = (0..9).map(|_| svc.clone()).collect();
+    clones.push(layer.clone().layer(ok_service(calls.clone())));
+    let mut tasks = Vec::new();
+    for clone in clones {
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = 0;
+            for _ in 0..3 {
+                let req = Request::get("/")
+                    .header("x-api-key", "alice")
+                    .body(String::new())
+                    .expect("request");
+                if send(&clone, req).await.status() == StatusCode::OK {
+                    admitted += 1;
+                }
+            }
+            admitted
+        }));
+    }
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.expect("task");
+    }
+    assert_eq!(admitted, 5);
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+}
+
+/// An inner service that is ready only when `gate` is open, and panics when
+/// called without having been polled ready (tower's contract). A clone
+/// starts not ready.
+struct Gated {
+    gate: Arc<AtomicBool>,
+    polled_ready: bool,
+}
+
+impl Clone for Gated {
+    fn clone(&self) -> Self {
+        Self {
+            gate: self.gate.clone(),
+            polled_ready: false,
+        }
+    }
+}
+
+impl Service<Request<String>> for Gated {
+    type Response = Response<String>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Response<String>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        if self.gate.load(Ordering::SeqCst) {
+            self.polled_ready = true;
+            Poll::Ready(Ok(()))
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn call(&mut self, _req: Request<String>) -> Self::Future {
+        assert!(self.polled_ready, "called without poll_ready");
+        self.polled_ready = false;
+        std::future::ready(Ok(Response::new(String::new())))
+    }
+}
+
+fn poll_once<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
+    f.poll(&mut Context::from_waker(Waker::noop()))
+}
+
+#[tokio::test]
+async fn readiness_is_the_inner_services_and_the_ready_one_is_called() {
+    let (limiter, _clock) = limiter([rule("r", Algorithm::Gcra, 1, HOUR)]);
+    let gate = Arc::new(AtomicBool::new(false));
+    let mut svc = RateLimitLayer::new(limiter, [("r", key("path"))])
+        .expect("layer")
+        .layer(Gated {
+            gate: gate.clone(),
+            polled_ready: false,
+        });
+    let mut cx = Context::from_waker(Waker::noop());
+    // Not ready while the inner is not...
+    assert!(svc.poll_ready(&mut cx).is_pending());
+    gate.store(true, Ordering::SeqCst);
+    assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    // ...and the inner that was polled ready is the one called: `Gated`
+    // panics otherwise.
+    let mut fut = svc.call(Request::new(String::new()));
+    let Poll::Ready(Ok(first)) = poll_once(Pin::new(&mut fut)) else {
+        panic!("memory store answers at once");
+    };
+    assert_eq!(first.status(), StatusCode::OK);
+    // The limit is exhausted, yet the service is still ready: a limited
+    // request is answered 429, never held back in poll_ready.
+    assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+    let mut fut = svc.call(Request::new(String::new()));
+    let Poll::Ready(Ok(second)) = poll_once(Pin::new(&mut fut)) else {
+        panic!("memory store answers at once");
+    };
+    assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn a_denial_is_429_with_headers_retry_after_and_problem_json() {
+    // GCRA 4 per 10 s: T = 2.5 s, so the first denial waits 2.5 s.
+    let (limiter, clock) = limiter([rule("per_key", Algorithm::Gcra, 4, Duration::from_secs(10))]);
+    let svc = RateLimitLayer::new(limiter, [("per_key", key("header:x-api-key"))])
+        .expect("layer")
+        .layer(ok_service(Arc::default()));
+    let req = || {
+        Request::get("/")
+            .header("x-api-key", "alice")
+            .body(String::new())
+            .expect("request")
+    };
+
+    let first = send(&svc, req()).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.body(), "ok");
+    assert_eq!(
+        members(&first.headers()["ratelimit-policy"]),
+        [member("per_key", &[("q", 4), ("w", 10)])]
+    );
+    // 3 left; back to full in 2.5 s, rounded up.
+    assert_eq!(
+        members(&first.headers()["ratelimit"]),
+        [member("per_key", &[("r", 3), ("t", 3)])]
+    );
+    assert!(!first.headers().contains_key(RETRY_AFTER));
+
+    for _ in 0..3 {
+        assert_eq!(send(&svc, req()).await.status(), StatusCode::OK);
+    }
+    let denied = send(&svc, req()).await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    // 2.5 s, rounded up to whole seconds.
+    assert_eq!(denied.headers()[RETRY_AFTER], "3");
+    assert_eq!(
+        members(&denied.headers()["ratelimit-policy"]),
+        [member("per_key", &[("q", 4), ("w", 10)])]
+    );
+    assert_eq!(
+        members(&denied.headers()["ratelimit"]),
+        [member("per_key", &[("r", 0), ("t", 10)])]
+    );
+    let body = problem_body(&denied);
+    assert_eq!(body["type"], "https://tollgate.dev/problems/quota-exceeded");
+    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["violated"], serde_json::json!(["per_key"]));
+    let detail = body["detail"].as_str().expect("detail");
+    assert!(
+        detail.contains("per_key") && detail.contains("3 seconds"),
+        "{detail}"
+    );
+
+    // The wait is exact: 1 ms early is still denied, on time is admitted.
+    clock.advance(Duration::from_millis(2499));
+    let early = send(&svc, req()).await;
+    assert_eq!(early.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(early.headers()[RETRY_AFTER], "1", "at least 1 second");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(send(&svc, req()).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn legacy_headers_when_asked() {
+    let (limiter, _clock) = limiter([rule("r", Algorithm::FixedWindow, 3, HOUR)]);
+    let svc = RateLimitLayer::new(limiter, [("r", key("method"))])
+        .expect("layer")
+        .with_header_options(HeaderOptions { legacy: true })
+        .layer(ok_service(Arc::default()));
+    let r = send(&svc, Request::new(String::new())).await;
+    assert_eq!(r.headers()[X_RATELIMIT_REMAINING], "2");
+    assert!(r.headers().contains_key("x-ratelimit-limit"));
+    assert!(r.headers().contains_key("x-ratelimit-reset"));
+}
+
+#[tokio::test]
+async fn several_rules_are_all_or_nothing() {
+    let (limiter, _clock) = limiter([
+        rule("per_key", Algorithm::Gcra, 10, HOUR),
+        rule("per_path", Algorithm::SlidingLog, 1, HOUR),
+    ]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::new(
+        limiter.clone(),
+        [
+            ("per_key", key("header:x-api-key")),
+            ("per_path", key("path")),
+        ],
+    )
+    .expect("layer")
+    .layer(ok_service(calls.clone()));
+    let req = |path: &str| {
+        Request::get(path)
+            .header("x-api-key", "k")
+            .body(String::new())
+            .expect("request")
+    };
+
+    let ok = send(&svc, req("/a")).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(
+        members(&ok.headers()["ratelimit"]),
+        [
+            member("per_key", &[("r", 9), ("t", 360)]),
+            member("per_path", &[("r", 0), ("t", 3600)]),
+        ]
+    );
+    assert_eq!(peek(&limiter, "per_key", "k").await.remaining, 9);
+
+    // per_path denies: per_key consumes nothing, however often.
+    for _ in 0..3 {
+        let denied = send(&svc, req("/a")).await;
+        assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            problem_body(&denied)["violated"],
+            serde_json::json!(["per_path"])
+        );
+        // One member per rule, the admitting one included.
+        let names: Vec<_> = members(&denied.headers()["ratelimit-policy"])
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(names, ["per_key", "per_path"]);
+        assert_eq!(denied.headers()[RETRY_AFTER], "3600");
+    }
+    assert_eq!(peek(&limiter, "per_key", "k").await.remaining, 9);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // Another path is another per_path bucket; per_key goes on from 9.
+    assert_eq!(send(&svc, req("/b")).await.status(), StatusCode::OK);
+    assert_eq!(peek(&limiter, "per_key", "k").await.remaining, 8);
+}
+
+#[tokio::test]
+async fn a_missing_header_keys_by_the_empty_value_by_default() {
+    let (limiter, _clock) = limiter([rule("per_key", Algorithm::Gcra, 1, HOUR)]);
+    let svc = RateLimitLayer::new(limiter.clone(), [("per_key", key("header:x-api-key"))])
+        .expect("layer")
+        .layer(ok_service(Arc::default()));
+    let bare = || Request::new(String::new());
+    assert_eq!(send(&svc, bare()).await.status(), StatusCode::OK);
+    // Every request without the header shares the "" bucket...
+    assert_eq!(
+        send(&svc, bare()).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(peek(&limiter, "per_key", "").await.remaining, 0);
+    // ...and one with a key has its own.
+    let keyed = Request::get("/")
+        .header("x-api-key", "k")
+        .body(String::new())
+        .expect("request");
+    assert_eq!(send(&svc, keyed).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn missing_key_reject_answers_400_and_consumes_nothing() {
+    let (limiter, _clock) = limiter([
+        rule("per_path", Algorithm::Gcra, 5, HOUR),
+        rule("per_key", Algorithm::Gcra, 5, HOUR),
+    ]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::new(
+        limiter.clone(),
+        [
+            ("per_path", key("path")),
+            ("per_key", key("header:x-api-key")),
+        ],
+    )
+    .expect("layer")
+    .with_missing_key(MissingKey::Reject)
+    .layer(ok_service(calls.clone()));
+    for req in [
+        Request::get("/p").body(String::new()),
+        Request::get("/p")
+            .header("x-api-key", "")
+            .body(String::new()),
+    ] {
+        let r = send(&svc, req.expect("request")).await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        let body = problem_body(&r);
+        assert_eq!(body["type"], "https://tollgate.dev/problems/missing-key");
+        assert_eq!(body["status"], 400);
+        let detail = body["detail"].as_str().expect("detail");
+        assert!(
+            detail.contains("x-api-key") && detail.contains("per_key"),
+            "{detail}"
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(peek(&limiter, "per_path", "/p").await.remaining, 5);
+    let ok = Request::get("/p")
+        .header("x-api-key", "k")
+        .body(String::new())
+        .expect("request");
+    assert_eq!(send(&svc, ok).await.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_key_over_the_size_limit_is_400() {
+    let (limiter, _clock) = limiter([rule("per_key", Algorithm::Gcra, 5, HOUR)]);
+    let svc = RateLimitLayer::new(limiter, [("per_key", key("header:x-api-key"))])
+        .expect("layer")
+        .layer(ok_service(Arc::default()));
+    let long = "k".repeat(tollgate::MAX_KEY_LEN + 1);
+    let r = send(
+        &svc,
+        Request::get("/")
+            .header("x-api-key", long)
+            .body(String::new())
+            .expect("request"),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        problem_body(&r)["type"],
+        "https://tollgate.dev/problems/key-too-long"
+    );
+}
+
+#[tokio::test]
+async fn client_ip_without_a_peer_address_is_a_500_not_a_shared_bucket() {
+    let (limiter, _clock) = limiter([rule("per_ip", Algorithm::Gcra, 5, HOUR)]);
+    let layer =
+        RateLimitLayer::new(limiter.clone(), [("per_ip", key("client_ip"))]).expect("layer");
+    let svc = layer.clone().layer(ok_service(Arc::default()));
+    let r = send(&svc, Request::new(String::new())).await;
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        problem_body(&r)["detail"]
+            .as_str()
+            .expect("detail")
+            .contains("peer address")
+    );
+
+    // PeerAddr (or a bare SocketAddr) extension by default...
+    let r = send(
+        &svc,
+        get("/", "192.0.2.1:5000").body(String::new()).expect("r"),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let bare = Request::get("/")
+        .extension(
+            "192.0.2.1:5001"
+                .parse::<std::net::SocketAddr>()
+                .expect("addr"),
+        )
+        .body(String::new())
+        .expect("request");
+    assert_eq!(send(&svc, bare).await.status(), StatusCode::OK);
+    assert_eq!(peek(&limiter, "per_ip", "192.0.2.1").await.remaining, 3);
+
+    // ...or wherever `with_peer_addr` looks (axum's ConnectInfo, say).
+    #[derive(Clone)]
+    struct MyConnInfo(std::net::SocketAddr);
+    let svc = layer
+        .with_peer_addr(|ext| ext.get::<MyConnInfo>().map(|c| c.0))
+        .layer(ok_service(Arc::default()));
+    let req = Request::get("/")
+        .extension(MyConnInfo("198.51.100.1:1".parse().expect("addr")))
+        .body(String::new())
+        .expect("request");
+    assert_eq!(send(&svc, req).await.status(), StatusCode::OK);
+    assert_eq!(peek(&limiter, "per_ip", "198.51.100.1").await.remaining, 4);
+}
+
+/// A test double for a store that is down: every check fails. (Not a Redis
+/// mock: the Redis store's own failures are tested against real servers in
+/// the core crate.)
+struct FailingStore;
+
+impl Store for FailingStore {
+    async fn check(
+        &self,
+        _rule: &Rule,
+        _key: &[u8],
+        _cost: u64,
+        _at: Option<Micros>,
+    ) -> Result<Decision, StoreError> {
+        Err(StoreError::new(
+            StoreErrorKind::Unavailable,
+            "test double: down",
+        ))
+    }
+
+    async fn check_all(
+        &self,
+        _checks: &[KeyCheck<'_>],
+        _at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        Err(StoreError::new(
+            StoreErrorKind::Timeout,
+            "test double: down",
+        ))
+    }
+}
+
+fn failing_layer() -> RateLimitLayer<FailingStore> {
+    let limiter =
+        Limiter::new(FailingStore, [rule("r", Algorithm::Gcra, 5, HOUR)]).expect("limiter");
+    RateLimitLayer::new(Arc::new(limiter), [("r", key("path"))]).expect("layer")
+}
+
+#[tokio::test]
+async fn store_failure_allow_passes_with_the_degraded_header() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    // Allow is the default.
+    let layer = failing_layer();
+    assert_eq!(layer.on_store_error(), OnStoreError::Allow);
+    let svc = layer.layer(ok_service(calls.clone()));
+    let r = send(&svc, Request::new(String::new())).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.body(), "ok");
+    assert_eq!(r.headers()["tollgate-degraded"], "store-unavailable");
+    assert!(!r.headers().contains_key("ratelimit"));
+    assert!(!r.headers().contains_key("ratelimit-policy"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn store_failure_deny_is_503_with_retry_after_1() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = failing_layer()
+        .with_on_store_error(OnStoreError::Deny)
+        .layer(ok_service(calls.clone()));
+    let r = send(&svc, Request::new(String::new())).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.headers()[RETRY_AFTER], "1");
+    let body = problem_body(&r);
+    assert_eq!(
+        body["type"],
+        "https://tollgate.dev/problems/store-unavailable"
+    );
+    assert_eq!(body["status"], 503);
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn decide_is_what_the_service_does() {
+    let (limiter, _clock) = limiter([rule("r", Algorithm::Gcra, 1, HOUR)]);
+    let layer = RateLimitLayer::new(limiter, [("r", key("path"))]).expect("layer");
+    let req = Request::get("/x").body(()).expect("request");
+    let Verdict::Admit { headers } = layer.decide(&req).await else {
+        panic!("first request admitted");
+    };
+    assert_eq!(headers["ratelimit"], "\"r\";r=0;t=3600");
+    let mut response = Response::new(());
+    response
+        .headers_mut()
+        .insert("ratelimit", "stale".parse().expect("v"));
+    response.headers_mut().extend(headers);
+    assert_eq!(response.headers()["ratelimit"], "\"r\";r=0;t=3600");
+    match layer.decide(&req).await {
+        Verdict::Respond(r) => {
+            assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(r.headers()[RETRY_AFTER], "3600");
+        }
+        other => panic!("second request denied, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_layer_with_bad_rules_cannot_be_built() {
+    let (limiter, _clock) = limiter([rule("a", Algorithm::Gcra, 1, HOUR)]);
+    let none: [(&str, _); 0] = [];
+    assert_eq!(
+        RateLimitLayer::new(limiter.clone(), none).expect_err("no rules"),
+        ConfigError::NoRules
+    );
+    assert_eq!(
+        RateLimitLayer::new(limiter.clone(), [("b", key("path"))]).expect_err("unknown"),
+        ConfigError::UnknownRule("b".into())
+    );
+    assert_eq!(
+        RateLimitLayer::new(limiter, [("a", key("path")), ("a", key("method"))])
+            .expect_err("twice"),
+        ConfigError::DuplicateRule("a".into())
+    );
+}
+
+#[tokio::test]
+async fn the_service_is_ready_at_once_when_limited() {
+    let (limiter, _clock) = limiter([rule("r", Algorithm::Gcra, 1, HOUR)]);
+    let mut svc = RateLimitLayer::new(limiter, [("r", key("path"))])
+        .expect("layer")
+        .layer(ok_service(Arc::default()));
+    for expected in [
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+        StatusCode::TOO_MANY_REQUESTS,
+    ] {
+        let ready = tokio::time::timeout(Duration::from_secs(5), svc.ready())
+            .await
+            .expect("ready at once")
+            .expect("infallible");
+        let r = ready
+            .call(Request::new(String::new()))
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), expected);
+    }
+}
