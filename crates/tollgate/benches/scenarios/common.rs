@@ -128,16 +128,22 @@ pub(crate) fn measured(id: &str) -> bool {
     SAMPLES.lock().expect("samples lock").contains_key(id)
 }
 
-/// The two peers run in turn, `rounds` times `iters` checks each, so load
-/// from elsewhere on a shared machine falls on both alike. Returns the
+/// The two peers run in turn, [`PAIRED_ROUNDS`] times `iters` checks each,
+/// so load from elsewhere on a shared machine falls on both alike. Returns the
 /// median time per check of each and the median of the per-round ratios.
 pub(crate) fn paired(ours: &mut Runner, theirs: &mut Runner, iters: u64) -> Paired {
     ours(iters / 4);
     theirs(iters / 4);
     let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..PAIRED_ROUNDS {
-        let x = per_check_ns(iters, ours(iters));
-        let y = per_check_ns(iters, theirs(iters));
+    for round in 0..PAIRED_ROUNDS {
+        // Who goes first alternates, so neither always follows the other.
+        let (x, y) = if round % 2 == 0 {
+            let x = per_check_ns(iters, ours(iters));
+            (x, per_check_ns(iters, theirs(iters)))
+        } else {
+            let y = per_check_ns(iters, theirs(iters));
+            (per_check_ns(iters, ours(iters)), y)
+        };
         a.push(x);
         b.push(y);
         ratios.push(x / y);
@@ -150,7 +156,7 @@ pub(crate) fn paired(ours: &mut Runner, theirs: &mut Runner, iters: u64) -> Pair
 }
 
 /// Rounds of the paired measurement.
-const PAIRED_ROUNDS: usize = 31;
+const PAIRED_ROUNDS: usize = 61;
 
 /// The result of [`paired`].
 #[derive(Debug, Clone, Copy)]

@@ -1,6 +1,5 @@
 //! tollgate's in-memory store, every algorithm, on each scenario.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{Algorithm, FakeClock, MemoryStore, Rule, RuleSpec};
@@ -69,7 +68,7 @@ pub(crate) fn runner(algorithm: Algorithm, scenario: Scenario) -> Runner {
             })
         }
         Scenario::TwoThreads => {
-            let store = Arc::new(store(&clock));
+            let store = store(&clock);
             common::two_threads(move |_, i| {
                 tick(algorithm, &clock, i);
                 std::hint::black_box(store.check_sync(&rule, key, 1, None));

@@ -191,7 +191,7 @@ impl Sip13 {
     /// never [`EMPTY`]: that one fingerprint becomes (0, 1), which then
     /// shares a key's state with one other input in 2^128, as any
     /// collision would.
-    #[inline]
+    #[inline(always)]
     fn fingerprint(&self, name: &[u8], key: &[u8]) -> Fp {
         let mut v = self.v;
         let (head, rest) = name.split_at(name.len().min(7));
