@@ -34,6 +34,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::Path;
 use std::str::FromStr;
@@ -46,6 +47,7 @@ use toml::de::{DeTable, DeValue};
 use crate::cidr::Cidr;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
+use crate::upstream::Upstream;
 
 /// Default `[store] url`.
 pub const DEFAULT_STORE_URL: &str = "memory";
@@ -55,6 +57,16 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 pub const DEFAULT_PREFIX: &str = "tollgate";
 /// The longest `[store] prefix` accepted, in bytes.
 pub const MAX_PREFIX_LEN: usize = 64;
+/// Where the HTTP API listens when no front door is named anywhere.
+pub const DEFAULT_HTTP_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+/// Default `[proxy] ipv6_prefix`: an IPv6 client is one /64, the block a
+/// single subscriber is usually given.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+/// Default `[proxy] connect_timeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default `[proxy] response_timeout`.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a check answers when the store fails (`on_error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -116,6 +128,10 @@ pub struct StoreConfig {
     /// `max_keys`: the memory store's cap on keys held (default
     /// [`tollgate::store::memory::DEFAULT_MAX_KEYS`]).
     pub max_keys: usize,
+    /// `replicas`: how many replicas share the store (default 1). With
+    /// `on_error = "local"` each replica falls back to an in-process limiter
+    /// with every rule's quota divided by this.
+    pub replicas: u64,
 }
 
 impl Default for StoreConfig {
@@ -126,6 +142,7 @@ impl Default for StoreConfig {
             on_error: OnError::Allow,
             prefix: DEFAULT_PREFIX.to_owned(),
             max_keys: tollgate::store::memory::DEFAULT_MAX_KEYS,
+            replicas: 1,
         }
     }
 }
@@ -143,11 +160,104 @@ pub struct RuleConfig {
     pub line: usize,
 }
 
-/// `[proxy]`: settings of the reverse proxy.
+/// `[http]`: settings of the HTTP API.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HttpConfig {
+    /// `listen`: the API's address (`--http` overrides it).
+    pub listen: Option<SocketAddr>,
+    /// `legacy_headers`: also send `X-RateLimit-Limit/Remaining/Reset`
+    /// (on the API's answers and the proxy's responses).
+    pub legacy_headers: bool,
+}
+
+/// What the proxy does with a request that lacks a header a rule keys on
+/// (`[proxy] on_missing_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnMissingKey {
+    /// Key the rule by the empty value: every such request shares one
+    /// bucket. The default (CONTRACT.md: never an error).
+    #[default]
+    Empty,
+    /// The rule does not apply to the request.
+    Skip,
+    /// Answer 400 (problem+json) naming the header.
+    Reject,
+}
+
+impl OnMissingKey {
+    /// The name used in config files.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnMissingKey::Empty => "empty",
+            OnMissingKey::Skip => "skip",
+            OnMissingKey::Reject => "reject",
+        }
+    }
+}
+
+impl fmt::Display for OnMissingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OnMissingKey {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "empty" => Ok(OnMissingKey::Empty),
+            "skip" => Ok(OnMissingKey::Skip),
+            "reject" => Ok(OnMissingKey::Reject),
+            _ => Err(format!(
+                "unknown on_missing_key {s:?}; expected empty, skip or reject"
+            )),
+        }
+    }
+}
+
+/// `[proxy]`: settings of the reverse proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyConfig {
+    /// `listen`: the proxy's address (`--proxy` overrides it).
+    pub listen: Option<SocketAddr>,
+    /// `upstream`: where admitted requests go (`--upstream` overrides it).
+    pub upstream: Option<Upstream>,
     /// `trusted_proxies`: peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<Cidr>,
+    /// `ipv6_prefix`: IPv6 client addresses are keyed by their first this
+    /// many bits (default 64), so one subscriber cannot rotate addresses
+    /// inside its block to get fresh buckets.
+    pub ipv6_prefix: u8,
+    /// `on_missing_key`: a request lacking a header a rule keys on.
+    pub on_missing_key: OnMissingKey,
+    /// `connect_timeout`: the longest wait for a connection to the upstream
+    /// before answering 502 (default 1s).
+    pub connect_timeout: Duration,
+    /// `response_timeout`: the longest wait for the upstream's response
+    /// headers before answering 504 (default 60s).
+    pub response_timeout: Duration,
+    /// `append_forwarded_for`: append the peer's address to
+    /// `X-Forwarded-For` on forwarded requests (default false: headers are
+    /// forwarded unchanged).
+    pub append_forwarded_for: bool,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            upstream: None,
+            trusted_proxies: Vec::new(),
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            on_missing_key: OnMissingKey::Empty,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            append_forwarded_for: false,
+        }
+    }
 }
 
 /// A validated config file.
@@ -157,6 +267,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[[rules]]`, in file order; at least one, names unique.
     pub rules: Vec<RuleConfig>,
+    /// `[http]`.
+    pub http: HttpConfig,
     /// `[proxy]`.
     pub proxy: ProxyConfig,
 }
@@ -297,8 +409,10 @@ pub fn format_duration(d: Duration) -> String {
     format!("{ms}ms")
 }
 
-const ROOT_FIELDS: &[&str] = &["store", "rules", "proxy"];
-const STORE_FIELDS: &[&str] = &["url", "timeout", "on_error", "prefix", "max_keys"];
+const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy"];
+const STORE_FIELDS: &[&str] = &[
+    "url", "timeout", "on_error", "prefix", "max_keys", "replicas",
+];
 const RULE_FIELDS: &[&str] = &[
     "name",
     "algorithm",
@@ -308,7 +422,17 @@ const RULE_FIELDS: &[&str] = &[
     "key",
     "on_error",
 ];
-const PROXY_FIELDS: &[&str] = &["trusted_proxies"];
+const HTTP_FIELDS: &[&str] = &["listen", "legacy_headers"];
+const PROXY_FIELDS: &[&str] = &[
+    "listen",
+    "upstream",
+    "trusted_proxies",
+    "ipv6_prefix",
+    "on_missing_key",
+    "connect_timeout",
+    "response_timeout",
+    "append_forwarded_for",
+];
 
 type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -463,6 +587,16 @@ impl<'a> Checker<'a> {
                 }
             },
         };
+        let http = match root.get("http") {
+            None => Some(HttpConfig::default()),
+            Some(value) => match value.get_ref() {
+                DeValue::Table(t) => self.http(t),
+                _ => {
+                    self.wrong_type(value, "http", "a table ([http])");
+                    None
+                }
+            },
+        };
         let proxy = match root.get("proxy") {
             None => Some(ProxyConfig::default()),
             Some(value) => match value.get_ref() {
@@ -477,6 +611,7 @@ impl<'a> Checker<'a> {
         Some(Config {
             store: store?,
             rules: rules?,
+            http: http?,
             proxy: proxy?,
         })
     }
@@ -519,13 +654,105 @@ impl<'a> Checker<'a> {
                 Err(_) => self.error(&span, "store.max_keys", "max_keys is too large"),
             }
         }
+        if let Some((n, _)) = self.positive(t, path, "replicas") {
+            store.replicas = n;
+        }
         (self.errors.len() == before).then_some(store)
     }
 
-    fn proxy(&mut self, t: &DeTable<'_>) -> Option<ProxyConfig> {
+    /// The value of `key` in `table` as a boolean; reports a wrong type.
+    fn boolean(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<bool> {
+        let value = table.get(key)?;
+        if let Some(b) = value.get_ref().as_bool() {
+            Some(b)
+        } else {
+            self.wrong_type(value, &join(path, key), "a boolean (true or false)");
+            None
+        }
+    }
+
+    /// The value of `key` in `table` as a duration of at least 1 ms.
+    fn duration(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<Duration> {
+        let (s, span) = self.string(table, path, key)?;
+        match tollgate::parse_duration(s) {
+            Ok(d) if d < Duration::from_millis(1) => {
+                self.error(
+                    &span,
+                    join(path, key),
+                    format!("{key} must be at least 1ms"),
+                );
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.error(&span, join(path, key), e);
+                None
+            }
+        }
+    }
+
+    /// The value of `key` in `table` as an `IP:PORT` socket address.
+    fn socket_addr(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<SocketAddr> {
+        let (s, span) = self.string(table, path, key)?;
+        match parse_listen(s) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                self.error(&span, join(path, key), e);
+                None
+            }
+        }
+    }
+
+    fn http(&mut self, t: &DeTable<'_>) -> Option<HttpConfig> {
+        let path = "http";
         let before = self.errors.len();
-        self.unknown_fields(t, "proxy", PROXY_FIELDS);
-        let mut proxy = ProxyConfig::default();
+        self.unknown_fields(t, path, HTTP_FIELDS);
+        let http = HttpConfig {
+            listen: self.socket_addr(t, path, "listen"),
+            legacy_headers: self.boolean(t, path, "legacy_headers").unwrap_or(false),
+        };
+        (self.errors.len() == before).then_some(http)
+    }
+
+    fn proxy(&mut self, t: &DeTable<'_>) -> Option<ProxyConfig> {
+        let path = "proxy";
+        let before = self.errors.len();
+        self.unknown_fields(t, path, PROXY_FIELDS);
+        let mut proxy = ProxyConfig {
+            listen: self.socket_addr(t, path, "listen"),
+            ..ProxyConfig::default()
+        };
+        if let Some((s, span)) = self.string(t, path, "upstream") {
+            match s.parse::<Upstream>() {
+                Ok(u) => proxy.upstream = Some(u),
+                Err(e) => self.error(&span, "proxy.upstream", e),
+            }
+        }
+        if let Some((n, span)) = self.positive(t, path, "ipv6_prefix") {
+            match u8::try_from(n) {
+                Ok(n) if n <= 128 => proxy.ipv6_prefix = n,
+                _ => self.error(
+                    &span,
+                    "proxy.ipv6_prefix",
+                    format!("ipv6_prefix must be from 1 to 128, got {n}"),
+                ),
+            }
+        }
+        if let Some((s, span)) = self.string(t, path, "on_missing_key") {
+            match s.parse() {
+                Ok(p) => proxy.on_missing_key = p,
+                Err(e) => self.error(&span, "proxy.on_missing_key", e),
+            }
+        }
+        if let Some(d) = self.duration(t, path, "connect_timeout") {
+            proxy.connect_timeout = d;
+        }
+        if let Some(d) = self.duration(t, path, "response_timeout") {
+            proxy.response_timeout = d;
+        }
+        if let Some(b) = self.boolean(t, path, "append_forwarded_for") {
+            proxy.append_forwarded_for = b;
+        }
         if let Some(value) = t.get("trusted_proxies") {
             match value.get_ref() {
                 DeValue::Array(items) => {
@@ -735,6 +962,17 @@ impl<'a> Checker<'a> {
     }
 }
 
+/// Parses a listen address, `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`);
+/// port 0 asks the system for a free one.
+///
+/// # Errors
+/// Anything else, with an example of the expected form.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse().map_err(|_| {
+        format!("{s:?} is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")")
+    })
+}
+
 fn check_prefix(prefix: &str) -> Result<(), String> {
     if prefix.is_empty() {
         return Err("prefix must not be empty".to_owned());
@@ -866,7 +1104,7 @@ on_error = 1
             "t.toml:3: store.timeout: timeout must be at least 1ms",
             "t.toml:4: store.on_error: unknown on_error \"maybe\"; expected allow, deny or local",
             "t.toml:5: store.prefix: prefix \"{x}\" contains '{'; only A-Z a-z 0-9 _ . : - are allowed",
-            "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys",
+            "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas",
             "t.toml:9: rules[0].name: name \"a b\" contains ' '; only A-Z a-z 0-9 _ . - are allowed",
             "t.toml:10: rules[0].algorithm: unknown algorithm \"leaky\"; expected one of gcra, token_bucket, fixed_window, sliding_window, sliding_log",
             "t.toml:11: rules[0].limit: limit must be at least 1, got -3",
@@ -877,6 +1115,102 @@ on_error = 1
             "t.toml:24: rules[2].name: rule name \"b\" is already used by rules[1] (line 16)",
             "t.toml:27: rules[2].period: period 0ns is shorter than the minimum 1ms",
             "t.toml:28: rules[2].on_error: expected a string, found integer",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn http_and_proxy_sections() {
+        let c = Config::parse(
+            r#"
+[store]
+replicas = 3
+
+[http]
+listen = "127.0.0.1:9090"
+legacy_headers = true
+
+[proxy]
+listen = "[::1]:8081"
+upstream = "http://127.0.0.1:9000/app"
+ipv6_prefix = 56
+on_missing_key = "skip"
+connect_timeout = "250ms"
+response_timeout = "2m"
+append_forwarded_for = true
+
+[[rules]]
+name = "a"
+algorithm = "gcra"
+limit = 1
+period = "1s"
+"#,
+            "t.toml",
+        )
+        .expect("valid");
+        assert_eq!(c.store.replicas, 3);
+        assert_eq!(c.http.listen, Some("127.0.0.1:9090".parse().expect("addr")));
+        assert!(c.http.legacy_headers);
+        let p = &c.proxy;
+        assert_eq!(p.listen, Some("[::1]:8081".parse().expect("addr")));
+        assert_eq!(
+            p.upstream.as_ref().map(ToString::to_string).as_deref(),
+            Some("http://127.0.0.1:9000/app")
+        );
+        assert_eq!(p.ipv6_prefix, 56);
+        assert_eq!(p.on_missing_key, OnMissingKey::Skip);
+        assert_eq!(p.connect_timeout, Duration::from_millis(250));
+        assert_eq!(p.response_timeout, Duration::from_secs(120));
+        assert!(p.append_forwarded_for);
+        let d = Config::parse(
+            "[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n",
+            "t.toml",
+        )
+        .expect("valid");
+        assert_eq!(d.http, HttpConfig::default());
+        assert_eq!(d.proxy.ipv6_prefix, 64);
+        assert_eq!(d.proxy.connect_timeout, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn http_and_proxy_problems_have_lines() {
+        let got = errors(
+            r#"[store]
+replicas = 0
+
+[http]
+listen = "localhost:80"
+legacy_headers = "yes"
+port = 1
+
+[proxy]
+listen = "127.0.0.1"
+upstream = "https://x"
+ipv6_prefix = 129
+on_missing_key = "drop"
+connect_timeout = "0ms"
+response_timeout = "soon"
+append_forwarded_for = 1
+
+[[rules]]
+name = "a"
+algorithm = "gcra"
+limit = 1
+period = "1s"
+"#,
+        );
+        let want = [
+            "t.toml:2: store.replicas: replicas must be at least 1",
+            "t.toml:5: http.listen: \"localhost:80\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+            "t.toml:6: http.legacy_headers: expected a boolean (true or false), found string",
+            "t.toml:7: http.port: unknown field; expected one of listen, legacy_headers",
+            "t.toml:10: proxy.listen: \"127.0.0.1\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+            "t.toml:11: proxy.upstream: upstream \"https://x\": https upstreams are not supported yet; use http://host:port",
+            "t.toml:12: proxy.ipv6_prefix: ipv6_prefix must be from 1 to 128, got 129",
+            "t.toml:13: proxy.on_missing_key: unknown on_missing_key \"drop\"; expected empty, skip or reject",
+            "t.toml:14: proxy.connect_timeout: connect_timeout must be at least 1ms",
+            "t.toml:15: proxy.response_timeout: duration \"soon\" must start with a whole number, e.g. \"250ms\" or \"1s\"",
+            "t.toml:16: proxy.append_forwarded_for: expected a boolean (true or false), found integer",
         ];
         assert_eq!(got, want);
     }

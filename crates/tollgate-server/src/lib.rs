@@ -13,6 +13,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod replay;
+pub mod upstream;
 pub mod validate;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.

@@ -78,14 +78,60 @@ pub fn summary(config: &Config, file: &str) -> String {
         store.prefix,
         store.max_keys
     );
-    if !config.proxy.trusted_proxies.is_empty() {
-        let list: Vec<String> = config
-            .proxy
+    if store.replicas != 1 {
+        let _ = writeln!(out, "store: replicas {}", store.replicas);
+    }
+    let http = &config.http;
+    if http.listen.is_some() || http.legacy_headers {
+        let mut parts = Vec::new();
+        if let Some(listen) = http.listen {
+            parts.push(format!("listen {listen}"));
+        }
+        if http.legacy_headers {
+            parts.push("legacy_headers".to_owned());
+        }
+        let _ = writeln!(out, "http: {}", parts.join(", "));
+    }
+    let proxy = &config.proxy;
+    let defaults = crate::config::ProxyConfig::default();
+    let mut parts = Vec::new();
+    if let Some(listen) = proxy.listen {
+        parts.push(format!("listen {listen}"));
+    }
+    if let Some(upstream) = &proxy.upstream {
+        parts.push(format!("upstream {upstream}"));
+    }
+    if !proxy.trusted_proxies.is_empty() {
+        let list: Vec<String> = proxy
             .trusted_proxies
             .iter()
             .map(ToString::to_string)
             .collect();
-        let _ = writeln!(out, "proxy: trusted_proxies {}", list.join(", "));
+        parts.push(format!("trusted_proxies {}", list.join(", ")));
+    }
+    if proxy.ipv6_prefix != defaults.ipv6_prefix {
+        parts.push(format!("ipv6_prefix {}", proxy.ipv6_prefix));
+    }
+    if proxy.on_missing_key != defaults.on_missing_key {
+        parts.push(format!("on_missing_key {}", proxy.on_missing_key));
+    }
+    if proxy.connect_timeout != defaults.connect_timeout {
+        parts.push(format!(
+            "connect_timeout {}",
+            format_duration(proxy.connect_timeout)
+        ));
+    }
+    if proxy.response_timeout != defaults.response_timeout {
+        parts.push(format!(
+            "response_timeout {}",
+            format_duration(proxy.response_timeout)
+        ));
+    }
+    if proxy.append_forwarded_for {
+        parts.push("append_forwarded_for".to_owned());
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(out, "proxy: {}", parts.join(", "));
     }
     for rc in &config.rules {
         let r = &rc.rule;

@@ -92,7 +92,7 @@ fn run_all(cmds: Vec<Command>) -> Vec<Output> {
 #[test]
 fn four_processes_on_one_redis_admit_exactly_the_limit() {
     let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
     let config = config(dir.path(), &redis.url());
     for a in ALGORITHMS {
         let outs = run_all(
@@ -113,7 +113,7 @@ fn four_processes_on_one_redis_admit_exactly_the_limit() {
 fn the_same_processes_on_the_memory_store_each_admit_the_limit() {
     // The problem tollgate solves, shown: in-memory limiters multiply the
     // quota by the number of replicas.
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
     let config = config(dir.path(), "memory");
     let outs = run_all(
         (0..4)
@@ -127,7 +127,7 @@ fn the_same_processes_on_the_memory_store_each_admit_the_limit() {
 #[test]
 fn processes_with_skewed_clocks_decide_as_one() {
     let redis = RedisServer::start();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("tempdir");
     let config = config(dir.path(), &redis.url());
     for a in ALGORITHMS {
         // Concurrently: clocks 5 h ahead, 3 h behind, a day behind, right.
@@ -151,7 +151,12 @@ fn processes_with_skewed_clocks_decide_as_one() {
             assert_eq!(admitted(&out), 2);
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
             for line in stdout.lines().skip(1) {
-                let r: u64 = line.split(',').nth(1).unwrap().parse().unwrap();
+                let r: u64 = line
+                    .split(',')
+                    .nth(1)
+                    .expect("remaining column")
+                    .parse()
+                    .expect("a number");
                 remaining.push(r);
             }
         }

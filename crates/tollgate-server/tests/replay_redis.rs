@@ -67,7 +67,7 @@ fn trace(rows: usize) -> String {
             2 => next() % 300,
             _ => next() % 1500,
         };
-        let rule = rules[usize::try_from(next() % 6).unwrap()];
+        let rule = rules[usize::try_from(next() % 6).expect("index")];
         let key = format!("user{}", next() % 3);
         let cost = match next() % 8 {
             0 => 0,
@@ -76,7 +76,7 @@ fn trace(rows: usize) -> String {
             3 => 100_001,
             _ => 1,
         };
-        writeln!(out, "{t},{rule},{key},{cost}").unwrap();
+        writeln!(out, "{t},{rule},{key},{cost}").expect("write");
     }
     out
 }
@@ -99,8 +99,8 @@ fn replay(dir: &Path, store: &str) -> (String, String) {
 
 fn setup(rows: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
-    std::fs::write(dir.path().join("tollgate.toml"), CONFIG).unwrap();
-    std::fs::write(dir.path().join("trace.csv"), trace(rows)).unwrap();
+    std::fs::write(dir.path().join("tollgate.toml"), CONFIG).expect("write config");
+    std::fs::write(dir.path().join("trace.csv"), trace(rows)).expect("write trace");
     dir
 }
 

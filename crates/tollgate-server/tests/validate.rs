@@ -242,12 +242,14 @@ fn unknown_fields_everywhere() {
          [[rules]]\nname = \"r\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nlimt = 2\n\n\
          [server]\nport = 80\n",
         &[
-            "bad.toml:1: colour: unknown field; expected one of store, rules, proxy",
-            "bad.toml:5: store.ttl: unknown field; expected one of url, timeout, on_error, prefix, max_keys",
-            "bad.toml:8: proxy.trusted: unknown field; expected one of trusted_proxies",
+            "bad.toml:1: colour: unknown field; expected one of store, rules, http, proxy",
+            "bad.toml:5: store.ttl: unknown field; expected one of url, timeout, on_error, prefix, max_keys, \
+             replicas",
+            "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
+             ipv6_prefix, on_missing_key, connect_timeout, response_timeout, append_forwarded_for",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \
              period, burst, key, on_error",
-            "bad.toml:17: server: unknown field; expected one of store, rules, proxy",
+            "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy",
         ],
     );
 }

@@ -1,0 +1,138 @@
+//! The reverse proxy's upstream (`--upstream URL`, `[proxy] upstream`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use http::Uri;
+use http::uri::{Authority, PathAndQuery, Scheme};
+
+/// Where admitted requests are forwarded: `http://host[:port][/base]`.
+///
+/// A request for `/a?b` goes to `http://host:port/base/a?b`. Only plain
+/// HTTP/1.1 upstreams are supported.
+///
+/// ```
+/// use tollgate_server::upstream::Upstream;
+///
+/// let u: Upstream = "http://127.0.0.1:9000/api/".parse().unwrap();
+/// assert_eq!(u.uri_for(Some(&"/v1/x?y=1".parse().unwrap())).to_string(),
+///            "http://127.0.0.1:9000/api/v1/x?y=1");
+/// assert!("https://example.com".parse::<Upstream>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    authority: Authority,
+    /// The base path without its trailing `/` (`""` for none).
+    base: String,
+}
+
+impl Upstream {
+    /// The upstream's `host:port`.
+    #[must_use]
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// The upstream URI for a request's path and query (`/` when absent).
+    #[must_use]
+    pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
+        let pq = path_and_query.map_or("/", PathAndQuery::as_str);
+        let pq = if pq.starts_with('/') {
+            format!("{}{pq}", self.base)
+        } else {
+            // `*` (OPTIONS) or anything odd: keep it behind the base.
+            format!("{}/{pq}", self.base)
+        };
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        parts.path_and_query = PathAndQuery::from_maybe_shared(pq)
+            .ok()
+            .or_else(|| Some(PathAndQuery::from_static("/")));
+        Uri::from_parts(parts).unwrap_or_default()
+    }
+}
+
+impl FromStr for Upstream {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| format!("upstream {s:?}: {why}");
+        let uri: Uri = s
+            .parse()
+            .map_err(|e| bad(&format!("not a URL ({e}); expected http://host:port")))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(bad(
+                    "https upstreams are not supported yet; use http://host:port",
+                ));
+            }
+            Some(other) => return Err(bad(&format!("scheme {other:?} is not http"))),
+            None => return Err(bad("no scheme; expected http://host:port")),
+        }
+        let authority = uri
+            .authority()
+            .cloned()
+            .ok_or_else(|| bad("no host; expected http://host:port"))?;
+        if authority.as_str().contains('@') {
+            return Err(bad("credentials in the URL are not supported"));
+        }
+        if authority.host().is_empty() {
+            return Err(bad("no host; expected http://host:port"));
+        }
+        if authority.port().is_some() && authority.port_u16().is_none_or(|p| p == 0) {
+            return Err(bad("the port must be a number from 1 to 65535"));
+        }
+        if uri.query().is_some() {
+            return Err(bad("a query string is not allowed"));
+        }
+        let base = uri.path().trim_end_matches('/').to_owned();
+        Ok(Self { authority, base })
+    }
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}{}", self.authority, self.base)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_maps_paths() {
+        let u: Upstream = "http://localhost:9000".parse().expect("valid");
+        assert_eq!(u.to_string(), "http://localhost:9000");
+        assert_eq!(u.uri_for(None).to_string(), "http://localhost:9000/");
+        let pq: PathAndQuery = "/a/b?c=d&e".parse().expect("pq");
+        assert_eq!(
+            u.uri_for(Some(&pq)).to_string(),
+            "http://localhost:9000/a/b?c=d&e"
+        );
+        let based: Upstream = "http://10.0.0.1/base".parse().expect("valid");
+        assert_eq!(
+            based.uri_for(Some(&pq)).to_string(),
+            "http://10.0.0.1/base/a/b?c=d&e"
+        );
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_forward_to() {
+        for (bad, why) in [
+            ("https://x:443", "https upstreams are not supported"),
+            ("ftp://x", "is not http"),
+            ("x:80", "no scheme"),
+            ("http://", "not a URL"),
+            ("http://u:p@x:80", "credentials"),
+            ("http://x:0", "port"),
+            ("http://x:80/?q=1", "query"),
+            ("", "not a URL"),
+        ] {
+            let err = bad.parse::<Upstream>().expect_err(bad);
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+    }
+}
