@@ -84,7 +84,7 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Deciding { verdict, call } => match ready!(verdict.as_mut().poll(cx)) {
-                    Verdict::Admit { headers } => {
+                    Verdict::Admit { headers, .. } => {
                         let (mut inner, req) =
                             call.take().expect("ResponseFuture polled after completion");
                         let future = inner.call(req);
@@ -93,7 +93,7 @@ where
                             headers: Some(headers),
                         });
                     }
-                    Verdict::Respond(response) => {
+                    Verdict::Respond { response, .. } => {
                         // Drop the reserved inner service and the request now.
                         *call = None;
                         return Poll::Ready(Ok(response.map(ResB::from)));

@@ -1,6 +1,7 @@
-//! Key extractors: how the reverse proxy derives a rule's key from a request
-//! (`key = "header:x-api-key+path"`). Parsed and validated at config load;
-//! applied by the proxy.
+//! Key extractors: how the tower layer and the reverse proxy derive a rule's
+//! key from a request (`key = "header:x-api-key+path"`). Parsed and
+//! validated at config load; applied by [`KeyExtractor::extract`], whose
+//! rules (escaping, joining, missing headers) are in [`crate::extract`].
 
 use std::fmt;
 use std::str::FromStr;

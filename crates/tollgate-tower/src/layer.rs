@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use http::{Extensions, HeaderMap, Request, Response, StatusCode};
-use tollgate::{Check, Decision, Error, Limiter, MAX_KEY_LEN, Rule, Store};
+use tollgate::{Check, Decision, Error, Limiter, MAX_KEY_LEN, MultiDecision, Rule, Store};
 use tower_layer::Layer;
 
 use crate::extract::{ClientIpConfig, KeyError, MissingKey};
@@ -86,20 +86,38 @@ impl std::error::Error for ConfigError {}
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Verdict {
-    /// Pass the request on, then add these headers to its response:
-    /// `RateLimit-Policy` and `RateLimit` (and legacy ones if configured),
-    /// or `tollgate-degraded: store-unavailable` when the store failed
-    /// under [`OnStoreError::Allow`].
+    /// Pass the request on, then add `headers` to its response.
+    #[non_exhaustive]
     Admit {
-        /// Headers to add to the response, replacing any of the same name:
-        /// `response.headers_mut().extend(headers)`.
+        /// `RateLimit-Policy` and `RateLimit` (and legacy ones if
+        /// configured), or `tollgate-degraded: store-unavailable` when the
+        /// store failed under [`OnStoreError::Allow`]. Add them replacing
+        /// any of the same name: `response.headers_mut().extend(headers)`.
         headers: HeaderMap,
+        /// The check's answer, one decision per rule in the layer's order;
+        /// `None` when the store failed.
+        decision: Option<MultiDecision>,
     },
-    /// Answer this instead: 429 (denied), 503 (store failed under
+    /// Answer `response` instead: 429 (denied), 503 (store failed under
     /// [`OnStoreError::Deny`]), 400 (missing key under
     /// [`MissingKey::Reject`], key too long) or 500 (no peer address for a
     /// `client_ip` key).
-    Respond(Response<String>),
+    #[non_exhaustive]
+    Respond {
+        /// The answer.
+        response: Response<String>,
+        /// The denying check's answer on a 429; `None` otherwise.
+        decision: Option<MultiDecision>,
+    },
+}
+
+impl Verdict {
+    fn respond(response: Response<String>) -> Self {
+        Verdict::Respond {
+            response,
+            decision: None,
+        }
+    }
 }
 
 /// The boxed future of [`RateLimitLayer::decide`].
@@ -279,11 +297,25 @@ impl<S> RateLimitLayer<S> {
         self.edit(|s| s.missing_key = policy)
     }
 
-    /// Where the peer address comes from. With axum, served with
+    /// Where the peer address comes from (default: [`default_peer_addr`]).
+    /// With axum, served with
     /// `into_make_service_with_connect_info::<SocketAddr>()`:
     ///
-    /// ```ignore
-    /// layer.with_peer_addr(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0))
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use tollgate_tower::RateLimitLayer;
+    ///
+    /// # let limiter = Arc::new(Limiter::new(MemoryStore::new(), [
+    /// #     RuleSpec::new("per_ip", Algorithm::Gcra, 20, Duration::from_secs(1)).build()?,
+    /// # ])?);
+    /// let layer = RateLimitLayer::new(limiter, [("per_ip", "client_ip".parse()?)])?
+    ///     .with_peer_addr(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0));
+    /// let app: axum::Router = axum::Router::new().layer(layer);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
     pub fn with_peer_addr(self, peer_addr: PeerAddrFn) -> Self {
@@ -341,7 +373,7 @@ impl<S: Store> RateLimitLayer<S> {
 impl<S: Store> Shared<S> {
     pub(crate) fn decide<B>(self: &Arc<Self>, req: &Request<B>) -> VerdictFuture {
         match self.keys(req) {
-            Err(response) => Box::pin(std::future::ready(Verdict::Respond(*response))),
+            Err(response) => Box::pin(std::future::ready(Verdict::respond(*response))),
             Ok(keys) => {
                 let shared = Arc::clone(self);
                 Box::pin(async move { shared.check(&keys).await })
@@ -403,23 +435,33 @@ impl<S: Store> Shared<S> {
                 if multi.allowed {
                     let mut headers = HeaderMap::new();
                     insert_headers(&mut headers, &pairs, None, self.header_options);
-                    Verdict::Admit { headers }
+                    Verdict::Admit {
+                        headers,
+                        decision: Some(multi),
+                    }
                 } else {
-                    Verdict::Respond(too_many_requests(&pairs, self.header_options))
+                    let response = too_many_requests(&pairs, self.header_options);
+                    Verdict::Respond {
+                        response,
+                        decision: Some(multi),
+                    }
                 }
             }
             Err(Error::Store(_)) => match self.on_store_error {
                 OnStoreError::Allow => {
                     let mut headers = HeaderMap::new();
                     headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
-                    Verdict::Admit { headers }
+                    Verdict::Admit {
+                        headers,
+                        decision: None,
+                    }
                 }
-                OnStoreError::Deny => Verdict::Respond(store_unavailable()),
+                OnStoreError::Deny => Verdict::respond(store_unavailable()),
             },
-            Err(Error::KeyTooLong { len }) => Verdict::Respond(key_too_long("", len)),
+            Err(Error::KeyTooLong { len }) => Verdict::respond(key_too_long("", len)),
             // Unknown rules and empty checks are refused when the layer is
             // built; anything else is a bug, not the client's fault.
-            Err(e) => Verdict::Respond(internal(&e.to_string())),
+            Err(e) => Verdict::respond(internal(&e.to_string())),
         }
     }
 }

@@ -1,24 +1,82 @@
-//! tower middleware for tollgate.
+//! tower middleware for tollgate: a [`RateLimitLayer`] whose every clone
+//! shares ONE [`Limiter`](tollgate::Limiter), so a limit holds however many
+//! times axum or hyper clone the service (tower's own `RateLimit` keeps
+//! state per clone, and under axum let 1500 requests through a limit of 5:
+//! axum#2634).
 //!
-//! [`headers`] renders decisions as the RateLimit header fields of the IETF
-//! httpapi draft (`RateLimit-Policy`, `RateLimit`) plus `Retry-After`, the
-//! same way for the tower layer, the HTTP API and the reverse proxy.
-//! [`key`] parses key extractors (`client_ip+header:x-api-key`) and [`cidr`]
-//! the trusted-proxy ranges that decide whose `X-Forwarded-For` is read.
+//! Each request is checked against every configured rule, each keyed by its
+//! own [`KeyExtractor`](key::KeyExtractor) (`client_ip`, `header:NAME`,
+//! `path`, `method`, `host`, joined with `+`), all-or-nothing in one
+//! [`Limiter::check_all`](tollgate::Limiter::check_all) made in `call`
+//! (never backpressure in `poll_ready`). Admitted: the inner service's
+//! response gets `RateLimit-Policy` and `RateLimit`. Denied: `429` with those
+//! headers, `Retry-After` and an `application/problem+json` body.
 //!
 //! ```
+//! use std::convert::Infallible;
+//! use std::sync::Arc;
 //! use std::time::Duration;
-//! use tollgate::{Algorithm, Decision, RuleSpec};
-//! use tollgate_tower::headers::{HeaderOptions, insert_headers};
+//! use http::{Request, Response, StatusCode};
+//! use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+//! use tollgate_tower::{PeerAddr, RateLimitLayer};
+//! use tower::{Layer, ServiceExt, service_fn};
 //!
-//! let rule = RuleSpec::new("per_user", Algorithm::Gcra, 100, Duration::from_secs(1)).build().unwrap();
-//! let d = Decision { allowed: true, limit: 100, remaining: 99,
-//!     reset_after: Duration::from_millis(10), retry_after: None };
-//! let mut headers = http::HeaderMap::new();
-//! insert_headers(&mut headers, &[(&rule, &d)], None, HeaderOptions::default());
-//! assert_eq!(headers["ratelimit-policy"], "\"per_user\";q=100;w=1");
-//! assert_eq!(headers["ratelimit"], "\"per_user\";r=99;t=1");
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let limiter = Arc::new(Limiter::new(MemoryStore::new(), [
+//!     RuleSpec::new("per_key", Algorithm::Gcra, 2, Duration::from_secs(60)).build()?,
+//!     RuleSpec::new("per_ip", Algorithm::Gcra, 100, Duration::from_secs(60)).build()?,
+//! ])?);
+//! let layer = RateLimitLayer::new(limiter, [
+//!     ("per_key", "header:x-api-key".parse()?),
+//!     ("per_ip", "client_ip".parse()?),
+//! ])?;
+//! let service = layer.layer(service_fn(|_req: Request<String>| async {
+//!     Ok::<_, Infallible>(Response::new(String::from("hello")))
+//! }));
+//!
+//! // The peer address comes from a request extension (see
+//! // `RateLimitLayer::with_peer_addr` for axum's `ConnectInfo`).
+//! let request = || Request::get("/")
+//!     .header("x-api-key", "alice")
+//!     .extension(PeerAddr("192.0.2.1:50000".parse().unwrap()))
+//!     .body(String::new())
+//!     .unwrap();
+//!
+//! // Clones share the limit: two requests per minute for alice.
+//! let ok = service.clone().oneshot(request()).await?;
+//! assert_eq!(ok.status(), StatusCode::OK);
+//! assert_eq!(ok.headers()["ratelimit"], r#""per_key";r=1;t=30, "per_ip";r=99;t=1"#);
+//! assert_eq!(service.clone().oneshot(request()).await?.status(), StatusCode::OK);
+//!
+//! let denied = service.clone().oneshot(request()).await?;
+//! assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(denied.headers()["retry-after"], "30");
+//! assert_eq!(denied.headers()["content-type"], "application/problem+json");
+//! assert!(denied.body().contains(r#""violated":["per_key"]"#));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
 //! ```
+//!
+//! The pieces are public for front doors that are not tower services (the
+//! `tollgate` reverse proxy): [`RateLimitLayer::decide`] gives the layer's
+//! [`Verdict`] for a request head; [`extract`] turns a request into key
+//! bytes behind trusted proxies; [`response`] builds the 429, 503 and
+//! problem+json answers; [`headers`] renders the RateLimit header fields of
+//! the IETF httpapi draft; [`key`] and [`cidr`] parse key extractors and
+//! trusted-proxy blocks.
+//!
+//! # Response body
+//!
+//! The layer answers some requests itself, so the inner service's response
+//! body `B` must be `From<String>`: axum's `Body`,
+//! `http_body_util::Full<Bytes>` and `String` are. The request body is
+//! never read.
+//!
+//! # Store failures
+//!
+//! [`OnStoreError::Allow`] (the default) lets the request through with
+//! `tollgate-degraded: store-unavailable` and no RateLimit headers;
+//! [`OnStoreError::Deny`] answers `503` with `Retry-After: 1`.
 
 pub mod cidr;
 pub mod extract;

@@ -247,6 +247,26 @@ mod tests {
     }
 
     #[test]
+    fn a_denial_no_wait_cures_has_no_retry_after() {
+        let rule =
+            tollgate::RuleSpec::new("big", tollgate::Algorithm::Gcra, 5, Duration::from_secs(1))
+                .build()
+                .expect("valid rule");
+        let (short, never) = (d(false, Some(100)), d(false, None));
+        let r: Response<String> = too_many_requests(
+            &[(&rule, &short), (&rule, &never)],
+            HeaderOptions::default(),
+        );
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(!r.headers().contains_key(RETRY_AFTER));
+        assert!(r.headers().contains_key("ratelimit"));
+        assert!(r.body().contains("no wait admits it"), "{}", r.body());
+        let r: Response<String> = too_many_requests(&[(&rule, &short)], HeaderOptions::default());
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+        assert!(r.body().contains("retry after 1 second."), "{}", r.body());
+    }
+
+    #[test]
     fn json_strings_are_escaped() {
         let r: Response<String> = problem(
             StatusCode::BAD_REQUEST,

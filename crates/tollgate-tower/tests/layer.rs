@@ -483,10 +483,14 @@ async fn decide_is_what_the_service_does() {
     let (limiter, _clock) = limiter([rule("r", Algorithm::Gcra, 1, HOUR)]);
     let layer = RateLimitLayer::new(limiter, [("r", key("path"))]).expect("layer");
     let req = Request::get("/x").body(()).expect("request");
-    let Verdict::Admit { headers } = layer.decide(&req).await else {
+    let Verdict::Admit {
+        headers, decision, ..
+    } = layer.decide(&req).await
+    else {
         panic!("first request admitted");
     };
     assert_eq!(headers["ratelimit"], "\"r\";r=0;t=3600");
+    assert_eq!(decision.expect("decided").decisions[0].remaining, 0);
     let mut response = Response::new(());
     response
         .headers_mut()
@@ -494,9 +498,12 @@ async fn decide_is_what_the_service_does() {
     response.headers_mut().extend(headers);
     assert_eq!(response.headers()["ratelimit"], "\"r\";r=0;t=3600");
     match layer.decide(&req).await {
-        Verdict::Respond(r) => {
-            assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-            assert_eq!(r.headers()[RETRY_AFTER], "3600");
+        Verdict::Respond {
+            response, decision, ..
+        } => {
+            assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(response.headers()[RETRY_AFTER], "3600");
+            assert!(!decision.expect("decided").allowed);
         }
         other => panic!("second request denied, got {other:?}"),
     }
