@@ -11,8 +11,8 @@
 //! `DefaultKeyedStateStore`, the same key bytes) for its one algorithm,
 //! GCRA. Both use their fake clock, frozen outside the timed loop, and the
 //! same quota with a burst large enough that every check is admitted (equal
-//! work); only the sliding log, whose limit is capped, moves its clock on
-//! every 32768 checks.
+//! work: both loops assert it); only the sliding log, whose limit is capped,
+//! moves its clock on every 32768 checks.
 //!
 //! After criterion's runs, tollgate's GCRA and governor are measured once
 //! more in turn, round by round, so that load from elsewhere on a shared
