@@ -16,6 +16,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the HTTP API and/or the reverse proxy until SIGTERM/SIGINT.
+    /// With only --config: the HTTP API on 127.0.0.1:8080.
+    Serve(ServeArgs),
     /// Check a config file without serving: exit 0 if good, 1 with every
     /// problem (file:line: field: why) if not.
     Validate(ValidateArgs),
@@ -26,6 +29,35 @@ pub enum Command {
     /// (an operator's probe; also what fleet tests run as separate
     /// processes). One CSV line per check on stdout, a tally on stderr.
     Check(CheckArgs),
+}
+
+/// `tollgate serve [--config FILE] [--store URL] [--http ADDR] [--grpc ADDR]
+/// [--proxy ADDR --upstream URL] [--envoy-config FILE.yaml ...]`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The TOML config file (rules, store, [http], [proxy]).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The store; overrides `[store] url`.
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
+    /// Serve the HTTP API on this IP:PORT; overrides `[http] listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
+    /// The Envoy rate limit gRPC service. Not supported yet: giving it makes
+    /// `serve` fail with a message saying so.
+    #[arg(long, value_name = "ADDR")]
+    pub grpc: Option<String>,
+    /// Serve the reverse proxy on this IP:PORT; overrides `[proxy] listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub proxy: Option<String>,
+    /// Where the proxy forwards admitted requests (http://host:port[/base]);
+    /// overrides `[proxy] upstream`.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+    /// envoyproxy/ratelimit YAML files. Not supported yet.
+    #[arg(long = "envoy-config", value_name = "FILE.yaml")]
+    pub envoy_config: Vec<PathBuf>,
 }
 
 /// `tollgate validate --config FILE [--envoy-config FILE.yaml ...]`.

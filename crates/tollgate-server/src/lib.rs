@@ -1,6 +1,12 @@
 //! The `tollgate` binary as a library: config loading and validation, the
-//! `validate` and `replay` subcommands. `main.rs` only parses flags, calls
-//! in here and maps errors to exit codes.
+//! `serve`, `validate`, `replay` and `check` subcommands. `main.rs` only
+//! parses flags, sets up logging, binds, calls in here and maps errors to
+//! exit codes.
+//!
+//! * [`server::run`]: `tollgate serve` — the [`api`] (HTTP JSON API,
+//!   `/metrics`, health) and the [`proxy`] (reverse proxy) over one
+//!   [`gate::Gate`] (limiter, failure policy, circuit breaker, metrics).
+//! * [`serve`]: the flags laid over the config file.
 //!
 //! * [`config`]: the TOML config file, validated field by field so
 //!   `validate` reports every problem with its line.
@@ -9,10 +15,16 @@
 //! * [`validate`] and [`replay`]: the subcommands.
 //! * [`cli`]: the command-line flags.
 
+pub mod api;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod gate;
+pub mod metrics;
+pub mod proxy;
 pub mod replay;
+pub mod serve;
+pub mod server;
 pub mod upstream;
 pub mod validate;
 

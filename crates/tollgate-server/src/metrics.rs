@@ -1,0 +1,81 @@
+//! Prometheus metrics (`GET /metrics`), recorded through the `metrics`
+//! facade and rendered by `metrics-exporter-prometheus`.
+//!
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `tollgate_checks_total` | counter | `rule`, `outcome` (`allowed`, `denied`, `error`) | one per (rule, key) pair checked, with that pair's own answer; `error` when the store failed and the policy refused (503) |
+//! | `tollgate_store_latency_seconds` | histogram | | time the shared store took per check (success or failure) |
+//! | `tollgate_store_errors_total` | counter | `kind` (`timeout`, `unavailable`, `protocol`, `circuit_open`) | failed store calls, and calls skipped while the circuit breaker is open |
+//! | `tollgate_failure_policy_total` | counter | `policy` (`allow`, `deny`, `local`) | checks the failure policy answered instead of the store |
+//! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
+//!
+//! Rule labels come from the config only (an unknown rule is refused
+//! before anything is recorded), so label sets stay bounded.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// `tollgate_checks_total{rule, outcome}`.
+pub const CHECKS: &str = "tollgate_checks_total";
+/// `tollgate_store_latency_seconds`.
+pub const STORE_LATENCY: &str = "tollgate_store_latency_seconds";
+/// `tollgate_store_errors_total{kind}`.
+pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
+/// `tollgate_failure_policy_total{policy}`.
+pub const FAILURE_POLICY: &str = "tollgate_failure_policy_total";
+/// `tollgate_memory_store_keys`.
+pub const MEMORY_KEYS: &str = "tollgate_memory_store_keys";
+
+/// Store latency buckets, seconds: 100 µs to 1 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// The process's Prometheus recorder, installed on first use. `metrics`
+/// has one global recorder per process; every server in the process
+/// shares it.
+#[must_use]
+pub fn handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(STORE_LATENCY.to_owned()), LATENCY_BUCKETS)
+                .map(PrometheusBuilder::build_recorder);
+            match recorder {
+                Ok(recorder) => {
+                    let handle = recorder.handle();
+                    // Fails only if another recorder is installed; then
+                    // this handle renders what it has (nothing), which is
+                    // still valid Prometheus text.
+                    let _ = metrics::set_global_recorder(recorder);
+                    describe();
+                    handle
+                }
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            }
+        })
+        .clone()
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        CHECKS,
+        "Checks by rule and outcome (one per rule of a multi-rule check)."
+    );
+    metrics::describe_histogram!(
+        STORE_LATENCY,
+        metrics::Unit::Seconds,
+        "Time the store took to answer a check."
+    );
+    metrics::describe_counter!(
+        STORE_ERRORS,
+        "Store calls that failed (or were skipped by the open circuit breaker), by kind."
+    );
+    metrics::describe_counter!(
+        FAILURE_POLICY,
+        "Checks answered by the failure policy because the store failed."
+    );
+    metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
+}

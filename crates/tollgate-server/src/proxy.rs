@@ -1,0 +1,374 @@
+//! The reverse proxy (`--proxy ADDR --upstream URL`, CONTRACT.md "Reverse
+//! proxy").
+//!
+//! Every request is checked against every rule in ONE all-or-nothing
+//! check at cost 1, each rule keyed by its `key` extractor (a rule without
+//! `key` is keyed by `client_ip`). Keys and the client address are built
+//! by `tollgate_tower::extract` exactly as the tower layer builds them;
+//! denials and store failures are answered by `tollgate_tower::response`
+//! (problem+json).
+//!
+//! An admitted request is forwarded as it came — method, path, query,
+//! headers, body streamed without buffering — except for the hop-by-hop
+//! fields (RFC 9110 §7.6.1: `Connection` and every field it names,
+//! `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
+//! `Upgrade`, `Proxy-Authorization`, `Proxy-Authenticate`) and `Expect`
+//! (answered here), which are dropped both ways. The upstream's response
+//! streams back with the RateLimit headers added. Protocol upgrades
+//! (WebSocket) are not proxied.
+//!
+//! An upstream that refuses the connection, or does not accept it within
+//! `[proxy] connect_timeout`, is a 502; one that does not send its response
+//! head within `[proxy] response_timeout`, a 504.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{self, HeaderName};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule};
+use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_FOR};
+use tollgate_tower::headers::{HeaderOptions, insert_headers};
+use tollgate_tower::key::KeyExtractor;
+use tollgate_tower::response::{
+    DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED, problem,
+    store_unavailable, too_many_requests,
+};
+
+use crate::api::DEGRADED_LOCAL;
+use crate::config::{Config, OnError, OnMissingKey};
+use crate::gate::{Gate, Refusal};
+use crate::upstream::Upstream;
+
+/// The body of a proxied response: the upstream's, streamed, or one made
+/// here (429, 502, ...).
+pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+
+/// A rule's name and the key the request has under it.
+type RuleKey<'a> = (&'a str, Vec<u8>);
+
+/// `Proxy-Connection`, not in `http`'s list.
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+/// `Keep-Alive`.
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
+/// The reverse proxy: rules with their key extractors, the client-address
+/// policy, and a pooled HTTP/1.1 client to the upstream.
+#[derive(Debug)]
+pub struct Proxy {
+    gate: Arc<Gate>,
+    client: Client<HttpConnector, Incoming>,
+    upstream: Upstream,
+    rules: Vec<(String, KeyExtractor)>,
+    client_ip: ClientIpConfig,
+    on_missing_key: OnMissingKey,
+    response_timeout: Duration,
+    headers: HeaderOptions,
+    append_forwarded_for: bool,
+}
+
+impl Proxy {
+    /// A proxy to `upstream` deciding through `gate`, set up from `config`.
+    ///
+    /// # Errors
+    /// An `ipv6_prefix` the extractor refuses.
+    pub fn new(gate: Arc<Gate>, config: &Config, upstream: Upstream) -> Result<Self, String> {
+        let client_ip = ClientIpConfig::new()
+            .with_trusted_proxies(config.proxy.trusted_proxies.iter().copied())
+            .with_ipv6_prefix(config.proxy.ipv6_prefix)?;
+        let default_key: KeyExtractor = "client_ip".parse()?;
+        let rules = config
+            .rules
+            .iter()
+            .map(|r| {
+                (
+                    r.rule.name().to_owned(),
+                    r.key.clone().unwrap_or_else(|| default_key.clone()),
+                )
+            })
+            .collect();
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.proxy.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Ok(Self {
+            gate,
+            client,
+            upstream,
+            rules,
+            client_ip,
+            on_missing_key: config.proxy.on_missing_key,
+            response_timeout: config.proxy.response_timeout,
+            headers: HeaderOptions {
+                legacy: config.http.legacy_headers,
+            },
+            append_forwarded_for: config.proxy.append_forwarded_for,
+        })
+    }
+
+    /// The upstream.
+    #[must_use]
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    /// Answers one request from `peer`: checks it, then forwards it or
+    /// refuses it. Never fails: every problem is an HTTP answer.
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Result<Response<ProxyBody>, Infallible> {
+        Ok(match self.keys(&req, peer) {
+            Err(refusal) => refusal.map(full),
+            Ok(keys) => self.check_and_forward(req, peer, keys).await,
+        })
+    }
+
+    /// Every applicable rule's (name, key), or the answer refusing the
+    /// request.
+    fn keys(
+        &self,
+        req: &Request<Incoming>,
+        peer: SocketAddr,
+    ) -> Result<Vec<RuleKey<'_>>, Box<Response<String>>> {
+        let client_ip = self.client_ip.client_ip(peer.ip(), req.headers());
+        let missing = match self.on_missing_key {
+            OnMissingKey::Empty => MissingKey::Empty,
+            _ => MissingKey::Reject,
+        };
+        let mut keys = Vec::with_capacity(self.rules.len());
+        for (name, extractor) in &self.rules {
+            match extractor.extract(req, Some(client_ip), missing) {
+                Ok(key) if key.len() > MAX_KEY_LEN => {
+                    return Err(Box::new(problem(
+                        StatusCode::BAD_REQUEST,
+                        KEY_TOO_LONG,
+                        "Bad Request",
+                        &format!(
+                            "The request's key for rule \"{name}\" is {} bytes; keys are \
+                             limited to {MAX_KEY_LEN} bytes.",
+                            key.len()
+                        ),
+                    )));
+                }
+                Ok(key) => keys.push((name.as_str(), key)),
+                Err(KeyError::Missing(_)) if self.on_missing_key == OnMissingKey::Skip => {}
+                Err(e) => {
+                    return Err(Box::new(problem(
+                        StatusCode::BAD_REQUEST,
+                        MISSING_KEY,
+                        "Bad Request",
+                        &format!("{e}, which rule \"{name}\" keys on ({extractor})."),
+                    )));
+                }
+            }
+        }
+        Ok(keys)
+    }
+
+    async fn check_and_forward(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        keys: Vec<RuleKey<'_>>,
+    ) -> Response<ProxyBody> {
+        if keys.is_empty() {
+            // Every rule skipped (on_missing_key = "skip"): nothing to check.
+            return self.forward(req, peer, &HeaderMap::new()).await;
+        }
+        let checks: Vec<Check<'_>> = keys
+            .iter()
+            .map(|(rule, key)| Check::new(rule, key))
+            .collect();
+        let verdict = match self.gate.check_all(&checks).await {
+            Ok(v) => v,
+            Err(Refusal::Unavailable(_)) => return store_unavailable().map(full),
+            Err(Refusal::Invalid(e)) => {
+                let status = match e {
+                    Error::KeyTooLong { .. } => StatusCode::BAD_REQUEST,
+                    _ => StatusCode::INTERNAL_SERVER_ERROR,
+                };
+                return problem(status, "about:blank", "Error", &e.to_string()).map(full);
+            }
+        };
+        let pairs: Vec<(&Rule, &Decision)> = keys
+            .iter()
+            .zip(&verdict.multi.decisions)
+            .filter_map(|((rule, _), d)| self.gate.rule(rule).map(|r| (r, d)))
+            .collect();
+        let mut extra = HeaderMap::new();
+        match verdict.degraded {
+            Some(OnError::Allow) => {
+                extra.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
+            }
+            degraded => {
+                if !verdict.multi.allowed {
+                    let mut res: Response<String> = too_many_requests(&pairs, self.headers);
+                    if degraded.is_some() {
+                        res.headers_mut()
+                            .insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));
+                    }
+                    return res.map(full);
+                }
+                insert_headers(&mut extra, &pairs, None, self.headers);
+                if degraded.is_some() {
+                    extra.insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));
+                }
+            }
+        }
+        self.forward(req, peer, &extra).await
+    }
+
+    /// Sends `req` upstream and streams the answer back with `extra`
+    /// headers added.
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+        peer: SocketAddr,
+        extra: &HeaderMap,
+    ) -> Response<ProxyBody> {
+        let (mut parts, body) = req.into_parts();
+        parts.uri = self.upstream.uri_for(parts.uri.path_and_query());
+        parts.version = Version::HTTP_11;
+        strip_hop_by_hop(&mut parts.headers);
+        parts.headers.remove(header::EXPECT);
+        if self.append_forwarded_for {
+            append_forwarded_for(&mut parts.headers, peer);
+        }
+        let upstream_req = Request::from_parts(parts, body);
+        let sent = tokio::time::timeout(self.response_timeout, self.client.request(upstream_req));
+        let mut res = match sent.await {
+            Ok(Ok(res)) => res.map(Either::Left),
+            Ok(Err(e)) => {
+                tracing::debug!("upstream {}: {e:?}", self.upstream);
+                let detail = if e.is_connect() {
+                    format!("The upstream {} could not be reached.", self.upstream)
+                } else {
+                    format!("The upstream {} failed to answer.", self.upstream)
+                };
+                return problem(
+                    StatusCode::BAD_GATEWAY,
+                    "about:blank",
+                    "Bad Gateway",
+                    &detail,
+                )
+                .map(full);
+            }
+            Err(_) => {
+                return problem(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "about:blank",
+                    "Gateway Timeout",
+                    &format!(
+                        "The upstream {} did not answer within {:?}.",
+                        self.upstream, self.response_timeout
+                    ),
+                )
+                .map(full);
+            }
+        };
+        strip_hop_by_hop(res.headers_mut());
+        for (name, value) in extra {
+            res.headers_mut().insert(name, value.clone());
+        }
+        res
+    }
+}
+
+fn full(s: String) -> ProxyBody {
+    Either::Right(Full::new(Bytes::from(s)))
+}
+
+/// Drops the hop-by-hop fields (RFC 9110 §7.6.1): those `Connection`
+/// names, and the fixed list.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        PROXY_CONNECTION,
+        KEEP_ALIVE,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+    ] {
+        headers.remove(name);
+    }
+}
+
+/// Appends the peer's address to `X-Forwarded-For` (one field line).
+fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
+    let ip = peer.ip().to_canonical().to_string();
+    let joined: Vec<&str> = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    let value = if joined.is_empty() {
+        ip
+    } else {
+        format!("{}, {ip}", joined.join(", "))
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(X_FORWARDED_FOR, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_fields_go() {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("connection", "close, x-secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic x"),
+            ("x-api-key", "k"),
+            ("content-length", "3"),
+        ] {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        strip_hop_by_hop(&mut h);
+        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["x-api-key", "content-length"]);
+    }
+
+    #[test]
+    fn forwarded_for_is_appended() {
+        let mut h = HeaderMap::new();
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("1.2.3.4"));
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("5.6.7.8"));
+        append_forwarded_for(&mut h, "[::ffff:10.0.0.1]:80".parse().expect("addr"));
+        assert_eq!(h[X_FORWARDED_FOR], "1.2.3.4, 5.6.7.8, 10.0.0.1");
+    }
+}

@@ -1,0 +1,177 @@
+//! `tollgate serve`'s command line: the config file with the flags laid
+//! over it, and which front doors to open where. [`crate::server::run`]
+//! does the serving.
+
+use std::net::SocketAddr;
+
+use crate::cli::ServeArgs;
+use crate::config::{Config, DEFAULT_HTTP_LISTEN, parse_listen};
+use crate::store_url::StoreUrl;
+use crate::upstream::Upstream;
+
+/// What `serve` will do: the config with every flag applied, and the
+/// addresses to bind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The config, flags applied (`store.url`, `proxy.upstream`).
+    pub config: Config,
+    /// The HTTP API's address, if it is served.
+    pub http: Option<SocketAddr>,
+    /// The reverse proxy's address, if it is served.
+    pub proxy: Option<SocketAddr>,
+}
+
+/// Lays the flags over the config file. The HTTP API is served at
+/// `--http`, else `[http] listen`, else — when no front door is named at
+/// all — at 127.0.0.1:8080. The proxy is served at `--proxy`, else
+/// `[proxy] listen`, and needs an upstream.
+///
+/// # Errors
+/// A message for the user: the config's problems, a bad flag, a front
+/// door that is not supported yet, a proxy without an upstream.
+pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
+    if args.grpc.is_some() || !args.envoy_config.is_empty() {
+        return Err(
+            "--grpc and --envoy-config (the Envoy rate limit service) are not supported yet; \
+             serve the HTTP API (--http) or the reverse proxy (--proxy)"
+                .to_owned(),
+        );
+    }
+    let Some(path) = &args.config else {
+        return Err("no rules: pass --config FILE (see examples/tollgate.toml)".to_owned());
+    };
+    let mut config = Config::load(path).map_err(|e| e.to_string())?;
+    if let Some(url) = &args.store {
+        config.store.url = url
+            .parse::<StoreUrl>()
+            .map_err(|e| format!("--store: {e}"))?;
+    }
+    if let Some(url) = &args.upstream {
+        config.proxy.upstream = Some(
+            url.parse::<Upstream>()
+                .map_err(|e| format!("--upstream: {e}"))?,
+        );
+    }
+    let flag = |value: &Option<String>, name: &str| {
+        value
+            .as_deref()
+            .map(|s| parse_listen(s).map_err(|e| format!("--{name}: {e}")))
+            .transpose()
+    };
+    let mut http = flag(&args.http, "http")?.or(config.http.listen);
+    let proxy = flag(&args.proxy, "proxy")?.or(config.proxy.listen);
+    if args.upstream.is_some() && proxy.is_none() {
+        return Err("--upstream is for the reverse proxy: add --proxy ADDR".to_owned());
+    }
+    if proxy.is_some() && config.proxy.upstream.is_none() {
+        return Err(
+            "the reverse proxy needs an upstream: add --upstream URL (or [proxy] upstream)"
+                .to_owned(),
+        );
+    }
+    if http.is_none() && proxy.is_none() {
+        http = Some(DEFAULT_HTTP_LISTEN);
+    }
+    Ok(Plan {
+        config,
+        http,
+        proxy,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(config: &std::path::Path, extra: &[&str]) -> ServeArgs {
+        use clap::Parser;
+        let mut argv = vec!["tollgate", "serve", "--config"];
+        let path = config.to_str().expect("utf-8 path");
+        argv.push(path);
+        argv.extend_from_slice(extra);
+        match crate::cli::Cli::parse_from(argv).command {
+            crate::cli::Command::Serve(a) => a,
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    fn config_file(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(f.path(), text).expect("write");
+        f
+    }
+
+    const RULE: &str = "[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+
+    #[test]
+    fn only_config_serves_the_api_on_8080() {
+        let f = config_file(RULE);
+        let p = plan(&args(f.path(), &[])).expect("plan");
+        assert_eq!(p.http, Some(DEFAULT_HTTP_LISTEN));
+        assert_eq!(p.proxy, None);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let f = config_file(&format!(
+            "[http]\nlisten = '127.0.0.1:1'\n[proxy]\nlisten = '127.0.0.1:2'\nupstream = 'http://a:1'\n{RULE}"
+        ));
+        let p = plan(&args(f.path(), &[])).expect("plan");
+        assert_eq!(p.http, Some("127.0.0.1:1".parse().expect("addr")));
+        assert_eq!(p.proxy, Some("127.0.0.1:2".parse().expect("addr")));
+        let p = plan(&args(
+            f.path(),
+            &[
+                "--http",
+                "127.0.0.1:3",
+                "--proxy",
+                "[::1]:4",
+                "--upstream",
+                "http://b:2",
+                "--store",
+                "redis://h:6379",
+            ],
+        ))
+        .expect("plan");
+        assert_eq!(p.http, Some("127.0.0.1:3".parse().expect("addr")));
+        assert_eq!(p.proxy, Some("[::1]:4".parse().expect("addr")));
+        assert_eq!(
+            p.config.proxy.upstream.map(|u| u.to_string()).as_deref(),
+            Some("http://b:2")
+        );
+        assert_eq!(p.config.store.url.to_string(), "redis://h:6379/0");
+    }
+
+    #[test]
+    fn proxy_alone_opens_no_api() {
+        let f = config_file(RULE);
+        let p = plan(&args(
+            f.path(),
+            &["--proxy", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"],
+        ))
+        .expect("plan");
+        assert_eq!(p.http, None);
+    }
+
+    #[test]
+    fn clear_refusals() {
+        let f = config_file(RULE);
+        for (extra, why) in [
+            (&["--grpc", "127.0.0.1:1"][..], "not supported yet"),
+            (&["--proxy", "127.0.0.1:1"], "needs an upstream"),
+            (&["--upstream", "http://a:1"], "add --proxy"),
+            (
+                &["--http", "localhost:80"],
+                "--http: \"localhost:80\" is not an IP:PORT",
+            ),
+            (&["--store", "mysql://x"], "--store: "),
+            (
+                &["--proxy", "127.0.0.1:1", "--upstream", "https://a"],
+                "--upstream: ",
+            ),
+        ] {
+            let err = plan(&args(f.path(), extra)).expect_err(why);
+            assert!(err.contains(why), "{extra:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! `tollgate serve` as a library function: [`run`] takes listeners that are
+//! already bound, a shutdown future and the config, and serves until the
+//! future resolves, then drains (mini-redis's shape; STYLE.md #9).
+//!
+//! Connections are HTTP/1.1 (hyper). Limits on what a client can make the
+//! server hold: request heads of at most [`MAX_HEAD_BYTES`] and
+//! [`MAX_HEADERS`] fields, sent within [`HEAD_TIMEOUT`] (which also closes
+//! idle keep-alive connections), at most [`MAX_CONNECTIONS`] connections
+//! per front door (past it, new connections wait in the kernel's backlog).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tollgate_tower::headers::HeaderOptions;
+
+use crate::api::{self, Api};
+use crate::check::open_store;
+use crate::config::Config;
+use crate::gate::Gate;
+use crate::proxy::Proxy;
+
+/// The most bytes of a request head (request line and header fields).
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The most header fields in a request.
+pub const MAX_HEADERS: usize = 100;
+/// The longest a client may take to send a request head, and the longest a
+/// keep-alive connection may sit idle.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most connections one front door holds open at once.
+pub const MAX_CONNECTIONS: usize = 10_000;
+/// How long shutdown waits for in-flight requests before giving up.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The front doors' listeners, already bound. At least one is needed.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// The HTTP API.
+    pub http: Option<TcpListener>,
+    /// The reverse proxy (needs `[proxy] upstream`).
+    pub proxy: Option<TcpListener>,
+}
+
+/// Serves the front doors on `listeners` with `config` until `shutdown`
+/// resolves; then stops accepting, lets in-flight requests finish (up to
+/// [`DRAIN_TIMEOUT`]) and returns. Logs one line per front door opened.
+///
+/// # Errors
+/// No listener, a proxy without an upstream, or a store that cannot be
+/// opened.
+pub async fn run(
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    config: Config,
+) -> Result<(), String> {
+    if listeners.http.is_none() && listeners.proxy.is_none() {
+        return Err("nothing to serve: no HTTP API or proxy listener".to_owned());
+    }
+    let proxy_upstream = match (&listeners.proxy, &config.proxy.upstream) {
+        (Some(_), None) => {
+            return Err(
+                "the reverse proxy needs an upstream: --upstream URL or [proxy] upstream"
+                    .to_owned(),
+            );
+        }
+        (Some(_), Some(u)) => Some(u.clone()),
+        (None, _) => None,
+    };
+    // The recorder first, so the gate's zero series land in it.
+    let metrics = crate::metrics::handle();
+    let store = open_store(&config.store.url, &config.store).await?;
+    let gate = Arc::new(Gate::new(&config, store)?);
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+
+    let mut doors = JoinSet::new();
+    if let Some(listener) = listeners.http {
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let router = api::router(Api {
+            gate: Arc::clone(&gate),
+            headers: HeaderOptions {
+                legacy: config.http.legacy_headers,
+            },
+            metrics,
+        });
+        tracing::info!(
+            "HTTP API listening on http://{addr} (store {})",
+            config.store.url
+        );
+        doors.spawn(serve(listener, "HTTP API", stop_rx.clone(), move |_peer| {
+            TowerToHyperService::new(router.clone())
+        }));
+    }
+    if let (Some(listener), Some(upstream)) = (listeners.proxy, proxy_upstream) {
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let proxy = Arc::new(Proxy::new(Arc::clone(&gate), &config, upstream)?);
+        tracing::info!(
+            "reverse proxy listening on http://{addr}, forwarding to {} (store {})",
+            proxy.upstream(),
+            config.store.url
+        );
+        doors.spawn(serve(
+            listener,
+            "reverse proxy",
+            stop_rx.clone(),
+            move |peer| {
+                let proxy = Arc::clone(&proxy);
+                hyper::service::service_fn(move |req: Request<Incoming>| {
+                    Arc::clone(&proxy).handle(req, peer)
+                })
+            },
+        ));
+    }
+    drop(stop_rx);
+    while let Some(done) = doors.join_next().await {
+        if let Err(e) = done {
+            tracing::error!("a front door failed: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Accepts connections on `listener` until `stop` turns true, serving each
+/// with the service `make` builds for its peer; then drains.
+async fn serve<M, S, B>(
+    listener: TcpListener,
+    name: &'static str,
+    mut stop: watch::Receiver<bool>,
+    make: M,
+) where
+    M: Fn(SocketAddr) -> S + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_header_size(MAX_HEAD_BYTES)
+        .max_headers(MAX_HEADERS);
+    let graceful = GracefulShutdown::new();
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut accept_errors = 0u64;
+    loop {
+        let permit = tokio::select! {
+            p = Arc::clone(&permits).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            () = stopped(&mut stop) => break,
+        };
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            () = stopped(&mut stop) => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and the like: back off.
+                accept_errors += 1;
+                if accept_errors.is_power_of_two() {
+                    tracing::warn!("{name}: accept failed ({accept_errors} so far): {e}");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = builder.serve_connection(TokioIo::new(stream), make(peer));
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("{name}: connection from {peer}: {e}");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!("{name}: stopped accepting; draining in-flight requests");
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("{name}: requests still in flight after {DRAIN_TIMEOUT:?}; closing them");
+    } else {
+        tracing::info!("{name}: drained");
+    }
+}
+
+/// Resolves once `stop` is true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
