@@ -1,6 +1,7 @@
 //! The memory store's bounds and bookkeeping: caps under a flood of keys,
 //! which keys go first, sweeping, and checks that must not create keys.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tollgate::algorithm::GcraState;
@@ -33,24 +34,20 @@ fn a_million_keys_stay_within_the_caps() {
     let log_rule = rule("l", Algorithm::SlidingLog, 3, HOUR);
     let key = |i: u32| i.to_le_bytes();
     let mut created_at = Vec::with_capacity(1_000_000);
-    for i in 0..1_000_000u32 {
-        clock.advance_micros(1);
-        let rule = if i % 2 == 0 { &gcra_rule } else { &log_rule };
-        assert!(store.check_sync(rule, &key(i), 1, None).allowed);
-        created_at.push(clock.now());
-        if i % 10 == 9 {
-            // A second entry for a recent log key (if it is still held).
-            assert!(store.check_sync(&log_rule, &key(i - 4), 1, None).allowed);
-        }
-        if i % 1_000 == 999 {
-            assert!(store.len() <= store.capacity(), "{} keys", store.len());
-            assert!(
-                store.log_entries() <= 5_000,
-                "{} log entries",
-                store.log_entries()
-            );
-        }
-    }
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Another thread watches the caps while keys pour in.
+        s.spawn(|| {
+            let mut looks = 0;
+            while !done.load(Ordering::Relaxed) || looks == 0 {
+                assert!(store.len() <= store.capacity(), "{} keys", store.len());
+                assert!(store.log_entries() <= 5_000, "{}", store.log_entries());
+                looks += 1;
+            }
+        });
+        flood(&store, &clock, &gcra_rule, &log_rule, &mut created_at);
+        done.store(true, Ordering::Relaxed);
+    });
     assert!(store.len() <= store.capacity());
     assert!(store.len() >= store.capacity() / 2, "{} keys", store.len());
     let now = clock.now();
@@ -60,6 +57,36 @@ fn a_million_keys_stay_within_the_caps() {
         let expected = gcra::check(&gcra_rule, Some(GcraState { tat }), now, 1).0;
         assert_eq!(d, expected, "key {i}");
         assert!(!d.allowed);
+    }
+}
+
+/// Key `i`, alternately GCRA and sliding log, one microsecond apart; every
+/// tenth step also adds an entry to a recent log key.
+fn flood(
+    store: &MemoryStore<FakeClock>,
+    clock: &FakeClock,
+    gcra_rule: &Rule,
+    log_rule: &Rule,
+    created_at: &mut Vec<u64>,
+) {
+    let key = |i: u32| i.to_le_bytes();
+    for i in 0..1_000_000u32 {
+        clock.advance_micros(1);
+        let rule = if i % 2 == 0 { gcra_rule } else { log_rule };
+        assert!(store.check_sync(rule, &key(i), 1, None).allowed);
+        created_at.push(clock.now());
+        if i % 10 == 9 {
+            // A second entry for a recent log key (if it is still held).
+            assert!(store.check_sync(log_rule, &key(i - 4), 1, None).allowed);
+        }
+        if i % 1_000 == 999 {
+            assert!(store.len() <= store.capacity(), "{} keys", store.len());
+            assert!(
+                store.log_entries() <= 5_000,
+                "{} log entries",
+                store.log_entries()
+            );
+        }
     }
 }
 
