@@ -15,6 +15,9 @@
 //! * [`validate`] and [`replay`]: the subcommands.
 //! * [`cli`]: the command-line flags.
 
+// Library code handles every failure; tests may unwrap.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 pub mod api;
 pub mod check;
 pub mod cli;

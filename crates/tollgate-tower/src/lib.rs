@@ -78,6 +78,9 @@
 //! `tollgate-degraded: store-unavailable` and no RateLimit headers;
 //! [`OnStoreError::Deny`] answers `503` with `Retry-After: 1`.
 
+// Library code handles every failure; tests may unwrap.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 pub mod cidr;
 pub mod extract;
 mod future;

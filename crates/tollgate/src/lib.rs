@@ -27,6 +27,9 @@
 //! # }).unwrap();
 //! ```
 
+// Library code handles every failure; tests may unwrap.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
 pub mod algorithm;
 pub mod conformance;
 mod decision;

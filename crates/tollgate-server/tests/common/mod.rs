@@ -353,7 +353,7 @@ fn dechunk(mut data: &[u8]) -> Vec<u8> {
 /// The deterministic test pattern: byte `i` of a stream.
 pub fn pattern_byte(i: u64) -> u8 {
     let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i >> 7);
-    (x >> 56) as u8
+    x.to_be_bytes()[0]
 }
 
 /// Fills `buf` with the pattern from stream offset `offset`.
@@ -404,7 +404,7 @@ impl hyper::body::Body for PatternBody {
         if self.offset >= self.end {
             return Poll::Ready(None);
         }
-        let n = (self.end - self.offset).min(64 * 1024) as usize;
+        let n = usize::try_from((self.end - self.offset).min(64 * 1024)).expect("small");
         let mut buf = vec![0u8; n];
         fill_pattern(&mut buf, self.offset);
         self.offset += n as u64;
