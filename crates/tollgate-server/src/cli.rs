@@ -35,7 +35,7 @@ pub enum Command {
 /// [--proxy ADDR --upstream URL] [--envoy-config FILE.yaml ...]`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// The TOML config file (rules, store, [http], [proxy]).
+    /// The TOML config file (rules, `[store]`, `[http]`, `[proxy]`).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The store; overrides `[store] url`.

@@ -391,7 +391,7 @@ impl Breaker {
 
 /// Lets an event through at most once per `every`, counting the rest.
 #[derive(Debug)]
-struct Throttle {
+pub(crate) struct Throttle {
     start: Instant,
     every_ms: u64,
     /// Milliseconds since `start` before which reports are suppressed.
@@ -400,7 +400,7 @@ struct Throttle {
 }
 
 impl Throttle {
-    fn new(every: Duration) -> Self {
+    pub(crate) fn new(every: Duration) -> Self {
         Self {
             start: Instant::now(),
             every_ms: u64::try_from(every.as_millis()).unwrap_or(1000),
@@ -411,7 +411,7 @@ impl Throttle {
 
     /// Calls `report` with the number of events suppressed since the last
     /// report, unless one was made less than `every` ago.
-    fn report(&self, report: impl FnOnce(u64)) {
+    pub(crate) fn report(&self, report: impl FnOnce(u64)) {
         let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
         let next = self.next.load(Ordering::Acquire);
         if now >= next

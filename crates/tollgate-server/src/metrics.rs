@@ -8,6 +8,7 @@
 //! | `tollgate_store_errors_total` | counter | `kind` (`timeout`, `unavailable`, `protocol`, `circuit_open`) | failed store calls, and calls skipped while the circuit breaker is open |
 //! | `tollgate_failure_policy_total` | counter | `policy` (`allow`, `deny`, `local`) | checks the failure policy answered instead of the store |
 //! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
+//! | `tollgate_upstream_errors_total` | counter | `kind` (`connect`, `timeout`, `other`) | proxied requests the upstream failed (502 / 504) |
 //!
 //! Rule labels come from the config only (an unknown rule is refused
 //! before anything is recorded), so label sets stay bounded.
@@ -26,6 +27,9 @@ pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
 pub const FAILURE_POLICY: &str = "tollgate_failure_policy_total";
 /// `tollgate_memory_store_keys`.
 pub const MEMORY_KEYS: &str = "tollgate_memory_store_keys";
+
+/// `tollgate_upstream_errors_total{kind}`.
+pub const UPSTREAM_ERRORS: &str = "tollgate_upstream_errors_total";
 
 /// Store latency buckets, seconds: 100 µs to 1 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -78,4 +82,8 @@ fn describe() {
         "Checks answered by the failure policy because the store failed."
     );
     metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
+    metrics::describe_counter!(
+        UPSTREAM_ERRORS,
+        "Proxied requests the upstream failed: no connection (502), an error (502) or no answer in time (504)."
+    );
 }

@@ -45,7 +45,7 @@ use tollgate_tower::response::{
 
 use crate::api::DEGRADED_LOCAL;
 use crate::config::{Config, OnError, OnMissingKey};
-use crate::gate::{Gate, Refusal};
+use crate::gate::{Gate, Refusal, Throttle};
 use crate::upstream::Upstream;
 
 /// The body of a proxied response: the upstream's, streamed, or one made
@@ -73,6 +73,8 @@ pub struct Proxy {
     response_timeout: Duration,
     headers: HeaderOptions,
     append_forwarded_for: bool,
+    /// Upstream failures are logged at most once a second.
+    trouble: Throttle,
 }
 
 impl Proxy {
@@ -114,6 +116,7 @@ impl Proxy {
                 legacy: config.http.legacy_headers,
             },
             append_forwarded_for: config.proxy.append_forwarded_for,
+            trouble: Throttle::new(Duration::from_secs(1)),
         })
     }
 
@@ -252,21 +255,25 @@ impl Proxy {
         let mut res = match sent.await {
             Ok(Ok(res)) => res.map(Either::Left),
             Ok(Err(e)) => {
-                tracing::debug!("upstream {}: {e:?}", self.upstream);
-                let detail = if e.is_connect() {
-                    format!("The upstream {} could not be reached.", self.upstream)
+                let (kind, detail) = if e.is_connect() {
+                    ("connect", "could not be reached")
                 } else {
-                    format!("The upstream {} failed to answer.", self.upstream)
+                    ("other", "failed to answer")
                 };
+                self.upstream_trouble(kind, &error_chain(&e));
                 return problem(
                     StatusCode::BAD_GATEWAY,
                     "about:blank",
                     "Bad Gateway",
-                    &detail,
+                    &format!("The upstream {} {detail}.", self.upstream),
                 )
                 .map(full);
             }
             Err(_) => {
+                self.upstream_trouble(
+                    "timeout",
+                    &format!("no response within {:?}", self.response_timeout),
+                );
                 return problem(
                     StatusCode::GATEWAY_TIMEOUT,
                     "about:blank",
@@ -285,6 +292,33 @@ impl Proxy {
         }
         res
     }
+}
+
+impl Proxy {
+    /// Counts an upstream failure; logs it at most once a second.
+    fn upstream_trouble(&self, kind: &'static str, why: &str) {
+        ::metrics::counter!(crate::metrics::UPSTREAM_ERRORS, "kind" => kind).increment(1);
+        self.trouble.report(|suppressed| {
+            let more = if suppressed > 0 {
+                format!(" ({suppressed} more upstream failures since the last report)")
+            } else {
+                String::new()
+            };
+            tracing::warn!("upstream {} ({kind}): {why}{more}", self.upstream);
+        });
+    }
+}
+
+/// An error and its sources, `: `-joined.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn full(s: String) -> ProxyBody {

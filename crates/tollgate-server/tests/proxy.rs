@@ -340,6 +340,15 @@ fn a_dead_upstream_is_a_quick_502_and_a_slow_one_a_504() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     assert!(r.text().contains("could not be reached"), "{}", r.text());
+    for _ in 0..5 {
+        assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 502);
+    }
+    // Logged, but not once per request.
+    let log = s.log();
+    let lines = log
+        .matches(&format!("upstream http://{dead} (connect)"))
+        .count();
+    assert!((1..=2).contains(&lines), "{lines} lines:\n{log}");
     drop(s);
 
     let up = start_upstream();
