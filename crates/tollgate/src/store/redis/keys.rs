@@ -17,11 +17,42 @@ pub const MAX_RAW_KEY: usize = 128;
 
 /// The Redis key of (rule, key) under `prefix`.
 pub(crate) fn redis_key(prefix: &str, rule: &str, algorithm: Algorithm, key: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(prefix.len() + rule.len() + key.len().min(MAX_RAW_KEY) + 8);
+    let mut out = Vec::with_capacity(redis_key_len(prefix, rule, algorithm, key));
+    write_redis_key(&mut out, prefix, rule, algorithm, key);
+    out
+}
+
+/// The length of [`redis_key`]'s answer, without building it (a RESP bulk
+/// string announces its length first).
+pub(crate) fn redis_key_len(prefix: &str, rule: &str, algorithm: Algorithm, key: &[u8]) -> usize {
+    // `:{`, `:`, `}:`
+    prefix.len() + rule.len() + key_body_len(key) + suffix(algorithm).len() + 5
+}
+
+/// Appends [`redis_key`]'s answer to `out`.
+pub(crate) fn write_redis_key(
+    out: &mut Vec<u8>,
+    prefix: &str,
+    rule: &str,
+    algorithm: Algorithm,
+    key: &[u8],
+) {
+    write_key_head(out, prefix, rule);
+    write_key_body(out, key);
+    write_key_tail(out, algorithm);
+}
+
+/// The part of a Redis key before the caller's key: `{prefix}:{<rule>:`.
+pub(crate) fn write_key_head(out: &mut Vec<u8>, prefix: &str, rule: &str) {
     out.extend_from_slice(prefix.as_bytes());
     out.extend_from_slice(b":{");
     out.extend_from_slice(rule.as_bytes());
     out.push(b':');
+}
+
+/// The caller's key as written in a Redis key: `=<key>`, or `#<sha1>` when
+/// longer than [`MAX_RAW_KEY`].
+pub(crate) fn write_key_body(out: &mut Vec<u8>, key: &[u8]) {
     if key.len() <= MAX_RAW_KEY {
         out.push(b'=');
         out.extend_from_slice(key);
@@ -29,15 +60,34 @@ pub(crate) fn redis_key(prefix: &str, rule: &str, algorithm: Algorithm, key: &[u
         out.push(b'#');
         out.extend_from_slice(sha1_smol::Sha1::from(key).digest().to_string().as_bytes());
     }
+}
+
+/// The length of [`write_key_body`]'s output.
+pub(crate) fn key_body_len(key: &[u8]) -> usize {
+    1 + if key.len() <= MAX_RAW_KEY {
+        key.len()
+    } else {
+        SHA1_HEX_LEN
+    }
+}
+
+/// The part of a Redis key after the caller's key: `}:<algorithm>`.
+pub(crate) fn write_key_tail(out: &mut Vec<u8>, algorithm: Algorithm) {
     out.extend_from_slice(b"}:");
-    out.extend_from_slice(match algorithm {
+    out.extend_from_slice(suffix(algorithm));
+}
+
+/// Hex digits of a SHA-1.
+const SHA1_HEX_LEN: usize = 40;
+
+fn suffix(algorithm: Algorithm) -> &'static [u8] {
+    match algorithm {
         Algorithm::Gcra => b"gcra",
         Algorithm::TokenBucket => b"tb",
         Algorithm::FixedWindow => b"fw",
         Algorithm::SlidingWindow => b"sw",
         Algorithm::SlidingLog => b"sl",
-    });
-    out
+    }
 }
 
 /// The Redis Cluster slot of a key, computed as Redis does (CRC16/XMODEM of
@@ -98,5 +148,19 @@ mod tests {
         let fw = redis_key("tg", "r", Algorithm::FixedWindow, b"alice");
         assert_ne!(fw, short);
         assert_eq!(slot(&fw), slot(&short));
+    }
+
+    #[test]
+    fn the_announced_length_is_the_length() {
+        for algorithm in Algorithm::ALL {
+            for len in [0, 1, MAX_RAW_KEY, MAX_RAW_KEY + 1, 1000] {
+                let key = vec![b'k'; len];
+                let built = redis_key("tollgate", "rule", algorithm, &key);
+                assert_eq!(
+                    redis_key_len("tollgate", "rule", algorithm, &key),
+                    built.len()
+                );
+            }
+        }
     }
 }

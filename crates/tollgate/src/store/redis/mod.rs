@@ -11,8 +11,13 @@
 //!   nothing.
 //! * **Keys**: `{prefix}:{<rule>:<key>}:<algorithm>` (see [`keys`]); long
 //!   keys hashed.
-//! * **Connections**: one multiplexed connection per node carries every
-//!   concurrent check, pipelined; reconnection is automatic.
+//! * **Connections**: one connection per node carries every concurrent
+//!   check, pipelined. Standalone and Sentinel over plain TCP use
+//!   tollgate's own connection (`conn.rs`: commands encoded straight into
+//!   one write buffer, one `write` per batch, replies parsed in order: an
+//!   eighth of redis-rs's client instructions per check); Cluster and TLS
+//!   (`rediss://`) use redis-rs. Reconnection is automatic; a check that
+//!   may have run is never sent twice.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -27,19 +32,22 @@
 //! # Ok(()) }
 //! ```
 
+mod conn;
 pub mod keys;
+mod resp;
 mod scripts;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 
+use self::conn::Conn;
+use self::resp::{Args, Encoder, Ints, Reply, Value};
 use self::scripts::{Script, Scripts};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
@@ -78,65 +86,176 @@ struct Pair<'a> {
     cost: u64,
 }
 
-impl Pair<'_> {
-    /// The six script arguments of this pair (SEMANTICS.md parameters
-    /// precomputed in exact integers; see `prelude.lua`).
-    fn push_args(&self, cmd: &mut Cmd) {
-        let rule = self.rule;
-        // A cost above capacity is "never" whatever its size: keep it small.
-        let cost = self.cost.min(rule.capacity().saturating_add(1));
-        cmd.arg(scripts::code(rule.algorithm())).arg(cost);
-        match rule.algorithm() {
-            Algorithm::Gcra | Algorithm::TokenBucket => {
-                cmd.arg(rule.increment_micros(cost))
-                    .arg(rule.tau_micros())
-                    .arg(rule.interval_micros())
-                    .arg(rule.burst());
-            }
-            _ => {
-                cmd.arg(rule.period_micros())
-                    .arg(rule.limit())
-                    .arg(0)
-                    .arg(0);
-            }
+/// The pairs of one script run: a single check (its Redis key written
+/// straight into the command), or merged pairs with their keys built.
+#[derive(Clone, Copy)]
+enum Pairs<'a, 'r> {
+    One {
+        rule: &'r Rule,
+        key: &'a [u8],
+        cost: u64,
+    },
+    Many(&'a [Pair<'r>]),
+}
+
+impl Pairs<'_, '_> {
+    fn len(&self) -> usize {
+        match self {
+            Pairs::One { .. } => 1,
+            Pairs::Many(pairs) => pairs.len(),
         }
+    }
+
+    fn rule_cost(&self, i: usize) -> (&Rule, u64) {
+        match self {
+            Pairs::One { rule, cost, .. } => (rule, *cost),
+            Pairs::Many(pairs) => (pairs[i].rule, pairs[i].cost),
+        }
+    }
+
+    fn key(&self, i: usize, prefix: &str, a: &mut impl Args) {
+        match self {
+            Pairs::One { rule, key, .. } => a.redis_key(prefix, rule, key),
+            Pairs::Many(pairs) => a.bytes(&pairs[i].key),
+        }
+    }
+}
+
+/// The six script arguments of a pair (SEMANTICS.md parameters precomputed
+/// in exact integers; see `prelude.lua`).
+fn push_pair_args(a: &mut impl Args, rule: &Rule, cost: u64) {
+    let cost = clamp_cost(rule, cost);
+    a.uint(u64::from(scripts::code(rule.algorithm())));
+    a.uint(cost);
+    if has_increment(rule.algorithm()) {
+        a.uint(rule.increment_micros(cost));
+    }
+    push_rule_args(a, rule);
+}
+
+/// A cost above capacity is "never" whatever its size: keep it small.
+fn clamp_cost(rule: &Rule, cost: u64) -> u64 {
+    cost.min(rule.capacity().saturating_add(1))
+}
+
+/// Whether the pair's third argument is the cost's increment (GCRA and
+/// token bucket) rather than a rule constant.
+fn has_increment(algorithm: Algorithm) -> bool {
+    matches!(algorithm, Algorithm::Gcra | Algorithm::TokenBucket)
+}
+
+/// The pair arguments that depend on the rule alone (after the code, the
+/// cost and any increment).
+fn push_rule_args(a: &mut impl Args, rule: &Rule) {
+    if has_increment(rule.algorithm()) {
+        a.uint(rule.tau_micros());
+        a.uint(rule.interval_micros());
+        a.uint(rule.burst());
+    } else {
+        a.uint(rule.period_micros());
+        a.uint(rule.limit());
+        a.uint(0);
+        a.uint(0);
+    }
+}
+
+/// Most rules a connection keeps encoded.
+const RULE_CACHE: usize = 16;
+
+/// The encoded bytes of a single check that depend on its rule alone (and
+/// the store's prefix), kept for the last rules seen: a service checks the
+/// same few rules over and over, and formatting them was most of what
+/// encoding a check cost. An entry is found by the rule's content, never
+/// by its address, so a hit is always right. Lives in the connection's
+/// state, under the lock commands are encoded under.
+#[derive(Default)]
+pub(super) struct RuleCache {
+    entries: Vec<RuleBytes>,
+    next: usize,
+}
+
+struct RuleBytes {
+    name: Box<str>,
+    algorithm: Algorithm,
+    limit: u64,
+    period: Micros,
+    burst: u64,
+    interval: Micros,
+    tau: Micros,
+    /// `{prefix}:{<rule>:`
+    key_head: Vec<u8>,
+    /// `}:<algorithm>` and the `\r\n` ending the key's bulk string.
+    key_tail: Vec<u8>,
+    /// The algorithm's code, encoded.
+    code: Vec<u8>,
+    /// [`push_rule_args`], encoded.
+    rule_args: Vec<u8>,
+}
+
+impl RuleBytes {
+    fn new(prefix: &str, rule: &Rule) -> Self {
+        let mut key_head = Vec::new();
+        keys::write_key_head(&mut key_head, prefix, rule.name());
+        let mut key_tail = Vec::new();
+        keys::write_key_tail(&mut key_tail, rule.algorithm());
+        key_tail.extend_from_slice(b"\r\n");
+        let mut code = Vec::new();
+        Encoder::append(&mut code).uint(u64::from(scripts::code(rule.algorithm())));
+        let mut rule_args = Vec::new();
+        push_rule_args(&mut Encoder::append(&mut rule_args), rule);
+        Self {
+            name: rule.name().into(),
+            algorithm: rule.algorithm(),
+            limit: rule.limit(),
+            period: rule.period_micros(),
+            burst: rule.burst(),
+            interval: rule.interval_micros(),
+            tau: rule.tau_micros(),
+            key_head,
+            key_tail,
+            code,
+            rule_args,
+        }
+    }
+
+    fn is(&self, rule: &Rule) -> bool {
+        self.limit == rule.limit()
+            && self.period == rule.period_micros()
+            && self.burst == rule.burst()
+            && self.interval == rule.interval_micros()
+            && self.tau == rule.tau_micros()
+            && self.algorithm == rule.algorithm()
+            && *self.name == *rule.name()
+    }
+}
+
+impl RuleCache {
+    fn get(&mut self, prefix: &str, rule: &Rule) -> &RuleBytes {
+        let i = match self.entries.iter().position(|e| e.is(rule)) {
+            Some(i) => i,
+            None if self.entries.len() < RULE_CACHE => {
+                self.entries.push(RuleBytes::new(prefix, rule));
+                self.entries.len() - 1
+            }
+            None => {
+                let i = self.next;
+                self.next = (i + 1) % RULE_CACHE;
+                self.entries[i] = RuleBytes::new(prefix, rule);
+                i
+            }
+        };
+        &self.entries[i]
     }
 }
 
 enum Backend {
+    /// Standalone or Sentinel over plain TCP: tollgate's own pipelined
+    /// connection (see `conn.rs`).
+    Lean(Conn),
+    /// Standalone over TLS (`rediss://`): redis-rs.
     Standalone(ConnectionManager),
+    /// Cluster: redis-rs.
     Cluster(ClusterConnection),
-    Sentinel(Box<SentinelBackend>),
-}
-
-/// A connection to the current master as the sentinels name it, replaced
-/// when it fails or the master turns out to be a replica after a failover.
-struct SentinelBackend {
-    client: tokio::sync::Mutex<SentinelClient>,
-    conn: parking_lot::RwLock<Option<MultiplexedConnection>>,
-    timeout: Duration,
-}
-
-impl SentinelBackend {
-    async fn connection(&self) -> Result<MultiplexedConnection, RedisError> {
-        if let Some(c) = self.conn.read().clone() {
-            return Ok(c);
-        }
-        let mut client = self.client.lock().await;
-        if let Some(c) = self.conn.read().clone() {
-            return Ok(c);
-        }
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let c = client.get_async_connection_with_config(&config).await?;
-        *self.conn.write() = Some(c.clone());
-        Ok(c)
-    }
-
-    fn invalidate(&self) {
-        *self.conn.write() = None;
-    }
 }
 
 /// The Redis store. Cheap to clone: clones share connections.
@@ -239,18 +358,28 @@ impl RedisStore {
                     // install (another store, or the application's) is fine.
                     let _ = rustls::crypto::ring::default_provider().install_default();
                 }
-                let client = redis::Client::open(node.client_url(*tls, credentials, *db))
-                    .map_err(|e| store_error(&e))?;
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(t))
-                    .set_response_timeout(Some(t))
-                    .set_number_of_retries(2)
-                    .set_max_delay(Duration::from_secs(1));
-                Backend::Standalone(
-                    ConnectionManager::new_with_config(client, config)
-                        .await
-                        .map_err(|e| store_error(&e))?,
-                )
+                if !*tls {
+                    let config = conn::Config {
+                        target: conn::Target::Direct(node.clone()),
+                        credentials: credentials.clone(),
+                        db: *db,
+                        timeout: t,
+                    };
+                    Backend::Lean(Conn::connect(config).await?)
+                } else {
+                    let client = redis::Client::open(node.client_url(*tls, credentials, *db))
+                        .map_err(|e| store_error(&e))?;
+                    let config = ConnectionManagerConfig::new()
+                        .set_connection_timeout(Some(t))
+                        .set_response_timeout(Some(t))
+                        .set_number_of_retries(2)
+                        .set_max_delay(Duration::from_secs(1));
+                    Backend::Standalone(
+                        ConnectionManager::new_with_config(client, config)
+                            .await
+                            .map_err(|e| store_error(&e))?,
+                    )
+                }
             }
             StoreUrl::Cluster { credentials, nodes } => {
                 let nodes = nodes.iter().map(|n| n.client_url(false, credentials, 0));
@@ -272,32 +401,16 @@ impl RedisStore {
                 nodes,
                 master,
             } => {
-                let mut info = redis::RedisConnectionInfo::default();
-                if let Some(user) = &credentials.username {
-                    info = info.set_username(user);
-                }
-                if let Some(pass) = &credentials.password {
-                    info = info.set_password(pass);
-                }
-                let sentinels: Vec<String> = nodes
-                    .iter()
-                    .map(|n| n.client_url(false, &super::url::Credentials::default(), 0))
-                    .collect();
-                let node = SentinelNodeConnectionInfo::default().set_redis_connection_info(info);
-                let client = SentinelClient::build(
-                    sentinels,
-                    master.clone(),
-                    Some(node),
-                    SentinelServerType::Master,
-                )
-                .map_err(|e| store_error(&e))?;
-                let backend = SentinelBackend {
-                    client: tokio::sync::Mutex::new(client),
-                    conn: parking_lot::RwLock::new(None),
+                let config = conn::Config {
+                    target: conn::Target::Sentinel {
+                        sentinels: nodes.clone(),
+                        master: master.clone(),
+                    },
+                    credentials: credentials.clone(),
+                    db: 0,
                     timeout: t,
                 };
-                backend.connection().await.map_err(|e| store_error(&e))?;
-                Backend::Sentinel(Box::new(backend))
+                Backend::Lean(Conn::connect(config).await?)
             }
         };
         Ok(Self {
@@ -329,6 +442,14 @@ impl RedisStore {
     /// # Errors
     /// The store did not answer.
     pub async fn ping(&self) -> Result<(), StoreError> {
+        if let Backend::Lean(conn) = &self.inner.backend {
+            let ping = |out: &mut Vec<u8>, _: &mut RuleCache| resp::command(out, &[b"PING"]);
+            return match conn.call(ping).await? {
+                Reply::Other(Value::Text(_)) => Ok(()),
+                Reply::Error(e) => Err(conn::server_error(&e)),
+                other => Err(protocol(format!("PING answered {other:?}"))),
+            };
+        }
         self.query::<String>(&redis::cmd("PING")).await.map(|_| ())
     }
 
@@ -336,35 +457,15 @@ impl RedisStore {
         self.query_raw(cmd).await.map_err(|e| store_error(&e))
     }
 
+    /// Runs `cmd` over a redis-rs connection (TLS or Cluster).
     async fn query_raw<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
         match &self.inner.backend {
             Backend::Standalone(c) => cmd.query_async(&mut c.clone()).await,
             Backend::Cluster(c) => cmd.query_async(&mut c.clone()).await,
-            Backend::Sentinel(s) => {
-                let result = match s.connection().await {
-                    Ok(mut c) => cmd.query_async(&mut c).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = &result {
-                    // After a failover the old master answers READONLY; a
-                    // dead connection stays dead: look the master up again.
-                    let read_only = e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly);
-                    if read_only
-                        || e.is_io_error()
-                        || e.is_connection_dropped()
-                        || e.is_connection_refusal()
-                        || e.is_timeout()
-                    {
-                        s.invalidate();
-                    }
-                    if read_only || e.is_connection_refusal() {
-                        // Not executed: safe to try once more on the new master.
-                        let mut c = s.connection().await?;
-                        return cmd.query_async(&mut c).await;
-                    }
-                }
-                result
-            }
+            Backend::Lean(_) => Err(RedisError::from((
+                ErrorKind::Client,
+                "tollgate: query_raw on a lean connection",
+            ))),
         }
     }
 
@@ -378,31 +479,164 @@ impl RedisStore {
         mode: &str,
         at: Option<Micros>,
     ) -> Result<(Micros, Vec<Decision>), StoreError> {
-        let build = |verb: &str, body: &str| {
-            let mut cmd = redis::cmd(verb);
-            cmd.arg(body).arg(pairs.len());
-            for p in pairs {
-                cmd.arg(&p.key);
-            }
-            match at {
-                Some(t) => cmd.arg(t).arg(self.inner.margin_ms),
-                None => cmd.arg("").arg(0),
-            };
-            cmd.arg(pairs.len()).arg(mode);
-            for p in pairs {
-                p.push_args(&mut cmd);
-            }
-            cmd
-        };
-        let reply: Vec<i64> = match self.query_raw(&build("EVALSHA", &script.sha)).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => self
-                .query_raw(&build("EVAL", script.source))
-                .await
-                .map_err(|e| store_error(&e))?,
-            other => other.map_err(|e| store_error(&e))?,
-        };
-        parse_reply(&reply, pairs)
+        let reply = self.eval(script, Pairs::Many(pairs), mode, at).await?;
+        parse_reply(reply.as_slice(), pairs)
     }
+
+    /// Runs `script` and returns its integers, falling back from EVALSHA
+    /// to EVAL on `NOSCRIPT` (after a restart, a failover or `SCRIPT
+    /// FLUSH`), and, behind Sentinel, trying once more on `READONLY` (the
+    /// master was demoted; nothing ran, and the connection looks the new
+    /// master up).
+    async fn eval(
+        &self,
+        script: &Script,
+        pairs: Pairs<'_, '_>,
+        mode: &str,
+        at: Option<Micros>,
+    ) -> Result<Ints, StoreError> {
+        let run = Run { pairs, mode, at };
+        let (prefix, margin_ms) = (self.inner.prefix.as_str(), self.inner.margin_ms);
+        let Backend::Lean(conn) = &self.inner.backend else {
+            let build = |verb: &str, body: &str| {
+                let mut cmd = redis::cmd(verb);
+                cmd.arg(body).arg(pairs.len());
+                script_args(&mut cmd, prefix, margin_ms, run);
+                cmd
+            };
+            let reply: Vec<i64> = match self.query_raw(&build("EVALSHA", &script.sha)).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => self
+                    .query_raw(&build("EVAL", script.source))
+                    .await
+                    .map_err(|e| store_error(&e))?,
+                other => other.map_err(|e| store_error(&e))?,
+            };
+            return Ok(Ints::Heap(reply));
+        };
+        let (mut by_sha, mut retried) = (true, false);
+        loop {
+            let encode = |out: &mut Vec<u8>, cache: &mut RuleCache| {
+                encode_run(out, cache, script, by_sha, prefix, margin_ms, run);
+            };
+            match conn.call(encode).await? {
+                Reply::Ints(ints) => return Ok(ints),
+                Reply::Error(e) if by_sha && e.starts_with("NOSCRIPT") => by_sha = false,
+                Reply::Error(e)
+                    if !retried && e.starts_with("READONLY") && conn.follows_sentinel() =>
+                {
+                    retried = true;
+                }
+                Reply::Error(e) => return Err(conn::server_error(&e)),
+                Reply::Other(v) => return Err(protocol(format!("the script answered {v:?}"))),
+            }
+        }
+    }
+}
+
+/// One run of a script: its pairs, mode (`c`onsume, `d`ry run, `r`efund)
+/// and explicit time, if any.
+#[derive(Clone, Copy)]
+struct Run<'a, 'r> {
+    pairs: Pairs<'a, 'r>,
+    mode: &'a str,
+    at: Option<Micros>,
+}
+
+/// The arguments after `EVALSHA sha nkeys` or `EVAL source nkeys`:
+/// `keys… t margin n mode` and six per pair (see `check.lua`), with keys
+/// under `prefix` and `margin_ms` added to TTLs at explicit times.
+fn script_args(a: &mut impl Args, prefix: &str, margin_ms: u64, run: Run<'_, '_>) {
+    let Run { pairs, mode, at } = run;
+    let n = pairs.len();
+    for i in 0..n {
+        pairs.key(i, prefix, a);
+    }
+    push_common_args(a, n, margin_ms, mode, at);
+    for i in 0..n {
+        let (rule, cost) = pairs.rule_cost(i);
+        push_pair_args(a, rule, cost);
+    }
+}
+
+/// `t margin n mode` (see `check.lua`).
+fn push_common_args(a: &mut impl Args, n: usize, margin_ms: u64, mode: &str, at: Option<Micros>) {
+    match at {
+        // The common case, encoded once.
+        None if n == 1 && mode == "c" => a.preencoded(NOW_ONE_CHECK.0, NOW_ONE_CHECK.1),
+        None => {
+            a.bytes(b"");
+            a.uint(0);
+            a.uint(n as u64);
+            a.bytes(mode.as_bytes());
+        }
+        Some(t) => {
+            a.uint(t);
+            a.uint(margin_ms);
+            a.uint(n as u64);
+            a.bytes(mode.as_bytes());
+        }
+    }
+}
+
+/// Appends `run` of `script` (by hash, or with `by_sha` false by source)
+/// as one RESP command; a single check's rule-dependent bytes come from
+/// (and go to) `cache`.
+fn encode_run(
+    out: &mut Vec<u8>,
+    cache: &mut RuleCache,
+    script: &Script,
+    by_sha: bool,
+    prefix: &str,
+    margin_ms: u64,
+    run: Run<'_, '_>,
+) {
+    let Pairs::One { rule, key, cost } = run.pairs else {
+        let n = run.pairs.len();
+        let mut e = Encoder::command(out, 7 + 7 * n);
+        e.encoded(script.head(by_sha));
+        e.uint(n as u64);
+        script_args(&mut e, prefix, margin_ms, run);
+        return;
+    };
+    let cached = cache.get(prefix, rule);
+    let mut e = Encoder::append(out);
+    e.encoded(script.head_one_key(by_sha));
+    // The key: a bulk string (its \r\n ends `key_tail`).
+    e.bulk_header(cached.key_head.len() + keys::key_body_len(key) + cached.key_tail.len() - 2);
+    e.encoded(&cached.key_head);
+    e.with_buffer(|out| keys::write_key_body(out, key));
+    e.encoded(&cached.key_tail);
+    push_common_args(&mut e, 1, margin_ms, run.mode, run.at);
+    e.encoded(&cached.code);
+    let cost = clamp_cost(rule, cost);
+    e.uint(cost);
+    if has_increment(rule.algorithm()) {
+        e.uint(rule.increment_micros(cost));
+    }
+    e.encoded(&cached.rule_args);
+}
+
+/// `t margin n mode` of a single check at the server's time (`"" 0 1 c`),
+/// and their RESP encoding.
+const NOW_ONE_CHECK: (&[&[u8]], &[u8]) = (
+    &[b"", b"0", b"1", b"c"],
+    b"$0\r\n\r\n$1\r\n0\r\n$1\r\n1\r\n$1\r\nc\r\n",
+);
+
+/// One pair's decision from its four integers.
+fn decision(r: &[i64], rule: &Rule) -> Result<Decision, StoreError> {
+    let unsigned = |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
+    Ok(Decision {
+        allowed: r[0] == 1,
+        limit: rule.capacity(),
+        remaining: unsigned(r[1])?,
+        reset_after: Duration::from_micros(unsigned(r[2])?),
+        retry_after: if r[3] < 0 {
+            None
+        } else {
+            Some(Duration::from_micros(unsigned(r[3])?))
+        },
+    })
 }
 
 fn parse_reply(reply: &[i64], pairs: &[Pair<'_>]) -> Result<(Micros, Vec<Decision>), StoreError> {
@@ -413,24 +647,11 @@ fn parse_reply(reply: &[i64], pairs: &[Pair<'_>]) -> Result<(Micros, Vec<Decisio
             pairs.len()
         )));
     }
-    let unsigned = |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
-    let t = unsigned(reply[0])?;
+    let t = u64::try_from(reply[0]).map_err(|_| protocol(format!("negative time {}", reply[0])))?;
     let decisions = reply[1..]
         .chunks_exact(4)
         .zip(pairs)
-        .map(|(r, p)| {
-            Ok(Decision {
-                allowed: r[0] == 1,
-                limit: p.rule.capacity(),
-                remaining: unsigned(r[1])?,
-                reset_after: Duration::from_micros(unsigned(r[2])?),
-                retry_after: if r[3] < 0 {
-                    None
-                } else {
-                    Some(Duration::from_micros(unsigned(r[3])?))
-                },
-            })
-        })
+        .map(|(r, p)| decision(r, p.rule))
         .collect::<Result<Vec<_>, StoreError>>()?;
     Ok((t, decisions))
 }
@@ -465,16 +686,16 @@ impl RedisStore {
         cost: u64,
         at: Option<Micros>,
     ) -> Result<Decision, StoreError> {
-        let pair = Pair {
-            rule,
-            key: self.redis_key(rule, key),
-            cost,
-        };
         let script = self.inner.scripts.single(rule.algorithm());
-        let (_, mut d) = self
-            .run(script, std::slice::from_ref(&pair), "c", at)
+        let reply = self
+            .eval(script, Pairs::One { rule, key, cost }, "c", at)
             .await?;
-        d.pop().ok_or_else(|| protocol("empty reply"))
+        match reply.as_slice() {
+            [t, r @ ..] if r.len() == 4 && *t >= 0 => decision(r, rule),
+            other => Err(protocol(format!(
+                "script replied {other:?} to a single check"
+            ))),
+        }
     }
 
     async fn check_many(
@@ -617,6 +838,76 @@ mod tests {
     /// The refund a cross-node multi-check issues when a later node denies
     /// (traffic raced in between its dry run and its consumption) gives back
     /// exactly what was taken: every algorithm's state reads as before.
+    /// The lean connection's commands are byte for byte what redis-rs
+    /// sends for the same run.
+    #[test]
+    fn runs_are_encoded_as_redis_rs_encodes_them() {
+        let scripts = Scripts::new();
+        let rules: Vec<Rule> = Algorithm::ALL
+            .iter()
+            .map(|&a| {
+                RuleSpec::new(format!("r_{a}"), a, 100_000, Duration::from_secs(1))
+                    .build()
+                    .expect("valid rule")
+            })
+            .collect();
+        // Same name, other parameters: never mistaken for the first.
+        let renamed = |r: &Rule| RuleSpec::new(r.name(), r.algorithm(), 7, Duration::from_secs(3));
+        let rules: Vec<Rule> = rules
+            .iter()
+            .flat_map(|r| [r.clone(), renamed(r).build().expect("valid rule")])
+            .collect();
+        let long = vec![b'x'; 300];
+        let pairs: Vec<Pair<'_>> = rules
+            .iter()
+            .zip([&b"alice"[..], b"", &long, b"k", b"\r\n"])
+            .map(|(rule, key)| Pair {
+                rule,
+                key: keys::redis_key("tg", rule.name(), rule.algorithm(), key),
+                cost: 3,
+            })
+            .collect();
+        let mut runs = vec![Pairs::Many(&pairs), Pairs::Many(&pairs[..1])];
+        let mut cache = RuleCache::default();
+        let keys = [&b"alice"[..], b"", &long, b"k", b"\r\n"];
+        for (rule, key) in rules.iter().zip(keys.iter().cycle()) {
+            for cost in [0, 1, 12_345, u64::MAX] {
+                runs.push(Pairs::One { rule, key, cost });
+            }
+        }
+        // Twice: the second time every rule is cached.
+        for pairs in runs.iter().chain(&runs).copied() {
+            for at in [None, Some(1_764_000_000_000_000)] {
+                for mode in ["c", "d", "r"] {
+                    for (by_sha, verb) in [(true, "EVALSHA"), (false, "EVAL")] {
+                        let script = &scripts.multi;
+                        let run = Run { pairs, mode, at };
+                        let mut lean = Vec::new();
+                        encode_run(&mut lean, &mut cache, script, by_sha, "tg", 600_000, run);
+                        let mut cmd = redis::cmd(verb);
+                        let body = if by_sha { &script.sha } else { script.source };
+                        cmd.arg(body).arg(pairs.len());
+                        script_args(&mut cmd, "tg", 600_000, run);
+                        assert_eq!(
+                            String::from_utf8_lossy(&lean),
+                            String::from_utf8_lossy(&cmd.get_packed_command()),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn preencoded_arguments_are_what_they_encode() {
+        let mut plain = Vec::new();
+        let mut e = Encoder::append(&mut plain);
+        for arg in NOW_ONE_CHECK.0 {
+            e.bytes(arg);
+        }
+        assert_eq!(plain, NOW_ONE_CHECK.1);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refund_restores_the_state_before_the_consumption() {
         let server = redis_harness::RedisServer::start();

@@ -23,13 +23,54 @@ macro_rules! script {
 pub(crate) struct Script {
     pub(crate) source: &'static str,
     pub(crate) sha: String,
+    /// `EVALSHA sha`, RESP-encoded once (every check starts with it).
+    by_sha: Vec<u8>,
+    /// `EVAL source`, RESP-encoded once.
+    by_source: Vec<u8>,
+    /// The start of a one-key run: `*14`, `EVALSHA sha 1`.
+    one_by_sha: Vec<u8>,
+    /// The start of a one-key run: `*14`, `EVAL source 1`.
+    one_by_source: Vec<u8>,
 }
 
 impl Script {
     fn new(source: &'static str) -> Self {
+        let sha = sha1_smol::Sha1::from(source).digest().to_string();
+        let encode = |verb: &str, body: &str| {
+            format!("${}\r\n{verb}\r\n${}\r\n{body}\r\n", verb.len(), body.len()).into_bytes()
+        };
+        let by_sha = encode("EVALSHA", &sha);
+        let by_source = encode("EVAL", source);
+        // 14 arguments: the verb, the script, 1 key, the key, 4 common
+        // arguments and 6 for the pair (see check.lua).
+        let one = |head: &[u8]| [b"*14\r\n", head, b"$1\r\n1\r\n"].concat();
         Self {
             source,
-            sha: sha1_smol::Sha1::from(source).digest().to_string(),
+            one_by_sha: one(&by_sha),
+            one_by_source: one(&by_source),
+            by_sha,
+            by_source,
+            sha,
+        }
+    }
+
+    /// The start of a run over one key, RESP-encoded: the command header,
+    /// `EVALSHA sha` (or with `by_sha` false `EVAL source`), and `1`.
+    pub(crate) fn head_one_key(&self, by_sha: bool) -> &[u8] {
+        if by_sha {
+            &self.one_by_sha
+        } else {
+            &self.one_by_source
+        }
+    }
+
+    /// The first two arguments of a run, RESP-encoded: `EVALSHA sha`, or
+    /// with `by_sha` false `EVAL source`.
+    pub(crate) fn head(&self, by_sha: bool) -> &[u8] {
+        if by_sha {
+            &self.by_sha
+        } else {
+            &self.by_source
         }
     }
 }

@@ -1,0 +1,979 @@
+//! tollgate's own pipelined connection, for standalone Redis and for the
+//! master Sentinel names, over plain TCP (Cluster and TLS go through
+//! redis-rs).
+//!
+//! A general client pays, per command, for a command object, an encoder, a
+//! channel message, a oneshot, a generic `Value` tree and its conversion;
+//! the store's checks need none of that. Here:
+//!
+//! * A caller encodes its command straight into one shared write buffer
+//!   (under a short lock) and takes a completion slot from a slab: no
+//!   allocation per request.
+//! * One driver task owns the socket. Woken by new requests, it first lets
+//!   every other ready task queue theirs (one yield), then writes all of
+//!   them with one `write`: under load, batches form by themselves.
+//! * The driver parses replies in order (an array of integers, or an
+//!   error), stores each in its slot and wakes its caller.
+//! * Every request fails after the configured timeout. One timer serves
+//!   the whole connection (requests time out in the order they were sent).
+//!   When the oldest request times out and nothing at all arrived since it
+//!   was sent, the connection is taken for dead (a hung server, a silent
+//!   network partition) and dropped.
+//! * A request that was written to a connection that then breaks fails
+//!   with [`StoreErrorKind::Unavailable`]; it is never sent again, since it
+//!   may have run (a repeated check counts twice). Requests not yet written
+//!   wait for the next connection.
+//! * Reconnection is lazy: after a loss, the next request opens a new
+//!   connection; after a failed attempt, requests fail at once until a
+//!   backoff (10 ms doubling to 1 s) has passed.
+//! * Sentinel: the master is looked up on every (re)connection and its
+//!   `ROLE` checked. A `READONLY` reply (the master was demoted) stops
+//!   writes to the connection; once its last reply is in, it is replaced.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Sleep;
+
+use super::RuleCache;
+use super::resp::{self, Reply, Value};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::store::url::{Credentials, HostPort};
+
+/// The first wait after a failed connection attempt.
+const MIN_BACKOFF: Duration = Duration::from_millis(10);
+/// The longest wait between connection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Initial size of the read buffer (it grows for larger replies).
+const READ_BUFFER: usize = 16 * 1024;
+/// Buffers grown past this by a burst are given back once empty.
+const KEEP_BUFFER: usize = 1 << 20;
+/// A slot index meaning "already answered" (by a timeout).
+const DONE: u32 = u32::MAX;
+
+/// Where the connection goes.
+#[derive(Debug, Clone)]
+pub(super) enum Target {
+    /// One server.
+    Direct(HostPort),
+    /// The master the sentinels name.
+    Sentinel {
+        /// The sentinels, asked in order.
+        sentinels: Vec<HostPort>,
+        /// The monitored master's name.
+        master: String,
+    },
+}
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub(super) struct Config {
+    /// Where.
+    pub(super) target: Target,
+    /// `AUTH` with these on connect (not sent to sentinels).
+    pub(super) credentials: Credentials,
+    /// `SELECT` this database on connect, unless 0.
+    pub(super) db: u32,
+    /// Longest wait for a reply, and for each step of a connection.
+    pub(super) timeout: Duration,
+}
+
+/// The state callers and the driver share.
+struct Shared {
+    state: Mutex<State>,
+    config: Config,
+}
+
+struct State {
+    /// Encoded requests the driver has not taken yet…
+    out: Vec<u8>,
+    /// …and their slots, in order.
+    queued: Vec<Queued>,
+    /// Completion slots (a slab: freed indices are reused).
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// Wakes the driver; taken by the first caller that needs it.
+    driver: Option<Waker>,
+    link: Link,
+    /// Encoded rules, for the callers' encoders (used under this lock).
+    cache: RuleCache,
+}
+
+#[derive(Clone, Copy)]
+struct Queued {
+    slot: u32,
+    len: u32,
+}
+
+enum Link {
+    /// Connected, or about to be: requests are queued.
+    Up,
+    /// A connection attempt is under way: requests are queued.
+    Connecting,
+    /// No connection. Requests fail until `retry_at`; the first one after
+    /// it starts a new attempt.
+    Down {
+        retry_at: Instant,
+        cause: StoreError,
+    },
+    /// The driver is gone (store dropped, or its runtime shut down).
+    Closed(StoreError),
+}
+
+enum Slot {
+    Free,
+    /// Not answered yet; wakes the caller.
+    Waiting(Option<Waker>),
+    /// Its caller gave up (dropped the future); freed when answered.
+    Abandoned,
+    Done(Result<Reply, StoreError>),
+}
+
+impl State {
+    fn alloc(&mut self, slot: Slot) -> Option<u32> {
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = slot;
+            return Some(i);
+        }
+        let i = u32::try_from(self.slots.len())
+            .ok()
+            .filter(|&i| i != DONE)?;
+        self.slots.push(slot);
+        Some(i)
+    }
+
+    /// Changes the link's state, unless closed: that is final (the driver
+    /// exits on it).
+    fn set_link(&mut self, link: Link) {
+        if !matches!(self.link, Link::Closed(_)) {
+            self.link = link;
+        }
+    }
+
+    fn release(&mut self, i: u32) {
+        self.slots[i as usize] = Slot::Free;
+        self.free.push(i);
+    }
+
+    /// Answers slot `i`; its caller's waker goes to `wakers`.
+    fn complete(&mut self, i: u32, result: Result<Reply, StoreError>, wakers: &mut Vec<Waker>) {
+        match std::mem::replace(&mut self.slots[i as usize], Slot::Done(result)) {
+            Slot::Waiting(waker) => wakers.extend(waker),
+            Slot::Abandoned => self.release(i),
+            // Never happens (a slot is answered once, while in use); if it
+            // did, leave the slot as it was rather than free it twice.
+            other @ (Slot::Free | Slot::Done(_)) => {
+                debug_assert!(false, "a request slot answered twice");
+                self.slots[i as usize] = other;
+            }
+        }
+    }
+}
+
+/// A handle on the connection; dropping it stops the driver.
+pub(super) struct Conn {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conn")
+            .field("target", &self.shared.config.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Conn {
+    /// Opens the first connection (so a wrong address or password is an
+    /// error here, not at the first check) and spawns the driver on the
+    /// current tokio runtime.
+    pub(super) async fn connect(config: Config) -> Result<Self, StoreError> {
+        let stream = open(&config).await?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                out: Vec::new(),
+                queued: Vec::new(),
+                slots: Vec::new(),
+                free: Vec::new(),
+                driver: None,
+                link: Link::Up,
+                cache: RuleCache::default(),
+            }),
+            config,
+        });
+        tokio::spawn(Driver::new(shared.clone(), stream));
+        Ok(Self { shared })
+    }
+
+    /// Sends the command `encode` appends to the buffer it is given (one
+    /// complete RESP command; it may use the connection's [`RuleCache`])
+    /// and waits for its reply, at most the timeout.
+    /// Never resent: an error after it may have run says so by its kind.
+    pub(super) fn call<E: FnOnce(&mut Vec<u8>, &mut RuleCache) + Unpin>(
+        &self,
+        encode: E,
+    ) -> Call<'_, E> {
+        Call {
+            shared: &self.shared,
+            encode: Some(encode),
+            slot: None,
+        }
+    }
+
+    /// Whether the master is found through Sentinel (a `READONLY` reply is
+    /// then worth one retry: the store looks the master up again).
+    pub(super) fn follows_sentinel(&self) -> bool {
+        matches!(self.shared.config.target, Target::Sentinel { .. })
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let driver = {
+            let mut st = self.shared.state.lock();
+            st.link = Link::Closed(unavailable("the store was dropped"));
+            st.driver.take()
+        };
+        if let Some(w) = driver {
+            w.wake();
+        }
+    }
+}
+
+/// One request: queued on first poll, answered by the driver.
+pub(super) struct Call<'a, E> {
+    shared: &'a Shared,
+    encode: Option<E>,
+    slot: Option<u32>,
+}
+
+impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache) + Unpin> Future for Call<'_, E> {
+    type Output = Result<Reply, StoreError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let shared = this.shared;
+        let mut st = shared.state.lock();
+        let Some(i) = this.slot else {
+            return match this.encode.take() {
+                Some(encode) => this.queue(st, encode, cx),
+                None => Poll::Ready(Err(protocol("a finished request was polled"))),
+            };
+        };
+        match &mut st.slots[i as usize] {
+            Slot::Waiting(waker) => {
+                if !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
+            Slot::Done(_) => {
+                let slot = std::mem::replace(&mut st.slots[i as usize], Slot::Free);
+                st.free.push(i);
+                this.slot = None;
+                match slot {
+                    Slot::Done(result) => Poll::Ready(result),
+                    _ => Poll::Ready(Err(protocol("lost track of a request"))),
+                }
+            }
+            Slot::Free | Slot::Abandoned => {
+                this.slot = None;
+                Poll::Ready(Err(protocol("lost track of a request")))
+            }
+        }
+    }
+}
+
+impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache)> Call<'_, E> {
+    fn queue(
+        &mut self,
+        mut st: parking_lot::MutexGuard<'_, State>,
+        encode: E,
+        cx: &Context<'_>,
+    ) -> Poll<Result<Reply, StoreError>> {
+        match &st.link {
+            Link::Up | Link::Connecting => {}
+            Link::Down { retry_at, cause } => {
+                if Instant::now() < *retry_at {
+                    return Poll::Ready(Err(unavailable(format!(
+                        "not connected, next attempt in {:?} (last failure: {cause})",
+                        retry_at.saturating_duration_since(Instant::now())
+                    ))));
+                }
+                st.link = Link::Connecting;
+            }
+            Link::Closed(e) => return Poll::Ready(Err(e.clone())),
+        }
+        let start = st.out.len();
+        let state = &mut *st;
+        encode(&mut state.out, &mut state.cache);
+        let Ok(len) = u32::try_from(st.out.len() - start) else {
+            st.out.truncate(start);
+            return Poll::Ready(Err(protocol("a command of 4 GiB or more")));
+        };
+        let Some(slot) = st.alloc(Slot::Waiting(Some(cx.waker().clone()))) else {
+            st.out.truncate(start);
+            return Poll::Ready(Err(protocol("too many requests in flight")));
+        };
+        st.queued.push(Queued { slot, len });
+        self.slot = Some(slot);
+        let driver = st.driver.take();
+        drop(st);
+        if let Some(w) = driver {
+            w.wake();
+        }
+        Poll::Pending
+    }
+}
+
+impl<E> Drop for Call<'_, E> {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot {
+            let mut st = self.shared.state.lock();
+            if matches!(st.slots[i as usize], Slot::Waiting(_)) {
+                st.slots[i as usize] = Slot::Abandoned;
+            } else {
+                st.release(i);
+            }
+        }
+    }
+}
+
+/// A request the driver has taken.
+struct Sent {
+    /// Its slot, or [`DONE`] once answered by a timeout.
+    slot: u32,
+    /// Its encoded length.
+    len: u32,
+    /// When the driver took it; it times out `timeout` later.
+    at: Instant,
+}
+
+enum Phase {
+    /// No connection.
+    Idle,
+    Connecting(Pin<Box<dyn Future<Output = Result<TcpStream, StoreError>> + Send>>),
+    Up(TcpStream),
+}
+
+/// The task that owns the socket.
+struct Driver {
+    shared: Arc<Shared>,
+    timeout: Duration,
+    sentinel: bool,
+    phase: Phase,
+    /// Stop writing: the master was demoted (Sentinel). Once every written
+    /// request is answered, the connection is replaced.
+    draining: bool,
+    /// Requests written (or being written) to the connection, oldest first:
+    /// the order replies come in.
+    inflight: VecDeque<Sent>,
+    /// Requests waiting for a connection, and their bytes.
+    unsent: VecDeque<Sent>,
+    unsent_bytes: Vec<u8>,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    /// Fires at the deadline of the oldest unanswered request.
+    timer: Pin<Box<Sleep>>,
+    timer_armed: bool,
+    /// Whether the driver already yielded once for the queued requests.
+    yielded: bool,
+    backoff: Duration,
+    /// When the connection last delivered a reply (or opened).
+    last_reply: Instant,
+    /// Callers to wake once the lock is released.
+    wakers: Vec<Waker>,
+}
+
+impl Driver {
+    fn new(shared: Arc<Shared>, stream: TcpStream) -> Self {
+        let timeout = shared.config.timeout;
+        let sentinel = matches!(shared.config.target, Target::Sentinel { .. });
+        Self {
+            shared,
+            timeout,
+            sentinel,
+            phase: Phase::Up(stream),
+            draining: false,
+            inflight: VecDeque::new(),
+            unsent: VecDeque::new(),
+            unsent_bytes: Vec::new(),
+            wbuf: Vec::new(),
+            wpos: 0,
+            rbuf: vec![0; READ_BUFFER],
+            rstart: 0,
+            rend: 0,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            timer_armed: false,
+            yielded: false,
+            backoff: MIN_BACKOFF,
+            last_reply: Instant::now(),
+            wakers: Vec::new(),
+        }
+    }
+
+    fn wake_callers(&mut self) {
+        for w in self.wakers.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Reads and dispatches every reply available.
+    fn read(&mut self, cx: &mut Context<'_>, now: Instant) -> Result<(), StoreError> {
+        let Phase::Up(stream) = &mut self.phase else {
+            return Ok(());
+        };
+        loop {
+            if self.rend == self.rbuf.len() {
+                if self.rstart > 0 {
+                    self.rbuf.copy_within(self.rstart..self.rend, 0);
+                    self.rend -= self.rstart;
+                    self.rstart = 0;
+                } else {
+                    let len = self.rbuf.len() * 2;
+                    self.rbuf.resize(len, 0);
+                }
+            }
+            let mut buf = ReadBuf::new(&mut self.rbuf[self.rend..]);
+            let n = match Pin::new(&mut *stream).poll_read(cx, &mut buf) {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(Err(e)) => return Err(io_error("reading from the server", &e)),
+                Poll::Ready(Ok(())) => buf.filled().len(),
+            };
+            if n == 0 {
+                return Err(unavailable("the server closed the connection"));
+            }
+            self.rend += n;
+            let mut st = self.shared.state.lock();
+            loop {
+                let (reply, used) = match resp::parse(&self.rbuf[self.rstart..self.rend]) {
+                    Ok(Some(parsed)) => parsed,
+                    Ok(None) => break,
+                    Err(bad) => return Err(protocol(format!("unreadable reply: {}", bad.0))),
+                };
+                self.rstart += used;
+                self.last_reply = now;
+                let Some(sent) = self.inflight.pop_front() else {
+                    return Err(protocol("a reply to no request"));
+                };
+                if self.sentinel && matches!(&reply, Reply::Error(e) if e.starts_with("READONLY")) {
+                    self.draining = true;
+                }
+                if sent.slot != DONE {
+                    st.complete(sent.slot, Ok(reply), &mut self.wakers);
+                }
+            }
+            drop(st);
+            if self.rstart == self.rend {
+                self.rstart = 0;
+                self.rend = 0;
+                if self.rbuf.len() > KEEP_BUFFER {
+                    // After a reply larger than the usual buffer.
+                    self.rbuf = vec![0; READ_BUFFER];
+                }
+            }
+            // Loop until `Pending` even after a short read: that one costs
+            // no system call (the short read cleared the socket's
+            // readiness), and only a `Pending` registers this task to be
+            // woken by the next bytes. Returning after a short read lost
+            // that wakeup (a reply then waited for the next timer).
+        }
+    }
+
+    /// Writes what is buffered, as far as the socket takes it.
+    fn write(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
+        let Phase::Up(stream) = &mut self.phase else {
+            return Ok(());
+        };
+        while self.wpos < self.wbuf.len() {
+            match Pin::new(&mut *stream).poll_write(cx, &self.wbuf[self.wpos..]) {
+                Poll::Pending => return Ok(()),
+                Poll::Ready(Ok(0)) => {
+                    return Err(unavailable("the connection accepts no more bytes"));
+                }
+                Poll::Ready(Ok(n)) => self.wpos += n,
+                Poll::Ready(Err(e)) => return Err(io_error("writing to the server", &e)),
+            }
+        }
+        self.wbuf.clear();
+        self.wpos = 0;
+        if self.wbuf.capacity() > KEEP_BUFFER {
+            // After a burst (e.g. every caller falling back to EVAL).
+            self.wbuf = Vec::new();
+        }
+        Ok(())
+    }
+
+    /// Takes the requests callers queued: straight to the write buffer when
+    /// connected, else to wait for a connection.
+    fn take(&mut self, st: &mut State, now: Instant) {
+        let sent = |q: &Queued| Sent {
+            slot: q.slot,
+            len: q.len,
+            at: now,
+        };
+        if matches!(self.phase, Phase::Up(_)) && !self.draining {
+            if self.wbuf.is_empty() {
+                std::mem::swap(&mut self.wbuf, &mut st.out);
+            } else {
+                self.wbuf.extend_from_slice(&st.out);
+                st.out.clear();
+            }
+            self.inflight.extend(st.queued.iter().map(sent));
+        } else {
+            self.unsent_bytes.extend_from_slice(&st.out);
+            st.out.clear();
+            self.unsent.extend(st.queued.iter().map(sent));
+        }
+        st.queued.clear();
+    }
+
+    fn start_connecting(&mut self) {
+        self.shared.state.lock().set_link(Link::Connecting);
+        let shared = self.shared.clone();
+        self.phase = Phase::Connecting(Box::pin(async move { open(&shared.config).await }));
+    }
+
+    /// A new connection is up: the requests that waited for it go first,
+    /// except those already answered (timed out) or given up.
+    fn up(&mut self, stream: TcpStream, now: Instant) {
+        self.phase = Phase::Up(stream);
+        self.backoff = MIN_BACKOFF;
+        self.last_reply = now;
+        self.rstart = 0;
+        self.rend = 0;
+        self.wbuf.clear();
+        self.wpos = 0;
+        let mut st = self.shared.state.lock();
+        st.set_link(Link::Up);
+        let mut at = 0;
+        for s in self.unsent.drain(..) {
+            let bytes = &self.unsent_bytes[at..at + s.len as usize];
+            at += s.len as usize;
+            if s.slot == DONE {
+                continue;
+            }
+            if matches!(st.slots[s.slot as usize], Slot::Abandoned) {
+                st.release(s.slot);
+                continue;
+            }
+            self.wbuf.extend_from_slice(bytes);
+            self.inflight.push_back(s);
+        }
+        self.unsent_bytes.clear();
+    }
+
+    /// A connection attempt failed: so do the requests waiting for it, and
+    /// the next attempt waits for the backoff.
+    fn connect_failed(&mut self, cause: StoreError, now: Instant) {
+        self.phase = Phase::Idle;
+        let mut st = self.shared.state.lock();
+        for s in self.unsent.drain(..) {
+            if s.slot != DONE {
+                st.complete(s.slot, Err(cause.clone()), &mut self.wakers);
+            }
+        }
+        self.unsent_bytes.clear();
+        for q in std::mem::take(&mut st.queued) {
+            st.complete(q.slot, Err(cause.clone()), &mut self.wakers);
+        }
+        st.out.clear();
+        st.set_link(Link::Down {
+            retry_at: now + self.backoff,
+            cause,
+        });
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    /// The connection is gone: what was written to it fails (it may have
+    /// run, so it is never resent); what was not waits for the next one.
+    fn lose(&mut self, cause: StoreError, now: Instant) {
+        self.phase = Phase::Idle;
+        self.draining = false;
+        self.rstart = 0;
+        self.rend = 0;
+        self.wbuf.clear();
+        self.wpos = 0;
+        let mut st = self.shared.state.lock();
+        for s in self.inflight.drain(..) {
+            if s.slot != DONE {
+                st.complete(s.slot, Err(cause.clone()), &mut self.wakers);
+            }
+        }
+        st.set_link(Link::Down {
+            retry_at: now,
+            cause,
+        });
+    }
+
+    /// Fails the requests past their deadline.
+    fn expire(&mut self, now: Instant) {
+        let timeout = self.timeout;
+        let late = |s: &Sent| s.at.checked_add(timeout).is_some_and(|d| d <= now);
+        let mut stalled = false;
+        let mut st = self.shared.state.lock();
+        for s in self.inflight.iter_mut().chain(self.unsent.iter_mut()) {
+            if !late(s) {
+                break;
+            }
+            if s.slot != DONE {
+                let e = StoreError::new(
+                    StoreErrorKind::Timeout,
+                    format!("no reply within {timeout:?}"),
+                );
+                st.complete(s.slot, Err(e), &mut self.wakers);
+                s.slot = DONE;
+            }
+        }
+        if let Some(oldest) = self.inflight.front() {
+            stalled = late(oldest) && self.last_reply < oldest.at;
+        }
+        drop(st);
+        if stalled {
+            self.lose(
+                unavailable(format!(
+                    "no reply within {timeout:?}: connection dropped as dead"
+                )),
+                now,
+            );
+        }
+    }
+
+    /// Sets the timer to the oldest unanswered request's deadline.
+    fn arm_timer(&mut self, cx: &mut Context<'_>) {
+        if self.timer_armed {
+            return;
+        }
+        let oldest = self
+            .inflight
+            .iter()
+            .chain(self.unsent.iter())
+            .find(|s| s.slot != DONE);
+        let Some(deadline) = oldest.and_then(|s| s.at.checked_add(self.timeout)) else {
+            return;
+        };
+        self.timer
+            .as_mut()
+            .reset(tokio::time::Instant::from_std(deadline));
+        self.timer_armed = true;
+        if self.timer.as_mut().poll(cx).is_ready() {
+            cx.waker().wake_by_ref();
+        }
+    }
+}
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let now = Instant::now();
+        // Connection first, then replies: a new connection's socket must be
+        // read (to `Pending`) in this very poll, or its replies would wake
+        // nobody.
+        if let Phase::Connecting(attempt) = &mut this.phase {
+            match attempt.as_mut().poll(cx) {
+                Poll::Ready(Ok(stream)) => this.up(stream, now),
+                Poll::Ready(Err(e)) => this.connect_failed(e, now),
+                Poll::Pending => {}
+            }
+        }
+        if let Err(e) = this.read(cx, now) {
+            this.lose(e, now);
+        }
+        if this.timer_armed && this.timer.as_mut().poll(cx).is_ready() {
+            this.timer_armed = false;
+            this.expire(now);
+        }
+        {
+            let shared = Arc::clone(&this.shared);
+            let mut st = shared.state.lock();
+            if matches!(st.link, Link::Closed(_)) {
+                drop(st);
+                this.wake_callers();
+                return Poll::Ready(());
+            }
+            if !st.queued.is_empty() {
+                if !this.yielded {
+                    // Let the other ready tasks queue their requests too:
+                    // one write will carry them all.
+                    this.yielded = true;
+                    drop(st);
+                    this.wake_callers();
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                this.yielded = false;
+                this.take(&mut st, now);
+            }
+            if !st.driver.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                st.driver = Some(cx.waker().clone());
+            }
+        }
+        if matches!(this.phase, Phase::Idle) && !this.unsent.is_empty() {
+            this.start_connecting();
+            cx.waker().wake_by_ref();
+        }
+        if let Err(e) = this.write(cx) {
+            this.lose(e, now);
+            cx.waker().wake_by_ref();
+        }
+        if this.draining
+            && matches!(this.phase, Phase::Up(_))
+            && this.inflight.is_empty()
+            && this.wbuf.is_empty()
+        {
+            // Every reply from the demoted master is in: look the master up
+            // again for whatever waits.
+            this.lose(unavailable("the master was demoted to a replica"), now);
+            cx.waker().wake_by_ref();
+        }
+        this.arm_timer(cx);
+        this.wake_callers();
+        Poll::Pending
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let cause = unavailable("the connection task stopped (its runtime shut down?)");
+        let mut st = self.shared.state.lock();
+        for s in self.inflight.drain(..).chain(self.unsent.drain(..)) {
+            if s.slot != DONE {
+                st.complete(s.slot, Err(cause.clone()), &mut self.wakers);
+            }
+        }
+        for q in std::mem::take(&mut st.queued) {
+            st.complete(q.slot, Err(cause.clone()), &mut self.wakers);
+        }
+        st.out.clear();
+        if !matches!(st.link, Link::Closed(_)) {
+            st.link = Link::Closed(cause);
+        }
+        drop(st);
+        self.wake_callers();
+    }
+}
+
+fn protocol(message: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::Protocol, message)
+}
+
+fn unavailable(message: impl Into<String>) -> StoreError {
+    StoreError::new(StoreErrorKind::Unavailable, message)
+}
+
+fn io_error(doing: &str, e: &io::Error) -> StoreError {
+    let kind = if e.kind() == io::ErrorKind::TimedOut {
+        StoreErrorKind::Timeout
+    } else {
+        StoreErrorKind::Unavailable
+    };
+    StoreError::new(kind, format!("{doing}: {e}"))
+}
+
+/// The kind of an error reply, as the store classifies redis-rs errors:
+/// a server that cannot take writes now (a replica, loading its dataset,
+/// cut from its master or cluster) is unavailable; anything else is a
+/// protocol error.
+pub(super) fn server_error(message: &str) -> StoreError {
+    let code = message.split_ascii_whitespace().next().unwrap_or_default();
+    let kind = match code {
+        "READONLY" | "LOADING" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" => {
+            StoreErrorKind::Unavailable
+        }
+        _ => StoreErrorKind::Protocol,
+    };
+    StoreError::new(kind, message)
+}
+
+/// Opens a connection as `config` says: to the server, or to the master the
+/// first answering sentinel names (a replica refuses).
+async fn open(config: &Config) -> Result<TcpStream, StoreError> {
+    match &config.target {
+        Target::Direct(node) => handshake(node, config, false).await,
+        Target::Sentinel { sentinels, master } => {
+            let mut failures = Vec::new();
+            let mut kind = StoreErrorKind::Unavailable;
+            for sentinel in sentinels {
+                let failure = match master_of(sentinel, master, config.timeout).await {
+                    Ok(node) => match handshake(&node, config, true).await {
+                        Ok(stream) => return Ok(stream),
+                        Err(e) => (e, format!("master {node} (from sentinel {sentinel})")),
+                    },
+                    Err(e) => (e, format!("sentinel {sentinel}")),
+                };
+                kind = failure.0.kind();
+                failures.push(format!("{}: {}", failure.1, failure.0));
+            }
+            Err(StoreError::new(
+                kind,
+                format!("no master {master:?} reachable: {}", failures.join("; ")),
+            ))
+        }
+    }
+}
+
+/// A TCP connection to `node`, `TCP_NODELAY` set.
+async fn tcp(node: &HostPort, timeout: Duration) -> Result<TcpStream, StoreError> {
+    let connect = TcpStream::connect((node.host.as_str(), node.port));
+    let stream = tokio::time::timeout(timeout, connect)
+        .await
+        .map_err(|_| {
+            StoreError::new(
+                StoreErrorKind::Timeout,
+                format!("connecting to {node}: no answer within {timeout:?}"),
+            )
+        })?
+        .map_err(|e| io_error(&format!("connecting to {node}"), &e))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| io_error(&format!("connecting to {node}"), &e))?;
+    Ok(stream)
+}
+
+/// Writes `request` (`n` commands) and reads their `n` replies.
+async fn exchange(
+    stream: &mut TcpStream,
+    node: &HostPort,
+    request: &[u8],
+    n: usize,
+    timeout: Duration,
+) -> Result<Vec<Reply>, StoreError> {
+    let run = async {
+        stream.write_all(request).await?;
+        let mut buf = Vec::with_capacity(512);
+        let mut replies = Vec::with_capacity(n);
+        let mut at = 0;
+        while replies.len() < n {
+            match resp::parse(&buf[at..]) {
+                Ok(Some((reply, used))) => {
+                    replies.push(reply);
+                    at += used;
+                }
+                Ok(None) => {
+                    if stream.read_buf(&mut buf).await? == 0 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "the server closed the connection",
+                        ));
+                    }
+                }
+                Err(bad) => return Err(io::Error::new(io::ErrorKind::InvalidData, bad.0)),
+            }
+        }
+        Ok(replies)
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(Ok(replies)) => Ok(replies),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
+            Err(protocol(format!("{node} answered garbage: {e}")))
+        }
+        Ok(Err(e)) => Err(io_error(&node.to_string(), &e)),
+        Err(_) => Err(StoreError::new(
+            StoreErrorKind::Timeout,
+            format!("{node}: no answer within {timeout:?}"),
+        )),
+    }
+}
+
+/// Connects to a data node: `AUTH`, `SELECT`, with `check_role` a `ROLE`
+/// that must say master, and a `PING`, in one round trip.
+async fn handshake(
+    node: &HostPort,
+    config: &Config,
+    check_role: bool,
+) -> Result<TcpStream, StoreError> {
+    let mut stream = tcp(node, config.timeout).await?;
+    let mut request = Vec::new();
+    let mut steps = Vec::new();
+    if let Some(password) = &config.credentials.password {
+        match &config.credentials.username {
+            Some(user) => resp::command(
+                &mut request,
+                &[b"AUTH", user.as_bytes(), password.as_bytes()],
+            ),
+            None => resp::command(&mut request, &[b"AUTH", password.as_bytes()]),
+        }
+        steps.push("AUTH");
+    }
+    if config.db != 0 {
+        let db = config.db.to_string();
+        resp::command(&mut request, &[b"SELECT", db.as_bytes()]);
+        steps.push("SELECT");
+    }
+    if check_role {
+        resp::command(&mut request, &[b"ROLE"]);
+        steps.push("ROLE");
+    }
+    resp::command(&mut request, &[b"PING"]);
+    steps.push("PING");
+    let replies = exchange(&mut stream, node, &request, steps.len(), config.timeout).await?;
+    for (step, reply) in steps.iter().zip(&replies) {
+        match reply {
+            Reply::Error(e) => {
+                let e = server_error(e);
+                return Err(StoreError::new(e.kind(), format!("{node}: {step}: {e}")));
+            }
+            Reply::Other(Value::Array(role)) if *step == "ROLE" => {
+                let role = role.first().and_then(Value::text).unwrap_or("unknown");
+                if role != "master" {
+                    return Err(unavailable(format!(
+                        "{node} is a {role}, not the master (failover in progress?)"
+                    )));
+                }
+            }
+            _ if *step == "ROLE" => {
+                return Err(protocol(format!("{node}: ROLE answered {reply:?}")));
+            }
+            _ => {}
+        }
+    }
+    Ok(stream)
+}
+
+/// Asks one sentinel where `master` is.
+async fn master_of(
+    sentinel: &HostPort,
+    master: &str,
+    timeout: Duration,
+) -> Result<HostPort, StoreError> {
+    let mut stream = tcp(sentinel, timeout).await?;
+    let mut request = Vec::new();
+    resp::command(
+        &mut request,
+        &[b"SENTINEL", b"get-master-addr-by-name", master.as_bytes()],
+    );
+    let mut replies = exchange(&mut stream, sentinel, &request, 1, timeout).await?;
+    match replies.pop() {
+        Some(Reply::Other(Value::Array(addr))) if addr.len() == 2 => {
+            let host = addr[0].text();
+            let port = addr[1].text().and_then(|p| p.parse::<u16>().ok());
+            match (host, port) {
+                (Some(host), Some(port)) => Ok(HostPort {
+                    host: host.to_owned(),
+                    port,
+                }),
+                _ => Err(protocol(format!("unreadable master address {addr:?}"))),
+            }
+        }
+        Some(Reply::Other(Value::Nil)) => Err(unavailable(format!(
+            "sentinel {sentinel} knows no master named {master:?}"
+        ))),
+        Some(Reply::Error(e)) => Err(server_error(&e)),
+        other => Err(protocol(format!(
+            "get-master-addr-by-name answered {other:?}"
+        ))),
+    }
+}

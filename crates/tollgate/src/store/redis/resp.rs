@@ -1,0 +1,605 @@
+//! RESP2, as much of it as the store speaks: commands encoded straight into
+//! a write buffer (no intermediate command object), and replies parsed from
+//! a read buffer, with a fast path for what every script answers (an array
+//! of integers).
+
+use std::fmt;
+
+use crate::rule::Rule;
+
+/// Where the arguments of a command go: a RESP write buffer, or a redis-rs
+/// `Cmd` (Cluster and TLS connections).
+pub(super) trait Args {
+    /// One argument, as bytes.
+    fn bytes(&mut self, b: &[u8]);
+
+    /// One argument, an unsigned integer in decimal.
+    fn uint(&mut self, v: u64);
+
+    /// Arguments whose RESP encoding, `encoded`, was made beforehand.
+    fn preencoded(&mut self, args: &[&[u8]], encoded: &[u8]) {
+        let _ = encoded;
+        for a in args {
+            self.bytes(a);
+        }
+    }
+
+    /// One argument: the Redis key of (rule, key) under `prefix`.
+    fn redis_key(&mut self, prefix: &str, rule: &Rule, key: &[u8]) {
+        self.bytes(&super::keys::redis_key(
+            prefix,
+            rule.name(),
+            rule.algorithm(),
+            key,
+        ));
+    }
+}
+
+impl Args for redis::Cmd {
+    fn bytes(&mut self, b: &[u8]) {
+        self.arg(b);
+    }
+
+    #[inline]
+    fn uint(&mut self, v: u64) {
+        self.arg(v);
+    }
+}
+
+/// A RESP command being appended to a write buffer.
+///
+/// Each argument is assembled on the stack and appended with one copy: the
+/// encoder is most of what a check costs the client, so it avoids the many
+/// small appends (each a capacity check and a `memcpy` call) a plain
+/// `write!` would make.
+pub(super) struct Encoder<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+/// Room for `$`, a length, `\r\n`, a `u64` and `\r\n`.
+const ROOM: usize = 48;
+
+/// The two decimal digits of every number below 100.
+const PAIRS: &[u8; 200] = b"\
+    0001020304050607080910111213141516171819\
+    2021222324252627282930313233343536373839\
+    4041424344454647484950515253545556575859\
+    6061626364656667686970717273747576777879\
+    8081828384858687888990919293949596979899";
+
+/// Writes `v` in decimal to end just before `end`; returns where it starts.
+#[allow(clippy::cast_possible_truncation)] // remainders by 100 fit anything
+fn digits_before(buf: &mut [u8; ROOM], mut end: usize, mut v: u64) -> usize {
+    while v >= 100 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        end -= 2;
+        buf[end..end + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if v >= 10 {
+        let pair = v as usize * 2;
+        end -= 2;
+        buf[end..end + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        end -= 1;
+        buf[end] = b'0' + v as u8;
+    }
+    end
+}
+
+/// Appends `{kind}{n}\r\n`, e.g. `*3\r\n` or `$5\r\n`.
+#[inline]
+fn line_of(out: &mut Vec<u8>, kind: u8, n: usize) {
+    let mut buf = [0u8; ROOM];
+    buf[ROOM - 2..].copy_from_slice(b"\r\n");
+    let start = digits_before(&mut buf, ROOM - 2, n as u64) - 1;
+    buf[start] = kind;
+    out.extend_from_slice(&buf[start..]);
+}
+
+impl<'a> Encoder<'a> {
+    /// Starts a command of `argc` arguments, the command name included.
+    pub(super) fn command(out: &'a mut Vec<u8>, argc: usize) -> Self {
+        line_of(out, b'*', argc);
+        Self { out }
+    }
+
+    /// Continues a command whose start is appended with [`Self::encoded`].
+    pub(super) fn append(out: &'a mut Vec<u8>) -> Self {
+        Self { out }
+    }
+
+    /// Appends bytes encoded beforehand (see `Script::head`).
+    pub(super) fn encoded(&mut self, resp: &[u8]) {
+        self.out.extend_from_slice(resp);
+    }
+
+    /// Starts a bulk string of `len` bytes (the caller appends them and
+    /// its `\r\n`).
+    pub(super) fn bulk_header(&mut self, len: usize) {
+        line_of(self.out, b'$', len);
+    }
+
+    /// Lets `write` append raw bytes.
+    pub(super) fn with_buffer(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        write(self.out);
+    }
+}
+
+impl Args for Encoder<'_> {
+    #[inline]
+    fn preencoded(&mut self, _: &[&[u8]], encoded: &[u8]) {
+        self.out.extend_from_slice(encoded);
+    }
+
+    #[inline]
+    fn bytes(&mut self, b: &[u8]) {
+        line_of(self.out, b'$', b.len());
+        self.out.extend_from_slice(b);
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    #[allow(clippy::cast_possible_truncation)] // v < 10
+    fn uint(&mut self, v: u64) {
+        if v < 10 {
+            let d = b'0' + v as u8;
+            self.out
+                .extend_from_slice(&[b'$', b'1', b'\r', b'\n', d, b'\r', b'\n']);
+            return;
+        }
+        let mut buf = [0u8; ROOM];
+        buf[ROOM - 2..].copy_from_slice(b"\r\n");
+        let digits = digits_before(&mut buf, ROOM - 2, v);
+        buf[digits - 2..digits].copy_from_slice(b"\r\n");
+        let len = (ROOM - 2 - digits) as u64;
+        let start = digits_before(&mut buf, digits - 2, len) - 1;
+        buf[start] = b'$';
+        self.out.extend_from_slice(&buf[start..]);
+    }
+
+    fn redis_key(&mut self, prefix: &str, rule: &Rule, key: &[u8]) {
+        let (name, algorithm) = (rule.name(), rule.algorithm());
+        let len = super::keys::redis_key_len(prefix, name, algorithm, key);
+        line_of(self.out, b'$', len);
+        self.out.reserve(len + 2);
+        super::keys::write_redis_key(self.out, prefix, name, algorithm, key);
+        self.out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Appends a whole command.
+pub(super) fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
+    let mut e = Encoder::command(out, args.len());
+    for a in args {
+        e.bytes(a);
+    }
+}
+
+/// Replies with at most this many integers are kept inline (a single-pair
+/// script reply has five).
+const INLINE: usize = 5;
+
+/// An array of integers: every script reply.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) enum Ints {
+    /// Short replies, without an allocation.
+    Inline(u8, [i64; INLINE]),
+    /// Longer ones.
+    Heap(Vec<i64>),
+}
+
+impl Ints {
+    pub(super) fn as_slice(&self) -> &[i64] {
+        match self {
+            Ints::Inline(n, v) => &v[..usize::from(*n)],
+            Ints::Heap(v) => v,
+        }
+    }
+}
+
+impl fmt::Debug for Ints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_slice().fmt(f)
+    }
+}
+
+/// Any RESP2 value but errors (handshakes, `PING`, sentinels).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Value {
+    /// A nil bulk string or array.
+    Nil,
+    /// An integer.
+    Int(i64),
+    /// A simple or bulk string.
+    Text(Vec<u8>),
+    /// An array; an error element is kept as its text.
+    Array(Vec<Value>),
+}
+
+impl Value {
+    /// The text of a simple or bulk string.
+    pub(super) fn text(&self) -> Option<&str> {
+        match self {
+            Value::Text(t) => std::str::from_utf8(t).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// One complete reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Reply {
+    /// An array of integers.
+    Ints(Ints),
+    /// An error reply: `NOSCRIPT …`, `READONLY …`, `ERR …`.
+    Error(String),
+    /// Anything else.
+    Other(Value),
+}
+
+/// Bytes that are not RESP2: the connection cannot be resynchronized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Malformed(pub(super) String);
+
+/// Parses one reply from the start of `buf`: `Ok(None)` when it is not all
+/// there yet, else the reply and how many bytes it took.
+pub(super) fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, Malformed> {
+    match buf.first() {
+        None => Ok(None),
+        Some(b'*') => {
+            if let Some((ints, used)) = int_array(buf) {
+                return Ok(Some((Reply::Ints(ints), used)));
+            }
+            // Incomplete, or not only short integers: the general parser
+            // tells which.
+            Ok(value(buf, 0)?.map(|(v, used)| (reply_of(v), used)))
+        }
+        Some(b'-') => Ok(line(buf, 1)?.map(|(text, used)| {
+            (
+                Reply::Error(String::from_utf8_lossy(text).into_owned()),
+                used,
+            )
+        })),
+        Some(_) => Ok(value(buf, 0)?.map(|(v, used)| (reply_of(v), used))),
+    }
+}
+
+/// A parsed value as a reply: an array of integers as [`Ints`].
+fn reply_of(v: Value) -> Reply {
+    match v {
+        Value::Array(items) if items.iter().all(|i| matches!(i, Value::Int(_))) => {
+            let ints: Vec<i64> = items
+                .iter()
+                .filter_map(|i| match i {
+                    Value::Int(v) => Some(*v),
+                    _ => None,
+                })
+                .collect();
+            Reply::Ints(match u8::try_from(ints.len()) {
+                Ok(n) if ints.len() <= INLINE => {
+                    let mut inline = [0; INLINE];
+                    inline[..ints.len()].copy_from_slice(&ints);
+                    Ints::Inline(n, inline)
+                }
+                _ => Ints::Heap(ints),
+            })
+        }
+        other => Reply::Other(other),
+    }
+}
+
+/// Most digits the fast path reads: 18 cannot overflow an `i64`.
+const FAST_DIGITS: usize = 18;
+
+/// The fast path, for what every script answers: `*N\r\n` then N integers
+/// of at most [`FAST_DIGITS`] digits, all there. `None` for anything else,
+/// incomplete or not: [`parse`] then asks the general parser.
+///
+/// Slice patterns and no error bookkeeping: the cheapest form measured
+/// (this runs once per check on the client).
+fn int_array(buf: &[u8]) -> Option<(Ints, usize)> {
+    let mut rest = buf.get(1..)?;
+    let n = usize::try_from(scan_int(&mut rest)?).ok()?;
+    let ints = if n <= INLINE {
+        let mut inline = [0i64; INLINE];
+        for slot in &mut inline[..n] {
+            *slot = element(&mut rest)?;
+        }
+        Ints::Inline(u8::try_from(n).ok()?, inline)
+    } else {
+        let mut heap = Vec::with_capacity(n.min(rest.len() / 4));
+        for _ in 0..n {
+            heap.push(element(&mut rest)?);
+        }
+        Ints::Heap(heap)
+    };
+    Some((ints, buf.len() - rest.len()))
+}
+
+/// `:<integer>\r\n`, consumed from the front of `rest`.
+#[inline]
+fn element(rest: &mut &[u8]) -> Option<i64> {
+    match *rest {
+        [b':', tail @ ..] => {
+            *rest = tail;
+            scan_int(rest)
+        }
+        _ => None,
+    }
+}
+
+/// `[-]<digits>\r\n`, consumed from the front of `rest`.
+#[inline(always)]
+fn scan_int(rest: &mut &[u8]) -> Option<i64> {
+    let (negative, mut s) = match *rest {
+        [b'-', tail @ ..] => (true, tail),
+        s => (false, s),
+    };
+    let mut v: i64 = 0;
+    let mut digits = 0;
+    loop {
+        match s {
+            [d @ b'0'..=b'9', tail @ ..] => {
+                // Wrapping: more than FAST_DIGITS digits are refused below.
+                v = v.wrapping_mul(10).wrapping_add(i64::from(*d - b'0'));
+                digits += 1;
+                s = tail;
+            }
+            [b'\r', b'\n', tail @ ..] if digits > 0 && digits <= FAST_DIGITS => {
+                *rest = tail;
+                return Some(if negative { -v } else { v });
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The line starting at `from` (without its `\r\n`) and the offset after it.
+fn line(buf: &[u8], from: usize) -> Result<Option<(&[u8], usize)>, Malformed> {
+    let rest = buf.get(from..).unwrap_or_default();
+    match rest.iter().position(|&b| b == b'\r') {
+        None => Ok(None),
+        Some(i) => match rest.get(i + 1) {
+            None => Ok(None),
+            Some(b'\n') => Ok(Some((&rest[..i], from + i + 2))),
+            Some(_) => Err(Malformed("a bare \\r in a reply line".to_owned())),
+        },
+    }
+}
+
+/// A decimal line starting at `from`.
+fn number(buf: &[u8], from: usize) -> Result<Option<(i64, usize)>, Malformed> {
+    let Some((text, next)) = line(buf, from)? else {
+        return Ok(None);
+    };
+    let valid = text.split_first().is_some_and(|(&first, digits)| {
+        (first == b'-' && !digits.is_empty() || first.is_ascii_digit())
+            && digits.iter().all(u8::is_ascii_digit)
+    });
+    std::str::from_utf8(text)
+        .ok()
+        .filter(|_| valid)
+        .and_then(|t| t.parse::<i64>().ok())
+        .map(|v| Some((v, next)))
+        .ok_or_else(|| Malformed(format!("{:?} is not an integer", lossy(text))))
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(&b[..b.len().min(64)]).into_owned()
+}
+
+/// Deepest array nesting accepted (Redis replies here nest two deep).
+const MAX_DEPTH: usize = 8;
+
+/// Any value starting at the start of `buf`.
+fn value(buf: &[u8], depth: usize) -> Result<Option<(Value, usize)>, Malformed> {
+    if depth > MAX_DEPTH {
+        return Err(Malformed("arrays nested too deep".to_owned()));
+    }
+    let Some(&kind) = buf.first() else {
+        return Ok(None);
+    };
+    Ok(match kind {
+        b'+' => line(buf, 1)?.map(|(t, used)| (Value::Text(t.to_vec()), used)),
+        // An error inside an array (e.g. of a transaction): kept as text.
+        b'-' => line(buf, 1)?.map(|(t, used)| (Value::Text(t.to_vec()), used)),
+        b':' => number(buf, 1)?.map(|(v, used)| (Value::Int(v), used)),
+        b'$' => {
+            let Some((len, at)) = number(buf, 1)? else {
+                return Ok(None);
+            };
+            let Ok(len) = usize::try_from(len) else {
+                return Ok(Some((Value::Nil, at)));
+            };
+            let end = at
+                .checked_add(len)
+                .ok_or_else(|| Malformed("bulk length overflows".to_owned()))?;
+            match buf.get(end..end + 2) {
+                None => None,
+                Some(b"\r\n") => Some((Value::Text(buf[at..end].to_vec()), end + 2)),
+                Some(_) => return Err(Malformed("bulk string without \\r\\n".to_owned())),
+            }
+        }
+        b'*' => {
+            let Some((n, mut at)) = number(buf, 1)? else {
+                return Ok(None);
+            };
+            let Ok(n) = usize::try_from(n) else {
+                return Ok(Some((Value::Nil, at)));
+            };
+            // Every element takes at least 3 bytes: do not trust a huge n.
+            let mut items = Vec::with_capacity(n.min(buf.len() / 3));
+            for _ in 0..n {
+                let Some((v, used)) = value(&buf[at..], depth + 1)? else {
+                    return Ok(None);
+                };
+                items.push(v);
+                at += used;
+            }
+            Some((Value::Array(items), at))
+        }
+        other => {
+            return Err(Malformed(format!(
+                "unexpected reply type byte {:?}",
+                char::from(other)
+            )));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(v: &[i64]) -> Reply {
+        Reply::Ints(if v.len() <= INLINE {
+            let mut a = [0; INLINE];
+            a[..v.len()].copy_from_slice(v);
+            Ints::Inline(u8::try_from(v.len()).expect("short"), a)
+        } else {
+            Ints::Heap(v.to_vec())
+        })
+    }
+
+    #[test]
+    fn commands_are_encoded_as_redis_expects() {
+        let mut out = Vec::new();
+        command(&mut out, &[b"SET", b"k", b""]);
+        let mut e = Encoder::command(&mut out, 2);
+        e.bytes(b"X");
+        e.uint(18_446_744_073_709_551_615);
+        assert_eq!(
+            out,
+            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n*2\r\n$1\r\nX\r\n$20\r\n18446744073709551615\r\n"
+        );
+    }
+
+    #[test]
+    fn replies_parse_whole_or_not_at_all() {
+        let script = b"*5\r\n:1764000000000000\r\n:1\r\n:-1\r\n:0\r\n:-9223372036854775808\r\n";
+        let expected = ints(&[1_764_000_000_000_000, 1, -1, 0, i64::MIN]);
+        assert_eq!(
+            parse(script).expect("valid"),
+            Some((expected.clone(), script.len()))
+        );
+        // Every prefix is incomplete, never an error or a wrong reply.
+        for cut in 0..script.len() {
+            assert_eq!(parse(&script[..cut]).expect("valid"), None, "cut at {cut}");
+        }
+        // Two replies back to back: the first, and where the second starts.
+        let mut two = script.to_vec();
+        two.extend_from_slice(b"-NOSCRIPT No matching script.\r\n");
+        let (first, used) = parse(&two).expect("valid").expect("complete");
+        assert_eq!((first, used), (expected, script.len()));
+        assert_eq!(
+            parse(&two[used..]).expect("valid"),
+            Some((
+                Reply::Error("NOSCRIPT No matching script.".to_owned()),
+                two.len() - used
+            ))
+        );
+        let long: Vec<i64> = (0..9).collect();
+        let mut wire = b"*9\r\n".to_vec();
+        for i in &long {
+            wire.extend_from_slice(format!(":{i}\r\n").as_bytes());
+        }
+        assert_eq!(
+            parse(&wire).expect("valid"),
+            Some((ints(&long), wire.len()))
+        );
+    }
+
+    #[test]
+    fn other_values_parse() {
+        let role =
+            b"*3\r\n$6\r\nmaster\r\n:42\r\n*1\r\n*3\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n:42\r\n";
+        let (reply, used) = parse(role).expect("valid").expect("complete");
+        assert_eq!(used, role.len());
+        let Reply::Other(Value::Array(items)) = reply else {
+            panic!("{reply:?}")
+        };
+        assert_eq!(items[0].text(), Some("master"));
+        assert_eq!(items[1], Value::Int(42));
+        for cut in 0..role.len() {
+            assert_eq!(parse(&role[..cut]).expect("valid"), None, "cut at {cut}");
+        }
+        assert_eq!(
+            parse(b"+PONG\r\n").expect("valid"),
+            Some((Reply::Other(Value::Text(b"PONG".to_vec())), 7))
+        );
+        assert_eq!(
+            parse(b"$-1\r\n").expect("valid"),
+            Some((Reply::Other(Value::Nil), 5))
+        );
+        assert_eq!(
+            parse(b"*-1\r\n").expect("valid"),
+            Some((Reply::Other(Value::Nil), 5))
+        );
+        assert_eq!(
+            parse(b"*0\r\n").expect("valid"),
+            Some((Reply::Ints(Ints::Inline(0, [0; INLINE])), 4))
+        );
+    }
+
+    #[test]
+    fn integers_parse_exactly() {
+        for v in [
+            0i64,
+            7,
+            -1,
+            12_345_678,
+            -123_456_789,
+            1_764_000_000_000_000,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            let text = format!(":{v}\r\n");
+            assert_eq!(
+                number(text.as_bytes(), 1).expect("valid"),
+                Some((v, text.len()))
+            );
+            // The fast path (or, past 18 digits, the general one) agrees.
+            for n in [1, 3, 7] {
+                let mut wire = format!("*{n}\r\n").into_bytes();
+                for _ in 0..n {
+                    wire.extend_from_slice(text.as_bytes());
+                }
+                assert_eq!(
+                    parse(&wire).expect("valid"),
+                    Some((ints(&vec![v; n]), wire.len())),
+                    "{v} × {n}"
+                );
+                for cut in 0..wire.len() {
+                    assert_eq!(parse(&wire[..cut]).expect("valid"), None, "cut at {cut}");
+                }
+            }
+        }
+        let mixed = b"*2\r\n:1\r\n$1\r\nx\r\n";
+        assert_eq!(
+            parse(mixed).expect("valid"),
+            Some((
+                Reply::Other(Value::Array(vec![
+                    Value::Int(1),
+                    Value::Text(b"x".to_vec())
+                ])),
+                mixed.len()
+            ))
+        );
+        for bad in [":9223372036854775808\r\n", ":12345678901234567890\r\n"] {
+            assert!(number(bad.as_bytes(), 1).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_malformed() {
+        for bad in [
+            &b"?\r\n"[..],
+            b":12a\r\n",
+            b"*1\r\n:99999999999999999999\r\n",
+            b"$3\r\nabcd\r\n",
+            b"+a\rb\r\n",
+        ] {
+            assert!(parse(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The Redis store's own pipelined connection (standalone and Sentinel over
+//! plain TCP) against real `redis-server` processes: many concurrent checks
+//! share one connection and each gets its own answer; a check in flight when
+//! the server dies fails and is never sent again; a frozen server fails
+//! checks with a timeout, on time; `AUTH` and `SELECT` on connect; dropping
+//! the store closes its connection.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis_harness::{RedisServer, Reply};
+use tollgate::store::redis::{RedisOptions, RedisStore};
+use tollgate::{Algorithm, Decision, Rule, RuleSpec, Store, StoreError, StoreErrorKind};
+
+async fn connect(url: &str, timeout: Duration) -> RedisStore {
+    let options = RedisOptions {
+        prefix: "conn".to_owned(),
+        timeout,
+        ..RedisOptions::default()
+    };
+    RedisStore::connect(url, options).await.expect("connect")
+}
+
+/// Clients connected to `server`, the one `redis-cli` asking excluded.
+fn clients(server: &RedisServer) -> usize {
+    server.cli(&["CLIENT", "LIST"]).lines().count() - 1
+}
+
+fn window(name: &str, limit: u64) -> Rule {
+    RuleSpec::new(
+        name,
+        Algorithm::FixedWindow,
+        limit,
+        Duration::from_secs(3600),
+    )
+    .build()
+    .expect("valid rule")
+}
+
+/// Retries while the store reports transient failures, for at most 10 s.
+async fn settle(store: &RedisStore, rule: &Rule, key: &[u8]) -> Decision {
+    let start = Instant::now();
+    loop {
+        match store.check(rule, key, 1, None).await {
+            Ok(d) => return d,
+            Err(e) => {
+                assert!(e.is_transient(), "{e}");
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "no recovery: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// 512 tasks check distinct keys with distinct costs, all at once, four
+/// rounds: each answer must be its own key's (a reply handed to the wrong
+/// caller shows as a wrong `remaining`), promptly, over one connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_share_one_connection_and_get_their_own_answers() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    let rule = Arc::new(window("pipelined", 1000));
+    for round in 1..=4u64 {
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..512u64)
+            .map(|i| {
+                let (store, rule) = (store.clone(), rule.clone());
+                tokio::spawn(async move {
+                    let cost = 1 + i % 7;
+                    let key = format!("k{i}");
+                    let d = store.check(&rule, key.as_bytes(), cost, None).await;
+                    (i, cost, d)
+                })
+            })
+            .collect();
+        for task in tasks {
+            let (i, cost, d) = task.await.expect("task");
+            let d = d.expect("check");
+            assert!(d.allowed, "key {i} round {round}");
+            assert_eq!(d.remaining, 1000 - round * cost, "key {i} round {round}");
+        }
+        // Regression: a reply read short once went unnoticed until the
+        // timeout's timer woke the connection (every round took 5 s).
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "round {round} took {:?}",
+            t0.elapsed()
+        );
+    }
+    assert_eq!(clients(&server), 1, "one connection carries every check");
+    assert!(server.keys_without_ttl().is_empty());
+}
+
+/// A check written to the server when it dies fails (`Unavailable`, long
+/// before the timeout) and is never sent again: after the restart, the
+/// key it named does not exist, though the store reconnected and checks
+/// work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_in_flight_when_the_server_dies_fails_and_is_not_resent() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    let rule = window("inflight", 10);
+    assert!(
+        store
+            .check(&rule, b"warm", 1, None)
+            .await
+            .expect("warm")
+            .allowed
+    );
+    // Frozen, the server takes the bytes (the kernel does) but never runs
+    // them: the check is in flight for as long as we like.
+    server.pause();
+    let in_flight = {
+        let (store, rule) = (store.clone(), rule.clone());
+        tokio::spawn(async move {
+            let start = Instant::now();
+            (store.check(&rule, b"lost", 1, None).await, start.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.kill();
+    let (result, waited) = in_flight.await.expect("task");
+    let err = result.expect_err("the server died with the check unanswered");
+    assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    assert!(
+        waited < Duration::from_secs(3),
+        "failed only after {waited:?}"
+    );
+
+    server.restart();
+    let start = Instant::now();
+    let d = settle(&store, &rule, b"after").await;
+    assert_eq!(d.remaining, 9, "the restarted server starts empty");
+    // Regression: the first reply on a new connection once went unnoticed
+    // until the timeout's timer woke the connection.
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "reconnected after {:?}",
+        start.elapsed()
+    );
+    let lost = store.redis_key(&rule, b"lost");
+    let lost = String::from_utf8(lost).expect("utf-8 key");
+    assert_eq!(
+        server.command(&["EXISTS", &lost]),
+        Reply::Int(0),
+        "the check in flight was sent again"
+    );
+}
+
+/// A frozen server (SIGSTOP: connections stay open, nothing answers) fails
+/// each check with a timeout within the timeout and a little; after it
+/// thaws, checks succeed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_server_fails_checks_with_a_timeout_on_time() {
+    let timeout = Duration::from_millis(200);
+    // Timer granularity (1 ms) plus a loaded test machine's scheduling.
+    let slack = Duration::from_millis(100);
+    let server = RedisServer::start();
+    let store = connect(&server.url(), timeout).await;
+    let rule = window("frozen", 100);
+    assert!(
+        store
+            .check(&rule, b"k", 1, None)
+            .await
+            .expect("warm")
+            .allowed
+    );
+    server.pause();
+
+    let timed = |store: RedisStore, rule: Rule| async move {
+        let start = Instant::now();
+        let result = store.check(&rule, b"k", 1, None).await;
+        (result, start.elapsed())
+    };
+    let (first, waited) = timed(store.clone(), rule.clone()).await;
+    let err: StoreError = first.expect_err("nothing answers");
+    assert_eq!(err.kind(), StoreErrorKind::Timeout, "{err}");
+    assert!(
+        waited >= timeout - Duration::from_millis(5) && waited <= timeout + slack,
+        "timed out after {waited:?}"
+    );
+    // Many at once, and again: each fails, transiently, and on time.
+    for _ in 0..2 {
+        let tasks: Vec<_> = (0..32)
+            .map(|_| tokio::spawn(timed(store.clone(), rule.clone())))
+            .collect();
+        for task in tasks {
+            let (result, waited) = task.await.expect("task");
+            let err = result.expect_err("nothing answers");
+            assert!(err.is_transient(), "{err}");
+            assert!(waited <= timeout + slack, "failed after {waited:?}: {err}");
+        }
+    }
+
+    server.resume();
+    let d = settle(&store, &rule, b"k").await;
+    assert!(d.allowed);
+}
+
+/// The URL's password and database are used on every connection; a wrong
+/// password fails the connection with a protocol error (a misconfiguration,
+/// not an outage).
+#[tokio::test]
+async fn auth_and_select_come_from_the_url() {
+    let server = RedisServer::start();
+    // Set after the start: the harness's readiness probe does not log in.
+    assert_eq!(
+        server.command(&["CONFIG", "SET", "requirepass", "s3cret"]),
+        Reply::Status("OK".to_owned())
+    );
+    let port = server.port();
+    let rule = window("authed", 5);
+    for url in [
+        format!("redis://:s3cret@127.0.0.1:{port}/3"),
+        format!("redis://default:s3cret@127.0.0.1:{port}/3"),
+    ] {
+        let store = connect(&url, Duration::from_secs(2)).await;
+        store.ping().await.expect("ping");
+        assert!(
+            store
+                .check(&rule, b"k", 1, None)
+                .await
+                .expect("check")
+                .allowed
+        );
+        let key = String::from_utf8(store.redis_key(&rule, b"k")).expect("utf-8 key");
+        let replies = server.pipeline(&[
+            &["AUTH", "s3cret"],
+            &["EXISTS", &key],
+            &["SELECT", "3"],
+            &["EXISTS", &key],
+        ]);
+        assert_eq!(replies[1], Reply::Int(0), "the key is in database 0");
+        assert_eq!(replies[3], Reply::Int(1), "the key is not in database 3");
+    }
+    for url in [
+        format!("redis://:wrong@127.0.0.1:{port}"),
+        format!("redis://127.0.0.1:{port}"),
+    ] {
+        let options = RedisOptions {
+            timeout: Duration::from_secs(2),
+            ..RedisOptions::default()
+        };
+        let err = RedisStore::connect(&url, options)
+            .await
+            .expect_err("refused");
+        assert_eq!(err.kind(), StoreErrorKind::Protocol, "{url}: {err}");
+    }
+}
+
+/// The connection lives as long as the store (and its clones).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_store_closes_its_connection() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_secs(2)).await;
+    let clone = store.clone();
+    store.ping().await.expect("ping");
+    assert_eq!(clients(&server), 1);
+    drop(store);
+    clone.ping().await.expect("a clone still works");
+    drop(clone);
+    let start = Instant::now();
+    while clients(&server) > 0 {
+        assert!(start.elapsed() < Duration::from_secs(5), "still connected");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
