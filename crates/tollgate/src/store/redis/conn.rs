@@ -14,8 +14,10 @@
 //!   them with one `write`: under load, batches form by themselves.
 //! * The driver parses replies in order (an array of integers, or an
 //!   error), stores each in its slot and wakes its caller.
-//! * Every request fails after the configured timeout. One timer serves
-//!   the whole connection (requests time out in the order they were sent).
+//! * Every request fails after the configured timeout, counted from when
+//!   the driver takes it (one scheduling round after the call, so no clock
+//!   read per request). One timer serves the whole connection: requests
+//!   time out in the order they were taken.
 //!   When the oldest request times out and nothing at all arrived since it
 //!   was sent, the connection is taken for dead (a hung server, a silent
 //!   network partition) and dropped.
