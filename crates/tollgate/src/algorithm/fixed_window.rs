@@ -6,11 +6,15 @@ use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
 
-/// Fixed window state: the window index and its count.
+/// Fixed window state: the counted window's start and its count.
+///
+/// The window is identified by its start time, not its index, so state left
+/// by a rule of another period (a config change under live keys) can never
+/// pass for a later window of the new period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct FixedWindowState {
-    /// `floor(t / period)` of the counted window.
-    pub window: u64,
+    /// `floor(t / period) * period`: the counted window's start, µs.
+    pub start: u64,
     /// Units admitted in that window.
     pub count: u64,
 }
@@ -27,7 +31,8 @@ pub fn check(
     let period = rule.period_micros();
     let limit = rule.limit();
     let w = t / period;
-    let count = state.filter(|s| s.window == w).map_or(0, |s| s.count);
+    let start = w * period;
+    let count = state.filter(|s| s.start == start).map_or(0, |s| s.count);
     let fits = cost <= limit;
     let allowed = fits && count + cost <= limit;
     let after = if allowed { count + cost } else { count };
@@ -43,7 +48,7 @@ pub fn check(
     (
         decision,
         FixedWindowState {
-            window: w,
+            start,
             count: after,
         },
     )
@@ -104,7 +109,7 @@ mod tests {
         assert_eq!(
             s,
             KeyState::FixedWindow(FixedWindowState {
-                window: 2,
+                start: 2_000_000,
                 count: 3
             })
         );
@@ -133,7 +138,7 @@ mod tests {
     fn a_larger_cost_waits_for_the_next_window_and_never_above_limit() {
         let r = rule(3, 1_000_000);
         let mut s = KeyState::FixedWindow(FixedWindowState {
-            window: 7,
+            start: 7_000_000,
             count: 2,
         });
         // count 2 + cost 2 > 3: retry to_next = 8_000_000 - 7_100_000.
@@ -154,7 +159,7 @@ mod tests {
         assert_eq!(
             s,
             KeyState::FixedWindow(FixedWindowState {
-                window: 7,
+                start: 7_000_000,
                 count: 2
             })
         );
@@ -176,7 +181,7 @@ mod tests {
         let (d, next) = check(
             &r,
             Some(FixedWindowState {
-                window: 4,
+                start: 4_000,
                 count: 3,
             }),
             5_000,
@@ -187,7 +192,7 @@ mod tests {
         assert_eq!(
             next,
             FixedWindowState {
-                window: 5,
+                start: 5_000,
                 count: 1
             }
         );
@@ -216,10 +221,7 @@ mod tests {
         // state outlives a deploy). Regression: `limit - count` underflowed
         // (a panic in debug, remaining = 2^64 - 3 in release).
         let r = rule(2, 1_000_000);
-        let mut s = KeyState::FixedWindow(FixedWindowState {
-            window: 0,
-            count: 5,
-        });
+        let mut s = KeyState::FixedWindow(FixedWindowState { start: 0, count: 5 });
         let peek = decide(&r, &mut s, 400_000, 0);
         // count 5 + 0 > 2: even a peek is denied until the window ends.
         assert_eq!(

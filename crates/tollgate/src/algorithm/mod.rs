@@ -68,8 +68,8 @@ impl KeyState {
             KeyState::Gcra(s) => Some(s.tat),
             // credit above tau (a lowered burst) is a full bucket
             KeyState::TokenBucket(s) => Some(s.last + rule.tau_micros().saturating_sub(s.credit)),
-            KeyState::FixedWindow(s) => Some((s.window + 1) * period),
-            KeyState::SlidingWindow(s) => Some((s.window + 2) * period),
+            KeyState::FixedWindow(s) => Some(s.start + period),
+            KeyState::SlidingWindow(s) => Some(s.start + 2 * period),
             KeyState::SlidingLog(log) => log.newest().map(|n| n + period),
         }
     }

@@ -9,22 +9,25 @@ use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
 
-/// Sliding window state: the current window index and the two counts.
+/// Sliding window state: the current window's start and the two counts.
+///
+/// Windows are identified by their start time, not their index, so state
+/// left by a rule of another period can never pass for a later window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct SlidingWindowState {
-    /// `floor(t / period)` of the current window.
-    pub window: u64,
-    /// Units admitted in window `window - 1`.
+    /// `floor(t / period) * period`: the current window's start, µs.
+    pub start: u64,
+    /// Units admitted in the window before (starting `start - period`).
     pub prev: u64,
-    /// Units admitted in window `window`.
+    /// Units admitted in the window starting at `start`.
     pub curr: u64,
 }
 
-/// `(prev, curr)` as seen from window `w`.
-fn counts(state: Option<SlidingWindowState>, w: u64) -> (u64, u64) {
+/// `(prev, curr)` as seen from the window starting at `start`.
+fn counts(state: Option<SlidingWindowState>, start: u64, period: u64) -> (u64, u64) {
     match state {
-        Some(s) if s.window == w => (s.prev, s.curr),
-        Some(s) if s.window.checked_add(1) == Some(w) => (s.curr, 0),
+        Some(s) if s.start == start => (s.prev, s.curr),
+        Some(s) if s.start.checked_add(period) == Some(start) => (s.curr, 0),
         _ => (0, 0),
     }
 }
@@ -49,7 +52,7 @@ pub fn check(
     let limit = rule.limit();
     let w = t / period;
     let elapsed = t - w * period;
-    let (prev, curr) = counts(state, w);
+    let (prev, curr) = counts(state, w * period, period);
     let capable = cost <= limit;
     let allowed = capable && fits(period, limit, elapsed, prev, curr, cost);
     let after = if allowed { curr + cost } else { curr };
@@ -78,7 +81,7 @@ pub fn check(
     (
         decision,
         SlidingWindowState {
-            window: w,
+            start: w * period,
             prev,
             curr: after,
         },
@@ -140,8 +143,13 @@ mod tests {
         .expect("valid rule")
     }
 
+    /// State stored in window number `window` of period `P`.
     fn state(window: u64, prev: u64, curr: u64) -> KeyState {
-        KeyState::SlidingWindow(SlidingWindowState { window, prev, curr })
+        KeyState::SlidingWindow(SlidingWindowState {
+            start: window * P,
+            prev,
+            curr,
+        })
     }
 
     fn decision(allowed: bool, remaining: u64, reset_us: u64, retry: Option<u64>) -> Decision {
@@ -278,7 +286,7 @@ mod tests {
         let (d, next) = check(
             &r,
             Some(SlidingWindowState {
-                window: 3,
+                start: 3 * P,
                 prev: 10,
                 curr: 10,
             }),
@@ -289,7 +297,7 @@ mod tests {
         assert_eq!(
             next,
             SlidingWindowState {
-                window: 5,
+                start: 5 * P,
                 prev: 0,
                 curr: 10
             }

@@ -1,9 +1,12 @@
--- Fixed window on one hash: w = window index floor(t / period), n = count.
+-- Fixed window on one hash: w = the counted window's start floor(t / period) * period
+-- (its start, not its index: state left by a rule of another period never
+-- passes for a later window), n = count.
 ALGOS[3] = function(key, cost, period, limit, _, _, t)
   local w = idiv(t, period)
+  local start = w * period
   local h = redis.call('HMGET', key, 'w', 'n')
   local count = 0
-  if tonumber(h[1]) == w then count = tonumber(h[2]) or 0 end
+  if tonumber(h[1]) == start then count = tonumber(h[2]) or 0 end
   local fits = cost <= limit
   local allowed = fits and count + cost <= limit
   local after = count
@@ -12,7 +15,7 @@ ALGOS[3] = function(key, cost, period, limit, _, _, t)
   local retry = -1
   if not allowed and fits then retry = to_next end
   local write = function()
-    redis.call('HSET', key, 'w', num(w), 'n', num(after))
+    redis.call('HSET', key, 'w', num(start), 'n', num(after))
     redis.call('PEXPIRE', key, ttl_ms(to_next))
   end
   return allowed, limit - after, to_next, retry, write
@@ -20,7 +23,7 @@ end
 
 REFUNDS[3] = function(key, cost, period, limit, _, _, t0)
   local h = redis.call('HMGET', key, 'w', 'n')
-  if tonumber(h[1]) ~= idiv(t0, period) then return end
+  if tonumber(h[1]) ~= idiv(t0, period) * period then return end
   local n = (tonumber(h[2]) or 0) - cost
   if n < 0 then n = 0 end
   redis.call('HSET', key, 'n', num(n))

@@ -1,5 +1,7 @@
 -- Sliding window counter on one hash holding two counters:
--- w = current window index, p = count of window w-1, c = count of window w.
+-- w = the current window's start (not its index: state left by a rule of
+-- another period never passes for a later window), p = count of the window
+-- before, c = count of the current window.
 -- The estimate prev*(period-elapsed)/period + curr + cost <= limit is decided
 -- exactly: ceil(prev*(period-elapsed)/period) = prev - floor(prev*elapsed/period).
 local function sw_retry(period, limit, elapsed, prev, curr, cost)
@@ -29,7 +31,7 @@ ALGOS[4] = function(key, cost, period, limit, _, _, t)
   local h = redis.call('HMGET', key, 'w', 'p', 'c')
   local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
   local prev, curr = 0, 0
-  if sw == w then prev, curr = sp, sc elseif sw == w - 1 then prev = sc end
+  if sw == w * period then prev, curr = sp, sc elseif sw == (w - 1) * period then prev = sc end
   local weighted = 0
   if prev > 0 then weighted = prev - muldiv(prev, elapsed, period) end
   local fits = cost <= limit
@@ -43,18 +45,18 @@ ALGOS[4] = function(key, cost, period, limit, _, _, t)
   local retry = -1
   if not allowed and fits then retry = sw_retry(period, limit, elapsed, prev, curr, cost) end
   local write = function()
-    redis.call('HSET', key, 'w', num(w), 'p', num(prev), 'c', num(after))
+    redis.call('HSET', key, 'w', num(w * period), 'p', num(prev), 'c', num(after))
     redis.call('PEXPIRE', key, ttl_ms((w + 2) * period - t))
   end
   return allowed, remaining, reset, retry, write
 end
 
 REFUNDS[4] = function(key, cost, period, limit, _, _, t0)
-  local w0 = idiv(t0, period)
+  local w0 = idiv(t0, period) * period
   local h = redis.call('HMGET', key, 'w', 'p', 'c')
   local w = tonumber(h[1])
   local field
-  if w == w0 then field = 'c' elseif w == w0 + 1 then field = 'p' else return end
+  if w == w0 then field = 'c' elseif w == w0 + period then field = 'p' else return end
   local v = (tonumber(h[field == 'c' and 3 or 2]) or 0) - cost
   if v < 0 then v = 0 end
   redis.call('HSET', key, field, num(v))
