@@ -1,0 +1,396 @@
+#!/usr/bin/env bash
+# The front doors under load, measured in ONE run on this machine with wrk
+# (2 threads, 64 connections, N seconds per target; wrk shares the machine's
+# 2 cores with the server, as in the issue's reference figures):
+#
+#   1. tollgate's no-op endpoint, GET /healthz: the HTTP ceiling
+#      (and throttlecrab's GET /health, its own);
+#   2. POST /v1/check on the memory store;
+#   3. POST /v1/check on a local redis-server (started here);
+#   4. throttlecrab-server 0.4 (its own memory store), POST /throttle with
+#      the same limits;
+#      each of 2-4 with an admitted rule ("open") and a denied one
+#      ("closed"), one hot key and 10k random keys (bench/http/*.lua);
+#   5. the reverse proxy in front of nginx (`return 200 "ok"`) against nginx
+#      directly, at 64 connections and at 1 (the proxy's own latency,
+#      without queueing).
+#
+# Prints one table (req/s, p50, p99 per target, plus the CPU the server
+# spent per request and the share of the machine other processes took
+# meanwhile: the machine is shared, and that column says how noisy a row
+# is) and the ratios the issue's goals are about. With ROUNDS > 1 the whole
+# set is measured ROUNDS times, interleaved, and each target's best round
+# (highest req/s) is reported, with the spread.
+#
+# Everything listens on 127.0.0.1; every process started here is stopped on
+# exit; each wrk run is bounded by a timeout.
+#
+# Usage: bench/http.sh [SECONDS per target, default 10] [ROUNDS, default 1]
+# Env:   BENCH_KEEP=DIR keeps wrk's raw output and the servers' logs in DIR;
+#        BENCH_QUIET_BUSY=25 / BENCH_QUIET_WAIT=60: before each run, wait (at
+#        most WAIT s) until the machine is under BUSY % busy.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+secs="${1:-10}"
+rounds="${2:-1}"
+[[ "$secs" =~ ^[0-9]+$ && "$rounds" =~ ^[0-9]+$ ]] && ((secs >= 1 && secs <= 300 && rounds >= 1 && rounds <= 10)) ||
+  { echo "usage: bench/http.sh [SECONDS per target, 1..300] [ROUNDS, 1..10]" >&2; exit 2; }
+threads=2
+conns=64
+keys=10000
+hz=$(getconf CLK_TCK)
+
+log() { echo "# $*" >&2; }
+die() { echo "bench/http.sh: $*" >&2; exit 1; }
+
+# --- tools -------------------------------------------------------------------
+apt_updated=
+need_pkg() { # COMMAND PACKAGE
+  command -v "$1" >/dev/null && return
+  log "installing $2 (apt-get)"
+  if [[ -z "$apt_updated" ]]; then apt-get update -qq >/dev/null; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+  command -v "$1" >/dev/null || die "$2 did not install $1"
+}
+need_pkg wrk wrk
+need_pkg redis-server redis-server
+need_pkg redis-cli redis-tools
+need_pkg nginx nginx-light
+need_pkg ss iproute2
+need_pkg curl curl
+
+tools="$root/target/bench-tools"
+tc_bin="$tools/bin/throttlecrab-server"
+if [[ ! -x "$tc_bin" ]]; then
+  need_pkg protoc protobuf-compiler # throttlecrab-server's build compiles its gRPC protos
+  log "installing throttlecrab-server 0.4 into $tools (cargo install)"
+  cargo install -q --locked --root "$tools" throttlecrab-server --version '^0.4'
+fi
+tc_version=$("$tc_bin" --version 2>/dev/null | head -1 || true)
+
+log "building tollgate (release)"
+cargo build --release -q -p tollgate-server
+tollgate="$root/target/release/tollgate"
+
+# --- processes ---------------------------------------------------------------
+work=$(mktemp -d)
+keep="${BENCH_KEEP:-}"
+pids=()
+# stop PID: ends one process started here and waits for it (5 s, then KILL).
+stop() {
+  local pid=$1 p rest=()
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  for p in "${pids[@]}"; do [[ "$p" == "$pid" ]] || rest+=("$p"); done
+  pids=("${rest[@]}")
+}
+cleanup() {
+  while ((${#pids[@]})); do stop "${pids[-1]}"; done
+  if [[ -n "$keep" ]]; then mkdir -p "$keep" && cp -r "$work"/. "$keep"/ 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A loopback port no socket uses, below the ephemeral range (so no client
+# connection can take it meanwhile). tollgate itself binds port 0.
+free_port() {
+  local p lo
+  lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  for _ in $(seq 100); do
+    p=$((10000 + RANDOM % (lo - 10000)))
+    [[ -z "$(ss -Htan "sport = :$p")" ]] && { echo "$p"; return; }
+  done
+  die "no free port"
+}
+
+# wait_http URL: until URL answers 200 (10 s at most).
+wait_http() {
+  local code
+  for _ in $(seq 100); do
+    code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "$1" || true)
+    [[ "$code" == 200 ]] && return 0
+    sleep 0.1
+  done
+  die "$1 not ready (last status ${code:-none})"
+}
+
+# start_tollgate NAME ARGS...: runs `tollgate serve ARGS`; sets $pid and
+# $addr, the address of the front door it logs.
+start_tollgate() {
+  local name=$1; shift
+  "$tollgate" serve "$@" >"$work/$name.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+  addr=
+  for _ in $(seq 100); do
+    addr=$(grep -o 'listening on http://[0-9.:]*' "$work/$name.log" | head -1 | sed 's|.*http://||' || true)
+    [[ -n "$addr" ]] && return 0
+    kill -0 "$pid" 2>/dev/null || { cat "$work/$name.log" >&2; die "tollgate serve ($name) exited"; }
+    sleep 0.1
+  done
+  cat "$work/$name.log" >&2
+  die "tollgate serve ($name) logged no address"
+}
+
+# --- measuring -----------------------------------------------------------------
+results="$work/results"
+: >"$results"
+round=0
+sut=() # the processes under test (their CPU is the "server" column)
+
+# to_ms VALUE: wrk's "812.00us" / "1.20ms" / "1.01s" in milliseconds.
+to_ms() {
+  awk -v v="$1" 'BEGIN { n = v + 0
+    if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000
+    printf "%.3f", n }'
+}
+# proc_ticks PID...: user+system clock ticks the processes have used.
+proc_ticks() {
+  local t=0 p f
+  for p in "$@"; do
+    f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    f=${f##*) }  # past "pid (comm) "
+    set -- $f
+    t=$((t + ${12} + ${13}))
+  done
+  echo "$t"
+}
+# cpu_ticks: "busy total steal" clock ticks of the whole machine.
+cpu_ticks() {
+  awk '$1 == "cpu" { print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9, $9 }' /proc/stat
+}
+
+# wait_quiet: the machine is shared (other engineers build on it); before a
+# run, wait until the cores have been mostly idle for a second (under
+# $quiet_busy % busy), for at most $quiet_wait seconds; the "other" column
+# then shows how quiet the run itself was.
+quiet_busy="${BENCH_QUIET_BUSY:-25}"
+quiet_wait="${BENCH_QUIET_WAIT:-60}"
+wait_quiet() {
+  local a b waited=0 busy
+  while :; do
+    read -r -a a <<<"$(cpu_ticks)"
+    sleep 1
+    read -r -a b <<<"$(cpu_ticks)"
+    busy=$(( (b[1] > a[1]) ? 100 * (b[0] - a[0]) / (b[1] - a[1]) : 0 ))
+    ((busy < quiet_busy)) && return 0
+    ((waited == 0)) && log "machine ${busy}% busy: waiting up to ${quiet_wait}s for it to quieten"
+    ((++waited >= quiet_wait)) && { log "still ${busy}% busy; measuring anyway"; return 0; }
+  done
+}
+
+# measure ID LABEL URL SCRIPT CONNECTIONS -- SCRIPT-ARGS...: one wrk run;
+# appends a row to $results.
+measure() {
+  local id=$1 label=$2 url=$3 script=$4 c=$5; shift 6
+  local t=$threads out
+  ((c < t)) && t=$c
+  wait_quiet
+  log "round $round: $label: wrk -t$t -c$c -d${secs}s $url"
+  out="$work/wrk-$id.$round.txt"
+  local sut0 m0 m1 sut1
+  sut0=$(proc_ticks "${sut[@]}")
+  read -r -a m0 <<<"$(cpu_ticks)"
+  local TIMEFORMAT='%U %S'
+  { time timeout $((secs + 30)) wrk -t"$t" -c"$c" -d"${secs}s" --latency --timeout 2s \
+      -s "$root/bench/http/$script" "$url" -- "$@" >"$out" 2>&1; } 2>"$out.time" ||
+    { cat "$out" >&2; die "wrk failed on $label"; }
+  read -r -a m1 <<<"$(cpu_ticks)"
+  sut1=$(proc_ticks "${sut[@]}")
+  local rps p50 p99 total non2xx errors
+  rps=$(awk '/^Requests\/sec:/ {print $2}' "$out")
+  p50=$(to_ms "$(awk '$1 == "50%" {print $2}' "$out")")
+  p99=$(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")
+  total=$(awk '/requests in/ {print $1}' "$out")
+  non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
+  errors=$(awk '/Socket errors:/ {sub(/.*Socket errors: /, ""); print}' "$out")
+  [[ -n "$rps" && -n "$total" && "$total" -gt 0 ]] || { cat "$out" >&2; die "no result from wrk on $label"; }
+  # CPU: the server's per request (µs), wrk's per request, and the share of
+  # the machine that neither used (other engineers' builds...), and steal.
+  awk -v hz="$hz" -v n="$total" -v non="${non2xx:-0}" -v s0="$sut0" -v s1="$sut1" \
+    -v b0="${m0[0]}" -v b1="${m1[0]}" -v a0="${m0[1]}" -v a1="${m1[1]}" -v st0="${m0[2]}" -v st1="${m1[2]}" \
+    -v wrkcpu="$(awk '{print $1 + $2}' "$out.time")" \
+    -v row="$id|$label|$round|$rps|$p50|$p99" -v errors="${errors:-}" 'BEGIN {
+      srv = (s1 - s0) / hz; busy = (b1 - b0) / hz; all = (a1 - a0) / hz
+      other = (all > 0) ? 100 * (busy - srv - wrkcpu) / all : 0
+      if (other < 0) other = 0
+      printf "%s|%.1f|%.2f|%.2f|%.0f|%.0f|%s\n", row, 100 * non / n, 1e6 * srv / n, 1e6 * wrkcpu / n,
+        other, (all > 0) ? 100 * (st1 - st0) / (a1 - a0) : 0, errors }' >>"$results"
+}
+
+# expect WHAT GOT WANT: a sanity check of one answer before a target is loaded.
+expect() { [[ "$2" == *"$3"* ]] || die "$1: expected $3, got: $2"; }
+post_json() { curl -s --max-time 2 -H 'content-type: application/json' -d "$2" "$1"; }
+
+# The 2x2 check workload: admitted/denied rule x one hot key/10k keys.
+check_matrix() { # ID-PREFIX NAME URL FORMAT
+  local rule k
+  for rule in open closed; do
+    for k in 1 "$keys"; do
+      measure "$1.$rule.$k" "$2 $rule $( ((k == 1)) && echo 'hot key' || echo "${k} keys")" \
+        "$3" check.lua "$conns" -- "$4" "$rule" "$k"
+    done
+  done
+}
+
+# Tollgate's /metrics: checks by rule and outcome (what was decided).
+tollgate_outcomes() { # ADDR NAME
+  curl -s --max-time 2 "http://$1/metrics" | grep '^tollgate_checks_total' >"$work/outcomes-$2.txt" || true
+}
+
+one_round() {
+  local tg redis_pid redis_port tc_pid tc_port ng_pid ng_port proxy_pid proxy_addr
+  # 1-2. tollgate's HTTP API on the memory store, and its /healthz.
+  start_tollgate api-memory --config bench/http/rules.toml --http 127.0.0.1:0 --store memory
+  tg=$pid sut=("$pid")
+  wait_http "http://$addr/healthz"
+  expect "memory open" "$(post_json "http://$addr/v1/check" '{"rule":"open","key":"probe"}')" '"allowed":true'
+  for _ in 1 2; do post_json "http://$addr/v1/check" '{"rule":"closed","key":"probe"}' >/dev/null; done
+  expect "memory closed" "$(post_json "http://$addr/v1/check" '{"rule":"closed","key":"probe"}')" '"allowed":false'
+  measure healthz "tollgate GET /healthz" "http://$addr" get.lua "$conns" -- /healthz
+  check_matrix mem "tollgate memory" "http://$addr" tollgate
+  tollgate_outcomes "$addr" memory
+  stop "$tg"
+
+  # 3. tollgate's HTTP API on a local Redis.
+  redis_port=$(free_port)
+  mkdir -p "$work/redis"
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$work/redis" --daemonize no --logfile "$work/redis/log" &
+  redis_pid=$!
+  pids+=("$redis_pid")
+  for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -p "$redis_port" ping >/dev/null || die "redis-server did not start"
+  start_tollgate api-redis --config bench/http/rules.toml --http 127.0.0.1:0 \
+    --store "redis://127.0.0.1:$redis_port"
+  tg=$pid sut=("$pid" "$redis_pid")
+  wait_http "http://$addr/readyz"
+  expect "redis open" "$(post_json "http://$addr/v1/check" '{"rule":"open","key":"probe"}')" '"allowed":true'
+  for _ in 1 2; do post_json "http://$addr/v1/check" '{"rule":"closed","key":"probe"}' >/dev/null; done
+  expect "redis closed" "$(post_json "http://$addr/v1/check" '{"rule":"closed","key":"probe"}')" '"allowed":false'
+  check_matrix redis "tollgate redis" "http://$addr" tollgate
+  tollgate_outcomes "$addr" redis
+  if grep -q 'store trouble' "$work/api-redis.log"; then log "WARNING: tollgate logged store trouble with Redis"; fi
+  stop "$tg"
+  stop "$redis_pid"
+
+  # 4. throttlecrab-server: its HTTP transport only, default store.
+  tc_port=$(free_port)
+  "$tc_bin" --http --http-host 127.0.0.1 --http-port "$tc_port" --log-level warn \
+    >"$work/throttlecrab.log" 2>&1 &
+  tc_pid=$!
+  pids+=("$tc_pid")
+  sut=("$tc_pid")
+  wait_http "http://127.0.0.1:$tc_port/health"
+  local tcu="http://127.0.0.1:$tc_port/throttle"
+  expect "throttlecrab open" "$(post_json "$tcu" '{"key":"open:probe","max_burst":1000000,"count_per_period":1000000,"period":1}')" '"allowed":true'
+  for _ in 1 2; do post_json "$tcu" '{"key":"closed:probe","max_burst":2,"count_per_period":1,"period":86400}' >/dev/null; done
+  expect "throttlecrab closed" "$(post_json "$tcu" '{"key":"closed:probe","max_burst":2,"count_per_period":1,"period":86400}')" '"allowed":false'
+  measure tc_health "throttlecrab GET /health" "http://127.0.0.1:$tc_port" get.lua "$conns" -- /health
+  # throttlecrab answers 200 to denied checks too; its metrics tell.
+  check_matrix tc "throttlecrab" "http://127.0.0.1:$tc_port" throttlecrab
+  curl -s --max-time 2 "http://127.0.0.1:$tc_port/metrics" |
+    grep -E '^throttlecrab_requests_(allowed|denied|errors)' >"$work/outcomes-throttlecrab.txt" || true
+  stop "$tc_pid"
+
+  # 5. The reverse proxy in front of nginx, and nginx directly.
+  ng_port=$(free_port)
+  mkdir -p "$work/nginx"
+  sed -e "s|@DIR@|$work/nginx|g" -e "s|@PORT@|$ng_port|g" bench/http/nginx.conf.in >"$work/nginx/nginx.conf"
+  nginx -e "$work/nginx/nginx-error.log" -p "$work/nginx" -c "$work/nginx/nginx.conf" &
+  ng_pid=$!
+  pids+=("$ng_pid")
+  wait_http "http://127.0.0.1:$ng_port/"
+  local ng_worker
+  ng_worker=$(pgrep -P "$ng_pid" | tr '\n' ' ')
+  start_tollgate proxy --config bench/http/proxy.toml --proxy 127.0.0.1:0 \
+    --upstream "http://127.0.0.1:$ng_port"
+  proxy_pid=$pid proxy_addr=$addr
+  wait_http "http://$proxy_addr/"
+  expect "proxy headers" "$(curl -si --max-time 2 -H 'x-key: probe' "http://$proxy_addr/")" 'ratelimit-policy'
+  # shellcheck disable=SC2206
+  sut=("$ng_pid" $ng_worker)
+  measure direct "nginx direct (c=$conns)" "http://127.0.0.1:$ng_port" get.lua "$conns" -- / "$keys"
+  measure direct1 "nginx direct (c=1)" "http://127.0.0.1:$ng_port" get.lua 1 -- / "$keys"
+  # The proxy's column is tollgate's CPU alone (nginx's is in the row above).
+  sut=("$proxy_pid")
+  measure proxy "proxy -> nginx (c=$conns)" "http://$proxy_addr" get.lua "$conns" -- / "$keys"
+  measure proxy1 "proxy -> nginx (c=1)" "http://$proxy_addr" get.lua 1 -- / "$keys"
+  stop "$proxy_pid"
+  stop "$ng_pid"
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((round = 1; round <= rounds; round++)); do one_round; done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- report --------------------------------------------------------------------
+# Per target: its best round (highest req/s); the spread is min..max req/s.
+best="$work/best"
+awk -F'|' '
+  { if (!($1 in rps)) order[++n] = $1
+    if (!($1 in rps) || $4 + 0 > rps[$1]) { rps[$1] = $4 + 0; row[$1] = $0 }
+    if (!($1 in lo) || $4 + 0 < lo[$1]) lo[$1] = $4 + 0 }
+  END { for (i = 1; i <= n; i++) print row[order[i]] "|" lo[order[i]] }' "$results" >"$best"
+
+echo
+echo "bench/http.sh $secs $rounds: wrk -t$threads -c$conns -d${secs}s --latency per target, $rounds round(s)$( ((rounds > 1)) && echo ', best round per target'); $(nproc) cores shared by wrk and the server"
+echo "tollgate $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ uncommitted changes in crates/)'); ${tc_version:-throttlecrab-server}; redis $(redis-server --version | grep -o 'v=[0-9.]*' | cut -d= -f2); nginx $(nginx -v 2>&1 | grep -o '[0-9.]*$'); load average before $load_before, after $load_after"
+echo
+awk -F'|' -v rounds="$rounds" '
+  BEGIN {
+    printf "%-34s %9s %8s %8s %7s %8s %8s %6s %6s", "target", "req/s", "p50 ms", "p99 ms", "non2xx", "srv us/r", "wrk us/r", "other", "steal"
+    if (rounds > 1) printf "  %s", "req/s min..max"
+    printf "\n" }
+  { printf "%-34s %9.0f %8.3f %8.3f %6.1f%% %8.2f %8.2f %5.0f%% %5.0f%%", $2, $4, $5, $6, $7, $8, $9, $10, $11
+    if (rounds > 1) printf "  %.0f..%.0f", $13, $4
+    if ($12 != "") printf "  socket errors: %s", $12
+    printf "\n" }' "$best"
+cat <<'EOF'
+
+non2xx: tollgate answers 429 to a denied check, throttlecrab 200 with "allowed":false.
+srv us/r: CPU the server (tollgate; tollgate + redis-server for redis; nginx for direct;
+  the tollgate proxy alone for proxy) used per request. wrk us/r: the load generator's.
+other/steal: share of the 2 cores taken meanwhile by other processes / the hypervisor.
+EOF
+for f in "$work"/outcomes-*.txt; do
+  [[ -s "$f" ]] || continue
+  echo "decided by $(basename "$f" .txt | sed 's/outcomes-//') (last round): $(tr '\n' ' ' <"$f" | sed 's/  */ /g')"
+done
+echo
+awk -F'|' '
+  { rps[$1] = $4; p50[$1] = $5; p99[$1] = $6 }
+  function verdict(worst, want, op) { return (op == ">=" ? worst >= want : worst <= want) ? "met" : "MISSED" }
+  function line(name, op, want, pre,   i, v, worst, out) {
+    out = sprintf("%-31s %6s", name, op want)
+    for (i = 1; i <= 4; i++) {
+      v = vals[pre i]
+      out = out sprintf(" %10.2f", v)
+      if (i == 1 || v < worst) worst = v
+    }
+    printf "%s   %.2f %s\n", out, worst, verdict(worst, want, op)
+  }
+  function r(a, b) { return (b > 0) ? a / b : 0 }
+  END {
+    split("open.1 open.10000 closed.1 closed.10000", sc, " ")
+    printf "%-31s %6s %10s %10s %10s %10s   %s\n", "ratio of req/s", "goal", "open hot", "open 10k", "closed hot", "closed 10k", "worst"
+    for (i = 1; i <= 4; i++) {
+      vals["a" i] = r(rps["mem." sc[i]], rps["tc." sc[i]])
+      vals["b" i] = r(rps["mem." sc[i]], rps["healthz"])
+      vals["c" i] = r(rps["redis." sc[i]], rps["mem." sc[i]])
+    }
+    line("memory / throttlecrab", ">=", 1.2, "a")
+    line("memory / tollgate /healthz", ">=", 0.9, "b")
+    line("redis / memory", ">=", 0.7, "c")
+    printf "\n%-31s %6s %10s %10s\n", "proxy - direct (ms)", "goal", "c=64", "c=1"
+    d64 = p99["proxy"] - p99["direct"]; d1 = p99["proxy1"] - p99["direct1"]
+    printf "%-31s %6s %10.3f %10.3f   %s (c=64), %s (c=1)\n", "  p99", "<=0.3", d64, d1, verdict(d64, 0.3, "<="), verdict(d1, 0.3, "<=")
+    printf "%-31s %6s %10.3f %10.3f\n", "  p50", "", p50["proxy"] - p50["direct"], p50["proxy1"] - p50["direct1"]
+    printf "%-31s %6s %10.0f %10.0f\n", "  req/s direct", "", rps["direct"], rps["direct1"]
+    printf "%-31s %6s %10.0f %10.0f\n", "  req/s proxy", "", rps["proxy"], rps["proxy1"]
+  }' "$best"
