@@ -50,42 +50,37 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     ceil_secs(wait).max(1)
 }
 
-/// `RateLimit-Policy` for these rules, one list member each.
-#[must_use]
-pub fn policy_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
+/// A structured-field List with one member per (rule, decision): the rule's
+/// name as an sf-string, then the parameters `member` writes.
+fn list<'a>(
+    rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>,
+    member: impl Fn(&mut String, &Rule, &Decision) -> std::fmt::Result,
+) -> String {
     let mut out = String::new();
     for (rule, d) in rules {
         if !out.is_empty() {
             out.push_str(", ");
         }
-        let _ = write!(
-            out,
-            "\"{}\";q={};w={}",
-            rule.name(),
-            d.limit,
-            ceil_secs(rule.period())
-        );
+        let _ = write!(out, "\"{}\"", rule.name());
+        let _ = member(&mut out, rule, d);
     }
     out
+}
+
+/// `RateLimit-Policy` for these rules, one list member each.
+#[must_use]
+pub fn policy_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
+    list(rules, |out, rule, d| {
+        write!(out, ";q={};w={}", d.limit, ceil_secs(rule.period()))
+    })
 }
 
 /// `RateLimit` for these decisions, one list member each.
 #[must_use]
 pub fn ratelimit_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
-    let mut out = String::new();
-    for (rule, d) in rules {
-        if !out.is_empty() {
-            out.push_str(", ");
-        }
-        let _ = write!(
-            out,
-            "\"{}\";r={};t={}",
-            rule.name(),
-            d.remaining,
-            ceil_secs(d.reset_after)
-        );
-    }
-    out
+    list(rules, |out, _, d| {
+        write!(out, ";r={};t={}", d.remaining, ceil_secs(d.reset_after))
+    })
 }
 
 fn value(text: &str) -> HeaderValue {
