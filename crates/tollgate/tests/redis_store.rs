@@ -2,9 +2,9 @@
 //! the memory store's, a fleet of instances holds one limit, every key has a
 //! TTL, and lost scripts or a restarted server are survived.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod fleet;
 
 use redis_harness::RedisServer;
 use tollgate::store::KeyCheck;
@@ -159,25 +159,8 @@ async fn a_fleet_of_instances_admits_exactly_the_limit() {
         )
         .build()
         .unwrap();
-        let admitted = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for store in &fleet {
-            for _ in 0..8 {
-                let (store, rule, admitted) = (store.clone(), rule.clone(), admitted.clone());
-                tasks.push(tokio::spawn(async move {
-                    for _ in 0..20 {
-                        let d = store.check(&rule, b"shared", 1, None).await.unwrap();
-                        if d.allowed {
-                            admitted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }));
-            }
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(admitted.load(Ordering::Relaxed), 37, "{algorithm}");
+        let admitted = fleet::admitted(&fleet, &rule, b"shared", 8, 20).await;
+        assert_eq!(admitted, 37, "{algorithm}");
     }
     assert_no_key_without_ttl(&server);
 }

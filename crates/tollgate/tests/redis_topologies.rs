@@ -3,9 +3,9 @@
 //! (multi-rule checks across cluster nodes included), one limit for a fleet,
 //! and checks that carry on through failovers.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod fleet;
 
 use redis_harness::{RedisCluster, SentinelSetup};
 use tollgate::store::KeyCheck;
@@ -167,24 +167,8 @@ async fn a_cluster_fleet_admits_exactly_the_limit() {
         )
         .build()
         .unwrap();
-        let admitted = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for store in &fleet {
-            for _ in 0..6 {
-                let (store, rule, admitted) = (store.clone(), rule.clone(), admitted.clone());
-                tasks.push(tokio::spawn(async move {
-                    for _ in 0..10 {
-                        if store.check(&rule, b"hot", 1, None).await.unwrap().allowed {
-                            admitted.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }));
-            }
-        }
-        for t in tasks {
-            t.await.unwrap();
-        }
-        assert_eq!(admitted.load(Ordering::Relaxed), 23, "{algorithm}");
+        let admitted = fleet::admitted(&fleet, &rule, b"hot", 6, 10).await;
+        assert_eq!(admitted, 23, "{algorithm}");
     }
     assert!(cluster.keys_without_ttl().is_empty());
 }
@@ -239,23 +223,6 @@ async fn a_sentinel_fleet_admits_exactly_the_limit() {
     let rule = RuleSpec::new("sf", Algorithm::Gcra, 19, Duration::from_secs(3600))
         .build()
         .unwrap();
-    let admitted = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for store in &fleet {
-        for _ in 0..5 {
-            let (store, rule, admitted) = (store.clone(), rule.clone(), admitted.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..10 {
-                    if store.check(&rule, b"hot", 1, None).await.unwrap().allowed {
-                        admitted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert_eq!(admitted.load(Ordering::Relaxed), 19);
+    assert_eq!(fleet::admitted(&fleet, &rule, b"hot", 5, 10).await, 19);
     assert!(setup.keys_without_ttl().is_empty());
 }
