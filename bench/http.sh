@@ -141,7 +141,8 @@ start_tollgate() {
 results="$work/results"
 : >"$results"
 round=0
-sut=() # the processes under test (their CPU is the "server" column)
+sut=() # the server under test (its CPU is the "srv" column)
+aux=() # what it leans on: redis-server, the proxy's upstream ("aux" column)
 
 # to_ms VALUE: wrk's "812.00us" / "1.20ms" / "1.01s" in milliseconds.
 to_ms() {
@@ -193,8 +194,9 @@ measure() {
   wait_quiet
   log "round $round: $label: wrk -t$t -c$c -d${secs}s $url"
   out="$work/wrk-$id.$round.txt"
-  local sut0 m0 m1 sut1
+  local sut0 m0 m1 sut1 aux0 aux1
   sut0=$(proc_ticks "${sut[@]}")
+  aux0=$(proc_ticks "${aux[@]}")
   read -r -a m0 <<<"$(cpu_ticks)"
   local TIMEFORMAT='%U %S'
   { time timeout $((secs + 30)) wrk -t"$t" -c"$c" -d"${secs}s" --latency --timeout 2s \
@@ -202,6 +204,7 @@ measure() {
     { cat "$out" >&2; die "wrk failed on $label"; }
   read -r -a m1 <<<"$(cpu_ticks)"
   sut1=$(proc_ticks "${sut[@]}")
+  aux1=$(proc_ticks "${aux[@]}")
   local rps p50 p99 total non2xx errors
   rps=$(awk '/^Requests\/sec:/ {print $2}' "$out")
   p50=$(to_ms "$(awk '$1 == "50%" {print $2}' "$out")")
@@ -210,17 +213,19 @@ measure() {
   non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' "$out")
   errors=$(awk '/Socket errors:/ {sub(/.*Socket errors: /, ""); print}' "$out")
   [[ -n "$rps" && -n "$total" && "$total" -gt 0 ]] || { cat "$out" >&2; die "no result from wrk on $label"; }
-  # CPU: the server's per request (µs), wrk's per request, and the share of
-  # the machine that neither used (other engineers' builds...), and steal.
+  # CPU: the server's per request (µs), its helper's, wrk's, the share of
+  # the machine that none of them used (other engineers' builds...), steal.
   awk -v hz="$hz" -v n="$total" -v non="${non2xx:-0}" -v s0="$sut0" -v s1="$sut1" \
+    -v x0="$aux0" -v x1="$aux1" -v has_aux="${#aux[@]}" \
     -v b0="${m0[0]}" -v b1="${m1[0]}" -v a0="${m0[1]}" -v a1="${m1[1]}" -v st0="${m0[2]}" -v st1="${m1[2]}" \
     -v wrkcpu="$(awk '{print $1 + $2}' "$out.time")" \
     -v row="$id|$label|$round|$rps|$p50|$p99" -v errors="${errors:-}" 'BEGIN {
-      srv = (s1 - s0) / hz; busy = (b1 - b0) / hz; all = (a1 - a0) / hz
-      other = (all > 0) ? 100 * (busy - srv - wrkcpu) / all : 0
+      srv = (s1 - s0) / hz; ax = (x1 - x0) / hz; busy = (b1 - b0) / hz; all = (a1 - a0) / hz
+      other = (all > 0) ? 100 * (busy - srv - ax - wrkcpu) / all : 0
       if (other < 0) other = 0
-      printf "%s|%.1f|%.2f|%.2f|%.0f|%.0f|%s\n", row, 100 * non / n, 1e6 * srv / n, 1e6 * wrkcpu / n,
-        other, (all > 0) ? 100 * (st1 - st0) / (a1 - a0) : 0, errors }' >>"$results"
+      printf "%s|%.1f|%.2f|%.2f|%.0f|%.0f|%s|%s\n", row, 100 * non / n, 1e6 * srv / n, 1e6 * wrkcpu / n,
+        other, (all > 0) ? 100 * (st1 - st0) / (a1 - a0) : 0, errors,
+        has_aux ? sprintf("%.2f", 1e6 * ax / n) : "-" }' >>"$results"
 }
 
 # expect WHAT GOT WANT: a sanity check of one answer before a target is loaded.
@@ -247,7 +252,7 @@ one_round() {
   local tg redis_pid redis_port tc_pid tc_port ng_pid ng_port proxy_pid proxy_addr
   # 1-2. tollgate's HTTP API on the memory store, and its /healthz.
   start_tollgate api-memory --config bench/http/rules.toml --http 127.0.0.1:0 --store memory
-  tg=$pid sut=("$pid")
+  tg=$pid sut=("$pid") aux=()
   wait_http "http://$addr/healthz"
   expect "memory open" "$(post_json "http://$addr/v1/check" '{"rule":"open","key":"probe"}')" '"allowed":true'
   for _ in 1 2; do post_json "http://$addr/v1/check" '{"rule":"closed","key":"probe"}' >/dev/null; done
@@ -268,13 +273,20 @@ one_round() {
   redis-cli -p "$redis_port" ping >/dev/null || die "redis-server did not start"
   start_tollgate api-redis --config bench/http/rules.toml --http 127.0.0.1:0 \
     --store "redis://127.0.0.1:$redis_port"
-  tg=$pid sut=("$pid" "$redis_pid")
+  tg=$pid sut=("$pid") aux=("$redis_pid")
   wait_http "http://$addr/readyz"
   expect "redis open" "$(post_json "http://$addr/v1/check" '{"rule":"open","key":"probe"}')" '"allowed":true'
   for _ in 1 2; do post_json "http://$addr/v1/check" '{"rule":"closed","key":"probe"}' >/dev/null; done
   expect "redis closed" "$(post_json "http://$addr/v1/check" '{"rule":"closed","key":"probe"}')" '"allowed":false'
+  redis-cli -p "$redis_port" config resetstat >/dev/null
   check_matrix redis "tollgate redis" "http://$addr" tollgate
   tollgate_outcomes "$addr" redis
+  # Where redis-server's time goes: the script's cost per call vs its own
+  # commands (usec_per_call is measured inside redis-server).
+  redis-cli -p "$redis_port" info commandstats |
+    grep -E '^cmdstat_(evalsha|fcall|time|get|set|hmget|hset|pexpire):' |
+    sed -E 's/^cmdstat_([a-z]+):calls=([0-9]+),usec=[0-9]+,usec_per_call=([0-9.]+).*/\1 \3 us x \2/' \
+    >"$work/redis-commandstats.txt" || true
   if grep -q 'store trouble' "$work/api-redis.log"; then log "WARNING: tollgate logged store trouble with Redis"; fi
   stop "$tg"
   stop "$redis_pid"
@@ -285,7 +297,7 @@ one_round() {
     >"$work/throttlecrab.log" 2>&1 &
   tc_pid=$!
   pids+=("$tc_pid")
-  sut=("$tc_pid")
+  sut=("$tc_pid") aux=()
   wait_http "http://127.0.0.1:$tc_port/health"
   local tcu="http://127.0.0.1:$tc_port/throttle"
   expect "throttlecrab open" "$(post_json "$tcu" '{"key":"open:probe","max_burst":1000000,"count_per_period":1000000,"period":1}')" '"allowed":true'
@@ -314,11 +326,11 @@ one_round() {
   wait_http "http://$proxy_addr/"
   expect "proxy headers" "$(curl -si --max-time 2 -H 'x-key: probe' "http://$proxy_addr/")" 'ratelimit-policy'
   # shellcheck disable=SC2206
-  sut=("$ng_pid" $ng_worker)
+  sut=("$ng_pid" $ng_worker) aux=()
   measure direct "nginx direct (c=$conns)" "http://127.0.0.1:$ng_port" get.lua "$conns" -- / "$keys"
   measure direct1 "nginx direct (c=1)" "http://127.0.0.1:$ng_port" get.lua 1 -- / "$keys"
-  # The proxy's column is tollgate's CPU alone (nginx's is in the row above).
-  sut=("$proxy_pid")
+  # shellcheck disable=SC2206
+  sut=("$proxy_pid") aux=("$ng_pid" $ng_worker)
   measure proxy "proxy -> nginx (c=$conns)" "http://$proxy_addr" get.lua "$conns" -- / "$keys"
   measure proxy1 "proxy -> nginx (c=1)" "http://$proxy_addr" get.lua 1 -- / "$keys"
   stop "$proxy_pid"
@@ -337,6 +349,7 @@ awk -F'|' '
     if (!($1 in rps) || $4 + 0 > rps[$1]) { rps[$1] = $4 + 0; row[$1] = $0 }
     if (!($1 in lo) || $4 + 0 < lo[$1]) lo[$1] = $4 + 0 }
   END { for (i = 1; i <= n; i++) print row[order[i]] "|" lo[order[i]] }' "$results" >"$best"
+# best: id|label|round|req/s|p50|p99|non2xx|srv|wrk|other|steal|errors|aux|min req/s
 
 echo
 echo "bench/http.sh $secs $rounds: wrk -t$threads -c$conns -d${secs}s --latency per target, $rounds round(s)$( ((rounds > 1)) && echo ', best round per target'); $(nproc) cores shared by wrk and the server"
@@ -344,20 +357,24 @@ echo "tollgate $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates ||
 echo
 awk -F'|' -v rounds="$rounds" '
   BEGIN {
-    printf "%-34s %9s %8s %8s %7s %8s %8s %6s %6s", "target", "req/s", "p50 ms", "p99 ms", "non2xx", "srv us/r", "wrk us/r", "other", "steal"
+    printf "%-34s %9s %8s %8s %7s %8s %8s %8s %6s %6s", "target", "req/s", "p50 ms", "p99 ms", "non2xx", "srv us/r", "aux us/r", "wrk us/r", "other", "steal"
     if (rounds > 1) printf "  %s", "req/s min..max"
     printf "\n" }
-  { printf "%-34s %9.0f %8.3f %8.3f %6.1f%% %8.2f %8.2f %5.0f%% %5.0f%%", $2, $4, $5, $6, $7, $8, $9, $10, $11
-    if (rounds > 1) printf "  %.0f..%.0f", $13, $4
+  { printf "%-34s %9.0f %8.3f %8.3f %6.1f%% %8.2f %8s %8.2f %5.0f%% %5.0f%%", $2, $4, $5, $6, $7, $8, $13, $9, $10, $11
+    if (rounds > 1) printf "  %.0f..%.0f", $14, $4
     if ($12 != "") printf "  socket errors: %s", $12
     printf "\n" }' "$best"
 cat <<'EOF'
 
 non2xx: tollgate answers 429 to a denied check, throttlecrab 200 with "allowed":false.
-srv us/r: CPU the server (tollgate; tollgate + redis-server for redis; nginx for direct;
-  the tollgate proxy alone for proxy) used per request. wrk us/r: the load generator's.
+srv us/r: CPU the server under test (tollgate, throttlecrab, or nginx for "direct") used
+  per request; aux us/r: what it leans on (redis-server; nginx behind the proxy).
+  wrk us/r: the load generator's.
 other/steal: share of the 2 cores taken meanwhile by other processes / the hypervisor.
 EOF
+if [[ -s "$work/redis-commandstats.txt" ]]; then
+  echo "redis-server time per call, inside redis (last round): $(paste -sd';' "$work/redis-commandstats.txt" | sed 's/;/; /g')"
+fi
 for f in "$work"/outcomes-*.txt; do
   [[ -s "$f" ]] || continue
   echo "decided by $(basename "$f" .txt | sed 's/outcomes-//') (last round): $(tr '\n' ' ' <"$f" | sed 's/  */ /g')"
