@@ -87,6 +87,21 @@ pub async fn run(
         let _ = stop_tx.send(true);
     });
 
+    // Histogram samples pile up in the recorder until upkeep drains them;
+    // a scrape runs it, but a server nobody scrapes must not grow (measured:
+    // ~20 bytes per check without this).
+    let upkeep = metrics.clone();
+    let mut upkeep_stop = stop_rx.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = every.tick() => upkeep.run_upkeep(),
+                _ = upkeep_stop.changed() => break,
+            }
+        }
+    });
+
     let mut doors = JoinSet::new();
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
