@@ -19,9 +19,9 @@ use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 
 use csv::{ByteRecord, ReaderBuilder, WriterBuilder};
-use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Limiter, MAX_KEY_LEN, MemoryStore, Store};
+use tollgate::{Limiter, MAX_KEY_LEN, Store};
 
+use crate::check::open_store;
 use crate::cli::ReplayArgs;
 use crate::config::{Config, ConfigErrors, StoreConfig};
 use crate::store_url::StoreUrl;
@@ -149,12 +149,6 @@ fn is_dash(p: &Path) -> bool {
     p.as_os_str() == "-"
 }
 
-/// The in-process store sized by `[store]`.
-#[must_use]
-pub fn memory_store(config: &StoreConfig) -> MemoryStore {
-    MemoryStore::builder().max_keys(config.max_keys).build()
-}
-
 /// Runs `tollgate replay`: loads the config, opens the store, streams the
 /// trace to the output. Returns the per-rule counts (the caller prints them
 /// on stderr).
@@ -195,39 +189,25 @@ pub fn run(args: &ReplayArgs) -> Result<Summary, ReplayError> {
         .build()
         .map_err(io_error("cannot start the async runtime"))?;
     let rules = config.rules.iter().map(|r| r.rule.clone());
-    // Each store gets an arm here; the replay itself is generic over `Store`.
-    match url {
-        StoreUrl::Memory => {
-            let limiter = Limiter::new(memory_store(&config.store), rules)
-                .map_err(|e| ReplayError::Store(e.to_string()))?;
-            runtime.block_on(replay(&limiter, trace, &trace_name, out))
-        }
-        redis => {
-            let store = runtime
-                .block_on(RedisStore::connect_to(
-                    &redis,
-                    replay_options(&config.store),
-                ))
-                .map_err(|e| ReplayError::Store(format!("store {redis}: {e}")))?;
-            let limiter =
-                Limiter::new(store, rules).map_err(|e| ReplayError::Store(e.to_string()))?;
-            runtime.block_on(replay(&limiter, trace, &trace_name, out))
-        }
-    }
+    let store = runtime
+        .block_on(open_store(&url, &replay_store(&config.store)))
+        .map_err(ReplayError::Store)?;
+    let limiter = Limiter::new(store, rules).map_err(|e| ReplayError::Store(e.to_string()))?;
+    runtime.block_on(replay(&limiter, trace, &trace_name, out))
 }
 
-/// Redis options for a replay: a fresh key prefix under the configured one,
+/// The `[store]` settings for a replay: a fresh key prefix under the configured one,
 /// so the trace starts from empty state and touches no live key, and a
 /// timeout generous enough for a batch job. Keys expire on their own (their
-/// trace-time TTL plus [`RedisOptions::explicit_time_ttl_margin`]).
-fn replay_options(store: &StoreConfig) -> RedisOptions {
+/// trace-time TTL plus [`tollgate::store::redis::RedisOptions::explicit_time_ttl_margin`]).
+fn replay_store(store: &StoreConfig) -> StoreConfig {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    RedisOptions {
+    StoreConfig {
         prefix: format!("{}:replay-{}-{nanos}", store.prefix, std::process::id()),
         timeout: store.timeout.max(std::time::Duration::from_secs(5)),
-        ..RedisOptions::default()
+        ..store.clone()
     }
 }
 
