@@ -35,6 +35,7 @@ pub mod conformance;
 mod decision;
 mod error;
 mod limiter;
+pub mod resilient;
 mod rule;
 pub mod store;
 mod time;
@@ -42,6 +43,7 @@ mod time;
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 pub use limiter::{Check, Limiter, MAX_KEY_LEN};
+pub use resilient::{OnError, ResilientLimiter};
 pub use rule::{
     Algorithm, MAX_BURST_WINDOW, MAX_LIMIT, MAX_NAME_LEN, MAX_PERIOD, MAX_SLIDING_LOG_LIMIT,
     MIN_PERIOD, Rule, RuleError, RuleSpec,

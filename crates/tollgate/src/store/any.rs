@@ -1,5 +1,7 @@
 //! A store chosen at run time (from a config file or a URL).
 
+use std::time::Duration;
+
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
@@ -55,6 +57,22 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.check_all(checks, at).await,
             #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.check_all(checks, at).await,
+        }
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.ping().await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => Store::ping(s).await,
+        }
+    }
+
+    async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<Option<u64>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.heartbeat(replica, ttl).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => s.heartbeat(replica, ttl).await,
         }
     }
 }

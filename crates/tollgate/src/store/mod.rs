@@ -12,6 +12,7 @@ pub mod url;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
@@ -55,6 +56,26 @@ pub trait Store: Send + Sync + 'static {
         checks: &[KeyCheck<'_>],
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send;
+
+    /// Whether the store answers right now (Redis: a `PING`). An
+    /// in-process store always does: the default.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Records that replica `replica` is alive and returns how many
+    /// replicas sharing this store (itself included) did so within `ttl`;
+    /// `None` when the store is not shared between replicas (the default:
+    /// an in-process store). Called about once a second by
+    /// [`crate::resilient::ResilientLimiter`] to size its `local` fallback.
+    fn heartbeat(
+        &self,
+        replica: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send {
+        let _ = (replica, ttl);
+        std::future::ready(Ok(None))
+    }
 }
 
 impl<S: Store> Store for Arc<S> {
@@ -74,5 +95,17 @@ impl<S: Store> Store for Arc<S> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         (**self).check_all(checks, at)
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).ping()
+    }
+
+    fn heartbeat(
+        &self,
+        replica: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send {
+        (**self).heartbeat(replica, ttl)
     }
 }

@@ -34,6 +34,7 @@
 
 mod conn;
 pub mod keys;
+mod replicas;
 mod resp;
 mod scripts;
 
@@ -827,6 +828,14 @@ impl Store for RedisStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         self.check_many(checks, at)
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        RedisStore::ping(self)
+    }
+
+    async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<Option<u64>, StoreError> {
+        self.replica_heartbeat(replica, ttl).await.map(Some)
     }
 }
 

@@ -1,0 +1,444 @@
+//! The [`ResilientLimiter`] against real `redis-server` processes that
+//! hang (SIGSTOP), die, come back empty, lose their scripts or fail over
+//! (Sentinel, Cluster). Every test asserts the decisions AND the time each
+//! check took (never more than the store timeout plus a margin), that the
+//! limiter recovers by itself, and afterwards that no Redis key lacks a TTL
+//! (the heartbeat's included).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis_harness::{RedisCluster, RedisServer, SentinelSetup};
+use tollgate::resilient::{OnError, Refusal, ResilientLimiter, Verdict};
+use tollgate::store::redis::{RedisOptions, RedisStore};
+use tollgate::{Algorithm, Limiter, Rule, RuleSpec};
+
+/// The store timeout every test uses.
+const TIMEOUT: Duration = Duration::from_millis(100);
+/// What a check may take beyond it (CI runs on two shared cores).
+const MARGIN: Duration = Duration::from_millis(150);
+/// A check that skips the store (breaker open) takes less than this.
+const FAST: Duration = Duration::from_millis(50);
+/// The heartbeat interval of the tests.
+const HEARTBEAT: Duration = Duration::from_millis(100);
+
+async fn connect(url: &str, prefix: &str) -> RedisStore {
+    let options = RedisOptions {
+        prefix: prefix.to_owned(),
+        timeout: TIMEOUT,
+        ..RedisOptions::default()
+    };
+    RedisStore::connect(url, options).await.expect("connect")
+}
+
+fn rule(name: &str, algorithm: Algorithm, limit: u64) -> Rule {
+    RuleSpec::new(name, algorithm, limit, Duration::from_secs(3600))
+        .build()
+        .expect("valid rule")
+}
+
+/// Three rules, one per policy, each with a limit of 4.
+fn three_rules() -> Vec<Rule> {
+    vec![
+        rule("strict", Algorithm::FixedWindow, 4),
+        rule("open", Algorithm::Gcra, 4),
+        rule("fallback", Algorithm::SlidingWindow, 4),
+    ]
+}
+
+fn resilient(store: RedisStore, rules: Vec<Rule>) -> ResilientLimiter<RedisStore> {
+    ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
+        .timeout(TIMEOUT)
+        .rule_on_error("strict", OnError::Deny)
+        .rule_on_error("open", OnError::Allow)
+        .rule_on_error("fallback", OnError::Local)
+        .heartbeat(HEARTBEAT)
+        .build()
+        .expect("resilient limiter")
+}
+
+/// A check, and how long it took; panics when it took longer than the
+/// timeout plus the margin.
+async fn timed(
+    limiter: &ResilientLimiter<RedisStore>,
+    rule: &str,
+    key: &str,
+) -> (Result<Verdict, Refusal>, Duration) {
+    let start = Instant::now();
+    let result = limiter.check(rule, key, 1).await;
+    let took = start.elapsed();
+    assert!(
+        took <= TIMEOUT + MARGIN,
+        "{rule}/{key} took {took:?}, past the timeout of {TIMEOUT:?} + {MARGIN:?}: {result:?}"
+    );
+    (result, took)
+}
+
+/// Waits (at most `within`) until a check of `rule` is decided by the store
+/// again; every attempt still answers within the bound.
+async fn until_store_answers(
+    limiter: &ResilientLimiter<RedisStore>,
+    rule: &str,
+    key: &str,
+    within: Duration,
+) -> Verdict {
+    let start = Instant::now();
+    loop {
+        if let (Ok(v), _) = timed(limiter, rule, key).await {
+            if v.degraded.is_none() {
+                return v;
+            }
+        }
+        assert!(
+            start.elapsed() < within,
+            "the store did not answer again within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until every limiter has learned `n` live replicas.
+async fn until_live(limiters: &[&ResilientLimiter<RedisStore>], n: u64) {
+    let start = Instant::now();
+    while limiters.iter().any(|l| l.live_replicas() != n) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "live replicas: {:?}, expected {n}",
+            limiters
+                .iter()
+                .map(|l| l.live_replicas())
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn assert_all_keys_expire(bare: &[String]) {
+    assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
+}
+
+/// Every policy while Redis is frozen (SIGSTOP: the kernel still accepts
+/// connections, nothing answers), the breaker skipping the store once open,
+/// `ready` failing fast, then recovery after SIGCONT without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_redis_is_answered_by_each_policy_within_the_timeout() {
+    let redis = RedisServer::start();
+    let limiter = resilient(connect(&redis.url(), "hung").await, three_rules());
+    for r in ["strict", "open", "fallback"] {
+        let (v, _) = timed(&limiter, r, "warm").await;
+        assert_eq!(v.expect("store up").degraded, None);
+    }
+    until_live(&[&limiter], 1).await;
+    assert!(limiter.ready().await.is_ok());
+
+    redis.pause();
+    // deny: refused, within the timeout.
+    let (r, took) = timed(&limiter, "strict", "k").await;
+    assert!(matches!(r, Err(Refusal::Unavailable(_))), "{r:?}");
+    assert!(took >= TIMEOUT - Duration::from_millis(5), "{took:?}");
+    // allow: admitted, degraded.
+    let (r, _) = timed(&limiter, "open", "k").await;
+    let v = r.expect("allow admits");
+    assert_eq!(v.degraded, Some(OnError::Allow));
+    assert!(v.multi.allowed);
+    // local: the in-process share (4 / 1 live replica), exact.
+    let mut local = Vec::new();
+    for _ in 0..6 {
+        let (r, _) = timed(&limiter, "fallback", "k").await;
+        let v = r.expect("local decides");
+        assert_eq!(v.degraded, Some(OnError::Local));
+        local.push(v.multi.allowed);
+    }
+    assert_eq!(local, [true, true, true, true, false, false]);
+    // A multi-rule check takes the strictest policy.
+    let both = [
+        tollgate::Check::new("open", "m"),
+        tollgate::Check::new("strict", "m"),
+    ];
+    assert!(matches!(
+        limiter.check_all(&both).await,
+        Err(Refusal::Unavailable(_))
+    ));
+    // By now the breaker is open: checks no longer wait on Redis.
+    assert!(limiter.breaker_open(), "the breaker opened");
+    for _ in 0..20 {
+        let (r, took) = timed(&limiter, "open", "fast").await;
+        assert_eq!(r.expect("allow").degraded, Some(OnError::Allow));
+        assert!(took < FAST, "an open breaker still waited {took:?}");
+    }
+    let start = Instant::now();
+    assert!(limiter.ready().await.is_err());
+    assert!(start.elapsed() < FAST);
+
+    redis.resume();
+    let v = until_store_answers(&limiter, "strict", "after", Duration::from_secs(5)).await;
+    assert_eq!(v.decision().remaining, 3);
+    assert!(!limiter.breaker_open());
+    assert!(limiter.ready().await.is_ok());
+    assert_all_keys_expire(&redis.keys_without_ttl());
+    let ttl: i64 = redis.cli(&["PTTL", "hung:replicas"]).parse().expect("PTTL");
+    assert!(ttl > 0, "the heartbeat key has a TTL: {ttl}");
+}
+
+/// Redis killed (connections refused: checks fail at once, not after the
+/// timeout) and restarted empty on the same port: decisions come from the
+/// store again, from an empty state, and the heartbeat re-creates its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_and_restarted_empty() {
+    let redis = RedisServer::start();
+    let limiter = resilient(connect(&redis.url(), "killed").await, three_rules());
+    for _ in 0..3 {
+        let (v, _) = timed(&limiter, "strict", "k").await;
+        assert!(v.expect("up").multi.allowed);
+    }
+    until_live(&[&limiter], 1).await;
+
+    redis.kill();
+    for _ in 0..10 {
+        let (r, _) = timed(&limiter, "strict", "k").await;
+        assert!(matches!(r, Err(Refusal::Unavailable(_))), "{r:?}");
+        let (r, _) = timed(&limiter, "fallback", "k").await;
+        assert_eq!(r.expect("local").degraded, Some(OnError::Local));
+    }
+    assert!(limiter.ready().await.is_err());
+
+    redis.restart();
+    assert_eq!(redis.dbsize(), 0);
+    let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(10)).await;
+    assert_eq!(
+        v.decision().remaining,
+        3,
+        "the restarted Redis starts empty"
+    );
+    assert!(limiter.ready().await.is_ok());
+    // The heartbeat finds its way back too.
+    let start = Instant::now();
+    while redis.cli(&["EXISTS", "killed:replicas"]) != "1" {
+        assert!(start.elapsed() < Duration::from_secs(5), "no heartbeat");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_all_keys_expire(&redis.keys_without_ttl());
+}
+
+/// `SCRIPT FLUSH`: the next check reloads its script (EVALSHA → NOSCRIPT →
+/// EVAL) and is decided by the store, in time; so is the heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_costs_one_reload_not_a_failure() {
+    let redis = RedisServer::start();
+    let limiter = resilient(connect(&redis.url(), "flush").await, three_rules());
+    for r in ["strict", "open", "fallback"] {
+        let (v, _) = timed(&limiter, r, "k").await;
+        assert_eq!(v.expect("up").degraded, None);
+    }
+    until_live(&[&limiter], 1).await;
+    for round in 1..=3u64 {
+        redis.script_flush();
+        for r in ["strict", "open", "fallback"] {
+            let (v, _) = timed(&limiter, r, "k").await;
+            let v = v.expect("decided after a flush");
+            assert_eq!(v.degraded, None, "{r} round {round}");
+            assert_eq!(v.decision().remaining, 3 - round, "{r} round {round}");
+        }
+        // The heartbeat script is reloaded too: its score keeps moving.
+        let before = redis.cli(&["ZSCORE", "flush:replicas", limiter.replica_id()]);
+        let start = Instant::now();
+        while redis.cli(&["ZSCORE", "flush:replicas", limiter.replica_id()]) == before {
+            assert!(start.elapsed() < Duration::from_secs(3), "heartbeat stuck");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    assert_all_keys_expire(&redis.keys_without_ttl());
+}
+
+/// Keeps checking `rule` from a background task until `stop` is set;
+/// returns (checks, decided by the store, answered by the policy, longest).
+fn hammer(
+    limiter: Arc<ResilientLimiter<RedisStore>>,
+    rule: &'static str,
+    stop: Arc<AtomicU64>,
+) -> tokio::task::JoinHandle<(u64, u64, u64, Duration)> {
+    tokio::spawn(async move {
+        let (mut n, mut stored, mut degraded, mut longest) = (0, 0, 0, Duration::ZERO);
+        let mut i = 0u64;
+        while stop.load(Ordering::Acquire) == 0 {
+            i += 1;
+            let key = format!("h{}", i % 50);
+            let (r, took) = timed(&limiter, rule, &key).await;
+            longest = longest.max(took);
+            n += 1;
+            match r {
+                Ok(v) if v.degraded.is_none() => stored += 1,
+                Ok(_) | Err(Refusal::Unavailable(_)) => degraded += 1,
+                Err(e) => panic!("{e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (n, stored, degraded, longest)
+    })
+}
+
+/// A Sentinel failover under traffic: every check answers within the
+/// bound (by the store or the policy), and the store decides again after
+/// the replica is promoted, without a restart of anything but Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_failover_is_survived() {
+    let setup = SentinelSetup::start();
+    let limiter = Arc::new(resilient(
+        connect(&setup.store_url(), "sentinel").await,
+        three_rules(),
+    ));
+    let _ = until_store_answers(&limiter, "strict", "before", Duration::from_secs(5)).await;
+    let stop = Arc::new(AtomicU64::new(0));
+    let traffic = hammer(Arc::clone(&limiter), "fallback", Arc::clone(&stop));
+    let report = tokio::task::spawn_blocking(move || {
+        let report = setup.failover();
+        (setup, report)
+    })
+    .await
+    .expect("failover");
+    let (setup, report) = report;
+    println!("sentinel failover: {report:?}");
+    let v = until_store_answers(&limiter, "strict", "after", Duration::from_secs(30)).await;
+    assert_eq!(v.decision().remaining, 3);
+    stop.store(1, Ordering::Release);
+    let (n, stored, degraded, longest) = traffic.await.expect("traffic");
+    println!(
+        "during the failover: {n} checks, {stored} by the store, {degraded} by the policy, longest {longest:?}"
+    );
+    assert!(n > 0 && stored > 0);
+    assert!(limiter.ready().await.is_ok());
+    assert_all_keys_expire(&setup.keys_without_ttl());
+}
+
+/// A Cluster master fails (killed; its replica is promoted) under
+/// traffic: checks answer within the bound throughout, and the store
+/// decides again once the cluster has converged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_is_survived() {
+    let cluster = RedisCluster::start(3, 1);
+    let limiter = Arc::new(resilient(
+        connect(&cluster.store_url(), "cluster").await,
+        three_rules(),
+    ));
+    let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(5)).await;
+    assert_eq!(v.decision().remaining, 3);
+    let stop = Arc::new(AtomicU64::new(0));
+    let traffic = hammer(Arc::clone(&limiter), "open", Arc::clone(&stop));
+    let key =
+        String::from_utf8(limiter.store().redis_key(&limiter.rules()[0], b"k")).expect("utf-8 key");
+    let (cluster, report) = tokio::task::spawn_blocking(move || {
+        let report = cluster.kill_master_of(&key);
+        (cluster, report)
+    })
+    .await
+    .expect("failover");
+    println!("cluster failover: {report:?}");
+    // The key lived on the killed master; its promoted replica answers.
+    let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(30)).await;
+    println!("after the failover: {v:?}");
+    stop.store(1, Ordering::Release);
+    let (n, stored, degraded, longest) = traffic.await.expect("traffic");
+    println!(
+        "during the failover: {n} checks, {stored} by the store, {degraded} by the policy, longest {longest:?}"
+    );
+    assert!(n > 0 && stored > 0);
+    assert!(limiter.ready().await.is_ok());
+    assert_all_keys_expire(&cluster.keys_without_ttl());
+}
+
+/// Four replicas on `local` learn through Redis that they are four; during
+/// an outage each admits a quarter of the limit, so the fleet admits about
+/// the limit in total: not four times it, not zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_replicas_on_local_admit_about_the_limit_during_an_outage() {
+    const LIMIT: u64 = 100;
+    let redis = RedisServer::start();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        let store = connect(&redis.url(), "fleet").await;
+        let limiter =
+            Limiter::new(store, [rule("shared", Algorithm::FixedWindow, LIMIT)]).expect("limiter");
+        fleet.push(Arc::new(
+            ResilientLimiter::builder(limiter)
+                .timeout(TIMEOUT)
+                .on_error(OnError::Local)
+                .heartbeat(HEARTBEAT)
+                .build()
+                .expect("resilient limiter"),
+        ));
+    }
+    let refs: Vec<&ResilientLimiter<RedisStore>> = fleet.iter().map(|l| &**l).collect();
+    until_live(&refs, 4).await;
+    assert_eq!(redis.cli(&["ZCARD", "fleet:replicas"]), "4");
+
+    redis.pause();
+    let admitted = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for limiter in &fleet {
+        for _ in 0..4 {
+            let (limiter, admitted) = (Arc::clone(limiter), Arc::clone(&admitted));
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..60 {
+                    let (r, _) = timed(&limiter, "shared", "everyone").await;
+                    let v = r.expect("local decides");
+                    assert_eq!(v.degraded, Some(OnError::Local));
+                    if v.multi.allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let admitted = admitted.load(Ordering::Relaxed);
+    println!(
+        "four replicas on local, Redis frozen: {admitted} admitted of 960 checks (limit {LIMIT}) in {:?}",
+        start.elapsed()
+    );
+    assert!(
+        (75..=125).contains(&admitted),
+        "{admitted} admitted; expected about {LIMIT}"
+    );
+    // Still four: the last known count holds while Redis is down.
+    assert!(fleet.iter().all(|l| l.live_replicas() == 4));
+    redis.resume();
+    for l in &fleet {
+        let _ = until_store_answers(l, "shared", "after", Duration::from_secs(5)).await;
+    }
+    assert_all_keys_expire(&redis.keys_without_ttl());
+}
+
+/// A replica that goes away stops beating (its task ends with the
+/// limiter): the others learn they are fewer, and once the last one is
+/// gone the heartbeat key expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_limiter_stops_its_heartbeat() {
+    let redis = RedisServer::start();
+    let make = async || {
+        let store = connect(&redis.url(), "drop").await;
+        let limiter = Limiter::new(store, [rule("r", Algorithm::Gcra, 5)]).expect("limiter");
+        ResilientLimiter::builder(limiter)
+            .timeout(TIMEOUT)
+            .heartbeat(HEARTBEAT)
+            .build()
+            .expect("resilient limiter")
+    };
+    let (a, b) = (make().await, make().await);
+    until_live(&[&a, &b], 2).await;
+    drop(b);
+    until_live(&[&a], 1).await;
+    drop(a);
+    let start = Instant::now();
+    while redis.cli(&["EXISTS", "drop:replicas"]) != "0" {
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "the heartbeat key outlived every replica"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_all_keys_expire(&redis.keys_without_ttl());
+}
