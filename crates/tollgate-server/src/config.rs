@@ -53,6 +53,8 @@ use crate::upstream::Upstream;
 pub const DEFAULT_STORE_URL: &str = "memory";
 /// Default `[store] timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default `[store] heartbeat`.
+pub const DEFAULT_HEARTBEAT: Duration = tollgate::resilient::DEFAULT_HEARTBEAT;
 /// Default `[store] prefix`.
 pub const DEFAULT_PREFIX: &str = "tollgate";
 /// The longest `[store] prefix` accepted, in bytes.
@@ -68,51 +70,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default `[proxy] response_timeout`.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// What a check answers when the store fails (`on_error`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum OnError {
-    /// Admit the request (fail open). The default.
-    #[default]
-    Allow,
-    /// Deny the request (fail closed).
-    Deny,
-    /// Decide with an in-process limiter sized at quota / replicas.
-    Local,
-}
-
-impl OnError {
-    /// The name used in config files.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnError::Allow => "allow",
-            OnError::Deny => "deny",
-            OnError::Local => "local",
-        }
-    }
-}
-
-impl fmt::Display for OnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for OnError {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "allow" => Ok(OnError::Allow),
-            "deny" => Ok(OnError::Deny),
-            "local" => Ok(OnError::Local),
-            _ => Err(format!(
-                "unknown on_error {s:?}; expected allow, deny or local"
-            )),
-        }
-    }
-}
+/// What a check answers when the store fails (`on_error`): the library's
+/// policy, [`tollgate::OnError`].
+pub use tollgate::OnError;
 
 /// `[store]`: where state is kept and what happens when it fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,10 +88,15 @@ pub struct StoreConfig {
     /// `max_keys`: the memory store's cap on keys held (default
     /// [`tollgate::store::memory::DEFAULT_MAX_KEYS`]).
     pub max_keys: usize,
-    /// `replicas`: how many replicas share the store (default 1). With
-    /// `on_error = "local"` each replica falls back to an in-process limiter
-    /// with every rule's quota divided by this.
+    /// `replicas`: how many replicas are assumed to share the store until
+    /// the first heartbeat tells (default 1). With `on_error = "local"`
+    /// each replica falls back to an in-process limiter with every rule's
+    /// quota divided by the live replicas.
     pub replicas: u64,
+    /// `heartbeat`: how often each replica tells Redis it is alive and
+    /// learns how many are (default 1s; at least 10ms). A replica counts
+    /// as live for three intervals after its last heartbeat.
+    pub heartbeat: Duration,
 }
 
 impl Default for StoreConfig {
@@ -143,6 +108,7 @@ impl Default for StoreConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             max_keys: tollgate::store::memory::DEFAULT_MAX_KEYS,
             replicas: 1,
+            heartbeat: DEFAULT_HEARTBEAT,
         }
     }
 }
@@ -411,7 +377,13 @@ pub fn format_duration(d: Duration) -> String {
 
 const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy"];
 const STORE_FIELDS: &[&str] = &[
-    "url", "timeout", "on_error", "prefix", "max_keys", "replicas",
+    "url",
+    "timeout",
+    "on_error",
+    "prefix",
+    "max_keys",
+    "replicas",
+    "heartbeat",
 ];
 const RULE_FIELDS: &[&str] = &[
     "name",
@@ -656,6 +628,15 @@ impl<'a> Checker<'a> {
         }
         if let Some((n, _)) = self.positive(t, path, "replicas") {
             store.replicas = n;
+        }
+        if let Some((s, span)) = self.string(t, path, "heartbeat") {
+            match tollgate::parse_duration(s) {
+                Ok(d) if d < Duration::from_millis(10) => {
+                    self.error(&span, "store.heartbeat", "heartbeat must be at least 10ms");
+                }
+                Ok(d) => store.heartbeat = d,
+                Err(e) => self.error(&span, "store.heartbeat", e),
+            }
         }
         (self.errors.len() == before).then_some(store)
     }
@@ -1104,7 +1085,7 @@ on_error = 1
             "t.toml:3: store.timeout: timeout must be at least 1ms",
             "t.toml:4: store.on_error: unknown on_error \"maybe\"; expected allow, deny or local",
             "t.toml:5: store.prefix: prefix \"{x}\" contains '{'; only A-Z a-z 0-9 _ . : - are allowed",
-            "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas",
+            "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas, heartbeat",
             "t.toml:9: rules[0].name: name \"a b\" contains ' '; only A-Z a-z 0-9 _ . - are allowed",
             "t.toml:10: rules[0].algorithm: unknown algorithm \"leaky\"; expected one of gcra, token_bucket, fixed_window, sliding_window, sliding_log",
             "t.toml:11: rules[0].limit: limit must be at least 1, got -3",
@@ -1125,6 +1106,7 @@ on_error = 1
             r#"
 [store]
 replicas = 3
+heartbeat = "250ms"
 
 [http]
 listen = "127.0.0.1:9090"
@@ -1149,6 +1131,7 @@ period = "1s"
         )
         .expect("valid");
         assert_eq!(c.store.replicas, 3);
+        assert_eq!(c.store.heartbeat, Duration::from_millis(250));
         assert_eq!(c.http.listen, Some("127.0.0.1:9090".parse().expect("addr")));
         assert!(c.http.legacy_headers);
         let p = &c.proxy;
@@ -1177,6 +1160,7 @@ period = "1s"
         let got = errors(
             r#"[store]
 replicas = 0
+heartbeat = "5ms"
 
 [http]
 listen = "localhost:80"
@@ -1201,16 +1185,17 @@ period = "1s"
         );
         let want = [
             "t.toml:2: store.replicas: replicas must be at least 1",
-            "t.toml:5: http.listen: \"localhost:80\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
-            "t.toml:6: http.legacy_headers: expected a boolean (true or false), found string",
-            "t.toml:7: http.port: unknown field; expected one of listen, legacy_headers",
-            "t.toml:10: proxy.listen: \"127.0.0.1\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
-            "t.toml:11: proxy.upstream: upstream \"https://x\": https upstreams are not supported yet; use http://host:port",
-            "t.toml:12: proxy.ipv6_prefix: ipv6_prefix must be from 1 to 128, got 129",
-            "t.toml:13: proxy.on_missing_key: unknown on_missing_key \"drop\"; expected empty, skip or reject",
-            "t.toml:14: proxy.connect_timeout: connect_timeout must be at least 1ms",
-            "t.toml:15: proxy.response_timeout: duration \"soon\" must start with a whole number, e.g. \"250ms\" or \"1s\"",
-            "t.toml:16: proxy.append_forwarded_for: expected a boolean (true or false), found integer",
+            "t.toml:3: store.heartbeat: heartbeat must be at least 10ms",
+            "t.toml:6: http.listen: \"localhost:80\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+            "t.toml:7: http.legacy_headers: expected a boolean (true or false), found string",
+            "t.toml:8: http.port: unknown field; expected one of listen, legacy_headers",
+            "t.toml:11: proxy.listen: \"127.0.0.1\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+            "t.toml:12: proxy.upstream: upstream \"https://x\": https upstreams are not supported yet; use http://host:port",
+            "t.toml:13: proxy.ipv6_prefix: ipv6_prefix must be from 1 to 128, got 129",
+            "t.toml:14: proxy.on_missing_key: unknown on_missing_key \"drop\"; expected empty, skip or reject",
+            "t.toml:15: proxy.connect_timeout: connect_timeout must be at least 1ms",
+            "t.toml:16: proxy.response_timeout: duration \"soon\" must start with a whole number, e.g. \"250ms\" or \"1s\"",
+            "t.toml:17: proxy.append_forwarded_for: expected a boolean (true or false), found integer",
         ];
         assert_eq!(got, want);
     }

@@ -7,8 +7,15 @@
 //! | `tollgate_store_latency_seconds` | histogram | | time the shared store took per check (success or failure) |
 //! | `tollgate_store_errors_total` | counter | `kind` (`timeout`, `unavailable`, `protocol`, `circuit_open`) | failed store calls, and calls skipped while the circuit breaker is open |
 //! | `tollgate_failure_policy_total` | counter | `policy` (`allow`, `deny`, `local`) | checks the failure policy answered instead of the store |
+//! | `tollgate_circuit_breaker_opened_total` | counter | | times the circuit breaker opened (after repeated store failures, or a failed probe) |
+//! | `tollgate_circuit_breaker_open` | gauge | | 1 while the breaker is open (checks skip the store), else 0 |
+//! | `tollgate_live_replicas` | gauge | | replicas sharing the store, from the heartbeat (`[store] replicas` before the first one) |
 //! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
 //! | `tollgate_upstream_errors_total` | counter | `kind` (`connect`, `timeout`, `other`) | proxied requests the upstream failed (502 / 504) |
+//!
+//! The library's [`tollgate::resilient::ResilientLimiter`] records all but
+//! the memory-store and upstream series; the names are its
+//! [`tollgate::resilient::metric`] constants.
 //!
 //! Rule labels come from the config only (an unknown rule is refused
 //! before anything is recorded), so label sets stay bounded.
@@ -16,15 +23,22 @@
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tollgate::resilient::metric;
 
 /// `tollgate_checks_total{rule, outcome}`.
-pub const CHECKS: &str = "tollgate_checks_total";
+pub const CHECKS: &str = metric::CHECKS;
 /// `tollgate_store_latency_seconds`.
-pub const STORE_LATENCY: &str = "tollgate_store_latency_seconds";
+pub const STORE_LATENCY: &str = metric::STORE_LATENCY;
 /// `tollgate_store_errors_total{kind}`.
-pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
+pub const STORE_ERRORS: &str = metric::STORE_ERRORS;
 /// `tollgate_failure_policy_total{policy}`.
-pub const FAILURE_POLICY: &str = "tollgate_failure_policy_total";
+pub const FAILURE_POLICY: &str = metric::FAILURE_POLICY;
+/// `tollgate_circuit_breaker_opened_total`.
+pub const BREAKER_OPENED: &str = metric::BREAKER_OPENED;
+/// `tollgate_circuit_breaker_open`.
+pub const BREAKER_OPEN: &str = metric::BREAKER_OPEN;
+/// `tollgate_live_replicas`.
+pub const LIVE_REPLICAS: &str = metric::LIVE_REPLICAS;
 /// `tollgate_memory_store_keys`.
 pub const MEMORY_KEYS: &str = "tollgate_memory_store_keys";
 
@@ -80,6 +94,18 @@ fn describe() {
     metrics::describe_counter!(
         FAILURE_POLICY,
         "Checks answered by the failure policy because the store failed."
+    );
+    metrics::describe_counter!(
+        BREAKER_OPENED,
+        "Times the circuit breaker opened after repeated store failures."
+    );
+    metrics::describe_gauge!(
+        BREAKER_OPEN,
+        "1 while the circuit breaker is open (checks skip the store), else 0."
+    );
+    metrics::describe_gauge!(
+        LIVE_REPLICAS,
+        "Replicas sharing the store, as learned from the heartbeat."
     );
     metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
     metrics::describe_counter!(

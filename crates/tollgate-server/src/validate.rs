@@ -78,8 +78,21 @@ pub fn summary(config: &Config, file: &str) -> String {
         store.prefix,
         store.max_keys
     );
+    let mut fleet = Vec::new();
     if store.replicas != 1 {
-        let _ = writeln!(out, "store: replicas {}", store.replicas);
+        fleet.push(format!(
+            "replicas {} until the first heartbeat",
+            store.replicas
+        ));
+    }
+    if store.heartbeat != crate::config::DEFAULT_HEARTBEAT {
+        fleet.push(format!(
+            "heartbeat every {}",
+            format_duration(store.heartbeat)
+        ));
+    }
+    if !fleet.is_empty() {
+        let _ = writeln!(out, "store: {}", fleet.join(", "));
     }
     let http = &config.http;
     if http.listen.is_some() || http.legacy_headers {

@@ -15,7 +15,7 @@ fn config(url: &str) -> String {
 [store]
 url = "{url}"
 timeout = "100ms"
-replicas = 2
+heartbeat = "100ms"
 
 [[rules]]
 name = "strict"
@@ -41,12 +41,26 @@ on_error = "local"
     )
 }
 
+/// The store timeout of [`config`], and what an answer may take beyond
+/// it (an HTTP round trip on two shared cores).
+const TIMEOUT: Duration = Duration::from_millis(100);
+const MARGIN: Duration = Duration::from_millis(150);
+
+/// One check through the API; panics when the answer took longer than the
+/// store timeout plus the margin.
 fn check(s: &Tollgate, rule: &str, key: &str) -> common::Resp {
-    post_json(
+    let start = Instant::now();
+    let r = post_json(
         s.api(),
         "/v1/check",
         &format!(r#"{{"rule":"{rule}","key":"{key}"}}"#),
-    )
+    );
+    let took = start.elapsed();
+    assert!(
+        took <= TIMEOUT + MARGIN,
+        "{rule}/{key}: answered in {took:?}, past {TIMEOUT:?} + {MARGIN:?}"
+    );
+    r
 }
 
 #[test]
@@ -91,6 +105,11 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
         ],
     );
     assert_eq!(check(&s, "open", "warm").status, 200);
+    // A second replica on the same Redis: the heartbeat tells both.
+    let other = Tollgate::start(&config(&redis.url()), &["--http", "127.0.0.1:0"]);
+    for replica in [&s, &other] {
+        wait_for_metric(replica, "tollgate_live_replicas 2");
+    }
 
     redis.pause();
     let started = Instant::now();
@@ -98,10 +117,7 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
     let r = check(&s, "strict", "k");
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.json()["error"].as_str().expect("error").contains("store"));
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "waited past the store timeout"
-    );
+    assert_eq!(r.header("retry-after"), Some("1"));
     // allow: admitted, marked, no RateLimit headers (nothing was decided).
     let r = check(&s, "open", "k");
     assert_eq!(r.status, 200, "{}", r.text());
@@ -109,7 +125,8 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
     assert_eq!(r.json()["allowed"], true);
     assert_eq!(r.header("tollgate-degraded"), Some("store-unavailable"));
     assert!(r.header("ratelimit").is_none());
-    // local: an in-process limiter with the quota divided by replicas (4/2).
+    // local: an in-process limiter with the quota divided by the live
+    // replicas (4/2).
     let statuses: Vec<u16> = (0..3).map(|_| check(&s, "fallback", "k").status).collect();
     assert_eq!(statuses, [200, 200, 429]);
     let r = check(&s, "fallback", "k");
@@ -127,14 +144,20 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
     let r = request(s.proxy(), "GET", "/", &[], b"");
     assert_eq!(r.status, 503, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
-    // Not ready.
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Not ready (the breaker is open by now: the answer is immediate).
+    let asked = Instant::now();
     let r = get(s.api(), "/readyz");
     assert_eq!(r.status, 503);
+    let why = r.json()["error"].as_str().expect("error").to_owned();
     assert!(
-        r.json()["error"]
-            .as_str()
-            .expect("error")
-            .contains("timed out")
+        why.contains("timed out") || why.contains("circuit breaker open"),
+        "{why}"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        asked.elapsed()
     );
     // A burst of failures is logged once, not per request.
     for _ in 0..30 {
@@ -163,7 +186,28 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
             .unwrap_or_else(|| panic!("no {want} in:\n{metrics}"));
         assert!(!line.ends_with(" 0"), "{line}");
     }
-    // The breaker stopped asking the silent store.
+    // The breaker opened, was counted, and stopped asking the silent store.
+    for want in [
+        "tollgate_circuit_breaker_opened_total",
+        "tollgate_circuit_breaker_open ",
+    ] {
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(want) && !l.ends_with(" 0")),
+            "no {want} in:\n{metrics}"
+        );
+    }
+    assert!(
+        s.log().contains("circuit breaker open"),
+        "the opening is logged:\n{}",
+        s.log()
+    );
+    // The last known count holds while Redis is down.
+    assert!(
+        metrics.lines().any(|l| l == "tollgate_live_replicas 2"),
+        "{metrics}"
+    );
     assert!(
         metrics.lines().any(|l| l
             .starts_with("tollgate_store_errors_total{kind=\"circuit_open\"}")
@@ -187,4 +231,18 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
     }
     assert_eq!(get(s.api(), "/readyz").status, 200);
     assert!(redis.keys_without_ttl().is_empty());
+    drop(other);
+}
+
+/// Waits (at most 10 s) until `/metrics` has the line `line`.
+fn wait_for_metric(s: &Tollgate, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = get(s.api(), "/metrics").text();
+        if metrics.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {line:?} in:\n{metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -55,6 +55,8 @@ url = "redis://cache.internal:6379/1"
 timeout = "20ms"
 on_error = "local"
 prefix = "tg"
+replicas = 4
+heartbeat = "500ms"
 
 [proxy]
 trusted_proxies = ["10.0.0.0/8", "fd00::/8"]
@@ -85,6 +87,7 @@ fn good_config_exits_zero_with_a_summary() {
         out.stdout,
         "bad.toml: OK, 2 rules\n\
          store: redis://cache.internal:6379/1 (timeout 20ms, on_error local, prefix tg, max_keys 1000000)\n\
+         store: replicas 4 until the first heartbeat, heartbeat every 500ms\n\
          proxy: trusted_proxies 10.0.0.0/8, fd00::/8\n\
          rule per_user: gcra 100 per 1s, burst 200, key header:x-api-key, on_error local\n\
          rule per_ip: fixed_window 1000 per 1m, key client_ip+path, on_error deny\n"
@@ -244,7 +247,7 @@ fn unknown_fields_everywhere() {
         &[
             "bad.toml:1: colour: unknown field; expected one of store, rules, http, proxy",
             "bad.toml:5: store.ttl: unknown field; expected one of url, timeout, on_error, prefix, max_keys, \
-             replicas",
+             replicas, heartbeat",
             "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
              ipv6_prefix, on_missing_key, connect_timeout, response_timeout, append_forwarded_for",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \

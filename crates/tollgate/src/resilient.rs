@@ -563,7 +563,7 @@ impl<S: Store> ResilientLimiter<S> {
 fn timed_out(t: Duration, what: &str) -> StoreError {
     StoreError::new(
         StoreErrorKind::Timeout,
-        format!("store timed out: no {what} answer within {t:?}"),
+        format!("no {what} answer within {t:?}"),
     )
 }
 
