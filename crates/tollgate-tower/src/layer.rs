@@ -7,6 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use http::{Extensions, HeaderMap, Request, Response, StatusCode};
+use tollgate::resilient::{OnError, Refusal, ResilientLimiter};
 use tollgate::{Check, Decision, Error, Limiter, MAX_KEY_LEN, MultiDecision, Rule, Store};
 use tower_layer::Layer;
 
@@ -14,24 +15,45 @@ use crate::extract::{ClientIpConfig, KeyError, MissingKey};
 use crate::headers::{HeaderOptions, insert_headers};
 use crate::key::KeyExtractor;
 use crate::response::{
-    DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED, problem,
-    store_unavailable, too_many_requests,
+    DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED,
+    problem, store_unavailable, too_many_requests,
 };
 use crate::service::RateLimit;
 
 /// What a request gets when the store fails (times out, is unreachable,
-/// answers garbage).
+/// answers garbage, or the circuit breaker is open).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum OnStoreError {
-    /// Let it through (fail open, the default) and mark the response with
-    /// `tollgate-degraded: store-unavailable`; no RateLimit headers, since
-    /// nothing was decided.
+    /// Let it through (fail open, the default of [`RateLimitLayer::new`])
+    /// and mark the response with `tollgate-degraded: store-unavailable`;
+    /// no RateLimit headers, since nothing was decided.
     #[default]
     Allow,
     /// Refuse it (fail closed): `503 Service Unavailable`, `Retry-After: 1`
     /// and a problem+json body.
     Deny,
+    /// Decide it with the in-process fallback: each rule's quota divided by
+    /// the live replicas (see [`tollgate::resilient`]). The answer carries
+    /// its RateLimit headers and `tollgate-degraded: local`; a denial is a
+    /// 429 as usual.
+    Local,
+    /// Each rule's own `on_error` from the [`ResilientLimiter`] (the
+    /// strictest of the rules checked): the default of
+    /// [`RateLimitLayer::resilient`].
+    PerRule,
+}
+
+impl OnStoreError {
+    /// The library policy this overrides every rule's with, if any.
+    fn policy(self) -> Option<OnError> {
+        match self {
+            OnStoreError::Allow => Some(OnError::Allow),
+            OnStoreError::Deny => Some(OnError::Deny),
+            OnStoreError::Local => Some(OnError::Local),
+            OnStoreError::PerRule => None,
+        }
+    }
 }
 
 /// The peer address of a request, as an extension. The layer's default
@@ -90,16 +112,19 @@ pub enum Verdict {
     #[non_exhaustive]
     Admit {
         /// `RateLimit-Policy` and `RateLimit` (and legacy ones if
-        /// configured), or `tollgate-degraded: store-unavailable` when the
-        /// store failed under [`OnStoreError::Allow`]. Add them replacing
-        /// any of the same name: `response.headers_mut().extend(headers)`.
+        /// configured), plus `tollgate-degraded: local` when the local
+        /// fallback decided; or only `tollgate-degraded: store-unavailable`
+        /// when the store failed under [`OnStoreError::Allow`]. Add them
+        /// replacing any of the same name:
+        /// `response.headers_mut().extend(headers)`.
         headers: HeaderMap,
         /// The check's answer, one decision per rule in the layer's order;
-        /// `None` when the store failed.
+        /// `None` when the store failed and nothing was decided.
         decision: Option<MultiDecision>,
     },
-    /// Answer `response` instead: 429 (denied), 503 (store failed under
-    /// [`OnStoreError::Deny`]), 400 (missing key under
+    /// Answer `response` instead: 429 (denied, by the store or the local
+    /// fallback), 503 (store failed under [`OnStoreError::Deny`]), 400
+    /// (missing key under
     /// [`MissingKey::Reject`], key too long) or 500 (no peer address for a
     /// `client_ip` key).
     #[non_exhaustive]
@@ -130,7 +155,7 @@ struct RuleKey {
 }
 
 pub(crate) struct Shared<S> {
-    limiter: Arc<Limiter<S>>,
+    limiter: Arc<ResilientLimiter<S>>,
     rules: Arc<[RuleKey]>,
     needs_client_ip: bool,
     client_ip: ClientIpConfig,
@@ -156,7 +181,7 @@ impl<S> Clone for Shared<S> {
 }
 
 /// A tower [`Layer`] that checks every request against a set of rules,
-/// all-or-nothing, in one [`Limiter::check_all`].
+/// all-or-nothing, in one [`ResilientLimiter::check_all`].
 ///
 /// Every clone of the layer and of the services it makes shares ONE
 /// [`Limiter`] (an [`Arc`]), so a limit of 5 admits 5 requests however many
@@ -169,6 +194,13 @@ impl<S> Clone for Shared<S> {
 /// is answered `429 Too Many Requests` by [`too_many_requests`]. A store
 /// failure follows [`OnStoreError`]. See [`crate::extract`] for how keys are
 /// built.
+///
+/// Built with [`RateLimitLayer::resilient`] over a [`ResilientLimiter`],
+/// checks get its store timeout, circuit breaker, per-rule failure
+/// policies and the `local` fallback sized by the live replicas. Built
+/// with [`RateLimitLayer::new`] over a plain [`Limiter`], checks wait as
+/// long as the store takes (the Redis store bounds each reply by
+/// `RedisOptions::timeout`), with a breaker and one policy for every rule.
 ///
 /// ```
 /// # use std::sync::Arc;
@@ -226,13 +258,60 @@ impl<S: Store> RateLimitLayer<S> {
     /// extractor) pairs, each rule one of `limiter`'s. Defaults: no trusted
     /// proxies, no IPv6 grouping, [`HeaderOptions::default`],
     /// [`OnStoreError::Allow`], [`MissingKey::Empty`], peer address from
-    /// [`default_peer_addr`].
+    /// [`default_peer_addr`]. The limiter is wrapped in a
+    /// [`ResilientLimiter`] without a timeout (see
+    /// [`RateLimitLayer::resilient`] for one).
     ///
     /// # Errors
     /// No rules, a name the limiter does not know, or a name given twice.
     pub fn new<N: Into<String>>(
         limiter: Arc<Limiter<S>>,
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
+    ) -> Result<Self, ConfigError> {
+        let resilient = ResilientLimiter::builder(limiter)
+            .timeout(None)
+            .build()
+            .map_err(|e| ConfigError::UnknownRule(e.message))?;
+        Self::build(Arc::new(resilient), rules, OnStoreError::Allow)
+    }
+
+    /// A layer over a [`ResilientLimiter`]: its store timeout, circuit
+    /// breaker and per-rule failure policies apply
+    /// ([`OnStoreError::PerRule`]; [`RateLimitLayer::with_on_store_error`]
+    /// overrides them). Other defaults as [`RateLimitLayer::new`].
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// use tollgate::resilient::{OnError, ResilientLimiter};
+    /// use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+    /// use tollgate_tower::{OnStoreError, RateLimitLayer};
+    ///
+    /// let limiter = Limiter::new(MemoryStore::new(), [
+    ///     RuleSpec::new("per_ip", Algorithm::Gcra, 20, Duration::from_secs(1)).build()?,
+    /// ])?;
+    /// let limiter = ResilientLimiter::builder(limiter)
+    ///     .timeout(Duration::from_millis(50))
+    ///     .rule_on_error("per_ip", OnError::Local)
+    ///     .build()?;
+    /// let layer = RateLimitLayer::resilient(Arc::new(limiter), [("per_ip", "client_ip".parse()?)])?;
+    /// assert_eq!(layer.on_store_error(), OnStoreError::PerRule);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// No rules, a name the limiter does not know, or a name given twice.
+    pub fn resilient<N: Into<String>>(
+        limiter: Arc<ResilientLimiter<S>>,
+        rules: impl IntoIterator<Item = (N, KeyExtractor)>,
+    ) -> Result<Self, ConfigError> {
+        Self::build(limiter, rules, OnStoreError::PerRule)
+    }
+
+    fn build<N: Into<String>>(
+        limiter: Arc<ResilientLimiter<S>>,
+        rules: impl IntoIterator<Item = (N, KeyExtractor)>,
+        on_store_error: OnStoreError,
     ) -> Result<Self, ConfigError> {
         let mut keyed: Vec<RuleKey> = Vec::new();
         for (name, extractor) in rules {
@@ -259,7 +338,7 @@ impl<S: Store> RateLimitLayer<S> {
                 rules: keyed.into(),
                 client_ip: ClientIpConfig::new(),
                 header_options: HeaderOptions::default(),
-                on_store_error: OnStoreError::default(),
+                on_store_error,
                 missing_key: MissingKey::default(),
                 peer_addr: default_peer_addr,
             }),
@@ -325,6 +404,12 @@ impl<S> RateLimitLayer<S> {
     /// The shared limiter.
     #[must_use]
     pub fn limiter(&self) -> &Arc<Limiter<S>> {
+        self.shared.limiter.limiter()
+    }
+
+    /// The shared limiter with its failure handling.
+    #[must_use]
+    pub fn resilient_limiter(&self) -> &Arc<ResilientLimiter<S>> {
         &self.shared.limiter
     }
 
@@ -363,7 +448,7 @@ impl<S: Store> RateLimitLayer<S> {
     /// Decides `req` as the layer's service would, without calling anything:
     /// builds every rule's key from the request head (the peer address from
     /// the extensions, see [`RateLimitLayer::with_peer_addr`]), then checks
-    /// them all-or-nothing in one [`Limiter::check_all`] at cost 1. The
+    /// them all-or-nothing in one [`ResilientLimiter::check_all`] at cost 1. The
     /// future owns what it needs; the request can be moved on at once.
     pub fn decide<B>(&self, req: &Request<B>) -> VerdictFuture {
         self.shared.decide(req)
@@ -423,8 +508,25 @@ impl<S: Store> Shared<S> {
             .zip(keys)
             .map(|(rule, key)| Check::new(&rule.name, key))
             .collect();
-        match self.limiter.check_all(&checks).await {
-            Ok(multi) => {
+        let answer = self
+            .limiter
+            .check_all_as(&checks, self.on_store_error.policy())
+            .await;
+        match answer {
+            Ok(verdict) => {
+                let multi = verdict.multi;
+                let local = match verdict.degraded {
+                    // Nothing was decided: no RateLimit headers.
+                    Some(OnError::Allow) => {
+                        let mut headers = HeaderMap::new();
+                        headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
+                        return Verdict::Admit {
+                            headers,
+                            decision: None,
+                        };
+                    }
+                    degraded => degraded.is_some(),
+                };
                 let all = self.limiter.rules();
                 let pairs: Vec<(&Rule, &Decision)> = self
                     .rules
@@ -435,30 +537,30 @@ impl<S: Store> Shared<S> {
                 if multi.allowed {
                     let mut headers = HeaderMap::new();
                     insert_headers(&mut headers, &pairs, None, self.header_options);
+                    if local {
+                        headers.insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
+                    }
                     Verdict::Admit {
                         headers,
                         decision: Some(multi),
                     }
                 } else {
-                    let response = too_many_requests(&pairs, self.header_options);
+                    let mut response = too_many_requests(&pairs, self.header_options);
+                    if local {
+                        response
+                            .headers_mut()
+                            .insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
+                    }
                     Verdict::Respond {
                         response,
                         decision: Some(multi),
                     }
                 }
             }
-            Err(Error::Store(_)) => match self.on_store_error {
-                OnStoreError::Allow => {
-                    let mut headers = HeaderMap::new();
-                    headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
-                    Verdict::Admit {
-                        headers,
-                        decision: None,
-                    }
-                }
-                OnStoreError::Deny => Verdict::respond(store_unavailable()),
-            },
-            Err(Error::KeyTooLong { len }) => Verdict::respond(key_too_long("", len)),
+            Err(Refusal::Unavailable(_)) => Verdict::respond(store_unavailable()),
+            Err(Refusal::Invalid(Error::KeyTooLong { len })) => {
+                Verdict::respond(key_too_long("", len))
+            }
             // Unknown rules and empty checks are refused when the layer is
             // built; anything else is a bug, not the client's fault.
             Err(e) => Verdict::respond(internal(&e.to_string())),

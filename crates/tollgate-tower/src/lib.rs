@@ -74,9 +74,18 @@
 //!
 //! # Store failures
 //!
-//! [`OnStoreError::Allow`] (the default) lets the request through with
-//! `tollgate-degraded: store-unavailable` and no RateLimit headers;
-//! [`OnStoreError::Deny`] answers `503` with `Retry-After: 1`.
+//! Build the layer with [`RateLimitLayer::resilient`] over a
+//! [`tollgate::ResilientLimiter`] to bound every check by a store timeout,
+//! stop calling a failing store for a while (circuit breaker) and answer
+//! with each rule's own policy; [`RateLimitLayer::new`] over a plain
+//! limiter applies one policy to every rule and no timeout of its own.
+//!
+//! [`OnStoreError::Allow`] (the default of `new`) lets the request through
+//! with `tollgate-degraded: store-unavailable` and no RateLimit headers;
+//! [`OnStoreError::Deny`] answers `503` with `Retry-After: 1` and a
+//! problem+json body; [`OnStoreError::Local`] decides with the in-process
+//! fallback (each rule's quota divided by the live replicas), with the
+//! RateLimit headers and `tollgate-degraded: local`.
 
 // Library code handles every failure; tests may unwrap.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]

@@ -30,11 +30,15 @@ pub const KEY_TOO_LONG: &str = "https://tollgate.dev/problems/key-too-long";
 /// `application/problem+json`.
 pub const PROBLEM_JSON: HeaderValue = HeaderValue::from_static("application/problem+json");
 
-/// `tollgate-degraded`: set on a response that was let through without a
-/// decision because the store failed and the policy allows.
+/// `tollgate-degraded`: set on a response answered while the store failed:
+/// let through without a decision (`store-unavailable`) or decided by the
+/// in-process fallback (`local`).
 pub const TOLLGATE_DEGRADED: HeaderName = HeaderName::from_static("tollgate-degraded");
 /// The value of [`TOLLGATE_DEGRADED`] when the store did not answer.
 pub const DEGRADED_STORE_UNAVAILABLE: HeaderValue = HeaderValue::from_static("store-unavailable");
+/// The value of [`TOLLGATE_DEGRADED`] when the store did not answer and the
+/// in-process fallback decided ([`OnStoreError::Local`](crate::OnStoreError::Local)).
+pub const DEGRADED_LOCAL: HeaderValue = HeaderValue::from_static("local");
 
 /// An RFC 9457 problem response: `status`, `Content-Type:
 /// application/problem+json`, and a body with `type`, `title`, `status` and

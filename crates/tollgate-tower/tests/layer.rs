@@ -479,6 +479,102 @@ async fn store_failure_deny_is_503_with_retry_after_1() {
 }
 
 #[tokio::test]
+async fn store_failure_local_decides_with_the_in_process_share() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = failing_layer()
+        .with_on_store_error(OnStoreError::Local)
+        .layer(ok_service(calls.clone()));
+    // One replica (no heartbeat from a test double): the whole quota of 5.
+    for remaining in (0..5).rev() {
+        let r = send(&svc, Request::new(String::new())).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["tollgate-degraded"], "local");
+        let ratelimit = r.headers()["ratelimit"].to_str().expect("ascii");
+        assert!(
+            ratelimit.starts_with(&format!("\"r\";r={remaining};")),
+            "{ratelimit}"
+        );
+    }
+    let r = send(&svc, Request::new(String::new())).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["tollgate-degraded"], "local");
+    assert!(r.headers().contains_key(RETRY_AFTER));
+    assert_eq!(calls.load(Ordering::SeqCst), 5);
+}
+
+/// A test double for a store that hangs: no check ever answers (what a
+/// SIGSTOPped Redis looks like from here).
+struct HungStore;
+
+impl Store for HungStore {
+    async fn check(
+        &self,
+        _rule: &Rule,
+        _key: &[u8],
+        _cost: u64,
+        _at: Option<Micros>,
+    ) -> Result<Decision, StoreError> {
+        std::future::pending().await
+    }
+
+    async fn check_all(
+        &self,
+        _checks: &[KeyCheck<'_>],
+        _at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        std::future::pending().await
+    }
+}
+
+/// Over a `ResilientLimiter`, each rule's own policy answers, within the
+/// store timeout; once the breaker is open, at once.
+#[tokio::test]
+async fn a_resilient_layer_applies_each_rules_policy_within_the_timeout() {
+    let limiter = Limiter::new(
+        HungStore,
+        [
+            rule("strict", Algorithm::Gcra, 5, HOUR),
+            rule("open", Algorithm::Gcra, 5, HOUR),
+        ],
+    )
+    .expect("limiter");
+    let limiter = tollgate::ResilientLimiter::builder(limiter)
+        .timeout(Duration::from_millis(100))
+        .rule_on_error("strict", tollgate::OnError::Deny)
+        .build()
+        .expect("resilient");
+    let limiter = Arc::new(limiter);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let strict = RateLimitLayer::resilient(limiter.clone(), [("strict", key("path"))])
+        .expect("layer")
+        .layer(ok_service(calls.clone()));
+    let open = RateLimitLayer::resilient(limiter.clone(), [("open", key("path"))])
+        .expect("layer")
+        .layer(ok_service(calls.clone()));
+    for i in 0..8 {
+        let start = std::time::Instant::now();
+        let r = send(&strict, Request::new(String::new())).await;
+        let took = start.elapsed();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+        assert!(took < Duration::from_millis(250), "check {i} took {took:?}");
+        let r = send(&open, Request::new(String::new())).await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()["tollgate-degraded"], "store-unavailable");
+    }
+    assert!(limiter.breaker_open());
+    let start = std::time::Instant::now();
+    let r = send(&strict, Request::new(String::new())).await;
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        start.elapsed() < Duration::from_millis(50),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test]
 async fn decide_is_what_the_service_does() {
     let (limiter, _clock) = limiter([rule("r", Algorithm::Gcra, 1, HOUR)]);
     let layer = RateLimitLayer::new(limiter, [("r", key("path"))]).expect("layer");

@@ -386,48 +386,11 @@ impl<S> Drop for ResilientLimiter<S> {
     }
 }
 
-impl<S: Store> ResilientLimiter<S> {
-    /// A builder over `limiter` (a [`Limiter`] or an `Arc` of one) with the
-    /// defaults: timeout [`DEFAULT_TIMEOUT`], every rule `allow`, breaker
-    /// after [`DEFAULT_BREAKER_THRESHOLD`] failures for
-    /// [`DEFAULT_BREAKER_OPEN_FOR`], 1 replica until a heartbeat (every
-    /// [`DEFAULT_HEARTBEAT`]) says otherwise.
-    pub fn builder(limiter: impl Into<Arc<Limiter<S>>>) -> ResilientLimiterBuilder<S> {
-        ResilientLimiterBuilder {
-            limiter: limiter.into(),
-            timeout: Some(DEFAULT_TIMEOUT),
-            on_error: OnError::Allow,
-            rule_on_error: Vec::new(),
-            breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
-            breaker_open_for: DEFAULT_BREAKER_OPEN_FOR,
-            replicas: 1,
-            heartbeat: Some(DEFAULT_HEARTBEAT),
-            local_max_keys: DEFAULT_MAX_KEYS,
-        }
-    }
-
+impl<S> ResilientLimiter<S> {
     /// The wrapped limiter.
     #[must_use]
     pub fn limiter(&self) -> &Arc<Limiter<S>> {
         &self.inner.limiter
-    }
-
-    /// The store.
-    #[must_use]
-    pub fn store(&self) -> &S {
-        self.inner.limiter.store()
-    }
-
-    /// The rules, in order.
-    #[must_use]
-    pub fn rules(&self) -> &[Rule] {
-        self.inner.limiter.rules()
-    }
-
-    /// The rule named `name`.
-    #[must_use]
-    pub fn rule(&self, name: &str) -> Option<&Rule> {
-        self.inner.limiter.rule(name)
     }
 
     /// The failure policy of the rule named `name` (`None` if unknown).
@@ -458,6 +421,45 @@ impl<S: Store> ResilientLimiter<S> {
     #[must_use]
     pub fn breaker_open(&self) -> bool {
         self.inner.breaker.is_open()
+    }
+}
+
+impl<S: Store> ResilientLimiter<S> {
+    /// A builder over `limiter` (a [`Limiter`] or an `Arc` of one) with the
+    /// defaults: timeout [`DEFAULT_TIMEOUT`], every rule `allow`, breaker
+    /// after [`DEFAULT_BREAKER_THRESHOLD`] failures for
+    /// [`DEFAULT_BREAKER_OPEN_FOR`], 1 replica until a heartbeat (every
+    /// [`DEFAULT_HEARTBEAT`]) says otherwise.
+    pub fn builder(limiter: impl Into<Arc<Limiter<S>>>) -> ResilientLimiterBuilder<S> {
+        ResilientLimiterBuilder {
+            limiter: limiter.into(),
+            timeout: Some(DEFAULT_TIMEOUT),
+            on_error: OnError::Allow,
+            rule_on_error: Vec::new(),
+            breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
+            breaker_open_for: DEFAULT_BREAKER_OPEN_FOR,
+            replicas: 1,
+            heartbeat: Some(DEFAULT_HEARTBEAT),
+            local_max_keys: DEFAULT_MAX_KEYS,
+        }
+    }
+
+    /// The store.
+    #[must_use]
+    pub fn store(&self) -> &S {
+        self.inner.limiter.store()
+    }
+
+    /// The rules, in order.
+    #[must_use]
+    pub fn rules(&self) -> &[Rule] {
+        self.inner.limiter.rules()
+    }
+
+    /// The rule named `name`.
+    #[must_use]
+    pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.inner.limiter.rule(name)
     }
 
     /// Starts the heartbeat task if it is not running, there is one to run
