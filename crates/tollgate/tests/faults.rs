@@ -442,3 +442,69 @@ async fn a_dropped_limiter_stops_its_heartbeat() {
     }
     assert_all_keys_expire(&redis.keys_without_ttl());
 }
+
+/// The timeout covers reconnection: Redis dies, comes back frozen (the
+/// kernel accepts the new connection, nothing answers), and every check
+/// still answers within the bound; after SIGCONT the store decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnection_to_a_hung_redis_is_bounded_too() {
+    let redis = RedisServer::start();
+    let limiter = resilient(connect(&redis.url(), "reconnect").await, three_rules());
+    let _ = until_store_answers(&limiter, "strict", "k", Duration::from_secs(5)).await;
+    redis.kill();
+    redis.restart();
+    redis.pause();
+    let start = Instant::now();
+    let mut refused = 0;
+    while start.elapsed() < Duration::from_millis(2500) {
+        let (r, _) = timed(&limiter, "strict", "k").await;
+        match r {
+            Err(Refusal::Unavailable(_)) => refused += 1,
+            other => panic!("a frozen Redis decided: {other:?}"),
+        }
+        let (r, _) = timed(&limiter, "fallback", "k").await;
+        assert_eq!(r.expect("local").degraded, Some(OnError::Local));
+    }
+    assert!(refused > 0);
+    redis.resume();
+    let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(5)).await;
+    assert_eq!(v.decision().remaining, 3, "the restarted Redis started empty");
+    assert_all_keys_expire(&redis.keys_without_ttl());
+}
+
+/// A frozen Cluster master (redis-rs's connection, not tollgate's own):
+/// checks of keys it holds answer within the bound by the policy; after
+/// SIGCONT the store decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_cluster_master_is_bounded() {
+    let cluster = RedisCluster::start(3, 0);
+    let limiter = resilient(connect(&cluster.store_url(), "clhung").await, three_rules());
+    let _ = until_store_answers(&limiter, "strict", "k", Duration::from_secs(5)).await;
+    let key = String::from_utf8(limiter.store().redis_key(&limiter.rules()[0], b"k"))
+        .expect("utf-8 key");
+    let master = cluster.master_of(&key);
+    // A key of the `open` rule on the same master.
+    let open_key = (0..1000)
+        .map(|i| format!("o{i}"))
+        .find(|k| {
+            let redis_key = limiter.store().redis_key(&limiter.rules()[1], k.as_bytes());
+            let redis_key = String::from_utf8(redis_key).expect("utf-8 key");
+            cluster.master_of(&redis_key).port() == master.port()
+        })
+        .expect("a key on the same master");
+    master.pause();
+    for _ in 0..10 {
+        let (r, _) = timed(&limiter, "strict", "k").await;
+        assert!(matches!(r, Err(Refusal::Unavailable(_))), "{r:?}");
+        let (r, _) = timed(&limiter, "open", &open_key).await;
+        assert_eq!(r.expect("allow").degraded, Some(OnError::Allow));
+    }
+    master.resume();
+    let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(10)).await;
+    // Checks written to the frozen master before the breaker opened ran
+    // when it woke, though the policy had answered them: the error is
+    // towards denial (README, "Failure modes").
+    println!("after SIGCONT: {v:?}");
+    assert!(v.decision().remaining <= 2);
+    assert_all_keys_expire(&cluster.keys_without_ttl());
+}
