@@ -810,7 +810,11 @@ async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
                     ::metrics::gauge!(metric::LIVE_REPLICAS).set(n as f64);
                     tracing::info!("{n} live replicas share the store (was {old})");
                 }
-                inner.store_answered();
+                // After the cool-down, a heartbeat that got through is the
+                // breaker's probe: it closes without any check traffic.
+                if !inner.breaker.is_open() {
+                    inner.store_answered();
+                }
             }
             Ok(Ok(None)) => return,
             Ok(Err(e)) => tracing::debug!("heartbeat failed: {e}"),
