@@ -735,7 +735,7 @@ impl<S: Store> Inner<S> {
             .store
             .check_all(&resolved, None)
             .await
-            .map_err(|e| Refusal::Unavailable(e))
+            .map_err(Refusal::Unavailable)
     }
 }
 

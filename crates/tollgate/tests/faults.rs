@@ -85,10 +85,10 @@ async fn until_store_answers(
 ) -> Verdict {
     let start = Instant::now();
     loop {
-        if let (Ok(v), _) = timed(limiter, rule, key).await {
-            if v.degraded.is_none() {
-                return v;
-            }
+        if let (Ok(v), _) = timed(limiter, rule, key).await
+            && v.degraded.is_none()
+        {
+            return v;
         }
         assert!(
             start.elapsed() < within,
@@ -314,12 +314,12 @@ async fn sentinel_failover(crash: bool) {
     .await
     .expect("failover");
     let (setup, report) = report;
-    println!("sentinel failover (crash: {crash}): {report:?}");
+    eprintln!("sentinel failover (crash: {crash}): {report:?}");
     let v = until_store_answers(&limiter, "strict", "after", Duration::from_secs(30)).await;
     assert_eq!(v.decision().remaining, 3);
     stop.store(1, Ordering::Release);
     let (n, stored, degraded, longest) = traffic.await.expect("traffic");
-    println!(
+    eprintln!(
         "during the failover: {n} checks, {stored} by the store, {degraded} by the policy, longest {longest:?}"
     );
     assert!(n > 0, "no traffic during the failover");
@@ -349,13 +349,13 @@ async fn a_cluster_failover_is_survived() {
     })
     .await
     .expect("failover");
-    println!("cluster failover: {report:?}");
+    eprintln!("cluster failover: {report:?}");
     // The key lived on the killed master; its promoted replica answers.
     let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(30)).await;
-    println!("after the failover: {v:?}");
+    eprintln!("after the failover: {v:?}");
     stop.store(1, Ordering::Release);
     let (n, stored, degraded, longest) = traffic.await.expect("traffic");
-    println!(
+    eprintln!(
         "during the failover: {n} checks, {stored} by the store, {degraded} by the policy, longest {longest:?}"
     );
     assert!(n > 0, "no traffic during the failover");
@@ -411,7 +411,7 @@ async fn four_replicas_on_local_admit_about_the_limit_during_an_outage() {
         t.await.expect("task");
     }
     let admitted = admitted.load(Ordering::Relaxed);
-    println!(
+    eprintln!(
         "four replicas on local, Redis frozen: {admitted} admitted of 960 checks (limit {LIMIT}) in {:?}",
         start.elapsed()
     );
@@ -524,7 +524,7 @@ async fn a_hung_cluster_master_is_bounded() {
     // Checks written to the frozen master before the breaker opened ran
     // when it woke, though the policy had answered them: the error is
     // towards denial (README, "Failure modes").
-    println!("after SIGCONT: {v:?}");
+    eprintln!("after SIGCONT: {v:?}");
     assert!(v.decision().remaining <= 2);
     assert_all_keys_expire(&cluster.keys_without_ttl());
 }
