@@ -366,7 +366,17 @@ async fn a_cluster_failover_is_survived() {
 /// an outage each admits a quarter of the limit, so the fleet admits about
 /// the limit in total: not four times it, not zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn four_replicas_on_local_admit_about_the_limit_during_an_outage() {
+async fn four_replicas_on_local_admit_about_the_limit_while_redis_is_frozen() {
+    four_replicas_on_local(false).await;
+}
+
+/// The same with Redis killed: connections refused rather than silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_replicas_on_local_admit_about_the_limit_while_redis_is_dead() {
+    four_replicas_on_local(true).await;
+}
+
+async fn four_replicas_on_local(kill: bool) {
     const LIMIT: u64 = 100;
     let redis = RedisServer::start();
     let mut fleet = Vec::new();
@@ -387,7 +397,11 @@ async fn four_replicas_on_local_admit_about_the_limit_during_an_outage() {
     until_live(&refs, 4).await;
     assert_eq!(redis.cli(&["ZCARD", "fleet:replicas"]), "4");
 
-    redis.pause();
+    if kill {
+        redis.kill();
+    } else {
+        redis.pause();
+    }
     let admitted = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
@@ -411,7 +425,8 @@ async fn four_replicas_on_local_admit_about_the_limit_during_an_outage() {
     }
     let admitted = admitted.load(Ordering::Relaxed);
     eprintln!(
-        "four replicas on local, Redis frozen: {admitted} admitted of 960 checks (limit {LIMIT}) in {:?}",
+        "four replicas on local, Redis {}: {admitted} admitted of 960 checks (limit {LIMIT}) in {:?}",
+        if kill { "dead" } else { "frozen" },
         start.elapsed()
     );
     assert!(
@@ -420,9 +435,13 @@ async fn four_replicas_on_local_admit_about_the_limit_during_an_outage() {
     );
     // Still four: the last known count holds while Redis is down.
     assert!(fleet.iter().all(|l| l.live_replicas() == 4));
-    redis.resume();
+    if kill {
+        redis.restart();
+    } else {
+        redis.resume();
+    }
     for l in &fleet {
-        let _ = until_store_answers(l, "shared", "after", Duration::from_secs(5)).await;
+        let _ = until_store_answers(l, "shared", "after", Duration::from_secs(10)).await;
     }
     assert_all_keys_expire(&redis.keys_without_ttl());
 }
@@ -526,4 +545,96 @@ async fn a_hung_cluster_master_is_bounded() {
     eprintln!("after SIGCONT: {v:?}");
     assert!(v.decision().remaining <= 2);
     assert_all_keys_expire(&cluster.keys_without_ttl());
+}
+
+/// Over time, not only as a cap: four replicas on `local` keep the fleet
+/// near the rule's rate (GCRA, 100 per second, burst 100) for two seconds
+/// of outage — what one shared limiter would admit, burst + rate × time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_replicas_on_local_keep_about_the_rate_during_an_outage() {
+    let redis = RedisServer::start();
+    let mut fleet = Vec::new();
+    for _ in 0..4 {
+        let store = connect(&redis.url(), "rate").await;
+        let rule = RuleSpec::new("rate", Algorithm::Gcra, 100, Duration::from_secs(1))
+            .build()
+            .expect("rule");
+        let limiter = Limiter::new(store, [rule]).expect("limiter");
+        fleet.push(Arc::new(
+            ResilientLimiter::builder(limiter)
+                .timeout(TIMEOUT)
+                .on_error(OnError::Local)
+                .heartbeat(HEARTBEAT)
+                .build()
+                .expect("resilient limiter"),
+        ));
+    }
+    let refs: Vec<&ResilientLimiter<RedisStore>> = fleet.iter().map(|l| &**l).collect();
+    until_live(&refs, 4).await;
+    redis.pause();
+    let admitted = Arc::new(AtomicU64::new(0));
+    let first_local = Arc::new(FirstTime::default());
+    let outage = Duration::from_secs(2);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for limiter in &fleet {
+        for _ in 0..2 {
+            let (limiter, admitted, first_local) = (
+                Arc::clone(limiter),
+                Arc::clone(&admitted),
+                Arc::clone(&first_local),
+            );
+            tasks.push(tokio::spawn(async move {
+                while start.elapsed() < outage {
+                    let (r, _) = timed(&limiter, "rate", "everyone").await;
+                    let v = r.expect("local decides");
+                    assert_eq!(v.degraded, Some(OnError::Local));
+                    first_local.set(start.elapsed());
+                    if v.multi.allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let admitted = admitted.load(Ordering::Relaxed);
+    // The local limiters start at the first local answer.
+    let local_for = outage.saturating_sub(first_local.get());
+    let expected = 100.0 + 100.0 * local_for.as_secs_f64();
+    eprintln!(
+        "four replicas on local at 100/s, Redis frozen: {admitted} admitted in {local_for:?} of local \
+         answers; one shared limiter would admit {expected:.0}"
+    );
+    #[allow(clippy::cast_precision_loss)]
+    let ratio = admitted as f64 / expected;
+    assert!(
+        (0.75..=1.25).contains(&ratio),
+        "{admitted} admitted, expected about {expected:.0}"
+    );
+    redis.resume();
+    for l in &fleet {
+        let _ = until_store_answers(l, "rate", "after", Duration::from_secs(10)).await;
+    }
+    assert_all_keys_expire(&redis.keys_without_ttl());
+}
+
+/// The earliest time recorded, as µs since a start (0 = none yet).
+#[derive(Default)]
+struct FirstTime(AtomicU64);
+
+impl FirstTime {
+    fn set(&self, at: Duration) {
+        let us = u64::try_from(at.as_micros()).unwrap_or(u64::MAX).max(1);
+        let _ = self
+            .0
+            .compare_exchange(0, us, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn get(&self) -> Duration {
+        Duration::from_micros(self.0.load(Ordering::Acquire))
+    }
 }
