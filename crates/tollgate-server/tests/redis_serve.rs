@@ -246,3 +246,49 @@ fn wait_for_metric(s: &Tollgate, line: &str) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// `SCRIPT FLUSH`, then Redis killed and restarted empty: the running
+/// server answers every check in time throughout (503 under `deny` while
+/// Redis is gone), and decides through Redis again without a restart.
+#[test]
+fn the_server_recovers_from_a_script_flush_and_a_redis_restart() {
+    let redis = RedisServer::start();
+    let s = Tollgate::start(&config(&redis.url()), &["--http", "127.0.0.1:0"]);
+    assert_eq!(check(&s, "strict", "k").json()["remaining"], 3);
+
+    redis.script_flush();
+    let r = check(&s, "strict", "k");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.header("tollgate-degraded").is_none());
+    assert_eq!(r.json()["remaining"], 2);
+
+    redis.kill();
+    for _ in 0..10 {
+        let r = check(&s, "strict", "k");
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(r.header("retry-after"), Some("1"));
+    }
+    assert_eq!(get(s.api(), "/readyz").status, 503);
+
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = check(&s, "strict", "k");
+        if r.status == 200 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no recovery: {}", r.text());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(r.json()["remaining"], 3, "the restarted Redis starts empty");
+    assert_eq!(get(s.api(), "/readyz").status, 200);
+    let metrics = get(s.api(), "/metrics").text();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("tollgate_store_errors_total{kind=\"unavailable\"}")
+                && !l.ends_with(" 0")
+        ),
+        "{metrics}"
+    );
+    assert!(redis.keys_without_ttl().is_empty());
+}
