@@ -54,6 +54,8 @@ fn resilient(store: RedisStore, rules: Vec<Rule>) -> ResilientLimiter<RedisStore
         .rule_on_error("open", OnError::Allow)
         .rule_on_error("fallback", OnError::Local)
         .heartbeat(HEARTBEAT)
+        // Until the first heartbeat: a count the tests can tell from 1.
+        .replicas(3)
         .build()
         .expect("resilient limiter")
 }
@@ -300,6 +302,7 @@ async fn sentinel_failover(crash: bool) {
         three_rules(),
     ));
     let _ = until_store_answers(&limiter, "strict", "before", Duration::from_secs(5)).await;
+    until_live(&[&limiter], 1).await; // the heartbeat works behind Sentinel
     let stop = Arc::new(AtomicU64::new(0));
     let traffic = hammer(Arc::clone(&limiter), "fallback", Arc::clone(&stop));
     let report = tokio::task::spawn_blocking(move || {
@@ -338,6 +341,7 @@ async fn a_cluster_failover_is_survived() {
     ));
     let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(5)).await;
     assert_eq!(v.decision().remaining, 3);
+    until_live(&[&limiter], 1).await; // the heartbeat works on a Cluster
     let stop = Arc::new(AtomicU64::new(0));
     let traffic = hammer(Arc::clone(&limiter), "open", Arc::clone(&stop));
     let key =
