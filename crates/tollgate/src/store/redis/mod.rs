@@ -34,6 +34,7 @@
 
 mod conn;
 pub mod keys;
+pub(crate) mod lease;
 mod resp;
 mod scripts;
 
