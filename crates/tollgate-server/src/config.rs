@@ -132,6 +132,10 @@ pub struct StoreConfig {
     /// `on_error = "local"` each replica falls back to an in-process limiter
     /// with every rule's quota divided by this.
     pub replicas: u64,
+    /// `hybrid = true`: the hybrid store over the Redis `url`, with
+    /// `replicas`, `max_keys`, `hybrid_batch` and `hybrid_lease` (default
+    /// 1s); `None` when off. See the README, "Hybrid mode".
+    pub hybrid: Option<tollgate::store::hybrid::HybridOptions>,
 }
 
 impl Default for StoreConfig {
@@ -143,6 +147,7 @@ impl Default for StoreConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             max_keys: tollgate::store::memory::DEFAULT_MAX_KEYS,
             replicas: 1,
+            hybrid: None,
         }
     }
 }
@@ -411,7 +416,15 @@ pub fn format_duration(d: Duration) -> String {
 
 const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy"];
 const STORE_FIELDS: &[&str] = &[
-    "url", "timeout", "on_error", "prefix", "max_keys", "replicas",
+    "url",
+    "timeout",
+    "on_error",
+    "prefix",
+    "max_keys",
+    "replicas",
+    "hybrid",
+    "hybrid_batch",
+    "hybrid_lease",
 ];
 const RULE_FIELDS: &[&str] = &[
     "name",
@@ -656,6 +669,27 @@ impl<'a> Checker<'a> {
         }
         if let Some((n, _)) = self.positive(t, path, "replicas") {
             store.replicas = n;
+        }
+        let hybrid = self.boolean(t, path, "hybrid");
+        let batch = self.positive(t, path, "hybrid_batch").map(|(n, _)| n);
+        let lease = self.duration(t, path, "hybrid_lease");
+        let span = |k: &str| t.get(k).map(|v| v.span()).unwrap_or_default();
+        if hybrid == Some(true) {
+            if store.url.is_memory() {
+                let why = "hybrid = true needs a Redis url in [store] (the hybrid store leases from Redis)";
+                self.error(&span("hybrid"), "store.hybrid", why);
+            }
+            store.hybrid = Some(tollgate::store::hybrid::HybridOptions {
+                replicas: u32::try_from(store.replicas).unwrap_or(u32::MAX),
+                batch,
+                lease: lease.unwrap_or(Duration::from_secs(1)),
+                max_keys: store.max_keys,
+            });
+        } else if let Some(k) = ["hybrid_batch", "hybrid_lease"]
+            .into_iter()
+            .find(|k| t.contains_key(*k))
+        {
+            self.error(&span(k), join(path, k), format!("{k} needs hybrid = true"));
         }
         (self.errors.len() == before).then_some(store)
     }

@@ -545,6 +545,9 @@ impl HybridStore {
             .await;
             let received = inner.clock.now();
             let mut error = None;
+            // pairs whose lease could not cover their cost: when the same
+            // check would be admitted (µs from `received`)
+            let mut short: Vec<(usize, Option<Micros>)> = Vec::new();
             for (c, result) in calls.iter().zip(results) {
                 let p = &pairs[c.pair];
                 let mut shard = inner.shards[p.shard].lock();
@@ -554,6 +557,9 @@ impl HybridStore {
                     Ok(lease) => {
                         e.failed = None;
                         inner.apply(e, &lease, sent, received);
+                        if lease.units < c.need {
+                            short.push((c.pair, lease.wait_need));
+                        }
                     }
                     Err(err) => {
                         e.failed = Some((e.generation, err.clone()));
@@ -564,6 +570,11 @@ impl HybridStore {
             drop(flights);
             if let Some(err) = error {
                 return Err(err);
+            }
+            if !short.is_empty() {
+                // Denied by Redis itself: answer now (asking again at once
+                // would be denied again), consuming nothing.
+                return Ok(inner.refused(pairs, &shard_ids, &short, received));
             }
         }
     }
@@ -699,11 +710,48 @@ impl Inner {
         e.reset_after = lease.reset_after;
         e.remaining = lease.remaining;
         e.seen = received;
+        // Units left in Redis: worth asking as soon as the local ones run
+        // out. None: not before `n` units are back (asking for fewer would
+        // mostly be answered with fewer, at the cost of more calls).
         e.not_before = match lease.wait {
+            _ if lease.remaining > 0 => 0,
             Some(0) => 0,
             Some(w) => received.saturating_add(w),
             None => received.saturating_add(e.rule.period_micros()),
         };
+    }
+
+    /// The answer to a check one of whose leases (`short`: pair, wait in
+    /// µs from `now`) could not cover its cost: denied, nothing consumed.
+    fn refused(
+        &self,
+        pairs: &[Pair<'_>],
+        shard_ids: &[usize],
+        short: &[(usize, Option<Micros>)],
+        now: Micros,
+    ) -> MultiDecision {
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = shard_ids
+            .iter()
+            .map(|&s| (s, self.shards[s].lock()))
+            .collect();
+        let out = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
+                match short.iter().find(|s| s.0 == i) {
+                    Some(&(_, wait)) => {
+                        let mut d = e.denied(now);
+                        d.remaining = e.view(now).0;
+                        d.retry_after = wait.map(Duration::from_micros);
+                        d.reset_after = d.reset_after.max(d.retry_after.unwrap_or_default());
+                        d
+                    }
+                    None => e.admitted(now),
+                }
+            })
+            .collect();
+        MultiDecision::from_decisions(out)
     }
 }
 

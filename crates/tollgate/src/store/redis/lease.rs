@@ -63,6 +63,9 @@ pub(crate) struct Lease {
     pub(crate) wait: Option<Micros>,
     /// The end of the current window (fixed and sliding window).
     pub(crate) window_end: Option<Micros>,
+    /// µs until a check of cost `need` would be admitted (0: now); `None`:
+    /// never.
+    pub(crate) wait_need: Option<Micros>,
 }
 
 impl RedisStore {
@@ -194,9 +197,18 @@ impl RedisStore {
 }
 
 fn parse(reply: &[i64]) -> Result<Lease, StoreError> {
-    let [t, units, remaining, reset_after, wait, window_end] = reply else {
+    let [
+        t,
+        units,
+        remaining,
+        reset_after,
+        wait,
+        window_end,
+        wait_need,
+    ] = reply
+    else {
         return Err(protocol(format!(
-            "the lease script replied {reply:?}, not 6 integers"
+            "the lease script replied {reply:?}, not 7 integers"
         )));
     };
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
@@ -207,6 +219,7 @@ fn parse(reply: &[i64]) -> Result<Lease, StoreError> {
         reset_after: unsigned(*reset_after)?,
         wait: u64::try_from(*wait).ok(),
         window_end: u64::try_from(*window_end).ok(),
+        wait_need: u64::try_from(*wait_need).ok(),
     })
 }
 
@@ -312,6 +325,13 @@ mod tests {
                     next.retry_after.map(micros)
                 };
                 assert_eq!(lease.wait, wait, "{what}: wait for {n}");
+                let short = algorithm::evaluate(&rule, &state, t, need);
+                let wait_need = if short.allowed {
+                    Some(0)
+                } else {
+                    short.retry_after.map(micros)
+                };
+                assert_eq!(lease.wait_need, wait_need, "{what}: wait for {need}");
                 let window_end =
                     matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
                         .then(|| (t / rule.period_micros() + 1) * rule.period_micros());

@@ -23,10 +23,12 @@
 -- searching), or 0 when k < m; k > 0 is consumed exactly as a check of cost k
 -- (same writes, same TTL).
 --
--- Reply: t, k, remaining and reset_after of a peek after the lease, wait (µs
--- until a check of cost n would be admitted with no other traffic; 0 now,
--- -1 never), and the end (µs) of the current window for fixed and sliding
--- window (-1 for the others): a lease must not be spent past it.
+-- Reply: t, k, remaining and reset_after of a peek after the lease, wait_n
+-- (µs until a check of cost n would be admitted with no other traffic; 0
+-- now, -1 never), the end (µs) of the current window for fixed and sliding
+-- window (-1 for the others: a lease must not be spent past it), and
+-- wait_need (the same for a check of cost m: the retry_after of a check of
+-- cost m that this lease could not cover).
 local t = tonumber(ARGV[1])
 if t == nil then
   local now = redis.call('TIME')
@@ -117,12 +119,16 @@ if n > 0 then
   end
 end
 
-local _, remaining, reset = eval(0)
-local wait = 0
-if n > 0 then
-  local allowed, _, _, retry = eval(n)
-  if not allowed then wait = retry end
+-- µs until a check of `cost` would be admitted with no other traffic (0:
+-- now, -1: never)
+local function wait_for(cost)
+  if cost == 0 then return 0 end
+  local allowed, _, _, retry = eval(cost)
+  if allowed then return 0 end
+  return retry
 end
+
+local _, remaining, reset = eval(0)
 local window_end = -1
 if code == 3 or code == 4 then window_end = (idiv(t, a) + 1) * a end
-return { t, k, remaining, reset, wait, window_end }
+return { t, k, remaining, reset, wait_for(n), window_end, wait_for(need) }
