@@ -291,10 +291,11 @@ async fn a_fixed_window_lease_ends_with_its_window() {
     let d = store.check(&rule, b"k", 1, None).await.unwrap();
     assert!(d.allowed);
     assert_eq!(store.redis_calls(), 2, "the lease ended with its window");
-    // the new window counts only the new lease (50), not the 48 given back
+    // the new window counts only the new lease, not the 48 left unspent;
+    // that lease is sized to what the expired one spent (2)
     let plain = redis(&server).await;
     let peek = plain.check(&rule, b"k", 0, None).await.unwrap();
-    assert_eq!(peek.remaining, 50, "{peek:?}");
+    assert_eq!(peek.remaining, 98, "{peek:?}");
     assert_no_key_without_ttl(&server);
 }
 
@@ -421,5 +422,38 @@ async fn concurrent_callers_share_one_lease() {
     }
     assert_eq!(store.redis_calls(), 1, "one lease served all fifty");
     assert_eq!(store.checks(), 50);
+    assert_no_key_without_ttl(&server);
+}
+
+/// A lease that expires unspent is given back with the key's next lease,
+/// and the next lease is sized to what the replica spent: a trickle of
+/// checks does not keep units away from the other replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_leases_go_back_and_shrink_the_next() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    let options = HybridOptions {
+        batch: Some(20),
+        lease: Duration::from_secs(1),
+        ..HybridOptions::default()
+    };
+    let store = HybridStore::with_clock(redis(&server).await, options, clock.clone());
+    let plain = redis(&server).await;
+    let rule = RuleSpec::new("trickle", Algorithm::Gcra, 100, Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    assert!(store.check(&rule, b"k", 1, None).await.unwrap().allowed);
+    assert_eq!(
+        plain.check(&rule, b"k", 0, None).await.unwrap().remaining,
+        80
+    );
+    for round in 2..=4 {
+        clock.advance(Duration::from_secs(2));
+        assert!(store.check(&rule, b"k", 1, None).await.unwrap().allowed);
+        // the unspent units went back; the new lease holds one unit
+        let remaining = plain.check(&rule, b"k", 0, None).await.unwrap().remaining;
+        assert_eq!(remaining, 100 - round, "round {round}");
+    }
+    assert_eq!(store.redis_calls(), 4);
     assert_no_key_without_ttl(&server);
 }

@@ -149,6 +149,10 @@ struct Entry {
     units: u64,
     /// Local time the lease ends.
     expires: Micros,
+    /// Units the current lease took, and the size of the next (0: the
+    /// batch).
+    leased: u64,
+    size: u64,
     /// The lease's Redis time and reset_after right after it.
     t0: Micros,
     reset_after: Micros,
@@ -176,6 +180,8 @@ impl Entry {
             redis_key,
             units: 0,
             expires: 0,
+            leased: 0,
+            size: 0,
             t0: 0,
             reset_after: 0,
             remaining: 0,
@@ -671,6 +677,20 @@ impl Inner {
         for i in to_lease {
             let p = &pairs[i];
             let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
+            // Size leases to this replica's demand for the key: a lease
+            // spent out before it expired doubles the next (up to the
+            // batch); one that expired with units unspent makes the next
+            // what was spent.
+            let batch = self.options.batch_for(p.rule);
+            let current = if e.size == 0 { batch } else { e.size };
+            e.size = match e.give_back {
+                Some(g) => e.leased.saturating_sub(g.units),
+                None if e.units == 0 && e.leased > 0 && now < e.expires => {
+                    current.saturating_mul(2)
+                }
+                None => current,
+            }
+            .clamp(1, batch);
             // Units too few for this cost go back with the new lease.
             e.retire();
             let notify = Arc::new(Notify::new());
@@ -686,7 +706,7 @@ impl Inner {
                 redis_key: e.redis_key.clone(),
                 give_back: e.give_back.take(),
                 need: p.cost,
-                n: self.options.batch_for(p.rule).max(p.cost),
+                n: e.size.max(p.cost),
             });
         }
         Plan::Lease(flights, calls)
@@ -702,6 +722,7 @@ impl Inner {
                 life = life.min(end.saturating_sub(lease.t));
             }
             e.units = lease.units;
+            e.leased = lease.units;
             // From the time the call was sent: the lease was taken after
             // it, so the local expiry is never later than the real one.
             e.expires = sent.saturating_add(life);
