@@ -673,7 +673,7 @@ impl<'a> Checker<'a> {
         let hybrid = self.boolean(t, path, "hybrid");
         let batch = self.positive(t, path, "hybrid_batch").map(|(n, _)| n);
         let lease = self.duration(t, path, "hybrid_lease");
-        let span = |k: &str| t.get(k).map(|v| v.span()).unwrap_or_default();
+        let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
         if hybrid == Some(true) {
             if store.url.is_memory() {
                 let why = "hybrid = true needs a Redis url in [store] (the hybrid store leases from Redis)";

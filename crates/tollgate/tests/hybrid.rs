@@ -15,7 +15,7 @@ use tollgate::store::hybrid::{HybridOptions, HybridStore};
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{Algorithm, FakeClock, Rule, RuleSpec, Store};
 
-const REPLICAS: usize = 5;
+const REPLICAS: u32 = 5;
 
 async fn redis(server: &RedisServer) -> RedisStore {
     RedisStore::connect(&server.url(), RedisOptions::default())
@@ -28,7 +28,7 @@ async fn fleet(server: &RedisServer) -> Vec<HybridStore> {
     let mut fleet = Vec::new();
     for _ in 0..REPLICAS {
         let options = HybridOptions {
-            replicas: REPLICAS as u32,
+            replicas: REPLICAS,
             ..HybridOptions::default()
         };
         fleet.push(HybridStore::new(redis(server).await, options));

@@ -272,13 +272,12 @@ struct Flight<'a> {
 impl Drop for Flight<'_> {
     fn drop(&mut self) {
         let mut shard = self.inner.shards[self.shard].lock();
-        if let Some(e) = shard.get_mut(&self.hash) {
-            if e.inflight
+        if let Some(e) = shard.get_mut(&self.hash)
+            && e.inflight
                 .as_ref()
                 .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
-            {
-                e.inflight = None;
-            }
+        {
+            e.inflight = None;
         }
         drop(shard);
         self.notify.notify_waiters();
@@ -532,7 +531,10 @@ impl HybridStore {
         loop {
             let (flights, calls) = match inner.plan(pairs, &shard_ids, waited) {
                 Plan::Done(result) => return result,
-                Plan::Retry => continue,
+                Plan::Retry => {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 Plan::Wait(notified, w) => {
                     waited = Some(w);
                     notified.await;
@@ -629,10 +631,11 @@ impl Inner {
         for (i, p) in pairs.iter().enumerate() {
             let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
             e.expire(now);
-            if let (Some((w, generation)), Some((g, err))) = (waited, &e.failed) {
-                if w == i && *g == generation + 1 {
-                    return Plan::Done(Err(err.clone()));
-                }
+            if let (Some((w, generation)), Some((g, err))) = (waited, &e.failed)
+                && w == i
+                && *g == generation + 1
+            {
+                return Plan::Done(Err(err.clone()));
             }
             if e.units >= p.cost {
                 continue;
