@@ -351,6 +351,14 @@ async fn multi_rule_checks_are_all_or_nothing() {
     }
     assert!(store.check(&wide, b"a", 1, None).await.unwrap().allowed);
     assert_eq!(store.redis_calls(), calls + 1);
+    // shutting down: the 9 units left of the second lease go back
+    assert_eq!(store.give_back_all().await, 1);
+    let plain = redis(&server).await;
+    let remaining = plain.check(&wide, b"a", 0, None).await.unwrap().remaining;
+    assert!(
+        (89..=90).contains(&remaining),
+        "11 spent, 9 given back: {remaining}"
+    );
     assert_no_key_without_ttl(&server);
 }
 

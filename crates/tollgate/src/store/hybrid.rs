@@ -8,12 +8,14 @@
 //! price is a bounded error, derived in the README ("Hybrid mode"):
 //!
 //! * **over-admission**: in any interval, at most the units the replicas
-//!   held at its start, `replicas × batch` (and for GCRA and token bucket
-//!   also at most `rate × lease`); fixed window: none (a lease ends with its
-//!   window);
-//! * **under-admission**: units sitting unspent in other replicas' leases
-//!   (at most `(replicas − 1) × batch` at any moment), and units of leases
-//!   that expire unspent and cannot be safely given back.
+//!   held at its start: at most `replicas × batch`, and at most what was
+//!   leased in the `lease` before it (GCRA and token bucket: `lease / T`);
+//!   none over a run that starts on an unused key, and none for fixed and
+//!   sliding window (a lease ends with its window);
+//! * **under-admission**: units sitting unspent in replicas' leases (at
+//!   most `replicas × batch` at any moment, back at most `lease` later), and
+//!   GCRA / token bucket units of expired leases that cannot be safely given
+//!   back (lease sizes follow each replica's demand to keep those few).
 //!
 //! Leases live at most `lease` (default 1 s, never more than the rule's
 //! period, and never past the end of a fixed or sliding window). Unspent
