@@ -7,6 +7,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use tollgate::store::AnyStore;
+use tollgate::store::hybrid::HybridStore;
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{Limiter, MemoryStore};
 
@@ -40,6 +41,9 @@ impl fmt::Display for Tally {
 /// # Errors
 /// The store cannot be reached; the message names the URL (password hidden).
 pub async fn open_store(url: &StoreUrl, store: &StoreConfig) -> Result<AnyStore, String> {
+    if url.is_memory() && store.hybrid.is_some() {
+        return Err("store.hybrid needs a Redis store URL, not memory".to_owned());
+    }
     if url.is_memory() {
         return Ok(MemoryStore::builder()
             .max_keys(store.max_keys)
@@ -51,10 +55,13 @@ pub async fn open_store(url: &StoreUrl, store: &StoreConfig) -> Result<AnyStore,
         timeout: store.timeout,
         ..RedisOptions::default()
     };
-    RedisStore::connect_to(url, options)
+    let redis = RedisStore::connect_to(url, options)
         .await
-        .map(AnyStore::from)
-        .map_err(|e| format!("store {url}: {e}"))
+        .map_err(|e| format!("store {url}: {e}"))?;
+    Ok(match &store.hybrid {
+        Some(options) => HybridStore::new(redis, options.clone()).into(),
+        None => redis.into(),
+    })
 }
 
 /// Runs `tollgate check`: `--count` checks (spread over `--concurrency`

@@ -97,6 +97,10 @@ pub struct StoreConfig {
     /// learns how many are (default 1s; at least 10ms). A replica counts
     /// as live for three intervals after its last heartbeat.
     pub heartbeat: Duration,
+    /// `hybrid = true`: the hybrid store over the Redis `url`, with
+    /// `replicas`, `max_keys`, `hybrid_batch` and `hybrid_lease` (default
+    /// 1s); `None` when off. See the README, "Hybrid mode".
+    pub hybrid: Option<tollgate::store::hybrid::HybridOptions>,
 }
 
 impl Default for StoreConfig {
@@ -109,6 +113,7 @@ impl Default for StoreConfig {
             max_keys: tollgate::store::memory::DEFAULT_MAX_KEYS,
             replicas: 1,
             heartbeat: DEFAULT_HEARTBEAT,
+            hybrid: None,
         }
     }
 }
@@ -384,6 +389,9 @@ const STORE_FIELDS: &[&str] = &[
     "max_keys",
     "replicas",
     "heartbeat",
+    "hybrid",
+    "hybrid_batch",
+    "hybrid_lease",
 ];
 const RULE_FIELDS: &[&str] = &[
     "name",
@@ -637,6 +645,27 @@ impl<'a> Checker<'a> {
                 Ok(d) => store.heartbeat = d,
                 Err(e) => self.error(&span, "store.heartbeat", e),
             }
+        }
+        let hybrid = self.boolean(t, path, "hybrid");
+        let batch = self.positive(t, path, "hybrid_batch").map(|(n, _)| n);
+        let lease = self.duration(t, path, "hybrid_lease");
+        let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
+        if hybrid == Some(true) {
+            if store.url.is_memory() {
+                let why = "hybrid = true needs a Redis url in [store] (the hybrid store leases from Redis)";
+                self.error(&span("hybrid"), "store.hybrid", why);
+            }
+            store.hybrid = Some(tollgate::store::hybrid::HybridOptions {
+                replicas: u32::try_from(store.replicas).unwrap_or(u32::MAX),
+                batch,
+                lease: lease.unwrap_or(Duration::from_secs(1)),
+                max_keys: store.max_keys,
+            });
+        } else if let Some(k) = ["hybrid_batch", "hybrid_lease"]
+            .into_iter()
+            .find(|k| t.contains_key(*k))
+        {
+            self.error(&span(k), join(path, k), format!("{k} needs hybrid = true"));
         }
         (self.errors.len() == before).then_some(store)
     }
@@ -1085,7 +1114,7 @@ on_error = 1
             "t.toml:3: store.timeout: timeout must be at least 1ms",
             "t.toml:4: store.on_error: unknown on_error \"maybe\"; expected allow, deny or local",
             "t.toml:5: store.prefix: prefix \"{x}\" contains '{'; only A-Z a-z 0-9 _ . : - are allowed",
-            "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas, heartbeat",
+            "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease",
             "t.toml:9: rules[0].name: name \"a b\" contains ' '; only A-Z a-z 0-9 _ . - are allowed",
             "t.toml:10: rules[0].algorithm: unknown algorithm \"leaky\"; expected one of gcra, token_bucket, fixed_window, sliding_window, sliding_log",
             "t.toml:11: rules[0].limit: limit must be at least 1, got -3",

@@ -18,6 +18,16 @@ pub enum AnyStore {
     /// The Redis store.
     #[cfg(feature = "redis")]
     Redis(crate::store::redis::RedisStore),
+    /// The hybrid store (local leases over Redis).
+    #[cfg(feature = "redis")]
+    Hybrid(crate::store::hybrid::HybridStore),
+}
+
+#[cfg(feature = "redis")]
+impl From<crate::store::hybrid::HybridStore> for AnyStore {
+    fn from(s: crate::store::hybrid::HybridStore) -> Self {
+        AnyStore::Hybrid(s)
+    }
 }
 
 impl From<MemoryStore> for AnyStore {
@@ -45,6 +55,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.check(rule, key, cost, at).await,
             #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.check(rule, key, cost, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => s.check(rule, key, cost, at).await,
         }
     }
 
@@ -57,6 +69,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.check_all(checks, at).await,
             #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.check_all(checks, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => s.check_all(checks, at).await,
         }
     }
 
@@ -65,6 +79,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.ping().await,
             #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Store::ping(s).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => s.ping().await,
         }
     }
 
@@ -73,6 +89,8 @@ impl Store for AnyStore {
             AnyStore::Memory(s) => s.heartbeat(replica, ttl).await,
             #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.heartbeat(replica, ttl).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => s.heartbeat(replica, ttl).await,
         }
     }
 }

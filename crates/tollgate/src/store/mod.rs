@@ -5,6 +5,8 @@
 //! config files.
 
 mod any;
+#[cfg(feature = "redis")]
+pub mod hybrid;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;

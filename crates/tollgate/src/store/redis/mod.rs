@@ -35,6 +35,7 @@
 mod conn;
 pub mod keys;
 mod replicas;
+pub(crate) mod lease;
 mod resp;
 mod scripts;
 

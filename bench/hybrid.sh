@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The hybrid store vs the plain Redis store vs the memory store, in ONE run
+# against ONE redis-server started here (crates/tollgate/examples/hybrid_bench.rs):
+#   1. latency p50/p99 of one check, one sequential caller: memory, Redis,
+#      hybrid, and what Redis adds over memory;
+#   2. checks/s at 64 concurrent tasks (1 worker thread) and Redis calls per
+#      check, plain Redis vs hybrid, all-admitted and over-the-limit workloads.
+# Then checks the stores' call counts against the server's own count of
+# script calls (INFO commandstats). Usage: bench/hybrid.sh [seconds per phase]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-3}"
+command -v redis-server >/dev/null || { echo "install: apt-get install -y redis-server redis-tools" >&2; exit 1; }
+
+cargo build --release -q --features redis -p tollgate --example hybrid_bench
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+dir=$(mktemp -d)
+redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+  --daemonize no --logfile "$dir/log" &
+server=$!
+trap 'kill $server 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+
+out=$(target/release/examples/hybrid_bench "redis://127.0.0.1:$port" "$secs")
+echo "$out" | grep -v '^TOTAL'
+total=$(echo "$out" | grep '^TOTAL')
+server_calls=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' \
+  | sed -nE 's/^cmdstat_eval(sha)?:calls=([0-9]+),.*/\2/p' | paste -sd+ | bc)
+python3 - "$total" "$server_calls" <<'PY'
+import sys
+fields = dict(kv.split("=") for kv in sys.argv[1].split()[1:])
+ours = int(fields["redis_checks"]) + int(fields["hybrid_calls"])
+print(f"script calls: the stores counted {ours}, redis-server counted {sys.argv[2]} "
+      "(the difference: NOSCRIPT retries when a script is first loaded)")
+PY
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"

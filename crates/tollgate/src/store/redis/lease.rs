@@ -1,0 +1,433 @@
+//! Leases for the hybrid store: take up to `n` units of a (rule, key) in one
+//! script run, giving back what an earlier lease left unspent (see
+//! `scripts/lease.lua` for the exact semantics).
+
+use std::sync::LazyLock;
+
+use redis::{ErrorKind, ServerErrorKind};
+
+use super::conn;
+#[cfg(test)]
+use super::keys;
+use super::resp::{self, Reply, Value};
+use super::{Backend, RedisStore, protocol, scripts, store_error};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::time::Micros;
+
+/// The lease script: the prelude, all five algorithms, then `lease.lua`.
+struct LeaseScript {
+    source: &'static str,
+    sha: String,
+}
+
+static LEASE: LazyLock<LeaseScript> = LazyLock::new(|| {
+    let source = concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/gcra.lua"),
+        include_str!("scripts/token_bucket.lua"),
+        include_str!("scripts/fixed_window.lua"),
+        include_str!("scripts/sliding_window.lua"),
+        include_str!("scripts/sliding_log.lua"),
+        include_str!("scripts/lease.lua"),
+    );
+    LeaseScript {
+        source,
+        sha: sha1_smol::Sha1::from(source).digest().to_string(),
+    }
+});
+
+/// Units of an earlier lease to give back before leasing again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GiveBack {
+    /// Units left unspent.
+    pub(crate) units: u64,
+    /// The Redis time the lease was taken at.
+    pub(crate) t0: Micros,
+    /// The lease's `reset_after` right after it was taken.
+    pub(crate) reset_after: Micros,
+}
+
+/// What one lease run answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lease {
+    /// The Redis time of the run.
+    pub(crate) t: Micros,
+    /// Units taken (0, or between `need` and `n`).
+    pub(crate) units: u64,
+    /// A peek after the lease: remaining.
+    pub(crate) remaining: u64,
+    /// A peek after the lease: reset_after, µs.
+    pub(crate) reset_after: Micros,
+    /// µs until a check of cost `n` would be admitted (0: now); `None`: never.
+    pub(crate) wait: Option<Micros>,
+    /// The end of the current window (fixed and sliding window).
+    pub(crate) window_end: Option<Micros>,
+    /// µs until a check of cost `need` would be admitted (0: now); `None`:
+    /// never.
+    pub(crate) wait_need: Option<Micros>,
+}
+
+impl RedisStore {
+    /// Leases between `need` and `n` units of (rule, key) at the server's
+    /// time (or `at`, for tests), first giving back `give_back`. Takes
+    /// nothing when fewer than `need` units are available. `n` must not
+    /// exceed the rule's capacity. One script run: one Redis call.
+    #[cfg(test)]
+    pub(crate) async fn lease(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+        need: u64,
+        n: u64,
+        give_back: Option<GiveBack>,
+        at: Option<Micros>,
+    ) -> Result<Lease, StoreError> {
+        let redis_key = keys::redis_key(&self.inner.prefix, rule.name(), rule.algorithm(), key);
+        self.lease_at(&redis_key, rule, need, n, give_back, at)
+            .await
+    }
+
+    /// [`RedisStore::lease`] on the Redis key of the pair (see
+    /// [`RedisStore::redis_key`]).
+    pub(crate) async fn lease_at(
+        &self,
+        redis_key: &[u8],
+        rule: &Rule,
+        need: u64,
+        n: u64,
+        give_back: Option<GiveBack>,
+        at: Option<Micros>,
+    ) -> Result<Lease, StoreError> {
+        let code = u64::from(scripts::code(rule.algorithm()));
+        let params = if matches!(
+            rule.algorithm(),
+            crate::Algorithm::Gcra | crate::Algorithm::TokenBucket
+        ) {
+            [rule.tau_micros(), rule.interval_micros(), rule.burst(), 0]
+        } else {
+            [rule.period_micros(), rule.limit(), 0, 0]
+        };
+        let g = give_back.unwrap_or(GiveBack {
+            units: 0,
+            t0: 0,
+            reset_after: 0,
+        });
+        let margin = if at.is_some() {
+            self.inner.margin_ms
+        } else {
+            0
+        };
+        let numbers = [
+            margin,
+            code,
+            params[0],
+            params[1],
+            params[2],
+            params[3],
+            need,
+            n,
+            g.units,
+            g.t0,
+            g.reset_after,
+        ];
+        let texts: Vec<String> = numbers.iter().map(u64::to_string).collect();
+        let t_arg = at.map(|t| t.to_string()).unwrap_or_default();
+        let mut args: Vec<&[u8]> = Vec::with_capacity(16);
+        args.extend([&b"EVALSHA"[..], LEASE.sha.as_bytes(), b"1", redis_key]);
+        args.push(t_arg.as_bytes());
+        args.extend(texts.iter().map(String::as_bytes));
+        let ints = self.run_lease(&mut args).await?;
+        parse(&ints)
+    }
+
+    /// Sends the lease command in `args` (`EVALSHA sha …`), by source on
+    /// `NOSCRIPT`; returns the reply's integers.
+    async fn run_lease(&self, args: &mut [&[u8]]) -> Result<Vec<i64>, StoreError> {
+        let Backend::Lean(conn) = &self.inner.backend else {
+            let build = |args: &[&[u8]]| {
+                let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap_or("EVALSHA"));
+                for a in &args[1..] {
+                    cmd.arg(*a);
+                }
+                cmd
+            };
+            let reply: Vec<i64> = match self.query_raw(&build(args)).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    args[0] = b"EVAL";
+                    args[1] = LEASE.source.as_bytes();
+                    self.query_raw(&build(args))
+                        .await
+                        .map_err(|e| store_error(&e))?
+                }
+                other => other.map_err(|e| store_error(&e))?,
+            };
+            return Ok(reply);
+        };
+        let mut retried = false;
+        loop {
+            let encode = |out: &mut Vec<u8>, _: &mut super::RuleCache| resp::command(out, args);
+            match conn.call(encode).await? {
+                Reply::Ints(ints) => return Ok(ints.as_slice().to_vec()),
+                Reply::Other(Value::Array(values)) => {
+                    return values
+                        .iter()
+                        .map(|v| match v {
+                            Value::Int(i) => Ok(*i),
+                            other => Err(protocol(format!("the lease script answered {other:?}"))),
+                        })
+                        .collect();
+                }
+                Reply::Error(e) if args[0] == b"EVALSHA" && e.starts_with("NOSCRIPT") => {
+                    args[0] = b"EVAL";
+                    args[1] = LEASE.source.as_bytes();
+                }
+                Reply::Error(e)
+                    if !retried && e.starts_with("READONLY") && conn.follows_sentinel() =>
+                {
+                    retried = true;
+                }
+                Reply::Error(e) => return Err(conn::server_error(&e)),
+                Reply::Other(v) => {
+                    return Err(protocol(format!("the lease script answered {v:?}")));
+                }
+            }
+        }
+    }
+}
+
+fn parse(reply: &[i64]) -> Result<Lease, StoreError> {
+    let [
+        t,
+        units,
+        remaining,
+        reset_after,
+        wait,
+        window_end,
+        wait_need,
+    ] = reply
+    else {
+        return Err(protocol(format!(
+            "the lease script replied {reply:?}, not 7 integers"
+        )));
+    };
+    let unsigned = |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
+    Ok(Lease {
+        t: unsigned(*t)?,
+        units: unsigned(*units)?,
+        remaining: unsigned(*remaining)?,
+        reset_after: unsigned(*reset_after)?,
+        wait: u64::try_from(*wait).ok(),
+        window_end: u64::try_from(*window_end).ok(),
+        wait_need: u64::try_from(*wait_need).ok(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::{self, KeyState};
+    use crate::rule::{Algorithm, RuleSpec};
+    use crate::store::Store;
+    use crate::store::redis::RedisOptions;
+
+    /// xorshift64*: reproducible histories without a dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+        }
+    }
+
+    fn micros(d: Duration) -> u64 {
+        u64::try_from(d.as_micros()).unwrap()
+    }
+
+    /// For every algorithm, on random histories of checks and leases at
+    /// explicit times: a lease takes exactly the largest cost the Rust
+    /// algorithm admits (cost k admits, k + 1 denies, or k = n), nothing
+    /// when that is below `need`; it leaves the state a check of cost k
+    /// leaves; its peek fields and its wait match the Rust algorithm; and
+    /// giving units back at once leaves the state a lease of k − u leaves.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lease_takes_the_largest_cost_the_algorithm_admits() {
+        let server = redis_harness::RedisServer::start();
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .unwrap();
+        for algorithm in Algorithm::ALL {
+            let mut spec = RuleSpec::new(
+                format!("lease_{algorithm}"),
+                algorithm,
+                10,
+                Duration::from_secs(1),
+            );
+            if algorithm.has_burst() {
+                spec = spec.burst(15);
+            }
+            let rule = spec.build().unwrap();
+            let capacity = rule.capacity();
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(scripts::code(algorithm)));
+            let mut state = KeyState::Empty;
+            let mut t: Micros = 1_764_000_000_000_000;
+            let (mut leases, mut partial, mut refused) = (0, 0, 0);
+            for step in 0..400 {
+                t += rng.below(250_000);
+                let what = format!("{algorithm} step {step} t {t}");
+                if rng.below(2) == 0 {
+                    let cost = rng.below(4);
+                    let d = store.check(&rule, b"k", cost, Some(t)).await.unwrap();
+                    let want = algorithm::decide(&rule, &mut state, t, cost);
+                    assert_eq!(d, want, "{what}: check of {cost}");
+                    continue;
+                }
+                let n = 1 + rng.below(capacity);
+                let need = if rng.below(3) == 0 {
+                    1 + rng.below(n)
+                } else {
+                    1
+                };
+                let before = state.clone();
+                let lease = store
+                    .lease(&rule, b"k", need, n, None, Some(t))
+                    .await
+                    .unwrap();
+                assert_eq!(lease.t, t, "{what}");
+                let k = lease.units;
+                let admits = |c: u64| algorithm::evaluate(&rule, &before, t, c).allowed;
+                if k > 0 {
+                    leases += 1;
+                    assert!(k >= need && k <= n, "{what}: {k} not in [{need}, {n}]");
+                    assert!(admits(k), "{what}: cost {k} is denied");
+                    if k < n {
+                        partial += 1;
+                    }
+                } else {
+                    refused += 1;
+                }
+                let largest = (0..=n).rev().find(|&c| admits(c)).unwrap_or(0);
+                let expected = if largest >= need { largest } else { 0 };
+                assert_eq!(k, expected, "{what}: n {n} need {need}");
+                algorithm::commit(&rule, &mut state, t, k);
+                let peek = algorithm::evaluate(&rule, &state, t, 0);
+                assert_eq!(lease.remaining, peek.remaining, "{what}: remaining");
+                assert_eq!(lease.reset_after, micros(peek.reset_after), "{what}: reset");
+                let next = algorithm::evaluate(&rule, &state, t, n);
+                let wait = if next.allowed {
+                    Some(0)
+                } else {
+                    next.retry_after.map(micros)
+                };
+                assert_eq!(lease.wait, wait, "{what}: wait for {n}");
+                let short = algorithm::evaluate(&rule, &state, t, need);
+                let wait_need = if short.allowed {
+                    Some(0)
+                } else {
+                    short.retry_after.map(micros)
+                };
+                assert_eq!(lease.wait_need, wait_need, "{what}: wait for {need}");
+                let window_end =
+                    matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+                        .then(|| (t / rule.period_micros() + 1) * rule.period_micros());
+                assert_eq!(lease.window_end, window_end, "{what}");
+                if k > 0 && rng.below(2) == 0 {
+                    let u = 1 + rng.below(k);
+                    let g = GiveBack {
+                        units: u,
+                        t0: t,
+                        reset_after: lease.reset_after,
+                    };
+                    store
+                        .lease(&rule, b"k", 0, 0, Some(g), Some(t))
+                        .await
+                        .unwrap();
+                    state = before;
+                    algorithm::commit(&rule, &mut state, t, k - u);
+                }
+                let d = store.check(&rule, b"k", 0, Some(t)).await.unwrap();
+                assert_eq!(d, algorithm::evaluate(&rule, &state, t, 0), "{what}: peek");
+            }
+            assert!(
+                leases > 50 && partial > 5 && refused > 5,
+                "{algorithm}: {leases} {partial} {refused}"
+            );
+        }
+        assert!(
+            server.keys_without_ttl().is_empty(),
+            "{:?}",
+            server.keys_without_ttl()
+        );
+    }
+
+    /// GCRA and token bucket give back only what cannot have overflowed:
+    /// once the bucket has refilled past the lease, a give-back adds
+    /// nothing (the units would have been lost to the full bucket anyway),
+    /// while the window algorithms give back exactly, in the lease's window.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_late_give_back_never_makes_the_state_more_generous() {
+        let server = redis_harness::RedisServer::start();
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .unwrap();
+        for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+            let rule = RuleSpec::new(
+                format!("late_{algorithm}"),
+                algorithm,
+                10,
+                Duration::from_secs(1),
+            )
+            .build()
+            .unwrap();
+            let t0: Micros = 1_764_000_000_000_000;
+            // take 6 of 10 at t0; reset_after = 600 ms
+            let lease = store
+                .lease(&rule, b"k", 1, 6, None, Some(t0))
+                .await
+                .unwrap();
+            assert_eq!((lease.units, lease.reset_after), (6, 600_000));
+            // 200 ms later 2 more are spent by someone else (tat = t0 + 800 ms)
+            let t1 = t0 + 200_000;
+            assert!(store.check(&rule, b"k", 2, Some(t1)).await.unwrap().allowed);
+            // at t0 + 500 ms, 5 unspent units come back: only what the lease
+            // still holds above t (tat_lease - t = 100 ms = 1 unit)
+            let t2 = t0 + 500_000;
+            let g = GiveBack {
+                units: 5,
+                t0,
+                reset_after: lease.reset_after,
+            };
+            store
+                .lease(&rule, b"k", 0, 0, Some(g), Some(t2))
+                .await
+                .unwrap();
+            let peek = store.check(&rule, b"k", 0, Some(t2)).await.unwrap();
+            // without the give-back: tat = t0 + 800 ms, 3 remaining at t2;
+            // with it: tat = t0 + 700 ms, 8 remaining
+            assert_eq!(peek.remaining, 8, "{algorithm}");
+            // much later the bucket is full: a give-back changes nothing
+            let t3 = t0 + 5_000_000;
+            let g = GiveBack {
+                units: 5,
+                t0,
+                reset_after: lease.reset_after,
+            };
+            store
+                .lease(&rule, b"k", 0, 0, Some(g), Some(t3))
+                .await
+                .unwrap();
+            let peek = store.check(&rule, b"k", 0, Some(t3)).await.unwrap();
+            assert_eq!(peek.remaining, 10, "{algorithm}");
+        }
+        assert!(
+            server.keys_without_ttl().is_empty(),
+            "{:?}",
+            server.keys_without_ttl()
+        );
+    }
+}
