@@ -337,6 +337,7 @@ impl RedisStore {
             )));
         }
         let t = options.timeout;
+        let scripts = Scripts::new();
         let backend = match url {
             StoreUrl::Memory => {
                 return Err(protocol("the memory URL names no Redis store"));
@@ -365,7 +366,7 @@ impl RedisStore {
                         db: *db,
                         timeout: t,
                     };
-                    Backend::Lean(Conn::connect(config).await?)
+                    Backend::Lean(Conn::connect(config, scripts.clone()).await?)
                 } else {
                     let client = redis::Client::open(node.client_url(*tls, credentials, *db))
                         .map_err(|e| store_error(&e))?;
@@ -410,13 +411,13 @@ impl RedisStore {
                     db: 0,
                     timeout: t,
                 };
-                Backend::Lean(Conn::connect(config).await?)
+                Backend::Lean(Conn::connect(config, scripts.clone()).await?)
             }
         };
         Ok(Self {
             inner: Arc::new(Inner {
                 backend,
-                scripts: Scripts::new(),
+                scripts,
                 prefix: options.prefix,
                 margin_ms: u64::try_from(options.explicit_time_ttl_margin.as_millis())
                     .unwrap_or(u64::MAX),
@@ -513,22 +514,34 @@ impl RedisStore {
             };
             return Ok(Ints::Heap(reply));
         };
-        let (mut by_sha, mut retried) = (true, false);
-        loop {
-            let encode = |out: &mut Vec<u8>, cache: &mut RuleCache| {
+        lean_eval(conn, |by_sha| {
+            conn.call(move |out: &mut Vec<u8>, cache: &mut RuleCache| {
                 encode_run(out, cache, script, by_sha, prefix, margin_ms, run);
-            };
-            match conn.call(encode).await? {
-                Reply::Ints(ints) => return Ok(ints),
-                Reply::Error(e) if by_sha && e.starts_with("NOSCRIPT") => by_sha = false,
-                Reply::Error(e)
-                    if !retried && e.starts_with("READONLY") && conn.follows_sentinel() =>
-                {
-                    retried = true;
-                }
-                Reply::Error(e) => return Err(conn::server_error(&e)),
-                Reply::Other(v) => return Err(protocol(format!("the script answered {v:?}"))),
+            })
+        })
+        .await
+    }
+}
+
+/// Runs a script on the lean connection through `call(by_sha)`, falling
+/// back from `EVALSHA` to `EVAL` on `NOSCRIPT` (nothing ran), and, behind
+/// Sentinel, trying once more on `READONLY` (the master was demoted;
+/// nothing ran, and the connection looks the new master up).
+async fn lean_eval<F, C>(conn: &Conn, mut call: F) -> Result<Ints, StoreError>
+where
+    F: FnMut(bool) -> C,
+    C: Future<Output = Result<Reply, StoreError>>,
+{
+    let (mut by_sha, mut retried) = (true, false);
+    loop {
+        match call(by_sha).await? {
+            Reply::Ints(ints) => return Ok(ints),
+            Reply::Error(e) if by_sha && e.starts_with("NOSCRIPT") => by_sha = false,
+            Reply::Error(e) if !retried && e.starts_with("READONLY") && conn.follows_sentinel() => {
+                retried = true;
             }
+            Reply::Error(e) => return Err(conn::server_error(&e)),
+            Reply::Other(v) => return Err(protocol(format!("the script answered {v:?}"))),
         }
     }
 }
@@ -599,14 +612,25 @@ fn encode_run(
         return;
     };
     let cached = cache.get(prefix, rule);
+    Encoder::append(out).encoded(script.head_one_key(by_sha));
+    encode_key(out, cached, key);
+    push_common_args(&mut Encoder::append(out), 1, margin_ms, run.mode, run.at);
+    encode_pair(out, cached, rule, cost);
+}
+
+/// Appends the Redis key of (`cached`'s rule, `key`) as a RESP bulk string.
+fn encode_key(out: &mut Vec<u8>, cached: &RuleBytes, key: &[u8]) {
     let mut e = Encoder::append(out);
-    e.encoded(script.head_one_key(by_sha));
-    // The key: a bulk string (its \r\n ends `key_tail`).
+    // A bulk string (its \r\n ends `key_tail`).
     e.bulk_header(cached.key_head.len() + keys::key_body_len(key) + cached.key_tail.len() - 2);
     e.encoded(&cached.key_head);
     e.with_buffer(|out| keys::write_key_body(out, key));
     e.encoded(&cached.key_tail);
-    push_common_args(&mut e, 1, margin_ms, run.mode, run.at);
+}
+
+/// Appends the six pair arguments of a check of `rule` (`cached`'s).
+fn encode_pair(out: &mut Vec<u8>, cached: &RuleBytes, rule: &Rule, cost: u64) {
+    let mut e = Encoder::append(out);
     e.encoded(&cached.code);
     let cost = clamp_cost(rule, cost);
     e.uint(cost);
@@ -614,6 +638,24 @@ fn encode_run(
         e.uint(rule.increment_micros(cost));
     }
     e.encoded(&cached.rule_args);
+}
+
+/// Appends a single check's parts for [`Conn::check`]: its key, then its
+/// pair arguments. Returns the key's length.
+fn encode_check(
+    out: &mut Vec<u8>,
+    cache: &mut RuleCache,
+    prefix: &str,
+    rule: &Rule,
+    key: &[u8],
+    cost: u64,
+) -> usize {
+    let cached = cache.get(prefix, rule);
+    let start = out.len();
+    encode_key(out, cached, key);
+    let key_len = out.len() - start;
+    encode_pair(out, cached, rule, cost);
+    key_len
 }
 
 /// `t margin n mode` of a single check at the server's time (`"" 0 1 c`),
@@ -686,10 +728,23 @@ impl RedisStore {
         cost: u64,
         at: Option<Micros>,
     ) -> Result<Decision, StoreError> {
-        let script = self.inner.scripts.single(rule.algorithm());
-        let reply = self
-            .eval(script, Pairs::One { rule, key, cost }, "c", at)
-            .await?;
+        let reply = match (&self.inner.backend, at) {
+            // At the server's time: may share a script run with others.
+            (Backend::Lean(conn), None) => {
+                let (code, prefix) = (scripts::code(rule.algorithm()), &*self.inner.prefix);
+                lean_eval(conn, |by_sha| {
+                    conn.check(code, by_sha, move |out: &mut Vec<u8>, cache: &mut RuleCache| {
+                        encode_check(out, cache, prefix, rule, key, cost)
+                    })
+                })
+                .await?
+            }
+            _ => {
+                let script = self.inner.scripts.single(rule.algorithm());
+                self.eval(script, Pairs::One { rule, key, cost }, "c", at)
+                    .await?
+            }
+        };
         match reply.as_slice() {
             [t, r @ ..] if r.len() == 4 && *t >= 0 => decision(r, rule),
             other => Err(protocol(format!(

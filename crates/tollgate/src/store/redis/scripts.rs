@@ -5,7 +5,11 @@
 //! holding all five for multi-rule checks. They are sent with `EVALSHA`; on
 //! `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store falls
 //! back to `EVAL`, which also caches the script again.
+//!
+//! Concurrent single checks share one run in batch mode (see `conn.rs` and
+//! [`Scripts::write_checks`]).
 
+use super::resp::{Args, Encoder};
 use crate::rule::Algorithm;
 
 macro_rules! script {
@@ -105,6 +109,52 @@ impl Scripts {
     /// The script for single checks of `algorithm`.
     pub(crate) fn single(&self, algorithm: Algorithm) -> &Script {
         &self.single[usize::from(code(algorithm)) - 1]
+    }
+
+    /// Appends ONE script run deciding single checks at the server's time,
+    /// independently and in order: each check's Redis key (a RESP bulk
+    /// string, from `keys`) and six pair arguments (RESP, from `args`).
+    /// `code` is the algorithm all share (its own script runs them), or
+    /// `None` when they mix (the script holding all five does). One check
+    /// is written as the ordinary single check (`"" 0 1 c`); several as a
+    /// batch (`"" 0 n b`), whose reply is the time and four integers per
+    /// check, or a check's error text in place of its first.
+    pub(crate) fn write_checks<'a>(
+        &self,
+        out: &mut Vec<u8>,
+        code: Option<u8>,
+        by_sha: bool,
+        keys: impl ExactSizeIterator<Item = &'a [u8]>,
+        args: impl Iterator<Item = &'a [u8]>,
+    ) {
+        let script = match code.and_then(|c| self.single.get(usize::from(c).wrapping_sub(1))) {
+            Some(script) => script,
+            None => &self.multi,
+        };
+        let n = keys.len();
+        let mut e = if n == 1 {
+            let mut e = Encoder::append(out);
+            e.encoded(script.head_one_key(by_sha));
+            e
+        } else {
+            let mut e = Encoder::command(out, 7 + 7 * n);
+            e.encoded(script.head(by_sha));
+            e.uint(n as u64);
+            e
+        };
+        for key in keys {
+            e.encoded(key);
+        }
+        if n == 1 {
+            e.encoded(super::NOW_ONE_CHECK.1);
+        } else {
+            e.encoded(b"$0\r\n\r\n$1\r\n0\r\n");
+            e.uint(n as u64);
+            e.encoded(b"$1\r\nb\r\n");
+        }
+        for a in args {
+            e.encoded(a);
+        }
     }
 }
 

@@ -32,8 +32,29 @@ local function peek(i)
   return { allowed, remaining, reset, retry }
 end
 
+-- One independent check (mode b): decide pair i and, if it admits, write
+-- at once, so a later pair on the same key sees it.
+local function check_one(i)
+  local code, cost, p1, p2, p3, p4 = pair(i)
+  local allowed, remaining, reset, retry, write = algo_of(code)(KEYS[i], cost, p1, p2, p3, p4, t)
+  if allowed and cost > 0 then write() end
+  return { allowed, remaining, reset, retry }
+end
+
 local out = {}
-if mode == 'r' then
+if mode == 'b' then
+  for i = 1, n do
+    local ok, o = pcall(check_one, i)
+    if ok then
+      out[i] = o
+    else
+      -- This pair failed (e.g. READONLY, WRONGTYPE): its own error, the
+      -- other pairs are unaffected. redis.call raises a table {err = …}.
+      if type(o) == 'table' and o.err then o = o.err end
+      out[i] = { err = tostring(o) }
+    end
+  end
+elseif mode == 'r' then
   for i = 1, n do
     local code, cost, p1, p2, p3, p4 = pair(i)
     REFUNDS[code](KEYS[i], cost, p1, p2, p3, p4, t)
@@ -61,9 +82,17 @@ end
 local reply = { t }
 for i = 1, n do
   local o = out[i]
-  reply[#reply + 1] = o[1] and 1 or 0
-  reply[#reply + 1] = o[2]
-  reply[#reply + 1] = o[3]
-  reply[#reply + 1] = o[4]
+  if o.err then
+    -- a failed pair of a batch: its error text, then three zeros
+    reply[#reply + 1] = o.err
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+  else
+    reply[#reply + 1] = o[1] and 1 or 0
+    reply[#reply + 1] = o[2]
+    reply[#reply + 1] = o[3]
+    reply[#reply + 1] = o[4]
+  end
 end
 return reply

@@ -11,14 +11,19 @@
 --   ARGV[4]   mode: "c" check (decide; write only if every pair admits),
 --             "d" dry run (decide, write nothing; admitting pairs report a peek),
 --             "r" refund (undo an admitted check made at t = ARGV[1]; Redis
---             Cluster multi-rule checks whose pairs live on several nodes)
+--             Cluster multi-rule checks whose pairs live on several nodes),
+--             "b" batch: every pair is an independent single check, decided
+--             and written in order (a later pair on the same key sees the
+--             earlier one's write); a pair that raises an error reports it
+--             and the others go on
 --   then 6 arguments per pair: algorithm code, cost, p1, p2, p3, p4
 --     gcra (1), token_bucket (2):  p1 = cost*period/limit (µs, floored),
 --                                  p2 = tau = burst*period/limit, p3 = T = period/limit,
 --                                  p4 = burst
 --     fixed_window (3), sliding_window (4), sliding_log (5): p1 = period (µs), p2 = limit
 -- Reply: t (µs), then 4 integers per pair: allowed (0/1), remaining,
--- reset_after (µs), retry_after (µs, or -1 for none).
+-- reset_after (µs), retry_after (µs, or -1 for none). In mode "b" a failed
+-- pair's four are its error text and three zeros.
 --
 -- Precision: Lua numbers are IEEE doubles, exact for integers below 2^53
 -- (about 285 years of microseconds). Every stored or compared value stays
