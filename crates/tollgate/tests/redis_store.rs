@@ -106,6 +106,94 @@ async fn decisions_equal_the_memory_store_on_random_traces() {
     assert_no_key_without_ttl(&server);
 }
 
+/// Script runs (`EVALSHA` + `EVAL`) `server` counted since its last
+/// `CONFIG RESETSTAT`.
+fn script_runs(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Many concurrent single checks, batched into shared script runs (`b`
+/// mode), decide exactly as the memory store does when it sees each key's
+/// checks in the same order: 24 tasks, each owning a key under every rule
+/// (random rules of every algorithm), each round sending three checks per
+/// key at once (queued in that order: a later one in the same batch must
+/// see the earlier one's write), every round at one explicit time so that
+/// the order can be replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_concurrent_checks_equal_the_memory_store() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "batch").await;
+    let mut rng = Rng(0xba7c4);
+    let rules: Vec<Rule> = (0..3)
+        .flat_map(|i| Algorithm::ALL.map(|a| (i, a)))
+        .map(|(i, a)| random_rule(&mut rng, &format!("b{i}_{a}"), a))
+        .collect();
+    let rules = std::sync::Arc::new(rules);
+    let (tasks, rounds) = (24u64, 8u64);
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    // (rule, key, t, cost, decision), each key's in the order sent.
+    let mut seen: Vec<(usize, String, u64, u64, Decision)> = Vec::new();
+    let mut t = EPOCH;
+    for round in 0..rounds {
+        let runs: Vec<_> = (0..tasks)
+            .map(|task| {
+                let (redis, rules) = (redis.clone(), rules.clone());
+                let mut rng = Rng(task * 1000 + round);
+                tokio::spawn(async move {
+                    let key = format!("t{task}");
+                    let mut checks = Vec::new();
+                    for (r, rule) in rules.iter().enumerate() {
+                        for _ in 0..3 {
+                            let cost = match rng.below(6) {
+                                0 => 0,
+                                1 => rule.capacity() + 1,
+                                2 => 1 + rng.below(rule.capacity()),
+                                _ => 1,
+                            };
+                            checks.push((r, cost));
+                        }
+                    }
+                    let sent = checks
+                        .iter()
+                        .map(|&(r, cost)| redis.check(&rules[r], key.as_bytes(), cost, Some(t)));
+                    let decided = futures_util::future::join_all(sent).await;
+                    checks
+                        .into_iter()
+                        .zip(decided)
+                        .map(|((r, cost), d)| (r, key.clone(), t, cost, d.expect("check")))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for run in runs {
+            seen.extend(run.await.expect("task"));
+        }
+        t += rng.below(2_000_000);
+    }
+    let checks = seen.len() as u64;
+    assert_eq!(checks, tasks * rounds * 15 * 3);
+    let runs = script_runs(&server);
+    assert!(
+        runs * 4 <= checks,
+        "{checks} checks in {runs} script runs: hardly batched"
+    );
+    let memory = MemoryStore::new();
+    for (r, key, t, cost, got) in seen {
+        let expected = memory.check_sync(&rules[r], key.as_bytes(), cost, Some(t));
+        assert_eq!(
+            got, expected,
+            "rule {:?} key {key} t {t} cost {cost}",
+            rules[r]
+        );
+    }
+    assert_no_key_without_ttl(&server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_rule_checks_equal_the_memory_store() {
     let server = RedisServer::start();

@@ -12,15 +12,15 @@
 //! * One driver task owns the socket. Woken by new requests, it first lets
 //!   every other ready task queue theirs (one yield), then writes all of
 //!   them with one `write`: under load, batches form by themselves.
-//! * Single checks at the server's time are queued as parts (a key and its
-//!   pair arguments), not commands: the driver writes each run of up to
-//!   [`MAX_BATCH`] consecutive ones as ONE script run in batch mode (see
-//!   `check.lua`), which decides them independently, in order, and answers
-//!   one array. Redis's per-command and per-script costs, and ours to encode
+//! * Single checks are queued as parts (a key and its pair arguments), not
+//!   commands: the driver writes each run of up to [`MAX_BATCH`]
+//!   consecutive ones at the same time (the server's, or the same explicit
+//!   one) as ONE script run in batch mode (see `check.lua`), which decides
+//!   them independently, in order, and answers one array. Redis's per-command and per-script costs, and ours to encode
 //!   and parse, are paid once per batch, not per check. A lone check goes as
 //!   the ordinary single-check command. Any other command (a multi-rule
-//!   check, a check at an explicit time, `PING`) goes as it is, between
-//!   batches, in its place in the order.
+//!   check, `PING`) goes as it is, between batches, in its place in the
+//!   order.
 //! * The driver parses replies in order (an array of integers, or an
 //!   error), stores each in its slot (a batch's reply split among its
 //!   checks) and, once every reply read is stored, wakes the callers.
@@ -60,6 +60,7 @@ use super::resp::{self, Ints, Reply, Value};
 use super::scripts::Scripts;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::{Credentials, HostPort};
+use crate::time::Micros;
 
 /// The first wait after a failed connection attempt.
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
@@ -106,8 +107,17 @@ pub(super) struct Config {
 struct Shared {
     state: Mutex<State>,
     config: Config,
-    /// The scripts batches run.
-    scripts: Scripts,
+    /// How checks are written.
+    checks: Checks,
+}
+
+/// What the driver needs to write checks (see [`Conn::check`]).
+#[derive(Debug, Clone)]
+pub(super) struct Checks {
+    /// The scripts they run.
+    pub(super) scripts: Scripts,
+    /// Extra TTL (ms) of checks at an explicit time (see `prelude.lua`).
+    pub(super) margin_ms: u64,
 }
 
 struct State {
@@ -137,7 +147,7 @@ struct Queued {
 pub(super) enum Part {
     /// One complete command.
     Whole,
-    /// One single check at the server's time (see [`Conn::check`]): its
+    /// One single check (see [`Conn::check`]): its
     /// Redis key as a RESP bulk string (`key_len` bytes), then its six pair
     /// arguments; the driver wraps it in a script run, alone or batched.
     Check {
@@ -147,6 +157,8 @@ pub(super) enum Part {
         code: u8,
         /// Run by hash (else by source: the server lost its scripts).
         by_sha: bool,
+        /// Its explicit time, or `None` for the server's.
+        at: Option<Micros>,
     },
 }
 
@@ -232,7 +244,7 @@ impl Conn {
     /// Opens the first connection (so a wrong address or password is an
     /// error here, not at the first check) and spawns the driver on the
     /// current tokio runtime.
-    pub(super) async fn connect(config: Config, scripts: Scripts) -> Result<Self, StoreError> {
+    pub(super) async fn connect(config: Config, checks: Checks) -> Result<Self, StoreError> {
         let stream = open(&config).await?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -245,7 +257,7 @@ impl Conn {
                 cache: RuleCache::default(),
             }),
             config,
-            scripts,
+            checks,
         });
         tokio::spawn(Driver::new(shared.clone(), stream));
         Ok(Self { shared })
@@ -269,8 +281,9 @@ impl Conn {
         }
     }
 
-    /// Sends one single check at the server's time, of the algorithm whose
-    /// script code is `code`: `encode` appends its Redis key (a RESP bulk
+    /// Sends one single check at `at` (or with `None` the server's time),
+    /// of the algorithm whose script code is `code`: `encode` appends its
+    /// Redis key (a RESP bulk
     /// string) and returns its length, then appends the six pair arguments
     /// (see `check.lua`). The driver runs it by itself or in a batch with
     /// its neighbours; the reply is the single-check reply either way: the
@@ -280,6 +293,7 @@ impl Conn {
         &self,
         code: u8,
         by_sha: bool,
+        at: Option<Micros>,
         encode: E,
     ) -> Call<'_, impl FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part + Unpin> {
         Call {
@@ -290,6 +304,7 @@ impl Conn {
                     key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
                     code,
                     by_sha,
+                    at,
                 }
             }),
             slot: None,
@@ -383,10 +398,12 @@ impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part> Call<'_, E> {
         let start = st.out.len();
         let state = &mut *st;
         let part = encode(&mut state.out, &mut state.cache);
-        let len = u32::try_from(st.out.len() - start).ok().filter(|&len| match part {
-            Part::Whole => true,
-            Part::Check { key_len, .. } => key_len < len,
-        });
+        let len = u32::try_from(st.out.len() - start)
+            .ok()
+            .filter(|&len| match part {
+                Part::Whole => true,
+                Part::Check { key_len, .. } => key_len < len,
+            });
         let Some(len) = len else {
             st.out.truncate(start);
             return Poll::Ready(Err(protocol("a command of 4 GiB or more")));
@@ -674,10 +691,14 @@ impl Driver {
                 rest = &rest[1..];
                 continue;
             }
+            let at = |s: &Sent| match s.part {
+                Part::Check { at, .. } => Some(at),
+                Part::Whole => None,
+            };
             let n = rest
                 .iter()
                 .take(MAX_BATCH)
-                .take_while(|s| s.part != Part::Whole)
+                .take_while(|s| at(s) == at(first))
                 .count();
             let (batch, after) = rest.split_at(n);
             let split = |s: &Sent| {
@@ -696,10 +717,12 @@ impl Driver {
             let by_sha = batch
                 .iter()
                 .all(|s| matches!(s.part, Part::Check { by_sha: true, .. }));
-            self.shared.scripts.write_checks(
+            let checks = &self.shared.checks;
+            checks.scripts.write_checks(
                 &mut self.wbuf,
                 same.then(|| code(first)),
                 by_sha,
+                at(first).flatten().map(|t| (t, checks.margin_ms)),
                 batch.iter().map(|s| split(s).0),
                 batch.iter().map(|s| split(s).1),
             );
@@ -959,13 +982,7 @@ fn member_reply(reply: &Reply, j: usize, n: usize) -> Result<Reply, StoreError> 
             }
             Ok(Reply::Ints(Ints::Inline(
                 5,
-                [
-                    ints[0],
-                    ints[at],
-                    ints[at + 1],
-                    ints[at + 2],
-                    ints[at + 3],
-                ],
+                [ints[0], ints[at], ints[at + 1], ints[at + 2], ints[at + 3]],
             )))
         }
         // Some check failed: its error text stands in its first integer.
@@ -974,9 +991,10 @@ fn member_reply(reply: &Reply, j: usize, n: usize) -> Result<Reply, StoreError> 
                 return Ok(Reply::Error(String::from_utf8_lossy(e).into_owned()));
             }
             let mut five = [0; 5];
-            for (v, item) in five.iter_mut().zip(
-                std::iter::once(&items[0]).chain(&items[at..at + 4]),
-            ) {
+            for (v, item) in five
+                .iter_mut()
+                .zip(std::iter::once(&items[0]).chain(&items[at..at + 4]))
+            {
                 match item {
                     Value::Int(i) => *v = *i,
                     _ => return Err(bad()),

@@ -338,6 +338,12 @@ impl RedisStore {
         }
         let t = options.timeout;
         let scripts = Scripts::new();
+        let margin_ms =
+            u64::try_from(options.explicit_time_ttl_margin.as_millis()).unwrap_or(u64::MAX);
+        let checks = conn::Checks {
+            scripts: scripts.clone(),
+            margin_ms,
+        };
         let backend = match url {
             StoreUrl::Memory => {
                 return Err(protocol("the memory URL names no Redis store"));
@@ -366,7 +372,7 @@ impl RedisStore {
                         db: *db,
                         timeout: t,
                     };
-                    Backend::Lean(Conn::connect(config, scripts.clone()).await?)
+                    Backend::Lean(Conn::connect(config, checks.clone()).await?)
                 } else {
                     let client = redis::Client::open(node.client_url(*tls, credentials, *db))
                         .map_err(|e| store_error(&e))?;
@@ -411,7 +417,7 @@ impl RedisStore {
                     db: 0,
                     timeout: t,
                 };
-                Backend::Lean(Conn::connect(config, scripts.clone()).await?)
+                Backend::Lean(Conn::connect(config, checks.clone()).await?)
             }
         };
         Ok(Self {
@@ -419,8 +425,7 @@ impl RedisStore {
                 backend,
                 scripts,
                 prefix: options.prefix,
-                margin_ms: u64::try_from(options.explicit_time_ttl_margin.as_millis())
-                    .unwrap_or(u64::MAX),
+                margin_ms,
             }),
         })
     }
@@ -728,14 +733,15 @@ impl RedisStore {
         cost: u64,
         at: Option<Micros>,
     ) -> Result<Decision, StoreError> {
-        let reply = match (&self.inner.backend, at) {
-            // At the server's time: may share a script run with others.
-            (Backend::Lean(conn), None) => {
+        let reply = match &self.inner.backend {
+            // May share a script run with other checks (see `conn.rs`).
+            Backend::Lean(conn) => {
                 let (code, prefix) = (scripts::code(rule.algorithm()), &*self.inner.prefix);
                 lean_eval(conn, |by_sha| {
-                    conn.check(code, by_sha, move |out: &mut Vec<u8>, cache: &mut RuleCache| {
+                    let encode = move |out: &mut Vec<u8>, cache: &mut RuleCache| {
                         encode_check(out, cache, prefix, rule, key, cost)
-                    })
+                    };
+                    conn.check(code, by_sha, at, encode)
                 })
                 .await?
             }
@@ -948,6 +954,80 @@ mod tests {
                             String::from_utf8_lossy(&cmd.get_packed_command()),
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// A run of single checks, as the connection writes it (alone, or
+    /// batched), is byte for byte what redis-rs sends for that run.
+    #[test]
+    fn batched_checks_are_encoded_as_redis_rs_encodes_them() {
+        let scripts = Scripts::new();
+        let rules: Vec<Rule> = Algorithm::ALL
+            .iter()
+            .map(|&a| {
+                RuleSpec::new(format!("b_{a}"), a, 1_000, Duration::from_secs(60))
+                    .build()
+                    .expect("valid rule")
+            })
+            .collect();
+        let long = vec![b'y'; 200];
+        let keys = [&b"alice"[..], b"", &long, b"k", b"\r\n"];
+        let checks: Vec<(&Rule, &[u8], u64)> = (0..70)
+            .map(|i| (&rules[i % 7 % 5], keys[i % 5], [0, 1, 5, u64::MAX][i % 4]))
+            .collect();
+        let same: Vec<(&Rule, &[u8], u64)> = checks
+            .iter()
+            .map(|&(_, key, cost)| (&rules[3], key, cost))
+            .collect();
+        let mut cache = RuleCache::default();
+        for run in [
+            &checks[..1],
+            &checks[..2],
+            &checks[..],
+            &same[..1],
+            &same[..],
+        ] {
+            for at in [None, Some(1_764_000_000_000_000)] {
+                for by_sha in [true, false] {
+                    let (mut parts, mut key_lens) = (Vec::new(), Vec::new());
+                    for &(rule, key, cost) in run {
+                        let mut part = Vec::new();
+                        key_lens.push(encode_check(&mut part, &mut cache, "tg", rule, key, cost));
+                        parts.push(part);
+                    }
+                    let code = run[0].0.algorithm();
+                    let all_same = run.iter().all(|c| c.0.algorithm() == code);
+                    let mut lean = Vec::new();
+                    scripts.write_checks(
+                        &mut lean,
+                        all_same.then(|| scripts::code(code)),
+                        by_sha,
+                        at.map(|t| (t, 600_000)),
+                        parts.iter().zip(&key_lens).map(|(p, &k)| &p[..k]),
+                        parts.iter().zip(&key_lens).map(|(p, &k)| &p[k..]),
+                    );
+                    let script = if all_same {
+                        scripts.single(code)
+                    } else {
+                        &scripts.multi
+                    };
+                    let mut cmd = redis::cmd(if by_sha { "EVALSHA" } else { "EVAL" });
+                    cmd.arg(if by_sha { &script.sha } else { script.source });
+                    cmd.arg(run.len());
+                    for &(rule, key, _) in run {
+                        cmd.arg(keys::redis_key("tg", rule.name(), rule.algorithm(), key));
+                    }
+                    let mode = if run.len() == 1 { "c" } else { "b" };
+                    push_common_args(&mut cmd, run.len(), 600_000, mode, at);
+                    for &(rule, _, cost) in run {
+                        push_pair_args(&mut cmd, rule, cost);
+                    }
+                    assert_eq!(
+                        String::from_utf8_lossy(&lean),
+                        String::from_utf8_lossy(&cmd.get_packed_command()),
+                    );
                 }
             }
         }

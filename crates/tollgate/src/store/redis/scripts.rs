@@ -9,8 +9,9 @@
 //! Concurrent single checks share one run in batch mode (see `conn.rs` and
 //! [`Scripts::write_checks`]).
 
-use super::resp::{Args, Encoder};
+use super::resp::{Args as _, Encoder};
 use crate::rule::Algorithm;
+use crate::time::Micros;
 
 macro_rules! script {
     ($($file:literal),*) => {
@@ -111,19 +112,21 @@ impl Scripts {
         &self.single[usize::from(code(algorithm)) - 1]
     }
 
-    /// Appends ONE script run deciding single checks at the server's time,
-    /// independently and in order: each check's Redis key (a RESP bulk
-    /// string, from `keys`) and six pair arguments (RESP, from `args`).
+    /// Appends ONE script run deciding single checks, independently and in
+    /// order, at the server's time or with `at` (t, TTL margin) an explicit
+    /// one: each check's Redis key (a RESP bulk string, from `keys`) and six
+    /// pair arguments (RESP, from `args`).
     /// `code` is the algorithm all share (its own script runs them), or
     /// `None` when they mix (the script holding all five does). One check
-    /// is written as the ordinary single check (`"" 0 1 c`); several as a
-    /// batch (`"" 0 n b`), whose reply is the time and four integers per
+    /// is written as the ordinary single check (`t margin 1 c`); several as
+    /// a batch (`t margin n b`), whose reply is the time and four integers per
     /// check, or a check's error text in place of its first.
     pub(crate) fn write_checks<'a>(
         &self,
         out: &mut Vec<u8>,
         code: Option<u8>,
         by_sha: bool,
+        at: Option<(Micros, u64)>,
         keys: impl ExactSizeIterator<Item = &'a [u8]>,
         args: impl Iterator<Item = &'a [u8]>,
     ) {
@@ -145,13 +148,9 @@ impl Scripts {
         for key in keys {
             e.encoded(key);
         }
-        if n == 1 {
-            e.encoded(super::NOW_ONE_CHECK.1);
-        } else {
-            e.encoded(b"$0\r\n\r\n$1\r\n0\r\n");
-            e.uint(n as u64);
-            e.encoded(b"$1\r\nb\r\n");
-        }
+        let mode = if n == 1 { "c" } else { "b" };
+        let (t, margin_ms) = at.unzip();
+        super::push_common_args(&mut e, n, margin_ms.unwrap_or(0), mode, t);
         for a in args {
             e.encoded(a);
         }
