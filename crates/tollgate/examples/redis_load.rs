@@ -48,11 +48,19 @@ fn main() {
     let concurrency: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(64);
     let seconds: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5);
     let keys: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // "current" (default): every task and the connection on this thread;
+    // "multi": a 1-worker multi-thread runtime.
+    let flavor = args.get(5).map_or("current", String::as_str);
+    let runtime = match flavor {
+        "multi" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    }
+    .expect("runtime");
     runtime.block_on(async move {
         let store = RedisStore::connect(
             &url,

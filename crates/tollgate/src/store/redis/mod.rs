@@ -190,6 +190,8 @@ struct RuleBytes {
     code: Vec<u8>,
     /// [`push_rule_args`], encoded.
     rule_args: Vec<u8>,
+    /// All six pair arguments of a check of cost 1 (the usual one), encoded.
+    pair_cost_one: Vec<u8>,
 }
 
 impl RuleBytes {
@@ -203,6 +205,8 @@ impl RuleBytes {
         Encoder::append(&mut code).uint(u64::from(scripts::code(rule.algorithm())));
         let mut rule_args = Vec::new();
         push_rule_args(&mut Encoder::append(&mut rule_args), rule);
+        let mut pair_cost_one = Vec::new();
+        push_pair_args(&mut Encoder::append(&mut pair_cost_one), rule, 1);
         Self {
             name: rule.name().into(),
             algorithm: rule.algorithm(),
@@ -215,6 +219,7 @@ impl RuleBytes {
             key_tail,
             code,
             rule_args,
+            pair_cost_one,
         }
     }
 
@@ -636,6 +641,10 @@ fn encode_key(out: &mut Vec<u8>, cached: &RuleBytes, key: &[u8]) {
 /// Appends the six pair arguments of a check of `rule` (`cached`'s).
 fn encode_pair(out: &mut Vec<u8>, cached: &RuleBytes, rule: &Rule, cost: u64) {
     let mut e = Encoder::append(out);
+    if cost == 1 {
+        e.encoded(&cached.pair_cost_one);
+        return;
+    }
     e.encoded(&cached.code);
     let cost = clamp_cost(rule, cost);
     e.uint(cost);
