@@ -8,11 +8,23 @@ end
 local n = tonumber(ARGV[3])
 local mode = ARGV[4]
 
+-- Each argument string's number, converted once per run: a batch repeats
+-- its rules' parameters pair after pair, and tonumber of a long decimal
+-- string is one of the dearer steps of a check (two strtod calls).
+local nums = {}
+local function arg(j)
+  local s = ARGV[j]
+  local v = nums[s]
+  if v == nil then
+    v = tonumber(s)
+    nums[s] = v
+  end
+  return v
+end
+
 local function pair(i)
   local b = 4 + (i - 1) * 6
-  local code = tonumber(ARGV[b + 1])
-  return code, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
-    tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+  return arg(b + 1), arg(b + 2), arg(b + 3), arg(b + 4), arg(b + 5), arg(b + 6)
 end
 
 local function algo_of(code)

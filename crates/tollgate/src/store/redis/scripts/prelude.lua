@@ -30,7 +30,9 @@
 -- below that: t (epoch µs, ~2^50.7), tat = t + tau with tau <= 3660 days,
 -- counts <= limit <= 10^12. The one product that can exceed 2^53, the
 -- sliding window's prev * elapsed, is computed exactly by muldiv below.
--- Numbers are written with %.0f (never tostring, which keeps 14 digits).
+-- Numbers are written with %d (never tostring, which keeps 14 digits): every
+-- value written is a whole number below 2^53, which Lua 5.1's %d converts
+-- through a 64-bit integer exactly, at half the cost of %.0f.
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
@@ -74,7 +76,7 @@ local function muldiv(a, b, c)
 end
 
 local function num(x)
-  return string.format('%.0f', x)
+  return string.format('%d', x)
 end
 
 -- Milliseconds of TTL for a key that is back to empty `us` microseconds from t.
