@@ -4,7 +4,8 @@
 #   1. redis-benchmark running EVALSHA of tollgate's GCRA script, 64 clients
 #      (and pipelined 16 deep), random keys;
 #   2. tollgate's RedisStore doing GCRA checks, 64 concurrent tasks on a
-#      1-worker tokio runtime in one process, over one pipelined connection
+#      current-thread tokio runtime in one process, over one pipelined
+#      connection (concurrent checks batched into shared script runs)
 #      (crates/tollgate/examples/redis_load.rs): rps, latency p50/p99, and
 #      the client's CPU per check (user + system, all threads);
 #   3. redis-server's own cost per check in each run: its CPU time (user +
