@@ -1,6 +1,7 @@
 //! Load generator for the Redis store: `concurrency` tasks in one process
 //! doing GCRA checks through one `RedisStore` (one pipelined connection)
-//! for `seconds`, then prints checks/s, latency p50/p99 and the client CPU
+//! for `seconds` (on a current-thread runtime, or with `multi` a 1-worker
+//! multi-thread one), then prints checks/s, latency p50/p99 and the client CPU
 //! time per check. Used by `bench/redis.sh`.
 //!
 //! The generator itself must stay cheap next to what it measures: keys are
@@ -10,7 +11,7 @@
 //! real, awaited check whose latency is recorded.
 //!
 //! ```sh
-//! cargo run --release --features redis --example redis_load -- redis://127.0.0.1:6379 64 5 10000
+//! cargo run --release --features redis --example redis_load -- redis://127.0.0.1:6379 64 5 10000 [current|multi]
 //! ```
 
 use std::sync::Arc;
