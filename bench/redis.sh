@@ -4,10 +4,14 @@
 #   1. redis-benchmark running EVALSHA of tollgate's GCRA script, 64 clients
 #      (and pipelined 16 deep), random keys;
 #   2. tollgate's RedisStore doing GCRA checks, 64 concurrent tasks on a
-#      1-worker tokio runtime in one process, over one pipelined connection
+#      current-thread tokio runtime in one process, over one pipelined
+#      connection (concurrent checks batched into shared script runs)
 #      (crates/tollgate/examples/redis_load.rs): rps, latency p50/p99, and
 #      the client's CPU per check (user + system, all threads);
-#   3. for scale, redis-benchmark's OWN client CPU per request when it
+#   3. redis-server's own cost per check in each run: its CPU time (user +
+#      system, from /proc) over the run divided by the checks, and INFO
+#      commandstats (script calls, usec_per_call, checks per call);
+#   4. for scale, redis-benchmark's OWN client CPU per request when it
 #      pipelines 64 deep on one connection -- the batching tollgate gets at
 #      64 concurrent checks, so the kernel's share per request is the same.
 # Prints the figures and the ratios. Usage: bench/redis.sh [seconds]
@@ -31,13 +35,42 @@ sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat $s/prelude.lua $s/gcra.lua $s/chec
 args=(EVALSHA "$sha" 1 "bench:{load:=__rand_int__}:gcra" "" 0 1 c 1 1 1 1000000 1 1000000)
 n=$((secs * 60000))
 rb() { redis-benchmark -p "$port" -r 10000 -n "$n" "$@" --csv "${args[@]}" | tail -1 | cut -d, -f2 | tr -d '"'; }
-plain=$(rb -c 64)
-piped=$(rb -c 64 -P 16)
-ours=$(target/release/examples/redis_load "redis://127.0.0.1:$port" 64 "$secs" 10000)
+# redis-server's CPU time (user + system) in clock ticks.
+ticks() { awk '{ print $14 + $15 }' "/proc/$server/stat"; }
+# Script calls and their total µs from INFO commandstats (evalsha + eval).
+calls() { redis-cli -p "$port" info commandstats | tr -d '\r' | awk -F'[=,:]' '
+  /^cmdstat_(evalsha|eval):/ { c += $3; u += $5 } END { printf "%d %d\n", c, u }'; }
+# Runs "$@", leaving in $dir/cost redis-server's CPU µs over the run, and
+# the script calls and their µs.
+server_cost() {
+  redis-cli -p "$port" config resetstat >/dev/null
+  local t0; t0=$(ticks)
+  "$@"
+  local t1; t1=$(ticks)
+  read -r c u < <(calls)
+  echo "$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) )) $c $u" >"$dir/cost"
+}
+server_line() { # label checks
+  read -r cpu c u <"$dir/cost"
+  python3 -c 'import sys
+label, cpu, c, u, items = sys.argv[1], *map(float, sys.argv[2:])
+print(f"redis-server, {label}: {cpu/items:.2f} us CPU per check; {int(c)} script calls, "
+      f"{items/max(c,1):.1f} checks per call, {u/max(c,1):.1f} us per call, {u/items:.2f} us per check in scripts")' "$1" "$cpu" "$c" "$u" "$2"
+}
+server_cost rb -c 64 >"$dir/out"; plain=$(cat "$dir/out")
+srv_plain=$(server_line "redis-benchmark c=64" "$n")
+server_cost rb -c 64 -P 16 >"$dir/out"; piped=$(cat "$dir/out")
+srv_piped=$(server_line "redis-benchmark c=64 P=16" "$n")
+server_cost target/release/examples/redis_load "redis://127.0.0.1:$port" 64 "$secs" 10000 >"$dir/out"
+ours=$(cat "$dir/out")
+srv_ours=$(server_line "tollgate c=64" "$(echo "$ours" | sed -E 's/.*checks=([0-9]+).*/\1/')")
 ref=$( { TIMEFORMAT='%U %S'; time rb -c 1 -P 64 >/dev/null; } 2>&1 )
 echo "redis-benchmark EVALSHA gcra c=64:        ${plain} req/s"
 echo "redis-benchmark EVALSHA gcra c=64 P=16:   ${piped} req/s"
 echo "$ours"
+echo "$srv_plain"
+echo "$srv_piped"
+echo "$srv_ours"
 rps=$(echo "$ours" | sed -E 's/.*rps=([0-9.]+).*/\1/')
 python3 - "$rps" "$plain" "$piped" "$n" $ref <<'PY'
 import sys

@@ -1,6 +1,7 @@
 //! Load generator for the Redis store: `concurrency` tasks in one process
 //! doing GCRA checks through one `RedisStore` (one pipelined connection)
-//! for `seconds`, then prints checks/s, latency p50/p99 and the client CPU
+//! for `seconds` (on a current-thread runtime, or with `multi` a 1-worker
+//! multi-thread one), then prints checks/s, latency p50/p99 and the client CPU
 //! time per check. Used by `bench/redis.sh`.
 //!
 //! The generator itself must stay cheap next to what it measures: keys are
@@ -10,7 +11,7 @@
 //! real, awaited check whose latency is recorded.
 //!
 //! ```sh
-//! cargo run --release --features redis --example redis_load -- redis://127.0.0.1:6379 64 5 10000
+//! cargo run --release --features redis --example redis_load -- redis://127.0.0.1:6379 64 5 10000 [current|multi]
 //! ```
 
 use std::sync::Arc;
@@ -48,11 +49,19 @@ fn main() {
     let concurrency: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(64);
     let seconds: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5);
     let keys: u64 = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(10_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // "current" (default): every task and the connection on this thread;
+    // "multi": a 1-worker multi-thread runtime.
+    let flavor = args.get(5).map_or("current", String::as_str);
+    let runtime = match flavor {
+        "multi" => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    }
+    .expect("runtime");
     runtime.block_on(async move {
         let store = RedisStore::connect(
             &url,

@@ -3,14 +3,18 @@
 //! share one connection and each gets its own answer; a check in flight when
 //! the server dies fails and is never sent again; a frozen server fails
 //! checks with a timeout, on time; `AUTH` and `SELECT` on connect; dropping
-//! the store closes its connection.
+//! the store closes its connection. Concurrent checks share script runs
+//! (batches): a lost script, a dead server or a timeout never runs a check
+//! of a batch twice.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis_harness::{RedisServer, Reply};
 use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Algorithm, Decision, Rule, RuleSpec, Store, StoreError, StoreErrorKind};
+use tollgate::{
+    Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreError, StoreErrorKind,
+};
 
 async fn connect(url: &str, timeout: Duration) -> RedisStore {
     let options = RedisOptions {
@@ -266,5 +270,177 @@ async fn dropping_the_store_closes_its_connection() {
     while clients(&server) > 0 {
         assert!(start.elapsed() < Duration::from_secs(5), "still connected");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The count a fixed-window key holds (0 when absent).
+fn window_count(server: &RedisServer, store: &RedisStore, rule: &Rule, key: &[u8]) -> i64 {
+    let key = String::from_utf8(store.redis_key(rule, key)).expect("utf-8 key");
+    match server.command(&["HGET", &key, "n"]) {
+        Reply::Nil => 0,
+        reply => reply
+            .as_text()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("HGET {key} n answered {reply:?}")),
+    }
+}
+
+/// `SCRIPT FLUSH` under concurrent checks of every algorithm (batches of
+/// one algorithm and of several): every batch answered `NOSCRIPT` is sent
+/// again by source, and each check runs exactly once: every one admitted,
+/// each key left exactly as the memory store is after the same checks,
+/// round after round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_scripts_under_batches_run_each_check_exactly_once() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    let memory = MemoryStore::new();
+    let rules: Arc<Vec<Rule>> = Arc::new(
+        Algorithm::ALL
+            .iter()
+            .map(|&a| {
+                RuleSpec::new(format!("flush_{a}"), a, 50, Duration::from_secs(600))
+                    .build()
+                    .expect("valid rule")
+            })
+            .collect(),
+    );
+    let t0 = 1_764_000_000_000_000;
+    for round in 0..6u64 {
+        assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+        let t = t0 + round * 1_000_000;
+        // Even rounds: each task checks one algorithm (single-script
+        // batches); odd rounds: all five (mixed batches).
+        let tasks: Vec<_> = (0..40usize)
+            .map(|task| {
+                let (store, rules) = (store.clone(), rules.clone());
+                tokio::spawn(async move {
+                    let picked: Vec<usize> = if round % 2 == 0 {
+                        vec![task % 5; 3]
+                    } else {
+                        (0..5).collect()
+                    };
+                    let key = format!("k{}", task % 8);
+                    let mut out = Vec::new();
+                    // Tasks share keys: the order across tasks is the
+                    // connection's, so each key is replayed one task at a
+                    // time below.
+                    for r in picked {
+                        let d = store.check(&rules[r], key.as_bytes(), 1, Some(t)).await;
+                        out.push((r, key.clone(), d.expect("check")));
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.expect("task"));
+        }
+        // Each key ran all its checks of this round exactly once: the
+        // admitted units add up, whatever the order.
+        let mut taken = std::collections::HashMap::new();
+        for (r, key, d) in results.iter().flatten() {
+            assert!(d.allowed, "round {round}: {d:?}");
+            *taken.entry((*r, key.clone())).or_insert(0u64) += 1;
+        }
+        for ((r, key), n) in taken {
+            for _ in 0..n {
+                memory.check_sync(&rules[r], key.as_bytes(), 1, Some(t));
+            }
+            let peek = store
+                .check(&rules[r], key.as_bytes(), 0, Some(t))
+                .await
+                .expect("peek");
+            let expected = memory.check_sync(&rules[r], key.as_bytes(), 0, Some(t));
+            assert_eq!(peek, expected, "round {round} rule {r} key {key}");
+        }
+    }
+    assert!(server.keys_without_ttl().is_empty());
+}
+
+/// A batch written to the server when it dies fails as a whole
+/// (`Unavailable`) and none of its checks is sent again: after the
+/// restart, none of the keys it named exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_in_flight_when_the_server_dies_fails_and_is_not_resent() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    let rule = window("batch_inflight", 10);
+    assert!(
+        store
+            .check(&rule, b"warm", 1, None)
+            .await
+            .expect("warm")
+            .allowed
+    );
+    server.pause();
+    let in_flight: Vec<_> = (0..48)
+        .map(|i| {
+            let (store, rule) = (store.clone(), rule.clone());
+            tokio::spawn(async move {
+                let key = format!("lost{i}");
+                store.check(&rule, key.as_bytes(), 1, None).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.kill();
+    for task in in_flight {
+        let err = task
+            .await
+            .expect("task")
+            .expect_err("the server died with the batch unanswered");
+        assert_eq!(err.kind(), StoreErrorKind::Unavailable, "{err}");
+    }
+    server.restart();
+    settle(&store, &rule, b"after").await;
+    for i in 0..48 {
+        let key = format!("lost{i}");
+        assert_eq!(
+            window_count(&server, &store, &rule, key.as_bytes()),
+            0,
+            "{key} was sent again"
+        );
+    }
+}
+
+/// Checks of a batch that time out (the server frozen) may have run, and
+/// may still run when it thaws, but never twice: each key counts at most
+/// one unit afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_checks_that_time_out_never_run_twice() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_millis(200)).await;
+    let rule = window("batch_timeout", 10);
+    assert!(
+        store
+            .check(&rule, b"warm", 1, None)
+            .await
+            .expect("warm")
+            .allowed
+    );
+    server.pause();
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            let (store, rule) = (store.clone(), rule.clone());
+            tokio::spawn(async move {
+                let key = format!("late{i}");
+                store.check(&rule, key.as_bytes(), 1, None).await
+            })
+        })
+        .collect();
+    for task in tasks {
+        let err = task.await.expect("task").expect_err("nothing answers");
+        assert!(err.is_transient(), "{err}");
+    }
+    server.resume();
+    settle(&store, &rule, b"after").await;
+    // Whatever was in the frozen server's socket has run by now.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for i in 0..48 {
+        let key = format!("late{i}");
+        let n = window_count(&server, &store, &rule, key.as_bytes());
+        assert!(n <= 1, "{key} counted {n}: a check ran twice");
     }
 }

@@ -106,6 +106,112 @@ async fn decisions_equal_the_memory_store_on_random_traces() {
     assert_no_key_without_ttl(&server);
 }
 
+/// Script runs (`EVALSHA` + `EVAL`) `server` counted since its last
+/// `CONFIG RESETSTAT`.
+fn script_runs(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split(['=', ',']).nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Many concurrent single checks, batched into shared script runs (`b`
+/// mode), decide exactly as the memory store does when it sees each key's
+/// checks in the same order: 24 tasks, each owning a key under every rule
+/// (random rules of every algorithm), each round sending three checks per
+/// key at once (queued in that order: a later one in the same batch must
+/// see the earlier one's write), every round at one explicit time so that
+/// the order can be replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_concurrent_checks_equal_the_memory_store() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "batch").await;
+    let mut rng = Rng(0xba7c4);
+    let rules: Vec<Rule> = (0..3)
+        .flat_map(|i| Algorithm::ALL.map(|a| (i, a)))
+        .map(|(i, a)| random_rule(&mut rng, &format!("b{i}_{a}"), a))
+        .collect();
+    let rules = std::sync::Arc::new(rules);
+    let (tasks, rounds) = (24u64, 8u64);
+    // Scripts loaded first: a batch answered NOSCRIPT is sent again in the
+    // order its callers wake up, not necessarily the order they were sent.
+    for rule in rules.iter() {
+        redis
+            .check(rule, b"warm", 0, Some(EPOCH))
+            .await
+            .expect("warm-up");
+    }
+    // The script holding all five (batches mixing algorithms run it).
+    let mixed: Vec<KeyCheck<'_>> = rules[..2]
+        .iter()
+        .map(|rule| KeyCheck {
+            rule,
+            key: b"warm",
+            cost: 0,
+        })
+        .collect();
+    redis.check_all(&mixed, Some(EPOCH)).await.expect("warm-up");
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    // (rule, key, t, cost, decision), each key's in the order sent.
+    let mut seen: Vec<(usize, String, u64, u64, Decision)> = Vec::new();
+    let mut t = EPOCH;
+    for round in 0..rounds {
+        let runs: Vec<_> = (0..tasks)
+            .map(|task| {
+                let (redis, rules) = (redis.clone(), rules.clone());
+                let mut rng = Rng(task * 1000 + round);
+                tokio::spawn(async move {
+                    let key = format!("t{task}");
+                    let mut out = Vec::new();
+                    for (r, rule) in rules.iter().enumerate() {
+                        let costs: Vec<u64> = (0..3)
+                            .map(|_| match rng.below(6) {
+                                0 => 0,
+                                1 => rule.capacity() + 1,
+                                2 => 1 + rng.below(rule.capacity()),
+                                _ => 1,
+                            })
+                            .collect();
+                        // join_all of so few polls them in order: they are
+                        // queued in this order.
+                        let sent = costs
+                            .iter()
+                            .map(|&cost| redis.check(rule, key.as_bytes(), cost, Some(t)));
+                        let decided = futures_util::future::join_all(sent).await;
+                        for (cost, d) in costs.into_iter().zip(decided) {
+                            out.push((r, key.clone(), t, cost, d.expect("check")));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        for run in runs {
+            seen.extend(run.await.expect("task"));
+        }
+        t += rng.below(2_000_000);
+    }
+    let checks = seen.len() as u64;
+    assert_eq!(checks, tasks * rounds * 15 * 3);
+    let runs = script_runs(&server);
+    assert!(
+        runs * 4 <= checks,
+        "{checks} checks in {runs} script runs: hardly batched"
+    );
+    let memory = MemoryStore::new();
+    for (r, key, t, cost, got) in seen {
+        let expected = memory.check_sync(&rules[r], key.as_bytes(), cost, Some(t));
+        assert_eq!(
+            got, expected,
+            "rule {:?} key {key} t {t} cost {cost}",
+            rules[r]
+        );
+    }
+    assert_no_key_without_ttl(&server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_rule_checks_equal_the_memory_store() {
     let server = RedisServer::start();

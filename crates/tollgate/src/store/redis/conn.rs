@@ -12,8 +12,18 @@
 //! * One driver task owns the socket. Woken by new requests, it first lets
 //!   every other ready task queue theirs (one yield), then writes all of
 //!   them with one `write`: under load, batches form by themselves.
+//! * Single checks are queued as parts (a key and its pair arguments), not
+//!   commands: the driver writes each run of up to [`MAX_BATCH`]
+//!   consecutive ones at the same time (the server's, or the same explicit
+//!   one) as ONE script run in batch mode (see `check.lua`), which decides
+//!   them independently, in order, and answers one array. Redis's per-command and per-script costs, and ours to encode
+//!   and parse, are paid once per batch, not per check. A lone check goes as
+//!   the ordinary single-check command. Any other command (a multi-rule
+//!   check, `PING`) goes as it is, between batches, in its place in the
+//!   order.
 //! * The driver parses replies in order (an array of integers, or an
-//!   error), stores each in its slot and wakes its caller.
+//!   error), stores each in its slot (a batch's reply split among its
+//!   checks) and, once every reply read is stored, wakes the callers.
 //! * Every request fails after the configured timeout, counted from when
 //!   the driver takes it (one scheduling round after the call, so no clock
 //!   read per request). One timer serves the whole connection: requests
@@ -46,9 +56,11 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::RuleCache;
-use super::resp::{self, Reply, Value};
+use super::resp::{self, Ints, Reply, Value};
+use super::scripts::Scripts;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::{Credentials, HostPort};
+use crate::time::Micros;
 
 /// The first wait after a failed connection attempt.
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
@@ -60,6 +72,9 @@ const READ_BUFFER: usize = 16 * 1024;
 const KEEP_BUFFER: usize = 1 << 20;
 /// A slot index meaning "already answered" (by a timeout).
 const DONE: u32 = u32::MAX;
+/// Most checks one batched script run carries (its reply is `1 + 4 *` this
+/// integers; Redis runs the batch, atomically, while other clients wait).
+pub(super) const MAX_BATCH: usize = 64;
 
 /// Where the connection goes.
 #[derive(Debug, Clone)]
@@ -92,6 +107,17 @@ pub(super) struct Config {
 struct Shared {
     state: Mutex<State>,
     config: Config,
+    /// How checks are written.
+    checks: Checks,
+}
+
+/// What the driver needs to write checks (see [`Conn::check`]).
+#[derive(Debug, Clone)]
+pub(super) struct Checks {
+    /// The scripts they run.
+    pub(super) scripts: Scripts,
+    /// Extra TTL (ms) of checks at an explicit time (see `prelude.lua`).
+    pub(super) margin_ms: u64,
 }
 
 struct State {
@@ -113,6 +139,27 @@ struct State {
 struct Queued {
     slot: u32,
     len: u32,
+    part: Part,
+}
+
+/// What a caller queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Part {
+    /// One complete command.
+    Whole,
+    /// One single check (see [`Conn::check`]): its
+    /// Redis key as a RESP bulk string (`key_len` bytes), then its six pair
+    /// arguments; the driver wraps it in a script run, alone or batched.
+    Check {
+        /// Bytes of the key's bulk string.
+        key_len: u32,
+        /// The algorithm's script code (`scripts::code`).
+        code: u8,
+        /// Run by hash (else by source: the server lost its scripts).
+        by_sha: bool,
+        /// Its explicit time, or `None` for the server's.
+        at: Option<Micros>,
+    },
 }
 
 enum Link {
@@ -197,7 +244,7 @@ impl Conn {
     /// Opens the first connection (so a wrong address or password is an
     /// error here, not at the first check) and spawns the driver on the
     /// current tokio runtime.
-    pub(super) async fn connect(config: Config) -> Result<Self, StoreError> {
+    pub(super) async fn connect(config: Config, checks: Checks) -> Result<Self, StoreError> {
         let stream = open(&config).await?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -210,6 +257,7 @@ impl Conn {
                 cache: RuleCache::default(),
             }),
             config,
+            checks,
         });
         tokio::spawn(Driver::new(shared.clone(), stream));
         Ok(Self { shared })
@@ -222,10 +270,43 @@ impl Conn {
     pub(super) fn call<E: FnOnce(&mut Vec<u8>, &mut RuleCache) + Unpin>(
         &self,
         encode: E,
-    ) -> Call<'_, E> {
+    ) -> Call<'_, impl FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part + Unpin> {
         Call {
             shared: &self.shared,
-            encode: Some(encode),
+            encode: Some(move |out: &mut Vec<u8>, cache: &mut RuleCache| {
+                encode(out, cache);
+                Part::Whole
+            }),
+            slot: None,
+        }
+    }
+
+    /// Sends one single check at `at` (or with `None` the server's time),
+    /// of the algorithm whose script code is `code`: `encode` appends its
+    /// Redis key (a RESP bulk
+    /// string) and returns its length, then appends the six pair arguments
+    /// (see `check.lua`). The driver runs it by itself or in a batch with
+    /// its neighbours; the reply is the single-check reply either way: the
+    /// time and four integers, or an error (of this check, or of its whole
+    /// batch, e.g. `NOSCRIPT`). Never resent, as [`Conn::call`].
+    pub(super) fn check<E: FnOnce(&mut Vec<u8>, &mut RuleCache) -> usize + Unpin>(
+        &self,
+        code: u8,
+        by_sha: bool,
+        at: Option<Micros>,
+        encode: E,
+    ) -> Call<'_, impl FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part + Unpin> {
+        Call {
+            shared: &self.shared,
+            encode: Some(move |out: &mut Vec<u8>, cache: &mut RuleCache| {
+                let key_len = encode(out, cache);
+                Part::Check {
+                    key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
+                    code,
+                    by_sha,
+                    at,
+                }
+            }),
             slot: None,
         }
     }
@@ -257,7 +338,7 @@ pub(super) struct Call<'a, E> {
     slot: Option<u32>,
 }
 
-impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache) + Unpin> Future for Call<'_, E> {
+impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part + Unpin> Future for Call<'_, E> {
     type Output = Result<Reply, StoreError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -294,7 +375,7 @@ impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache) + Unpin> Future for Call<'_, E> {
     }
 }
 
-impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache)> Call<'_, E> {
+impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part> Call<'_, E> {
     fn queue(
         &mut self,
         mut st: parking_lot::MutexGuard<'_, State>,
@@ -316,8 +397,14 @@ impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache)> Call<'_, E> {
         }
         let start = st.out.len();
         let state = &mut *st;
-        encode(&mut state.out, &mut state.cache);
-        let Ok(len) = u32::try_from(st.out.len() - start) else {
+        let part = encode(&mut state.out, &mut state.cache);
+        let len = u32::try_from(st.out.len() - start)
+            .ok()
+            .filter(|&len| match part {
+                Part::Whole => true,
+                Part::Check { key_len, .. } => key_len < len,
+            });
+        let Some(len) = len else {
             st.out.truncate(start);
             return Poll::Ready(Err(protocol("a command of 4 GiB or more")));
         };
@@ -325,7 +412,7 @@ impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache)> Call<'_, E> {
             st.out.truncate(start);
             return Poll::Ready(Err(protocol("too many requests in flight")));
         };
-        st.queued.push(Queued { slot, len });
+        st.queued.push(Queued { slot, len, part });
         self.slot = Some(slot);
         let driver = st.driver.take();
         drop(st);
@@ -350,13 +437,27 @@ impl<E> Drop for Call<'_, E> {
 }
 
 /// A request the driver has taken.
+#[derive(Clone, Copy)]
 struct Sent {
     /// Its slot, or [`DONE`] once answered by a timeout.
     slot: u32,
-    /// Its encoded length.
+    /// Where its bytes start (in the buffer they were taken from) and
+    /// their length.
+    start: u32,
     len: u32,
+    part: Part,
     /// When the driver took it; it times out `timeout` later.
     at: Instant,
+    /// In flight: how many requests the next reply answers, this one and
+    /// the ones after it (a batch), or 0 for a batch's later checks.
+    replies_to: u32,
+}
+
+impl Sent {
+    fn bytes<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        let start = self.start as usize;
+        &buf[start..start + self.len as usize]
+    }
 }
 
 enum Phase {
@@ -381,6 +482,8 @@ struct Driver {
     /// Requests waiting for a connection, and their bytes.
     unsent: VecDeque<Sent>,
     unsent_bytes: Vec<u8>,
+    /// Requests being written (kept to reuse its allocation).
+    taking: Vec<Sent>,
     wbuf: Vec<u8>,
     wpos: usize,
     rbuf: Vec<u8>,
@@ -411,6 +514,7 @@ impl Driver {
             inflight: VecDeque::new(),
             unsent: VecDeque::new(),
             unsent_bytes: Vec::new(),
+            taking: Vec::new(),
             wbuf: Vec::new(),
             wpos: 0,
             rbuf: vec![0; READ_BUFFER],
@@ -469,11 +573,29 @@ impl Driver {
                 let Some(sent) = self.inflight.pop_front() else {
                     return Err(protocol("a reply to no request"));
                 };
-                if self.sentinel && matches!(&reply, Reply::Error(e) if e.starts_with("READONLY")) {
-                    self.draining = true;
+                let n = sent.replies_to as usize;
+                let mut answer = |slot: u32, reply: Result<Reply, StoreError>| {
+                    if self.sentinel
+                        && matches!(&reply, Ok(Reply::Error(e)) if e.starts_with("READONLY"))
+                    {
+                        self.draining = true;
+                    }
+                    if slot != DONE {
+                        st.complete(slot, reply, &mut self.wakers);
+                    }
+                };
+                if n <= 1 {
+                    answer(sent.slot, Ok(reply));
+                    continue;
                 }
-                if sent.slot != DONE {
-                    st.complete(sent.slot, Ok(reply), &mut self.wakers);
+                // A batch: split its reply among its checks.
+                if self.inflight.len() < n - 1 {
+                    return Err(protocol("a batch's reply to fewer checks"));
+                }
+                answer(sent.slot, member_reply(&reply, 0, n));
+                for j in 1..n {
+                    let slot = self.inflight.pop_front().map_or(DONE, |s| s.slot);
+                    answer(slot, member_reply(&reply, j, n));
                 }
             }
             drop(st);
@@ -520,25 +642,100 @@ impl Driver {
     /// Takes the requests callers queued: straight to the write buffer when
     /// connected, else to wait for a connection.
     fn take(&mut self, st: &mut State, now: Instant) {
-        let sent = |q: &Queued| Sent {
-            slot: q.slot,
-            len: q.len,
-            at: now,
+        let mut start = 0;
+        let mut sent = |q: &Queued| {
+            let s = Sent {
+                slot: q.slot,
+                start,
+                len: q.len,
+                part: q.part,
+                at: now,
+                replies_to: 1,
+            };
+            start += q.len;
+            s
         };
         if matches!(self.phase, Phase::Up(_)) && !self.draining {
-            if self.wbuf.is_empty() {
-                std::mem::swap(&mut self.wbuf, &mut st.out);
-            } else {
-                self.wbuf.extend_from_slice(&st.out);
-                st.out.clear();
-            }
-            self.inflight.extend(st.queued.iter().map(sent));
+            let mut taking = std::mem::take(&mut self.taking);
+            taking.extend(st.queued.iter().map(sent));
+            self.emit(&st.out, &taking);
+            taking.clear();
+            self.taking = taking;
         } else {
+            let base = u32::try_from(self.unsent_bytes.len()).unwrap_or(u32::MAX);
             self.unsent_bytes.extend_from_slice(&st.out);
-            st.out.clear();
-            self.unsent.extend(st.queued.iter().map(sent));
+            self.unsent.extend(st.queued.iter().map(|q| {
+                let s = sent(q);
+                Sent {
+                    start: s.start.saturating_add(base),
+                    ..s
+                }
+            }));
         }
+        st.out.clear();
         st.queued.clear();
+    }
+
+    /// Appends `requests` (their bytes in `bytes`) to the write buffer and
+    /// the in-flight list, each run of consecutive checks as batches of at
+    /// most [`MAX_BATCH`].
+    fn emit(&mut self, bytes: &[u8], requests: &[Sent]) {
+        let mut rest = requests;
+        while let Some(first) = rest.first() {
+            if first.part == Part::Whole {
+                self.wbuf.extend_from_slice(first.bytes(bytes));
+                self.inflight.push_back(Sent {
+                    replies_to: 1,
+                    ..*first
+                });
+                rest = &rest[1..];
+                continue;
+            }
+            let at = |s: &Sent| match s.part {
+                Part::Check { at, .. } => Some(at),
+                Part::Whole => None,
+            };
+            let n = rest
+                .iter()
+                .take(MAX_BATCH)
+                .take_while(|s| at(s) == at(first))
+                .count();
+            let (batch, after) = rest.split_at(n);
+            let split = |s: &Sent| {
+                let b = s.bytes(bytes);
+                let key_len = match s.part {
+                    Part::Check { key_len, .. } => (key_len as usize).min(b.len()),
+                    Part::Whole => 0,
+                };
+                b.split_at(key_len)
+            };
+            let code = |s: &Sent| match s.part {
+                Part::Check { code, .. } => code,
+                Part::Whole => 0,
+            };
+            let same = batch.iter().all(|s| code(s) == code(first));
+            let by_sha = batch
+                .iter()
+                .all(|s| matches!(s.part, Part::Check { by_sha: true, .. }));
+            let checks = &self.shared.checks;
+            checks.scripts.write_checks(
+                &mut self.wbuf,
+                same.then(|| code(first)),
+                by_sha,
+                at(first).flatten().map(|t| (t, checks.margin_ms)),
+                batch.iter().map(|s| split(s).0),
+                batch.iter().map(|s| split(s).1),
+            );
+            // n <= MAX_BATCH
+            let n = u32::try_from(n).unwrap_or(u32::MAX);
+            for (j, s) in batch.iter().enumerate() {
+                self.inflight.push_back(Sent {
+                    replies_to: if j == 0 { n } else { 0 },
+                    ..*s
+                });
+            }
+            rest = after;
+        }
     }
 
     fn start_connecting(&mut self) {
@@ -559,10 +756,8 @@ impl Driver {
         self.wpos = 0;
         let mut st = self.shared.state.lock();
         st.set_link(Link::Up);
-        let mut at = 0;
+        let mut taking = std::mem::take(&mut self.taking);
         for s in self.unsent.drain(..) {
-            let bytes = &self.unsent_bytes[at..at + s.len as usize];
-            at += s.len as usize;
             if s.slot == DONE {
                 continue;
             }
@@ -570,10 +765,15 @@ impl Driver {
                 st.release(s.slot);
                 continue;
             }
-            self.wbuf.extend_from_slice(bytes);
-            self.inflight.push_back(s);
+            taking.push(s);
         }
+        drop(st);
+        let bytes = std::mem::take(&mut self.unsent_bytes);
+        self.emit(&bytes, &taking);
+        self.unsent_bytes = bytes;
         self.unsent_bytes.clear();
+        taking.clear();
+        self.taking = taking;
     }
 
     /// A connection attempt failed: so do the requests waiting for it, and
@@ -765,6 +965,44 @@ impl Drop for Driver {
         }
         drop(st);
         self.wake_callers();
+    }
+}
+
+/// Check `j`'s reply out of the reply to a batch of `n`: the time and its
+/// four integers, or its error (its own, or the whole batch's).
+fn member_reply(reply: &Reply, j: usize, n: usize) -> Result<Reply, StoreError> {
+    let at = 1 + 4 * j;
+    let bad = || protocol(format!("a batch of {n} checks answered {reply:?}"));
+    match reply {
+        Reply::Error(e) => Ok(Reply::Error(e.clone())),
+        Reply::Ints(ints) => {
+            let ints = ints.as_slice();
+            if ints.len() != 1 + 4 * n {
+                return Err(bad());
+            }
+            Ok(Reply::Ints(Ints::Inline(
+                5,
+                [ints[0], ints[at], ints[at + 1], ints[at + 2], ints[at + 3]],
+            )))
+        }
+        // Some check failed: its error text stands in its first integer.
+        Reply::Other(Value::Array(items)) if items.len() == 1 + 4 * n => {
+            if let Value::Text(e) = &items[at] {
+                return Ok(Reply::Error(String::from_utf8_lossy(e).into_owned()));
+            }
+            let mut five = [0; 5];
+            for (v, item) in five
+                .iter_mut()
+                .zip(std::iter::once(&items[0]).chain(&items[at..at + 4]))
+            {
+                match item {
+                    Value::Int(i) => *v = *i,
+                    _ => return Err(bad()),
+                }
+            }
+            Ok(Reply::Ints(Ints::Inline(5, five)))
+        }
+        Reply::Other(_) => Err(bad()),
     }
 }
 

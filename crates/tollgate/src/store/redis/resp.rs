@@ -255,11 +255,18 @@ pub(super) fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, Malformed> {
     match buf.first() {
         None => Ok(None),
         Some(b'*') => {
-            if let Some((ints, used)) = int_array(buf) {
+            let mut rest = &buf[1..];
+            if let Some((ints, used)) = int_array(buf, &mut rest) {
                 return Ok(Some((Reply::Ints(ints), used)));
             }
-            // Incomplete, or not only short integers: the general parser
-            // tells which.
+            if !rest.contains(&b'\n') {
+                // Only integers so far, and the one it stopped at is not
+                // all there: wait for it (a batch's long reply comes in
+                // several reads; parsing it all again as values each time
+                // was most of what reading it cost).
+                return Ok(None);
+            }
+            // Not only short integers: the general parser.
             Ok(value(buf, 0)?.map(|(v, used)| (reply_of(v), used)))
         }
         Some(b'-') => Ok(line(buf, 1)?.map(|(text, used)| {
@@ -300,31 +307,36 @@ fn reply_of(v: Value) -> Reply {
 const FAST_DIGITS: usize = 18;
 
 /// The fast path, for what every script answers: `*N\r\n` then N integers
-/// of at most [`FAST_DIGITS`] digits, all there. `None` for anything else,
-/// incomplete or not: [`parse`] then asks the general parser.
+/// of at most [`FAST_DIGITS`] digits, all there, parsed from `rest` (`buf`
+/// after its `*`). `None` for anything else, with `rest` at (or just
+/// inside) the element it stopped at: [`parse`] tells an incomplete reply
+/// from another kind of reply by it.
 ///
 /// Slice patterns and no error bookkeeping: the cheapest form measured
 /// (this runs once per check on the client).
-fn int_array(buf: &[u8]) -> Option<(Ints, usize)> {
-    let mut rest = buf.get(1..)?;
-    let n = usize::try_from(scan_int(&mut rest)?).ok()?;
+fn int_array<'b>(buf: &'b [u8], rest: &mut &'b [u8]) -> Option<(Ints, usize)> {
+    let Ok(n) = usize::try_from(scan_int(rest)?) else {
+        // A nil array: not for the fast path.
+        *rest = buf;
+        return None;
+    };
     let ints = if n <= INLINE {
         let mut inline = [0i64; INLINE];
         if let Some(first) = inline[..n].first_mut() {
             // Every script reply starts with the time: 16 digits until 2286.
-            *first = match sixteen_digits(&mut rest) {
+            *first = match sixteen_digits(rest) {
                 Some(t) => t,
-                None => element(&mut rest)?,
+                None => element(rest)?,
             };
         }
         for slot in inline[..n].iter_mut().skip(1) {
-            *slot = element(&mut rest)?;
+            *slot = element(rest)?;
         }
         Ints::Inline(u8::try_from(n).ok()?, inline)
     } else {
         let mut heap = Vec::with_capacity(n.min(rest.len() / 4));
         for _ in 0..n {
-            heap.push(element(&mut rest)?);
+            heap.push(element(rest)?);
         }
         Ints::Heap(heap)
     };
@@ -551,6 +563,26 @@ mod tests {
         assert_eq!(
             parse(&wire).expect("valid"),
             Some((ints(&long), wire.len()))
+        );
+    }
+
+    /// A batch's reply with a failed check's error text among its
+    /// integers: every prefix is incomplete, the whole an array of values.
+    #[test]
+    fn batch_replies_with_an_error_parse_whole_or_not_at_all() {
+        let wire = b"*9\r\n:1764000000000000\r\n:1\r\n:5\r\n:100\r\n:-1\r\n\
+                     $25\r\nWRONGTYPE Operation again\r\n:0\r\n:0\r\n:0\r\n";
+        for cut in 0..wire.len() {
+            assert_eq!(parse(&wire[..cut]).expect("valid"), None, "cut at {cut}");
+        }
+        let Some((Reply::Other(Value::Array(items)), used)) = parse(wire).expect("valid") else {
+            panic!("not an array of values");
+        };
+        assert_eq!(used, wire.len());
+        assert_eq!(items[5], Value::Text(b"WRONGTYPE Operation again".to_vec()));
+        assert_eq!(
+            parse(b"*-1\r\n").expect("valid"),
+            Some((Reply::Other(Value::Nil), 5))
         );
     }
 

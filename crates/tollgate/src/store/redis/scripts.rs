@@ -5,8 +5,13 @@
 //! holding all five for multi-rule checks. They are sent with `EVALSHA`; on
 //! `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store falls
 //! back to `EVAL`, which also caches the script again.
+//!
+//! Concurrent single checks share one run in batch mode (see `conn.rs` and
+//! [`Scripts::write_checks`]).
 
+use super::resp::{Args as _, Encoder};
 use crate::rule::Algorithm;
+use crate::time::Micros;
 
 macro_rules! script {
     ($($file:literal),*) => {
@@ -105,6 +110,50 @@ impl Scripts {
     /// The script for single checks of `algorithm`.
     pub(crate) fn single(&self, algorithm: Algorithm) -> &Script {
         &self.single[usize::from(code(algorithm)) - 1]
+    }
+
+    /// Appends ONE script run deciding single checks, independently and in
+    /// order, at the server's time or with `at` (t, TTL margin) an explicit
+    /// one: each check's Redis key (a RESP bulk string, from `keys`) and six
+    /// pair arguments (RESP, from `args`).
+    /// `code` is the algorithm all share (its own script runs them), or
+    /// `None` when they mix (the script holding all five does). One check
+    /// is written as the ordinary single check (`t margin 1 c`); several as
+    /// a batch (`t margin n b`), whose reply is the time and four integers per
+    /// check, or a check's error text in place of its first.
+    pub(crate) fn write_checks<'a>(
+        &self,
+        out: &mut Vec<u8>,
+        code: Option<u8>,
+        by_sha: bool,
+        at: Option<(Micros, u64)>,
+        keys: impl ExactSizeIterator<Item = &'a [u8]>,
+        args: impl Iterator<Item = &'a [u8]>,
+    ) {
+        let script = match code.and_then(|c| self.single.get(usize::from(c).wrapping_sub(1))) {
+            Some(script) => script,
+            None => &self.multi,
+        };
+        let n = keys.len();
+        let mut e = if n == 1 {
+            let mut e = Encoder::append(out);
+            e.encoded(script.head_one_key(by_sha));
+            e
+        } else {
+            let mut e = Encoder::command(out, 7 + 7 * n);
+            e.encoded(script.head(by_sha));
+            e.uint(n as u64);
+            e
+        };
+        for key in keys {
+            e.encoded(key);
+        }
+        let mode = if n == 1 { "c" } else { "b" };
+        let (t, margin_ms) = at.unzip();
+        super::push_common_args(&mut e, n, margin_ms.unwrap_or(0), mode, t);
+        for a in args {
+            e.encoded(a);
+        }
     }
 }
 

@@ -8,11 +8,23 @@ end
 local n = tonumber(ARGV[3])
 local mode = ARGV[4]
 
+-- Each argument string's number, converted once per run: a batch repeats
+-- its rules' parameters pair after pair, and tonumber of a long decimal
+-- string is one of the dearer steps of a check (two strtod calls).
+local nums = {}
+local function arg(j)
+  local s = ARGV[j]
+  local v = nums[s]
+  if v == nil then
+    v = tonumber(s)
+    nums[s] = v
+  end
+  return v
+end
+
 local function pair(i)
   local b = 4 + (i - 1) * 6
-  local code = tonumber(ARGV[b + 1])
-  return code, tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]),
-    tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
+  return arg(b + 1), arg(b + 2), arg(b + 3), arg(b + 4), arg(b + 5), arg(b + 6)
 end
 
 local function algo_of(code)
@@ -32,8 +44,29 @@ local function peek(i)
   return { allowed, remaining, reset, retry }
 end
 
+-- One independent check (mode b): decide pair i and, if it admits, write
+-- at once, so a later pair on the same key sees it.
+local function check_one(i)
+  local code, cost, p1, p2, p3, p4 = pair(i)
+  local allowed, remaining, reset, retry, write = algo_of(code)(KEYS[i], cost, p1, p2, p3, p4, t)
+  if allowed and cost > 0 then write() end
+  return { allowed, remaining, reset, retry }
+end
+
 local out = {}
-if mode == 'r' then
+if mode == 'b' then
+  for i = 1, n do
+    local ok, o = pcall(check_one, i)
+    if ok then
+      out[i] = o
+    else
+      -- This pair failed (e.g. READONLY, WRONGTYPE): its own error, the
+      -- other pairs are unaffected. redis.call raises a table {err = …}.
+      if type(o) == 'table' and o.err then o = o.err end
+      out[i] = { err = tostring(o) }
+    end
+  end
+elseif mode == 'r' then
   for i = 1, n do
     local code, cost, p1, p2, p3, p4 = pair(i)
     REFUNDS[code](KEYS[i], cost, p1, p2, p3, p4, t)
@@ -61,9 +94,17 @@ end
 local reply = { t }
 for i = 1, n do
   local o = out[i]
-  reply[#reply + 1] = o[1] and 1 or 0
-  reply[#reply + 1] = o[2]
-  reply[#reply + 1] = o[3]
-  reply[#reply + 1] = o[4]
+  if o.err then
+    -- a failed pair of a batch: its error text, then three zeros
+    reply[#reply + 1] = o.err
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+    reply[#reply + 1] = 0
+  else
+    reply[#reply + 1] = o[1] and 1 or 0
+    reply[#reply + 1] = o[2]
+    reply[#reply + 1] = o[3]
+    reply[#reply + 1] = o[4]
+  end
 end
 return reply
