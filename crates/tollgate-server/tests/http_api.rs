@@ -24,8 +24,8 @@ key = "client_ip"
 [[rules]]
 name = "wide"
 algorithm = "token_bucket"
-limit = 100
-period = "1s"
+limit = 5
+period = "1h"
 burst = 5
 "#;
 
