@@ -38,8 +38,8 @@
 
 mod conn;
 pub mod keys;
-mod replicas;
 pub(crate) mod lease;
+mod replicas;
 mod resp;
 mod scripts;
 
