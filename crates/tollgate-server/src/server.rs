@@ -8,6 +8,7 @@
 //! idle keep-alive connections), at most [`MAX_CONNECTIONS`] connections
 //! per front door (past it, new connections wait in the kernel's backlog).
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,13 +19,12 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tollgate_tower::headers::HeaderOptions;
 
-use crate::api::{self, Api};
+use crate::api::Api;
 use crate::check::open_store;
 use crate::config::Config;
 use crate::gate::Gate;
@@ -105,7 +105,7 @@ pub async fn run(
     let mut doors = JoinSet::new();
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let router = api::router(Api {
+        let api = Arc::new(Api {
             gate: Arc::clone(&gate),
             headers: HeaderOptions {
                 legacy: config.http.legacy_headers,
@@ -117,7 +117,11 @@ pub async fn run(
             config.store.url
         );
         doors.spawn(serve(listener, "HTTP API", stop_rx.clone(), move |_peer| {
-            TowerToHyperService::new(router.clone())
+            let api = Arc::clone(&api);
+            hyper::service::service_fn(move |req: Request<Incoming>| {
+                let api = Arc::clone(&api);
+                async move { Ok::<_, Infallible>(api.handle(req).await) }
+            })
         }));
     }
     if let (Some(listener), Some(upstream)) = (listeners.proxy, proxy_upstream) {
@@ -169,8 +173,10 @@ async fn serve<M, S, B>(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
-        .max_header_size(MAX_HEAD_BYTES)
-        .max_headers(MAX_HEADERS);
+        .max_header_size(MAX_HEAD_BYTES);
+    // MAX_HEADERS is hyper's own default: setting it (`max_headers`) would
+    // make hyper parse every head into a heap buffer instead of its stack
+    // array.
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut accept_errors = 0u64;
