@@ -156,8 +156,7 @@ impl Gate {
             AnyStore::Memory(_) => {
                 let started = Instant::now();
                 let r = self.limiter.check_all(checks).await;
-                ::metrics::histogram!(metrics::STORE_LATENCY)
-                    .record(started.elapsed().as_secs_f64());
+                metrics::store_latency().record(started.elapsed().as_secs_f64());
                 r
             }
             _ => self.check_store(checks).await,
@@ -192,7 +191,7 @@ impl Gate {
                 format!("no answer within {:?}", self.timeout),
             ))),
         };
-        ::metrics::histogram!(metrics::STORE_LATENCY).record(started.elapsed().as_secs_f64());
+        metrics::store_latency().record(started.elapsed().as_secs_f64());
         match &result {
             Ok(_) => self.breaker.success(),
             Err(Error::Store(e)) => {
@@ -312,9 +311,12 @@ impl Gate {
 /// Counts each pair under its rule with its own answer.
 fn count(checks: &[Check<'_>], multi: &MultiDecision) {
     for (c, d) in checks.iter().zip(&multi.decisions) {
-        let outcome = if d.allowed { "allowed" } else { "denied" };
-        ::metrics::counter!(metrics::CHECKS, "rule" => c.rule.to_owned(), "outcome" => outcome)
-            .increment(1);
+        let outcome = if d.allowed {
+            metrics::Outcome::Allowed
+        } else {
+            metrics::Outcome::Denied
+        };
+        metrics::count_check(c.rule, outcome);
     }
 }
 

@@ -13,8 +13,10 @@
 //! Rule labels come from the config only (an unknown rule is refused
 //! before anything is recorded), so label sets stay bounded.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
 
+use metrics::{Counter, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// `tollgate_checks_total{rule, outcome}`.
@@ -86,4 +88,74 @@ fn describe() {
         UPSTREAM_ERRORS,
         "Proxied requests the upstream failed: no connection (502), an error (502) or no answer in time (504)."
     );
+}
+
+/// Counts one checked (rule, key) pair under `tollgate_checks_total` with
+/// its outcome (`allowed`, `denied` or `error`).
+///
+/// The counters are registered once per rule and kept: `metrics::counter!`
+/// with a rule label builds the key (two allocations) and looks it up in
+/// the recorder on every call, which a check cannot afford.
+pub fn count_check(rule: &str, outcome: Outcome) {
+    let cache = check_counters();
+    let i = outcome as usize;
+    let cached = cache
+        .read()
+        .ok()
+        .and_then(|map| map.get(rule).and_then(|c| c[i].clone()));
+    let counter = cached.unwrap_or_else(|| {
+        // Registered on first use only, as `counter!` would: no zero
+        // series appear for outcomes that never happened.
+        let counter =
+            metrics::counter!(CHECKS, "rule" => rule.to_owned(), "outcome" => outcome.as_str());
+        if let Ok(mut map) = cache.write() {
+            map.entry(rule.into()).or_default()[i] = Some(counter.clone());
+        }
+        counter
+    });
+    counter.increment(1);
+}
+
+/// The outcome label of `tollgate_checks_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted.
+    Allowed,
+    /// Denied.
+    Denied,
+    /// The store failed and the failure policy refused (503).
+    Error,
+}
+
+impl Outcome {
+    /// The label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::Error => "error",
+        }
+    }
+}
+
+type CheckCounters = RwLock<HashMap<Box<str>, [Option<Counter>; 3]>>;
+
+fn check_counters() -> &'static CheckCounters {
+    static COUNTERS: OnceLock<CheckCounters> = OnceLock::new();
+    COUNTERS.get_or_init(|| {
+        // Install the recorder before registering anything: a counter
+        // registered with no recorder would count into the void forever.
+        let _ = handle();
+        RwLock::new(HashMap::new())
+    })
+}
+
+/// `tollgate_store_latency_seconds`, registered once.
+pub fn store_latency() -> &'static Histogram {
+    static LATENCY: OnceLock<Histogram> = OnceLock::new();
+    LATENCY.get_or_init(|| {
+        let _ = handle();
+        metrics::histogram!(STORE_LATENCY)
+    })
 }
