@@ -325,9 +325,34 @@ fn full(s: String) -> ProxyBody {
     Either::Right(Full::new(Bytes::from(s)))
 }
 
+/// The fixed hop-by-hop fields (RFC 9110 §7.6.1, and `Proxy-Connection`,
+/// `Keep-Alive`).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    [
+        header::CONNECTION,
+        PROXY_CONNECTION,
+        KEEP_ALIVE,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+        header::PROXY_AUTHORIZATION,
+        header::PROXY_AUTHENTICATE,
+    ]
+    .contains(name)
+}
+
 /// Drops the hop-by-hop fields (RFC 9110 §7.6.1): those `Connection`
 /// names, and the fixed list.
+///
+/// Most messages carry none, or only `Connection`: one pass over the names
+/// present decides whether there is anything to remove, instead of a hash
+/// lookup per listed name (which cost more than the rest of forwarding a
+/// request's head).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
