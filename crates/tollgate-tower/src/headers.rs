@@ -113,10 +113,7 @@ pub fn insert_headers(
     if rules.is_empty() {
         return;
     }
-    headers.insert(
-        RATELIMIT_POLICY,
-        value(policy_value(rules.iter().copied())),
-    );
+    headers.insert(RATELIMIT_POLICY, value(policy_value(rules.iter().copied())));
     headers.insert(RATELIMIT, value(ratelimit_value(rules.iter().copied())));
     if let Some(wait) = retry_after {
         headers.insert(
