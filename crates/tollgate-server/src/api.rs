@@ -25,12 +25,14 @@
 //!   a JSON `{"error"}` body.
 //!
 //! The hot path, `POST /v1/check`, is served without a router or a JSON
-//! tree: the body is read into borrowed fields ([`FastCheck`]) and the
-//! answer written with `itoa` into one buffer. Any body the fast reader does
-//! not take as it is (an error, a duplicate field, an escape it cannot
-//! borrow is fine) goes through the `serde_json::Value` reader, which names
-//! the problem; both readers agree on every body the fast one accepts (a
-//! unit test compares them, and the answers, on many inputs).
+//! tree. The plain body clients send (`{"rule":"..","key":"..","cost":N}`,
+//! no whitespace or escapes) is read by a byte scan; other well-formed
+//! bodies by serde into borrowed fields (`FastCheck`); anything either of
+//! them does not take as it is (an error, a duplicate field) by the
+//! `serde_json::Value` reader, which names the problem. A unit test checks
+//! that the three agree on every body the first two accept. The answer is
+//! written with `itoa` into one buffer (a unit test compares its bytes with
+//! the `serde_json` map answer it replaced).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -617,12 +619,12 @@ impl<'de> Deserialize<'de> for FastCheck<'de> {
                 while let Some(field) = map.next_key::<Field>()? {
                     match field {
                         Field::Rule => {
-                            once(&mut out.rule, map.next_value::<Str<'de>>()?.0, "rule")?
+                            once(&mut out.rule, map.next_value::<Str<'de>>()?.0, "rule")?;
                         }
                         Field::Key => once(&mut out.key, map.next_value::<Str<'de>>()?.0, "key")?,
                         Field::Cost => once(&mut out.cost, map.next_value::<u64>()?, "cost")?,
                         Field::Checks => {
-                            once(&mut out.checks, map.next_value::<Pairs<'de>>()?.0, "checks")?
+                            once(&mut out.checks, map.next_value::<Pairs<'de>>()?.0, "checks")?;
                         }
                     }
                 }
@@ -1141,7 +1143,7 @@ mod tests {
 
     #[test]
     fn answers_are_byte_identical_to_the_map_answers() {
-        let ms = |n: u64| Duration::from_micros(n);
+        let ms = Duration::from_micros;
         let decisions: Vec<Decision> = [
             (true, 100, 99, ms(1), None),
             (true, 1_000_000, 999_999, ms(999), None),
@@ -1175,10 +1177,10 @@ mod tests {
         for (i, first) in decisions.iter().enumerate() {
             for second in &decisions {
                 for (multi_form, picked) in [
-                    (false, vec![first.clone()]),
-                    (true, vec![first.clone()]),
-                    (true, vec![first.clone(), second.clone()]),
-                    (true, vec![second.clone(), first.clone(), second.clone()]),
+                    (false, vec![*first]),
+                    (true, vec![*first]),
+                    (true, vec![*first, *second]),
+                    (true, vec![*second, *first, *second]),
                 ] {
                     let pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> = (0..picked.len())
                         .map(|j| {
