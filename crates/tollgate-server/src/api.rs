@@ -36,7 +36,6 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
@@ -710,8 +709,9 @@ fn is_json(content_type: &HeaderValue) -> bool {
 /// Reads a body of at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`].
 ///
 /// A body that has already arrived (hyper hands over the bytes it read
-/// with the head at once) is taken without arming a timer: the first poll
-/// completes it. Only a body still on its way is awaited under the timeout.
+/// with the head at once) is taken without arming a timer or collecting:
+/// the first poll returns it whole. Only a body still on its way is
+/// awaited under the timeout.
 async fn read_body<B>(req: Request<B>) -> Result<Bytes, Response<ApiBody>>
 where
     B: Body<Data = Bytes>,
@@ -731,19 +731,40 @@ where
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let mut collect = pin!(Limited::new(req.into_body(), MAX_BODY).collect());
-    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let mut body = pin!(Limited::new(req.into_body(), MAX_BODY));
+    let first = std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll_frame(cx))).await;
     let collected = match first {
-        Poll::Ready(done) => done,
-        Poll::Pending => match tokio::time::timeout(BODY_TIMEOUT, collect).await {
-            Ok(done) => done,
-            Err(_) => {
-                return Err(error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!("request body not received within {BODY_TIMEOUT:?}"),
-                ));
+        // The usual case: the whole body is one frame that came with the
+        // head; taken as it is (no collecting buffer, no timer).
+        Poll::Ready(None) => Ok(Bytes::new()),
+        Poll::Ready(Some(Ok(frame))) if frame.is_data() && body.is_end_stream() => {
+            Ok(frame.into_data().unwrap_or_default())
+        }
+        Poll::Ready(Some(Err(e))) => Err(e),
+        more => {
+            let head = match more {
+                Poll::Ready(Some(Ok(frame))) => frame.into_data().ok(),
+                _ => None,
+            };
+            match tokio::time::timeout(BODY_TIMEOUT, body.as_mut().collect()).await {
+                Ok(rest) => rest.map(|rest| match head {
+                    None => rest.to_bytes(),
+                    Some(head) => {
+                        let rest = rest.to_bytes();
+                        let mut all = Vec::with_capacity(head.len() + rest.len());
+                        all.extend_from_slice(&head);
+                        all.extend_from_slice(&rest);
+                        Bytes::from(all)
+                    }
+                }),
+                Err(_) => {
+                    return Err(error(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!("request body not received within {BODY_TIMEOUT:?}"),
+                    ));
+                }
             }
-        },
+        }
     };
     match collected {
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
@@ -751,7 +772,7 @@ where
             StatusCode::BAD_REQUEST,
             format!("could not read the request body: {e}"),
         )),
-        Ok(collected) => Ok(collected.to_bytes()),
+        Ok(bytes) => Ok(bytes),
     }
 }
 
