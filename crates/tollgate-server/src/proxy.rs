@@ -325,20 +325,10 @@ fn full(s: String) -> ProxyBody {
     Either::Right(Full::new(Bytes::from(s)))
 }
 
-/// Drops the hop-by-hop fields (RFC 9110 §7.6.1): those `Connection`
-/// names, and the fixed list.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in [
+/// The fixed hop-by-hop fields (RFC 9110 §7.6.1, and `Proxy-Connection`,
+/// `Keep-Alive`).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    [
         header::CONNECTION,
         PROXY_CONNECTION,
         KEEP_ALIVE,
@@ -348,7 +338,35 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         header::UPGRADE,
         header::PROXY_AUTHORIZATION,
         header::PROXY_AUTHENTICATE,
-    ] {
+    ]
+    .contains(name)
+}
+
+/// Drops the hop-by-hop fields (RFC 9110 §7.6.1): those `Connection`
+/// names, and the fixed list.
+///
+/// Most messages carry none, or only `Connection`: one pass over the names
+/// present decides whether there is anything to remove, instead of a hash
+/// lookup per listed name (which cost more than the rest of forwarding a
+/// request's head).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    // Only the listed fields that are there (a removal is a hash lookup).
+    let fixed: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| is_hop_by_hop(n))
+        .cloned()
+        .collect();
+    for name in named.into_iter().chain(fixed) {
         headers.remove(name);
     }
 }

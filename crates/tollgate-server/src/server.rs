@@ -4,27 +4,38 @@
 //!
 //! Connections are HTTP/1.1 (hyper). Limits on what a client can make the
 //! server hold: request heads of at most [`MAX_HEAD_BYTES`] and
-//! [`MAX_HEADERS`] fields, sent within [`HEAD_TIMEOUT`] (which also closes
-//! idle keep-alive connections), at most [`MAX_CONNECTIONS`] connections
-//! per front door (past it, new connections wait in the kernel's backlog).
+//! [`MAX_HEADERS`] fields, at most [`MAX_CONNECTIONS`] connections per front
+//! door (past it, new connections wait in the kernel's backlog), and a
+//! connection that completes no request head and has no answer in flight
+//! for a whole [`HEAD_TIMEOUT`] period is closed: a slow-loris head, or an
+//! idle keep-alive connection, goes after 10 to 20 seconds.
+//!
+//! That last one is a per-connection watchdog, not hyper's
+//! `header_read_timeout`: hyper's arms (allocates, registers, cancels) a
+//! timer for every request head, which cost about 4% of a check; the
+//! watchdog's one timer per connection fires every [`HEAD_TIMEOUT`] and
+//! compares two counters.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tollgate_tower::headers::HeaderOptions;
 
-use crate::api::{self, Api};
+use crate::api::Api;
 use crate::check::open_store;
 use crate::config::Config;
 use crate::gate::Gate;
@@ -34,8 +45,9 @@ use crate::proxy::Proxy;
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most header fields in a request.
 pub const MAX_HEADERS: usize = 100;
-/// The longest a client may take to send a request head, and the longest a
-/// keep-alive connection may sit idle.
+/// A connection that completes no request head and has no answer in flight
+/// for a whole period of this length is closed (so a head must arrive, and
+/// an idle keep-alive connection is closed, within 10 to 20 seconds).
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most connections one front door holds open at once.
 pub const MAX_CONNECTIONS: usize = 10_000;
@@ -105,7 +117,7 @@ pub async fn run(
     let mut doors = JoinSet::new();
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let router = api::router(Api {
+        let api = Arc::new(Api {
             gate: Arc::clone(&gate),
             headers: HeaderOptions {
                 legacy: config.http.legacy_headers,
@@ -117,7 +129,11 @@ pub async fn run(
             config.store.url
         );
         doors.spawn(serve(listener, "HTTP API", stop_rx.clone(), move |_peer| {
-            TowerToHyperService::new(router.clone())
+            let api = Arc::clone(&api);
+            hyper::service::service_fn(move |req: Request<Incoming>| {
+                let api = Arc::clone(&api);
+                async move { Ok::<_, Infallible>(api.handle(req).await) }
+            })
         }));
     }
     if let (Some(listener), Some(upstream)) = (listeners.proxy, proxy_upstream) {
@@ -161,16 +177,18 @@ async fn serve<M, S, B>(
     S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + 'static,
+    B: http_body::Body + Send + Unpin + 'static,
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut builder = http1::Builder::new();
     builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
-        .max_header_size(MAX_HEAD_BYTES)
-        .max_headers(MAX_HEADERS);
+        // The watchdog below instead (no timer per request).
+        .header_read_timeout(None)
+        .max_header_size(MAX_HEAD_BYTES);
+    // MAX_HEADERS is hyper's own default: setting it (`max_headers`) would
+    // make hyper parse every head into a heap buffer instead of its stack
+    // array.
     let graceful = GracefulShutdown::new();
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut accept_errors = 0u64;
@@ -199,11 +217,37 @@ async fn serve<M, S, B>(
             }
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(TokioIo::new(stream), make(peer));
+        let activity = Arc::new(Activity::default());
+        let service = Watched {
+            inner: make(peer),
+            activity: Arc::clone(&activity),
+        };
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!("{name}: connection from {peer}: {e}");
+            let mut conn = std::pin::pin!(conn);
+            let mut period =
+                tokio::time::interval_at(tokio::time::Instant::now() + HEAD_TIMEOUT, HEAD_TIMEOUT);
+            let mut seen = activity.events();
+            loop {
+                tokio::select! {
+                    done = &mut conn => {
+                        if let Err(e) = done {
+                            tracing::debug!("{name}: connection from {peer}: {e}");
+                        }
+                        break;
+                    }
+                    _ = period.tick() => {
+                        let now = activity.events();
+                        if now == seen && activity.in_flight.load(Ordering::Acquire) == 0 {
+                            tracing::debug!(
+                                "{name}: connection from {peer}: no request head for {HEAD_TIMEOUT:?}; closing"
+                            );
+                            break;
+                        }
+                        seen = now;
+                    }
+                }
             }
             drop(permit);
         });
@@ -223,4 +267,122 @@ async fn serve<M, S, B>(
 /// Resolves once `stop` is true (or its sender is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
+}
+
+/// What a connection's watchdog watches: requests started (heads read) and
+/// answers finished, and how many answers are still being sent.
+#[derive(Debug, Default)]
+struct Activity {
+    heads: AtomicU64,
+    finished: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Activity {
+    /// Changes whenever a head is read or an answer finishes.
+    fn events(&self) -> (u64, u64) {
+        (
+            self.heads.load(Ordering::Acquire),
+            self.finished.load(Ordering::Acquire),
+        )
+    }
+}
+
+/// Marks one answer in flight until dropped: when its body has been sent,
+/// or the request or connection was abandoned.
+#[derive(Debug)]
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn new(activity: Arc<Activity>) -> Self {
+        activity.heads.fetch_add(1, Ordering::AcqRel);
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        self.0.finished.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// A front door's service, reporting to the connection's watchdog.
+struct Watched<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S, B> hyper::service::Service<Request<Incoming>> for Watched<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
+    B: http_body::Body + Unpin,
+{
+    type Response = Response<WatchedBody<B>>;
+    type Error = S::Error;
+    type Future = WatchedFuture<S::Future>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let in_flight = InFlight::new(Arc::clone(&self.activity));
+        WatchedFuture {
+            inner: self.inner.call(req),
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The answer of a [`Watched`] service (no allocation per request).
+    struct WatchedFuture<F> {
+        #[pin]
+        inner: F,
+        in_flight: Option<InFlight>,
+    }
+}
+
+impl<F, B, E> Future for WatchedFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<WatchedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let res = std::task::ready!(this.inner.poll(cx))?;
+        let Some(in_flight) = this.in_flight.take() else {
+            // Polled after completion: hyper never does.
+            return Poll::Pending;
+        };
+        Poll::Ready(Ok(res.map(|body| WatchedBody {
+            inner: body,
+            _in_flight: in_flight,
+        })))
+    }
+}
+
+/// An answer's body; the answer stays in flight until it is dropped.
+struct WatchedBody<B> {
+    inner: B,
+    _in_flight: InFlight,
+}
+
+impl<B: http_body::Body + Unpin> http_body::Body for WatchedBody<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }

@@ -36,6 +36,17 @@ impl Upstream {
     /// The upstream URI for a request's path and query (`/` when absent).
     #[must_use]
     pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(Scheme::HTTP);
+        parts.authority = Some(self.authority.clone());
+        if let Some(pq) = path_and_query
+            && self.base.is_empty()
+            && pq.as_str().starts_with('/')
+        {
+            // No base to put in front: the request's own (shared) bytes.
+            parts.path_and_query = Some(pq.clone());
+            return Uri::from_parts(parts).unwrap_or_default();
+        }
         let pq = path_and_query.map_or("/", PathAndQuery::as_str);
         let pq = if pq.starts_with('/') {
             format!("{}{pq}", self.base)
@@ -43,9 +54,6 @@ impl Upstream {
             // `*` (OPTIONS) or anything odd: keep it behind the base.
             format!("{}/{pq}", self.base)
         };
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
-        parts.authority = Some(self.authority.clone());
         parts.path_and_query = PathAndQuery::from_maybe_shared(pq)
             .ok()
             .or_else(|| Some(PathAndQuery::from_static("/")));

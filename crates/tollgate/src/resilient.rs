@@ -285,6 +285,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
     /// `on_error`).
     pub fn build(self) -> Result<ResilientLimiter<S>, RuleError> {
         let rules = self.limiter.rules();
+        let rule_count = rules.len();
         let index: HashMap<String, usize> = rules
             .iter()
             .enumerate()
@@ -325,6 +326,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 heartbeat: self.heartbeat,
                 local: OnceLock::new(),
                 local_max_keys: self.local_max_keys,
+                meters: Meters::new(rule_count),
             }),
             task: Mutex::new(None),
             started: AtomicBool::new(false),
@@ -360,6 +362,44 @@ struct Inner<S> {
     /// The `local` fallback, made at its first use.
     local: OnceLock<Local>,
     local_max_keys: usize,
+    meters: Meters,
+}
+
+/// Metric handles, registered at first use and kept: `counter!` with a
+/// rule label builds its key (two allocations) and looks it up in the
+/// recorder on every call, which is a tenth of a memory-store check.
+/// Install the metrics recorder before the first check.
+struct Meters {
+    /// Per rule (the limiter's order): allowed, denied, error.
+    checks: Vec<[OnceLock<::metrics::Counter>; 3]>,
+    latency: OnceLock<::metrics::Histogram>,
+}
+
+impl Meters {
+    fn new(rules: usize) -> Self {
+        Self {
+            checks: (0..rules).map(|_| Default::default()).collect(),
+            latency: OnceLock::new(),
+        }
+    }
+
+    fn latency(&self) -> &::metrics::Histogram {
+        self.latency
+            .get_or_init(|| ::metrics::histogram!(metric::STORE_LATENCY))
+    }
+
+    /// Counts one pair of rule `i` (named `name`) under `outcome`
+    /// (0 allowed, 1 denied, 2 error).
+    fn count(&self, i: usize, name: &str, outcome: usize) {
+        const LABELS: [&str; 3] = ["allowed", "denied", "error"];
+        let Some(slot) = self.checks.get(i).and_then(|c| c.get(outcome)) else {
+            return;
+        };
+        slot.get_or_init(|| {
+            ::metrics::counter!(metric::CHECKS, "rule" => name.to_owned(), "outcome" => LABELS[outcome])
+        })
+        .increment(1);
+    }
 }
 
 impl<S: Store> fmt::Debug for ResilientLimiter<S> {
@@ -522,7 +562,7 @@ impl<S: Store> ResilientLimiter<S> {
         self.start_heartbeat();
         match self.inner.call_store(checks).await {
             Ok(multi) => {
-                count(checks, &multi);
+                self.inner.count(checks, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: None,
@@ -587,6 +627,15 @@ impl<S: Store> Inner<S> {
 
     /// One call to the store, bounded by the timeout and gated by the
     /// breaker.
+    /// Counts each pair under its rule with its own answer.
+    fn count(&self, checks: &[Check<'_>], multi: &MultiDecision) {
+        for (c, d) in checks.iter().zip(&multi.decisions) {
+            if let Some(&i) = self.index.get(c.rule) {
+                self.meters.count(i, c.rule, usize::from(!d.allowed));
+            }
+        }
+    }
+
     async fn call_store(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
         if !self.breaker.allow() {
             ::metrics::counter!(metric::STORE_ERRORS, "kind" => "circuit_open").increment(1);
@@ -603,7 +652,9 @@ impl<S: Store> Inner<S> {
                 .unwrap_or_else(|_| Err(Error::Store(timed_out(t, "check")))),
             None => call.await,
         };
-        ::metrics::histogram!(metric::STORE_LATENCY).record(started.elapsed().as_secs_f64());
+        self.meters
+            .latency()
+            .record(started.elapsed().as_secs_f64());
         match &result {
             Ok(_) => self.store_answered(),
             Err(Error::Store(e)) => {
@@ -670,18 +721,15 @@ impl<S: Store> Inner<S> {
         match policy {
             OnError::Deny => {
                 for c in checks {
-                    ::metrics::counter!(
-                        metric::CHECKS,
-                        "rule" => c.rule.to_owned(),
-                        "outcome" => "error"
-                    )
-                    .increment(1);
+                    if let Some(&i) = self.index.get(c.rule) {
+                        self.meters.count(i, c.rule, 2);
+                    }
                 }
                 Err(Refusal::Unavailable(error.clone()))
             }
             OnError::Local => {
                 let multi = self.check_locally(checks).await?;
-                count(checks, &multi);
+                self.count(checks, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Local),
@@ -702,7 +750,7 @@ impl<S: Store> Inner<S> {
                     })
                     .collect();
                 let multi = MultiDecision::from_decisions(decisions);
-                count(checks, &multi);
+                self.count(checks, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Allow),
@@ -777,15 +825,6 @@ pub fn local_share(rule: &Rule, replicas: u64) -> Rule {
     spec.limit = (spec.limit / replicas).max(1);
     spec.burst = spec.burst.map(|b| (b / replicas).max(1));
     spec.build().unwrap_or_else(|_| rule.clone())
-}
-
-/// Counts each pair under its rule with its own answer.
-fn count(checks: &[Check<'_>], multi: &MultiDecision) {
-    for (c, d) in checks.iter().zip(&multi.decisions) {
-        let outcome = if d.allowed { "allowed" } else { "denied" };
-        ::metrics::counter!(metric::CHECKS, "rule" => c.rule.to_owned(), "outcome" => outcome)
-            .increment(1);
-    }
 }
 
 /// The heartbeat task: every `every`, tells the store this replica lives

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Instructions per request of `tollgate serve` (user space, all threads),
+# counted by callgrind: the machine is shared and noisy, and an instruction
+# count does not move with the load, so this is how code changes to the
+# front doors are judged (bench/http.sh gives the req/s and latencies).
+#
+# The server runs under valgrind; bench/http/load.py sends WARM requests
+# (not counted), callgrind's counters are zeroed, then N requests are sent
+# over CONNS keep-alive connections (one in flight each) and counted.
+#
+# Usage: bench/http-instructions.sh KIND [N=3000] [KEYS=10000] [CONNS=8] [BIN]
+#   KIND: check-open | check-closed (the rules of bench/http/rules.toml,
+#         POST /v1/check) | healthz | proxy (GET / through the proxy to
+#         nginx, keyed by x-key among KEYS keys)
+#   BIN:  the tollgate binary (default target/release/tollgate, built here)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+kind=${1:?usage: bench/http-instructions.sh KIND [N] [KEYS] [CONNS] [BIN]}
+n=${2:-3000} keys=${3:-10000} conns=${4:-8} bin=${5:-}
+warm=2000
+if [[ -z "$bin" ]]; then
+  cargo build --release -q -p tollgate-server
+  bin=$root/target/release/tollgate
+fi
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+if [[ $kind == proxy ]]; then
+  port=$((20000 + RANDOM % 10000))
+  mkdir -p "$work/nginx"
+  sed -e "s|@DIR@|$work/nginx|g" -e "s|@PORT@|$port|g" bench/http/nginx.conf.in >"$work/nginx/nginx.conf"
+  nginx -e "$work/nginx/error.log" -p "$work/nginx" -c "$work/nginx/nginx.conf" &
+  pids+=($!)
+  sleep 0.5
+  args=(serve --config bench/http/proxy.toml --proxy 127.0.0.1:0 --upstream "http://127.0.0.1:$port")
+  load=get
+else
+  args=(serve --config bench/http/rules.toml --http 127.0.0.1:0)
+  load=$kind
+fi
+valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" "$bin" "${args[@]}" >"$work/log" 2>&1 &
+pid=$!
+pids=("$pid" "${pids[@]}")
+addr=
+for _ in $(seq 600); do
+  addr=$(grep -o 'listening on http://[0-9.:]*' "$work/log" | head -1 | sed 's|.*http://||' || true)
+  [[ -n "$addr" ]] && break
+  sleep 0.1
+done
+[[ -n "$addr" ]] || { cat "$work/log" >&2; echo "no address" >&2; exit 1; }
+python3 bench/http/load.py "$addr" "$warm" "$conns" "$load" "$keys" 2>/dev/null
+callgrind_control -z "$pid" >/dev/null 2>&1
+python3 bench/http/load.py "$addr" "$n" "$conns" "$load" "$keys"
+callgrind_control -d "$pid" >/dev/null 2>&1
+sleep 0.5
+out=$(ls "$work"/cg."$pid".1)
+ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$out")
+echo "$kind: $((ir / n)) instructions per request ($ir over $n requests, $conns connections, $keys keys)"
+if [[ -n "${BENCH_KEEP:-}" ]]; then cp "$out" "$BENCH_KEEP"; fi
