@@ -11,7 +11,11 @@
 //!   allocation per request.
 //! * One driver task owns the socket. Woken by new requests, it first lets
 //!   every other ready task queue theirs (one yield), then writes all of
-//!   them with one `write`: under load, batches form by themselves.
+//!   them with one `write`: under load, batches form by themselves. At
+//!   most two commands are out unanswered; what is queued meanwhile waits
+//!   for the next reply and goes as one batch (a server whose requests
+//!   arrive one by one from many connections would otherwise send batches
+//!   of one).
 //! * Single checks are queued as parts (a key and its pair arguments), not
 //!   commands: the driver writes each run of up to [`MAX_BATCH`]
 //!   consecutive ones at the same time (the server's, or the same explicit
@@ -75,6 +79,12 @@ const DONE: u32 = u32::MAX;
 /// Most checks one batched script run carries (its reply is `1 + 4 *` this
 /// integers; Redis runs the batch, atomically, while other clients wait).
 pub(super) const MAX_BATCH: usize = 64;
+/// Most commands (script runs, batches) written and not yet answered.
+/// Requests queued while this many are out wait for the next reply: under
+/// load they pile up into one batch instead of trickling out as batches
+/// of one, which would cost Redis a script run each. Two, so Redis always
+/// has the next batch while we read the last.
+const MAX_COMMANDS_OUT: usize = 2;
 
 /// Where the connection goes.
 #[derive(Debug, Clone)]
@@ -494,6 +504,8 @@ struct Driver {
     timer_armed: bool,
     /// Whether the driver already yielded once for the queued requests.
     yielded: bool,
+    /// Commands written to the connection and not answered yet.
+    commands_out: usize,
     backoff: Duration,
     /// When the connection last delivered a reply (or opened).
     last_reply: Instant,
@@ -523,6 +535,7 @@ impl Driver {
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
             timer_armed: false,
             yielded: false,
+            commands_out: 0,
             backoff: MIN_BACKOFF,
             last_reply: Instant::now(),
             wakers: Vec::new(),
@@ -570,6 +583,7 @@ impl Driver {
                 };
                 self.rstart += used;
                 self.last_reply = now;
+                self.commands_out = self.commands_out.saturating_sub(1);
                 let Some(sent) = self.inflight.pop_front() else {
                     return Err(protocol("a reply to no request"));
                 };
@@ -682,6 +696,7 @@ impl Driver {
     fn emit(&mut self, bytes: &[u8], requests: &[Sent]) {
         let mut rest = requests;
         while let Some(first) = rest.first() {
+            self.commands_out += 1;
             if first.part == Part::Whole {
                 self.wbuf.extend_from_slice(first.bytes(bytes));
                 self.inflight.push_back(Sent {
@@ -748,6 +763,7 @@ impl Driver {
     /// except those already answered (timed out) or given up.
     fn up(&mut self, stream: TcpStream, now: Instant) {
         self.phase = Phase::Up(stream);
+        self.commands_out = 0;
         self.backoff = MIN_BACKOFF;
         self.last_reply = now;
         self.rstart = 0;
@@ -802,6 +818,7 @@ impl Driver {
     /// run, so it is never resent); what was not waits for the next one.
     fn lose(&mut self, cause: StoreError, now: Instant) {
         self.phase = Phase::Idle;
+        self.commands_out = 0;
         self.draining = false;
         self.rstart = 0;
         self.rend = 0;
@@ -906,7 +923,9 @@ impl Future for Driver {
                 this.wake_callers();
                 return Poll::Ready(());
             }
-            if !st.queued.is_empty() {
+            let corked =
+                matches!(this.phase, Phase::Up(_)) && this.commands_out >= MAX_COMMANDS_OUT;
+            if !st.queued.is_empty() && !corked {
                 if !this.yielded {
                     // Let the other ready tasks queue their requests too:
                     // one write will carry them all.
