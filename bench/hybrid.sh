@@ -30,7 +30,8 @@ python3 - "$total" "$server_calls" <<'PY'
 import sys
 fields = dict(kv.split("=") for kv in sys.argv[1].split()[1:])
 ours = int(fields["redis_checks"]) + int(fields["hybrid_calls"])
-print(f"script calls: the stores counted {ours}, redis-server counted {sys.argv[2]} "
-      "(the difference: NOSCRIPT retries when a script is first loaded)")
+print(f"Redis requests: the stores counted {ours} (a plain check is one request, a hybrid "
+      f"lease one); redis-server counted {sys.argv[2]} script runs: concurrent plain checks "
+      "share one run (batches of up to 64), and a script's first use adds a NOSCRIPT retry")
 PY
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
