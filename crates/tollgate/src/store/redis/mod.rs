@@ -897,20 +897,18 @@ impl Store for RedisStore {
         self.check_one(rule, key, cost, at)
     }
 
-    fn check_all(
+    async fn check_all(
         &self,
         checks: &[KeyCheck<'_>],
         at: Option<Micros>,
-    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
-        async move {
-            // One pair is a single check: it can share a batch with other
-            // concurrent checks (front doors check through `check_all`).
-            if let [one] = checks {
-                let d = self.check_one(one.rule, one.key, one.cost, at).await?;
-                return Ok(MultiDecision::from_decisions(vec![d]));
-            }
-            self.check_many(checks, at).await
+    ) -> Result<MultiDecision, StoreError> {
+        // One pair is a single check: it can share a batch with other
+        // concurrent checks (front doors check through `check_all`).
+        if let [one] = checks {
+            let d = self.check_one(one.rule, one.key, one.cost, at).await?;
+            return Ok(MultiDecision::from_decisions(vec![d]));
         }
+        self.check_many(checks, at).await
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
