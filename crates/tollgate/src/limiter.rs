@@ -78,6 +78,14 @@ pub struct Limiter<S = MemoryStore> {
     by_name: HashMap<String, usize>,
 }
 
+impl<S> Limiter<S> {
+    /// The position of the rule named `name` in [`Limiter::rules`].
+    #[must_use]
+    pub fn rule_index(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+}
+
 impl<S: Store> Limiter<S> {
     /// A limiter over `store` with `rules`.
     ///
@@ -114,7 +122,7 @@ impl<S: Store> Limiter<S> {
     /// The rule named `name`.
     #[must_use]
     pub fn rule(&self, name: &str) -> Option<&Rule> {
-        self.by_name.get(name).map(|&i| &self.rules[i])
+        self.rule_index(name).map(|i| &self.rules[i])
     }
 
     fn resolve(&self, name: &str, key: &[u8]) -> Result<&Rule, Error> {

@@ -51,7 +51,6 @@
 //! # }).unwrap();
 //! ```
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -284,16 +283,10 @@ impl<S: Store> ResilientLimiterBuilder<S> {
     /// A policy given for a rule the limiter does not have (field
     /// `on_error`).
     pub fn build(self) -> Result<ResilientLimiter<S>, RuleError> {
-        let rules = self.limiter.rules();
-        let rule_count = rules.len();
-        let index: HashMap<String, usize> = rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.name().to_owned(), i))
-            .collect();
-        let mut policies = vec![self.on_error; rules.len()];
+        let rule_count = self.limiter.rules().len();
+        let mut policies = vec![self.on_error; rule_count];
         for (name, policy) in &self.rule_on_error {
-            let Some(&i) = index.get(name) else {
+            let Some(i) = self.limiter.rule_index(name) else {
                 return Err(RuleError {
                     field: "on_error",
                     message: format!("on_error given for {name:?}, which is not a rule"),
@@ -315,7 +308,6 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
                 limiter: self.limiter,
-                index,
                 policies,
                 timeout: self.timeout,
                 breaker: Breaker::new(self.breaker_threshold, self.breaker_open_for),
@@ -348,7 +340,6 @@ pub struct ResilientLimiter<S = MemoryStore> {
 
 struct Inner<S> {
     limiter: Arc<Limiter<S>>,
-    index: HashMap<String, usize>,
     /// Per rule, in the limiter's order.
     policies: Vec<OnError>,
     timeout: Option<Duration>,
@@ -436,7 +427,10 @@ impl<S> ResilientLimiter<S> {
     /// The failure policy of the rule named `name` (`None` if unknown).
     #[must_use]
     pub fn policy(&self, name: &str) -> Option<OnError> {
-        self.inner.index.get(name).map(|&i| self.inner.policies[i])
+        self.inner
+            .limiter
+            .rule_index(name)
+            .map(|i| self.inner.policies[i])
     }
 
     /// The store timeout.
@@ -618,24 +612,24 @@ impl<S: Store> Inner<S> {
             if c.key.len() > MAX_KEY_LEN {
                 return Err(Refusal::Invalid(Error::KeyTooLong { len: c.key.len() }));
             }
-            if !self.index.contains_key(c.rule) {
+            if self.limiter.rule_index(c.rule).is_none() {
                 return Err(Refusal::Invalid(Error::UnknownRule(c.rule.to_owned())));
             }
         }
         Ok(())
     }
 
-    /// One call to the store, bounded by the timeout and gated by the
-    /// breaker.
     /// Counts each pair under its rule with its own answer.
     fn count(&self, checks: &[Check<'_>], multi: &MultiDecision) {
         for (c, d) in checks.iter().zip(&multi.decisions) {
-            if let Some(&i) = self.index.get(c.rule) {
+            if let Some(i) = self.limiter.rule_index(c.rule) {
                 self.meters.count(i, c.rule, usize::from(!d.allowed));
             }
         }
     }
 
+    /// One call to the store, bounded by the timeout and gated by the
+    /// breaker.
     async fn call_store(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
         if !self.breaker.allow() {
             ::metrics::counter!(metric::STORE_ERRORS, "kind" => "circuit_open").increment(1);
@@ -705,7 +699,7 @@ impl<S: Store> Inner<S> {
         let policy = policy.unwrap_or_else(|| {
             checks
                 .iter()
-                .filter_map(|c| self.index.get(c.rule).map(|&i| self.policies[i]))
+                .filter_map(|c| self.limiter.rule_index(c.rule).map(|i| self.policies[i]))
                 .max_by_key(|p| p.strictness())
                 .unwrap_or_default()
         });
@@ -721,7 +715,7 @@ impl<S: Store> Inner<S> {
         match policy {
             OnError::Deny => {
                 for c in checks {
-                    if let Some(&i) = self.index.get(c.rule) {
+                    if let Some(i) = self.limiter.rule_index(c.rule) {
                         self.meters.count(i, c.rule, 2);
                     }
                 }
@@ -771,7 +765,7 @@ impl<S: Store> Inner<S> {
         let resolved: Vec<KeyCheck<'_>> = checks
             .iter()
             .filter_map(|c| {
-                let &i = self.index.get(c.rule)?;
+                let i = self.limiter.rule_index(c.rule)?;
                 Some(KeyCheck {
                     rule: &shares[i],
                     key: c.key,
