@@ -10,16 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-3}"
-command -v redis-server >/dev/null || { echo "install: apt-get install -y redis-server redis-tools" >&2; exit 1; }
+. bench/lib/redis.sh
 
 cargo build --release -q --features redis -p tollgate --example hybrid_bench
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-  --daemonize no --logfile "$dir/log" &
-server=$!
-trap 'kill $server 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis
 
 out=$(target/release/examples/hybrid_bench "redis://127.0.0.1:$port" "$secs")
 echo "$out" | grep -v '^TOTAL'

@@ -18,16 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-5}"
-command -v redis-server >/dev/null || { echo "install: apt-get install -y redis-server redis-tools" >&2; exit 1; }
+. bench/lib/redis.sh
 
 cargo build --release -q --features redis -p tollgate --example redis_load
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-dir=$(mktemp -d)
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-  --daemonize no --logfile "$dir/log" &
-server=$!
-trap 'kill $server 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+start_redis
 
 s=crates/tollgate/src/store/redis/scripts
 sha=$(redis-cli -p "$port" SCRIPT LOAD "$(cat $s/prelude.lua $s/gcra.lua $s/check.lua)")
@@ -36,11 +30,11 @@ args=(EVALSHA "$sha" 1 "bench:{load:=__rand_int__}:gcra" "" 0 1 c 1 1 1 1000000 
 n=$((secs * 60000))
 rb() { redis-benchmark -p "$port" -r 10000 -n "$n" "$@" --csv "${args[@]}" | tail -1 | cut -d, -f2 | tr -d '"'; }
 # redis-server's CPU time (user + system) in clock ticks.
-ticks() { awk '{ print $14 + $15 }' "/proc/$server/stat"; }
+ticks() { awk '{ print $14 + $15 }' "/proc/$redis_pid/stat"; }
 # Script calls and their total µs from INFO commandstats (evalsha + eval).
 calls() { redis-cli -p "$port" info commandstats | tr -d '\r' | awk -F'[=,:]' '
   /^cmdstat_(evalsha|eval):/ { c += $3; u += $5 } END { printf "%d %d\n", c, u }'; }
-# Runs "$@", leaving in $dir/cost redis-server's CPU µs over the run, and
+# Runs "$@", leaving in $redis_dir/cost redis-server's CPU µs over the run, and
 # the script calls and their µs.
 server_cost() {
   redis-cli -p "$port" config resetstat >/dev/null
@@ -48,21 +42,21 @@ server_cost() {
   "$@"
   local t1; t1=$(ticks)
   read -r c u < <(calls)
-  echo "$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) )) $c $u" >"$dir/cost"
+  echo "$(( (t1 - t0) * 1000000 / $(getconf CLK_TCK) )) $c $u" >"$redis_dir/cost"
 }
 server_line() { # label checks
-  read -r cpu c u <"$dir/cost"
+  read -r cpu c u <"$redis_dir/cost"
   python3 -c 'import sys
 label, cpu, c, u, items = sys.argv[1], *map(float, sys.argv[2:])
 print(f"redis-server, {label}: {cpu/items:.2f} us CPU per check; {int(c)} script calls, "
       f"{items/max(c,1):.1f} checks per call, {u/max(c,1):.1f} us per call, {u/items:.2f} us per check in scripts")' "$1" "$cpu" "$c" "$u" "$2"
 }
-server_cost rb -c 64 >"$dir/out"; plain=$(cat "$dir/out")
+server_cost rb -c 64 >"$redis_dir/out"; plain=$(cat "$redis_dir/out")
 srv_plain=$(server_line "redis-benchmark c=64" "$n")
-server_cost rb -c 64 -P 16 >"$dir/out"; piped=$(cat "$dir/out")
+server_cost rb -c 64 -P 16 >"$redis_dir/out"; piped=$(cat "$redis_dir/out")
 srv_piped=$(server_line "redis-benchmark c=64 P=16" "$n")
-server_cost target/release/examples/redis_load "redis://127.0.0.1:$port" 64 "$secs" 10000 >"$dir/out"
-ours=$(cat "$dir/out")
+server_cost target/release/examples/redis_load "redis://127.0.0.1:$port" 64 "$secs" 10000 >"$redis_dir/out"
+ours=$(cat "$redis_dir/out")
 srv_ours=$(server_line "tollgate c=64" "$(echo "$ours" | sed -E 's/.*checks=([0-9]+).*/\1/')")
 ref=$( { TIMEFORMAT='%U %S'; time rb -c 1 -P 64 >/dev/null; } 2>&1 )
 echo "redis-benchmark EVALSHA gcra c=64:        ${plain} req/s"
