@@ -269,22 +269,18 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// What a connection's watchdog watches: requests started (heads read) and
+/// What a connection's watchdog watches: how many heads were read and
 /// answers finished, and how many answers are still being sent.
 #[derive(Debug, Default)]
 struct Activity {
-    heads: AtomicU64,
-    finished: AtomicU64,
+    events: AtomicU64,
     in_flight: AtomicU64,
 }
 
 impl Activity {
     /// Changes whenever a head is read or an answer finishes.
-    fn events(&self) -> (u64, u64) {
-        (
-            self.heads.load(Ordering::Acquire),
-            self.finished.load(Ordering::Acquire),
-        )
+    fn events(&self) -> u64 {
+        self.events.load(Ordering::Acquire)
     }
 }
 
@@ -295,7 +291,7 @@ struct InFlight(Arc<Activity>);
 
 impl InFlight {
     fn new(activity: Arc<Activity>) -> Self {
-        activity.heads.fetch_add(1, Ordering::AcqRel);
+        activity.events.fetch_add(1, Ordering::AcqRel);
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
         Self(activity)
     }
@@ -304,7 +300,7 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.finished.fetch_add(1, Ordering::AcqRel);
+        self.0.events.fetch_add(1, Ordering::AcqRel);
     }
 }
 
