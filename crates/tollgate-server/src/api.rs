@@ -115,12 +115,14 @@ impl Api {
                 ),
             ),
         };
-        if !res.headers().contains_key(CONTENT_LENGTH) {
-            let len = res.body().size_hint().exact().unwrap_or(0);
-            res.headers_mut()
-                .insert(CONTENT_LENGTH, HeaderValue::from(len));
-        }
+        // hyper writes `Content-Length` from the body's exact size itself;
+        // only a HEAD answer, whose body goes, needs the field set here.
         if head {
+            if !res.headers().contains_key(CONTENT_LENGTH) {
+                let len = res.body().size_hint().exact().unwrap_or(0);
+                res.headers_mut()
+                    .insert(CONTENT_LENGTH, HeaderValue::from(len));
+            }
             *res.body_mut() = Full::default();
         }
         res
@@ -209,7 +211,9 @@ fn json_response(status: StatusCode, value: &Value) -> Response<ApiBody> {
 }
 
 fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<ApiBody> {
-    let mut res = Response::new(Full::new(Bytes::from(bytes)));
+    // Through a boxed slice: `Bytes::from` a `Vec` with spare capacity
+    // allocates a second, shared header; shrinking in place does not.
+    let mut res = Response::new(Full::new(Bytes::from(bytes.into_boxed_slice())));
     *res.status_mut() = status;
     res.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -862,18 +866,25 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
                 .insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
         }
         degraded => {
-            let pairs: Vec<_> = req
-                .pairs
-                .iter()
-                .zip(&multi.decisions)
-                .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
-                .collect();
             let retry = if multi.allowed {
                 None
             } else {
                 deciding.retry_after
             };
-            insert_headers(res.headers_mut(), &pairs, retry, api.headers);
+            // One pair (the usual check) on the stack, not in a `Vec`.
+            if let ([(name, _)], [d]) = (req.pairs.as_slice(), multi.decisions.as_slice()) {
+                if let Some(rule) = api.gate.rule(name) {
+                    insert_headers(res.headers_mut(), &[(rule, d)], retry, api.headers);
+                }
+            } else {
+                let pairs: Vec<_> = req
+                    .pairs
+                    .iter()
+                    .zip(&multi.decisions)
+                    .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
+                    .collect();
+                insert_headers(res.headers_mut(), &pairs, retry, api.headers);
+            }
             if degraded.is_some() {
                 res.headers_mut()
                     .insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));

@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use tollgate::{Decision, Rule};
 
@@ -97,8 +98,11 @@ pub fn ratelimit_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decisi
 
 fn value(text: String) -> HeaderValue {
     // Only ASCII digits, punctuation and rule names: always a valid value.
-    // From a `String` the bytes are taken over, not copied.
-    HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    // The bytes are taken over, not copied; through a boxed slice because
+    // `Bytes` from a `String` with spare capacity allocates a second,
+    // shared header (shrinking in place does not).
+    HeaderValue::from_maybe_shared(Bytes::from(text.into_bytes().into_boxed_slice()))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 /// Writes `RateLimit-Policy` and `RateLimit` for every (rule, decision),
