@@ -23,6 +23,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod gate;
+pub mod inline;
 pub mod metrics;
 pub mod proxy;
 pub mod replay;

@@ -39,6 +39,7 @@ use crate::api::Api;
 use crate::check::open_store;
 use crate::config::Config;
 use crate::gate::Gate;
+use crate::inline::Inline;
 use crate::proxy::Proxy;
 
 /// The most bytes of a request head (request line and header fields).
@@ -225,7 +226,10 @@ async fn serve<M, S, B>(
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            let mut conn = std::pin::pin!(conn);
+            // A request with a body makes hyper wake this task while it is
+            // being polled; `Inline` polls again at once (see its module).
+            let conn = std::pin::pin!(conn);
+            let mut conn = Inline::new(conn);
             let mut period =
                 tokio::time::interval_at(tokio::time::Instant::now() + HEAD_TIMEOUT, HEAD_TIMEOUT);
             let mut seen = activity.events();
