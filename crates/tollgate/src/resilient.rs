@@ -61,7 +61,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, StoreError, StoreErrorKind};
-use crate::limiter::{Check, Limiter, MAX_KEY_LEN};
+use crate::limiter::{Check, Limiter};
 use crate::rule::{Rule, RuleError};
 use crate::store::memory::{DEFAULT_MAX_KEYS, MemoryStore};
 use crate::store::{KeyCheck, Store};
@@ -552,18 +552,57 @@ impl<S: Store> ResilientLimiter<S> {
         checks: &[Check<'_>],
         policy: Option<OnError>,
     ) -> Result<Verdict, Refusal> {
-        self.inner.validate(checks)?;
+        // Each pair's rule is looked up once, here; one pair (the common
+        // case) needs no vector.
+        let rules = self.inner.limiter.rules();
+        let invalid = Refusal::Invalid;
+        match checks {
+            [] => Err(invalid(Error::NoChecks)),
+            [c] => {
+                let i = self.inner.limiter.resolve_index(c).map_err(invalid)?;
+                let resolved = [KeyCheck {
+                    rule: &rules[i],
+                    key: c.key,
+                    cost: c.cost,
+                }];
+                self.decide(checks, &resolved, &[i], policy).await
+            }
+            _ => {
+                let mut index = Vec::with_capacity(checks.len());
+                let mut resolved = Vec::with_capacity(checks.len());
+                for c in checks {
+                    let i = self.inner.limiter.resolve_index(c).map_err(invalid)?;
+                    index.push(i);
+                    resolved.push(KeyCheck {
+                        rule: &rules[i],
+                        key: c.key,
+                        cost: c.cost,
+                    });
+                }
+                self.decide(checks, &resolved, &index, policy).await
+            }
+        }
+    }
+
+    /// Decides valid `checks`, resolved to `resolved` (rule `index[n]` for
+    /// pair `n`).
+    async fn decide(
+        &self,
+        checks: &[Check<'_>],
+        resolved: &[KeyCheck<'_>],
+        index: &[usize],
+        policy: Option<OnError>,
+    ) -> Result<Verdict, Refusal> {
         self.start_heartbeat();
-        match self.inner.call_store(checks).await {
+        match self.inner.call_store(resolved).await {
             Ok(multi) => {
-                self.inner.count(checks, &multi);
+                self.inner.count(index, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: None,
                 })
             }
-            Err(Error::Store(e)) => self.inner.on_store_error(checks, &e, policy).await,
-            Err(e) => Err(Refusal::Invalid(e)),
+            Err(e) => self.inner.on_store_error(checks, &e, policy).await,
         }
     }
 
@@ -604,23 +643,18 @@ fn timed_out(t: Duration, what: &str) -> StoreError {
 }
 
 impl<S: Store> Inner<S> {
-    fn validate(&self, checks: &[Check<'_>]) -> Result<(), Refusal> {
-        if checks.is_empty() {
-            return Err(Refusal::Invalid(Error::NoChecks));
+    /// Counts each pair (rule `index[n]` for pair `n`) under its rule with
+    /// its own answer.
+    fn count(&self, index: &[usize], multi: &MultiDecision) {
+        let rules = self.limiter.rules();
+        for (&i, d) in index.iter().zip(&multi.decisions) {
+            self.meters
+                .count(i, rules[i].name(), usize::from(!d.allowed));
         }
-        for c in checks {
-            if c.key.len() > MAX_KEY_LEN {
-                return Err(Refusal::Invalid(Error::KeyTooLong { len: c.key.len() }));
-            }
-            if self.limiter.rule_index(c.rule).is_none() {
-                return Err(Refusal::Invalid(Error::UnknownRule(c.rule.to_owned())));
-            }
-        }
-        Ok(())
     }
 
-    /// Counts each pair under its rule with its own answer.
-    fn count(&self, checks: &[Check<'_>], multi: &MultiDecision) {
+    /// Counts each pair of `checks` under its rule with its own answer.
+    fn count_checks(&self, checks: &[Check<'_>], multi: &MultiDecision) {
         for (c, d) in checks.iter().zip(&multi.decisions) {
             if let Some(i) = self.limiter.rule_index(c.rule) {
                 self.meters.count(i, c.rule, usize::from(!d.allowed));
@@ -630,20 +664,20 @@ impl<S: Store> Inner<S> {
 
     /// One call to the store, bounded by the timeout and gated by the
     /// breaker.
-    async fn call_store(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Error> {
+    async fn call_store(&self, checks: &[KeyCheck<'_>]) -> Result<MultiDecision, StoreError> {
         if !self.breaker.allow() {
             ::metrics::counter!(metric::STORE_ERRORS, "kind" => "circuit_open").increment(1);
-            return Err(Error::Store(StoreError::new(
+            return Err(StoreError::new(
                 StoreErrorKind::Unavailable,
                 "circuit breaker open after repeated store failures",
-            )));
+            ));
         }
         let started = Instant::now();
-        let call = self.limiter.check_all(checks);
+        let call = self.limiter.store().check_all(checks, None);
         let result = match self.timeout {
             Some(t) => tokio::time::timeout(t, call)
                 .await
-                .unwrap_or_else(|_| Err(Error::Store(timed_out(t, "check")))),
+                .unwrap_or_else(|_| Err(timed_out(t, "check"))),
             None => call.await,
         };
         self.meters
@@ -651,7 +685,7 @@ impl<S: Store> Inner<S> {
             .record(started.elapsed().as_secs_f64());
         match &result {
             Ok(_) => self.store_answered(),
-            Err(Error::Store(e)) => {
+            Err(e) => {
                 let kind = match e.kind() {
                     StoreErrorKind::Timeout => "timeout",
                     StoreErrorKind::Unavailable => "unavailable",
@@ -676,7 +710,6 @@ impl<S: Store> Inner<S> {
                     });
                 }
             }
-            Err(_) => {}
         }
         result
     }
@@ -723,7 +756,7 @@ impl<S: Store> Inner<S> {
             }
             OnError::Local => {
                 let multi = self.check_locally(checks).await?;
-                self.count(checks, &multi);
+                self.count_checks(checks, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Local),
@@ -744,7 +777,7 @@ impl<S: Store> Inner<S> {
                     })
                     .collect();
                 let multi = MultiDecision::from_decisions(decisions);
-                self.count(checks, &multi);
+                self.count_checks(checks, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Allow),

@@ -261,3 +261,47 @@ fn denied_checks_create_no_key() {
     assert_eq!(store.len(), 0);
     assert_eq!(store.log_entries(), 0);
 }
+
+/// A one-pair `check_all` (decided on the single check's path: shared lock,
+/// compare-and-swap) answers exactly as the exclusive multi-rule path does
+/// for the same pair, admitted, denied, never and peeked, for every
+/// algorithm.
+#[test]
+fn a_one_pair_check_all_decides_as_the_multi_rule_path() {
+    let clock = FakeClock::new();
+    let one = MemoryStore::builder().clock(clock.clone()).build();
+    let multi = MemoryStore::builder().clock(clock.clone()).build();
+    let rules: Vec<Rule> = Algorithm::ALL
+        .into_iter()
+        .map(|a| rule(a.as_str(), a, 3, Duration::from_secs(1)))
+        .collect();
+    let costs = [1, 1, 0, 2, 1, 4, 1, 0, 1, 1, 1, 2];
+    for (step, &cost) in costs.iter().cycle().take(60).enumerate() {
+        for r in &rules {
+            let pair = KeyCheck {
+                rule: r,
+                key: b"k",
+                cost,
+            };
+            // A peek of another key always admits: the pair decides alone.
+            let peek = KeyCheck {
+                rule: r,
+                key: b"other",
+                cost: 0,
+            };
+            let got = one.check_all_sync(&[pair], None);
+            let want = multi.check_all_sync(&[pair, peek], None);
+            assert_eq!(got.allowed, want.allowed, "{} step {step}", r.name());
+            assert_eq!(got.deciding, 0);
+            assert_eq!(
+                got.decisions,
+                [want.decisions[0]],
+                "{} step {step}",
+                r.name()
+            );
+        }
+        clock.advance(Duration::from_millis(130));
+    }
+    assert_eq!(one.len(), multi.len());
+    assert_eq!(one.log_entries(), multi.log_entries());
+}

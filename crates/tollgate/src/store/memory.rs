@@ -883,6 +883,18 @@ impl Core {
 
     /// Decides several checks all-or-nothing at `t`.
     fn check_all(&self, checks: &[KeyCheck<'_>], t: Micros) -> MultiDecision {
+        // One pair is all-or-nothing by itself: the single check's path
+        // (shared lock, compare-and-swap for GCRA) decides it exactly as
+        // the exclusive path below would, without taking the shard
+        // exclusively or allocating the bookkeeping vectors.
+        if let [c] = checks {
+            let decision = self.check(c.rule, c.key, c.cost, t);
+            return MultiDecision {
+                allowed: decision.allowed,
+                deciding: 0,
+                decisions: vec![decision],
+            };
+        }
         // Merge pairs naming the same (rule, key).
         let mut pairs: Vec<(Fp, &Rule, u64)> = Vec::with_capacity(checks.len());
         let mut slot_of = Vec::with_capacity(checks.len());
