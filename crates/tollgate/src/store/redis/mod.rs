@@ -1048,10 +1048,30 @@ mod tests {
                     for &(rule, key, _) in run {
                         cmd.arg(keys::redis_key("tg", rule.name(), rule.algorithm(), key));
                     }
-                    let mode = if run.len() == 1 { "c" } else { "b" };
-                    push_common_args(&mut cmd, run.len(), 600_000, mode, at);
-                    for &(rule, _, cost) in run {
-                        push_pair_args(&mut cmd, rule, cost);
+                    if run.len() == 1 {
+                        push_common_args(&mut cmd, 1, 600_000, "c", at);
+                        push_pair_args(&mut cmd, run[0].0, run[0].2);
+                    } else {
+                        // Each distinct (rule, cost) once, in order of first
+                        // use; one byte per check names its tuple.
+                        push_common_args(&mut cmd, run.len(), 600_000, "b", at);
+                        let mut tuples: Vec<(&Rule, u64)> = Vec::new();
+                        let mut refs = Vec::new();
+                        for &(rule, _, cost) in run {
+                            let cost = clamp_cost(rule, cost);
+                            let i = tuples
+                                .iter()
+                                .position(|&(r, c)| r == rule && c == cost)
+                                .unwrap_or_else(|| {
+                                    tuples.push((rule, cost));
+                                    tuples.len() - 1
+                                });
+                            refs.push(u8::try_from(i + 1).expect("few tuples"));
+                        }
+                        cmd.arg(refs);
+                        for (rule, cost) in tuples {
+                            push_pair_args(&mut cmd, rule, cost);
+                        }
                     }
                     assert_eq!(
                         String::from_utf8_lossy(&lean),
