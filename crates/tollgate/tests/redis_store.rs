@@ -212,6 +212,47 @@ async fn batched_concurrent_checks_equal_the_memory_store() {
     assert_no_key_without_ttl(&server);
 }
 
+/// A check that fails inside a batch (its key holds a hash: `WRONGTYPE`)
+/// reports its own error; the checks before and after it in the same
+/// script run are decided (and written) as if it were not there. On a
+/// current-thread runtime: all seven are queued before the connection's
+/// task runs, so they go as one batch.
+#[tokio::test]
+async fn a_failing_check_in_a_batch_fails_alone() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "bad").await;
+    let rule = RuleSpec::new("r", Algorithm::Gcra, 2, Duration::from_secs(60))
+        .build()
+        .expect("rule");
+    redis
+        .check(&rule, b"warm", 0, Some(EPOCH))
+        .await
+        .expect("warm-up");
+    let bad = redis.redis_key(&rule, b"bad");
+    let bad = String::from_utf8(bad).expect("ascii key");
+    assert_eq!(server.cli(&["HSET", &bad, "f", "v"]).trim(), "1");
+    assert_eq!(server.cli(&["EXPIRE", &bad, "600"]).trim(), "1");
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    let keys: [&[u8]; 7] = [b"a", b"bad", b"a", b"b", b"bad", b"a", b"b"];
+    let got = futures_util::future::join_all(
+        keys.iter()
+            .map(|key| redis.check(&rule, key, 1, Some(EPOCH))),
+    )
+    .await;
+    assert_eq!(script_runs(&server), 1, "one batch");
+    let memory = MemoryStore::new();
+    for (key, got) in keys.iter().zip(got) {
+        if *key == b"bad" {
+            let e = got.expect_err("a hash is no GCRA state");
+            assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+        } else {
+            let expected = memory.check_sync(&rule, key, 1, Some(EPOCH));
+            assert_eq!(got.expect("decided"), expected, "key {key:?}");
+        }
+    }
+    assert_no_key_without_ttl(&server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_rule_checks_equal_the_memory_store() {
     let server = RedisServer::start();

@@ -511,6 +511,8 @@ struct Driver {
     last_reply: Instant,
     /// Callers to wake once the lock is released.
     wakers: Vec<Waker>,
+    /// A batch's reply, parsed (kept to reuse its allocation).
+    ints: Vec<i64>,
 }
 
 impl Driver {
@@ -539,6 +541,7 @@ impl Driver {
             backoff: MIN_BACKOFF,
             last_reply: Instant::now(),
             wakers: Vec::new(),
+            ints: Vec::new(),
         }
     }
 
@@ -576,7 +579,34 @@ impl Driver {
             self.rend += n;
             let mut st = self.shared.state.lock();
             loop {
-                let (reply, used) = match resp::parse(&self.rbuf[self.rstart..self.rend]) {
+                let buf = &self.rbuf[self.rstart..self.rend];
+                let batch = self.inflight.front().map_or(0, |s| s.replies_to as usize);
+                if batch > 1 && self.inflight.len() >= batch {
+                    // The usual reply to a batch, all integers: straight to
+                    // its checks (five integers each), no reply tree.
+                    if let Some(used) = resp::int_array_of(buf, 1 + 4 * batch, &mut self.ints) {
+                        self.rstart += used;
+                        self.last_reply = now;
+                        self.commands_out = self.commands_out.saturating_sub(1);
+                        let t = self.ints[0];
+                        for (sent, four) in self
+                            .inflight
+                            .drain(..batch)
+                            .zip(self.ints[1..].chunks_exact(4))
+                        {
+                            if sent.slot != DONE {
+                                let five = [t, four[0], four[1], four[2], four[3]];
+                                st.complete(
+                                    sent.slot,
+                                    Ok(Reply::Ints(Ints::Inline(5, five))),
+                                    &mut self.wakers,
+                                );
+                            }
+                        }
+                        continue;
+                    }
+                }
+                let (reply, used) = match resp::parse(buf) {
                     Ok(Some(parsed)) => parsed,
                     Ok(None) => break,
                     Err(bad) => return Err(protocol(format!("unreadable reply: {}", bad.0))),

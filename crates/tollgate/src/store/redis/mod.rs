@@ -171,9 +171,11 @@ const RULE_CACHE: usize = 16;
 /// The encoded bytes of a single check that depend on its rule alone (and
 /// the store's prefix), kept for the last rules seen: a service checks the
 /// same few rules over and over, and formatting them was most of what
-/// encoding a check cost. An entry is found by the rule's content, never
-/// by its address, so a hit is always right. Lives in the connection's
-/// state, under the lock commands are encoded under.
+/// encoding a check cost. An entry is found by the rule's equality: the
+/// same `Rule` (its shared address: the entry holds a clone, so the
+/// address is never reused while cached) in one comparison, else equal
+/// contents; so a hit is always right. Lives in the connection's state,
+/// under the lock commands are encoded under.
 #[derive(Default)]
 pub(super) struct RuleCache {
     entries: Vec<RuleBytes>,
@@ -181,13 +183,9 @@ pub(super) struct RuleCache {
 }
 
 struct RuleBytes {
-    name: Box<str>,
-    algorithm: Algorithm,
-    limit: u64,
-    period: Micros,
-    burst: u64,
-    interval: Micros,
-    tau: Micros,
+    /// The rule (a clone: its address cannot be reused while cached, and
+    /// `Rule`'s equality compares the addresses first, then the contents).
+    rule: Rule,
     /// `{prefix}:{<rule>:`
     key_head: Vec<u8>,
     /// `}:<algorithm>` and the `\r\n` ending the key's bulk string.
@@ -214,13 +212,7 @@ impl RuleBytes {
         let mut pair_cost_one = Vec::new();
         push_pair_args(&mut Encoder::append(&mut pair_cost_one), rule, 1);
         Self {
-            name: rule.name().into(),
-            algorithm: rule.algorithm(),
-            limit: rule.limit(),
-            period: rule.period_micros(),
-            burst: rule.burst(),
-            interval: rule.interval_micros(),
-            tau: rule.tau_micros(),
+            rule: rule.clone(),
             key_head,
             key_tail,
             code,
@@ -230,13 +222,7 @@ impl RuleBytes {
     }
 
     fn is(&self, rule: &Rule) -> bool {
-        self.limit == rule.limit()
-            && self.period == rule.period_micros()
-            && self.burst == rule.burst()
-            && self.interval == rule.interval_micros()
-            && self.tau == rule.tau_micros()
-            && self.algorithm == rule.algorithm()
-            && *self.name == *rule.name()
+        self.rule == *rule
     }
 }
 
@@ -1048,10 +1034,30 @@ mod tests {
                     for &(rule, key, _) in run {
                         cmd.arg(keys::redis_key("tg", rule.name(), rule.algorithm(), key));
                     }
-                    let mode = if run.len() == 1 { "c" } else { "b" };
-                    push_common_args(&mut cmd, run.len(), 600_000, mode, at);
-                    for &(rule, _, cost) in run {
-                        push_pair_args(&mut cmd, rule, cost);
+                    if run.len() == 1 {
+                        push_common_args(&mut cmd, 1, 600_000, "c", at);
+                        push_pair_args(&mut cmd, run[0].0, run[0].2);
+                    } else {
+                        // Each distinct (rule, cost) once, in order of first
+                        // use; one byte per check names its tuple.
+                        push_common_args(&mut cmd, run.len(), 600_000, "b", at);
+                        let mut tuples: Vec<(&Rule, u64)> = Vec::new();
+                        let mut refs = Vec::new();
+                        for &(rule, _, cost) in run {
+                            let cost = clamp_cost(rule, cost);
+                            let i = tuples
+                                .iter()
+                                .position(|&(r, c)| r == rule && c == cost)
+                                .unwrap_or_else(|| {
+                                    tuples.push((rule, cost));
+                                    tuples.len() - 1
+                                });
+                            refs.push(u8::try_from(i + 1).expect("few tuples"));
+                        }
+                        cmd.arg(refs);
+                        for (rule, cost) in tuples {
+                            push_pair_args(&mut cmd, rule, cost);
+                        }
                     }
                     assert_eq!(
                         String::from_utf8_lossy(&lean),

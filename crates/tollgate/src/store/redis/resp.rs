@@ -343,6 +343,51 @@ fn int_array<'b>(buf: &'b [u8], rest: &mut &'b [u8]) -> Option<(Ints, usize)> {
     Some((ints, buf.len() - rest.len()))
 }
 
+/// A batch's reply, the common case: `*<len>\r\n` and exactly `len`
+/// integers of at most [`FAST_DIGITS`] digits, all there. Parsed into
+/// `ints` (cleared first; the driver reuses it, so no allocation per
+/// reply); returns the bytes used. `None` for anything else (incomplete, an
+/// error, an error text among the integers, another length): [`parse`]
+/// then says what it is.
+///
+/// Index arithmetic over the buffer, one bounds check per byte: about half
+/// the instructions of the general fast path, and a batch's reply is four
+/// integers per check.
+pub(super) fn int_array_of(buf: &[u8], len: usize, ints: &mut Vec<i64>) -> Option<usize> {
+    ints.clear();
+    ints.reserve(len);
+    let mut rest = buf.get(1..)?;
+    if buf[0] != b'*' || usize::try_from(scan_int(&mut rest)?).ok()? != len {
+        return None;
+    }
+    let mut i = buf.len() - rest.len();
+    for _ in 0..len {
+        if *buf.get(i)? != b':' {
+            return None;
+        }
+        i += 1;
+        let negative = *buf.get(i)? == b'-';
+        i += usize::from(negative);
+        let start = i;
+        let mut v: i64 = 0;
+        loop {
+            let d = buf.get(i)?.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            // Wrapping: more than FAST_DIGITS digits are refused below.
+            v = v.wrapping_mul(10).wrapping_add(i64::from(d));
+            i += 1;
+        }
+        if !(1..=FAST_DIGITS).contains(&(i - start)) || buf.get(i..i + 2)? != b"\r\n" {
+            return None;
+        }
+        i += 2;
+        ints.push(if negative { -v } else { v });
+    }
+    Some(i)
+}
+
 /// `:<16 digits>\r\n`, consumed from the front of `rest`; `None` (and
 /// `rest` untouched) for anything else.
 #[inline(always)]
@@ -584,6 +629,57 @@ mod tests {
             parse(b"*-1\r\n").expect("valid"),
             Some((Reply::Other(Value::Nil), 5))
         );
+    }
+
+    /// The batch parser reads what the general one reads, with the same
+    /// bytes, and refuses the rest (errors, text, other lengths, incomplete
+    /// replies; long numbers it leaves to the general parser).
+    #[test]
+    fn batch_replies_parse_as_the_general_parser_does() {
+        let mut ints_of = Vec::new();
+        let mut wires: Vec<Vec<u8>> = Vec::new();
+        for values in [
+            &[1_764_000_000_000_000i64, 1, 999_999, 1, -1][..],
+            &[0, 0, 0, 0, 0],
+            &[
+                7,
+                -123_456_789_012_345_678,
+                123_456_789_012_345_678,
+                10,
+                -10,
+            ],
+        ] {
+            let mut wire = format!("*{}\r\n", values.len()).into_bytes();
+            for v in values {
+                wire.extend_from_slice(format!(":{v}\r\n").as_bytes());
+            }
+            wire.extend_from_slice(b"+next\r\n");
+            wires.push(wire);
+        }
+        wires.push(b"*5\r\n:1\r\n:2\r\n$1\r\nx\r\n:4\r\n:5\r\n".to_vec());
+        wires.push(b"*5\r\n:1\r\n:2\r\n:1234567890123456789\r\n:4\r\n:5\r\n".to_vec());
+        wires.push(b"*5\r\n:1\r\n:2\r\n:-\r\n:4\r\n:5\r\n".to_vec());
+        wires.push(b"*5\r\n:1\r\n:2\r\n:\r\n:4\r\n:5\r\n".to_vec());
+        wires.push(b"*5\r\n:1\r\n:2\r\n:3\r:4\r\n:5\r\n".to_vec());
+        wires.push(b"*4\r\n:1\r\n:2\r\n:3\r\n:4\r\n".to_vec());
+        wires.push(b"-NOSCRIPT No matching script\r\n".to_vec());
+        for (i, wire) in wires.iter().enumerate() {
+            // The script's replies take the batch parser.
+            let whole = int_array_of(wire, 5, &mut ints_of);
+            assert_eq!(whole.is_some(), i < 3, "{wire:?}");
+            for cut in 0..=wire.len() {
+                let part = &wire[..cut];
+                let general = parse(part);
+                // On `None` the driver asks the general parser (e.g. for
+                // 19 digits, which it reads exactly).
+                if let Some(used) = int_array_of(part, 5, &mut ints_of) {
+                    let Ok(Some((Reply::Ints(ints), n))) = general else {
+                        panic!("{part:?}: {general:?}")
+                    };
+                    assert_eq!((ints.as_slice(), n), (&ints_of[..], used), "{part:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -118,9 +118,11 @@ impl Scripts {
     /// pair arguments (RESP, from `args`).
     /// `code` is the algorithm all share (its own script runs them), or
     /// `None` when they mix (the script holding all five does). One check
-    /// is written as the ordinary single check (`t margin 1 c`); several as
-    /// a batch (`t margin n b`), whose reply is the time and four integers per
-    /// check, or a check's error text in place of its first.
+    /// is written as the ordinary single check (`t margin 1 c`); several
+    /// (at most 255) as a batch (`t margin n b refs`, then each distinct
+    /// six-argument tuple once: see `prelude.lua`), whose reply is the time
+    /// and four integers per check, or a check's error text in place of its
+    /// first.
     pub(crate) fn write_checks<'a>(
         &self,
         out: &mut Vec<u8>,
@@ -135,23 +137,42 @@ impl Scripts {
             None => &self.multi,
         };
         let n = keys.len();
-        let mut e = if n == 1 {
+        let (t, margin_ms) = at.unzip();
+        if n == 1 {
             let mut e = Encoder::append(out);
             e.encoded(script.head_one_key(by_sha));
-            e
-        } else {
-            let mut e = Encoder::command(out, 7 + 7 * n);
-            e.encoded(script.head(by_sha));
-            e.uint(n as u64);
-            e
-        };
+            for key in keys {
+                e.encoded(key);
+            }
+            super::push_common_args(&mut e, 1, margin_ms.unwrap_or(0), "c", t);
+            for a in args {
+                e.encoded(a);
+            }
+            return;
+        }
+        // Each check's tuple, as an index among the distinct ones: mostly
+        // the previous check's, else found by a scan of the few so far.
+        let mut tuples: Vec<&[u8]> = Vec::new();
+        let mut refs = Vec::with_capacity(n);
+        for a in args {
+            let i = match refs.last() {
+                Some(&r) if tuples[usize::from(r) - 1] == a => usize::from(r) - 1,
+                _ => tuples.iter().position(|&t| t == a).unwrap_or_else(|| {
+                    tuples.push(a);
+                    tuples.len() - 1
+                }),
+            };
+            refs.push(u8::try_from(i + 1).unwrap_or(u8::MAX));
+        }
+        let mut e = Encoder::command(out, 8 + n + 6 * tuples.len());
+        e.encoded(script.head(by_sha));
+        e.uint(n as u64);
         for key in keys {
             e.encoded(key);
         }
-        let mode = if n == 1 { "c" } else { "b" };
-        let (t, margin_ms) = at.unzip();
-        super::push_common_args(&mut e, n, margin_ms.unwrap_or(0), mode, t);
-        for a in args {
+        super::push_common_args(&mut e, n, margin_ms.unwrap_or(0), "b", t);
+        e.bytes(&refs);
+        for a in tuples {
             e.encoded(a);
         }
     }

@@ -8,9 +8,9 @@ end
 local n = tonumber(ARGV[3])
 local mode = ARGV[4]
 
--- Each argument string's number, converted once per run: a batch repeats
--- its rules' parameters pair after pair, and tonumber of a long decimal
--- string is one of the dearer steps of a check (two strtod calls).
+-- Each argument string's number, converted once per run: a multi-rule run
+-- may repeat parameters, and tonumber of a long decimal string is one of
+-- the dearer steps of a check (two strtod calls).
 local nums = {}
 local function arg(j)
   local s = ARGV[j]
@@ -44,28 +44,53 @@ local function peek(i)
   return { allowed, remaining, reset, retry }
 end
 
--- One independent check (mode b): decide pair i and, if it admits, write
--- at once, so a later pair on the same key sees it.
-local function check_one(i)
-  local code, cost, p1, p2, p3, p4 = pair(i)
-  local allowed, remaining, reset, retry, write = algo_of(code)(KEYS[i], cost, p1, p2, p3, p4, t)
-  if allowed and cost > 0 then write() end
-  return { allowed, remaining, reset, retry }
-end
-
 local out = {}
 if mode == 'b' then
-  for i = 1, n do
-    local ok, o = pcall(check_one, i)
-    if ok then
-      out[i] = o
-    else
-      -- This pair failed (e.g. READONLY, WRONGTYPE): its own error, the
-      -- other pairs are unaffected. redis.call raises a table {err = …}.
-      if type(o) == 'table' and o.err then o = o.err end
-      out[i] = { err = tostring(o) }
+  -- Batch: ARGV[5] holds one byte per pair, the (1-based) index of its six
+  -- arguments among the distinct tuples that follow (a batch's checks
+  -- mostly share one rule and cost: each tuple is sent, and converted to
+  -- numbers, once per run). Every pair is decided and, if it admits,
+  -- written at once, so a later pair on the same key sees it; the reply is
+  -- built as it goes.
+  local refs, tuples = ARGV[5], {}
+  for j = 1, (#ARGV - 5) / 6 do
+    local b = 5 + (j - 1) * 6
+    tuples[j] = { tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
+                  tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]) }
+  end
+  local byte = string.byte
+  local reply = { t }
+  local done = 0
+  -- Decides pairs done+1..n; one pcall for the whole run, not one per pair.
+  local function run()
+    for i = done + 1, n do
+      local p = tuples[byte(refs, i)]
+      local cost = p[2]
+      local allowed, remaining, reset, retry, write = algo_of(p[1])(KEYS[i], cost, p[3], p[4], p[5], p[6], t)
+      if allowed and cost > 0 then write() end
+      local r = 4 * i - 2
+      reply[r] = allowed and 1 or 0
+      reply[r + 1] = remaining
+      reply[r + 2] = reset
+      reply[r + 3] = retry
+      done = i
     end
   end
+  while done < n do
+    local ok, e = pcall(run)
+    if not ok then
+      -- Pair done+1 failed (e.g. READONLY, WRONGTYPE; redis.call raises a
+      -- table {err = …}): its error text and three zeros; the others go on.
+      done = done + 1
+      if type(e) == 'table' and e.err then e = e.err end
+      local r = 4 * done - 2
+      reply[r] = tostring(e)
+      reply[r + 1] = 0
+      reply[r + 2] = 0
+      reply[r + 3] = 0
+    end
+  end
+  return reply
 elseif mode == 'r' then
   for i = 1, n do
     local code, cost, p1, p2, p3, p4 = pair(i)
@@ -94,17 +119,9 @@ end
 local reply = { t }
 for i = 1, n do
   local o = out[i]
-  if o.err then
-    -- a failed pair of a batch: its error text, then three zeros
-    reply[#reply + 1] = o.err
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-    reply[#reply + 1] = 0
-  else
-    reply[#reply + 1] = o[1] and 1 or 0
-    reply[#reply + 1] = o[2]
-    reply[#reply + 1] = o[3]
-    reply[#reply + 1] = o[4]
-  end
+  reply[#reply + 1] = o[1] and 1 or 0
+  reply[#reply + 1] = o[2]
+  reply[#reply + 1] = o[3]
+  reply[#reply + 1] = o[4]
 end
 return reply

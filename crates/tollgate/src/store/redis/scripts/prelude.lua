@@ -16,7 +16,10 @@
 --             and written in order (a later pair on the same key sees the
 --             earlier one's write); a pair that raises an error reports it
 --             and the others go on
---   then 6 arguments per pair: algorithm code, cost, p1, p2, p3, p4
+--   then 6 arguments per pair: algorithm code, cost, p1, p2, p3, p4 -- except
+--   in mode "b": ARGV[5] is one byte per pair, the 1-based index of its six
+--   arguments among the distinct 6-argument tuples that follow (each sent
+--   once per run, however many pairs share it)
 --     gcra (1), token_bucket (2):  p1 = cost*period/limit (µs, floored),
 --                                  p2 = tau = burst*period/limit, p3 = T = period/limit,
 --                                  p4 = burst
