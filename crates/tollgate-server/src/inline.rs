@@ -137,17 +137,31 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_self_wake_is_polled_again_without_the_scheduler() {
+    /// The task's wake counter and its waker.
+    fn task() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count::default());
         let waker = Waker::from(Arc::clone(&count));
-        let mut cx = Context::from_waker(&waker);
+        (count, waker)
+    }
+
+    /// An [`Inline`] around a [`SelfWaking`] pending `pending` times, and
+    /// its poll counter.
+    fn self_waking(pending: usize) -> (Inline<SelfWaking>, Arc<AtomicUsize>) {
         let polls = Arc::new(AtomicUsize::new(0));
-        let mut f = Inline::new(SelfWaking {
-            pending: 1,
+        let f = Inline::new(SelfWaking {
+            pending,
             polls: Arc::clone(&polls),
         });
+        (f, polls)
+    }
+
+    #[test]
+    fn a_self_wake_is_polled_again_without_the_scheduler() {
+        let (count, waker) = task();
+        let mut cx = Context::from_waker(&waker);
+        let (mut f, polls) = self_waking(1);
         assert_eq!(Pin::new(&mut f).poll(&mut cx), Poll::Ready(2));
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert_eq!(
             count.0.load(Ordering::SeqCst),
             0,
@@ -157,14 +171,9 @@ mod tests {
 
     #[test]
     fn a_future_that_keeps_waking_itself_still_yields() {
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(Arc::clone(&count));
+        let (count, waker) = task();
         let mut cx = Context::from_waker(&waker);
-        let polls = Arc::new(AtomicUsize::new(0));
-        let mut f = Inline::new(SelfWaking {
-            pending: 100,
-            polls: Arc::clone(&polls),
-        });
+        let (mut f, polls) = self_waking(100);
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
         assert_eq!(polls.load(Ordering::SeqCst), MAX_INLINE);
         assert_eq!(count.0.load(Ordering::SeqCst), 1, "handed to the scheduler");
@@ -183,8 +192,7 @@ mod tests {
                 Poll::Pending
             }
         }
-        let count = Arc::new(Count::default());
-        let waker = Waker::from(Arc::clone(&count));
+        let (count, waker) = task();
         let mut cx = Context::from_waker(&waker);
         let mut f = Inline::new(Parked(None));
         assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
