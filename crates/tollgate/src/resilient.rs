@@ -565,7 +565,7 @@ impl<S: Store> ResilientLimiter<S> {
                     key: c.key,
                     cost: c.cost,
                 }];
-                self.decide(checks, &resolved, &[i], policy).await
+                self.decide(&resolved, &[i], policy).await
             }
             _ => {
                 let mut index = Vec::with_capacity(checks.len());
@@ -579,16 +579,15 @@ impl<S: Store> ResilientLimiter<S> {
                         cost: c.cost,
                     });
                 }
-                self.decide(checks, &resolved, &index, policy).await
+                self.decide(&resolved, &index, policy).await
             }
         }
     }
 
-    /// Decides valid `checks`, resolved to `resolved` (rule `index[n]` for
+    /// Decides valid checks, resolved to `resolved` (rule `index[n]` for
     /// pair `n`).
     async fn decide(
         &self,
-        checks: &[Check<'_>],
         resolved: &[KeyCheck<'_>],
         index: &[usize],
         policy: Option<OnError>,
@@ -602,7 +601,7 @@ impl<S: Store> ResilientLimiter<S> {
                     degraded: None,
                 })
             }
-            Err(e) => self.inner.on_store_error(checks, &e, policy).await,
+            Err(e) => self.inner.on_store_error(resolved, index, &e, policy).await,
         }
     }
 
@@ -650,15 +649,6 @@ impl<S: Store> Inner<S> {
         for (&i, d) in index.iter().zip(&multi.decisions) {
             self.meters
                 .count(i, rules[i].name(), usize::from(!d.allowed));
-        }
-    }
-
-    /// Counts each pair of `checks` under its rule with its own answer.
-    fn count_checks(&self, checks: &[Check<'_>], multi: &MultiDecision) {
-        for (c, d) in checks.iter().zip(&multi.decisions) {
-            if let Some(i) = self.limiter.rule_index(c.rule) {
-                self.meters.count(i, c.rule, usize::from(!d.allowed));
-            }
         }
     }
 
@@ -722,17 +712,19 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// The policy answers a check the store failed.
+    /// The policy answers a check the store failed (`checks` resolved,
+    /// rule `index[n]` for pair `n`).
     async fn on_store_error(
         &self,
-        checks: &[Check<'_>],
+        checks: &[KeyCheck<'_>],
+        index: &[usize],
         error: &StoreError,
         policy: Option<OnError>,
     ) -> Result<Verdict, Refusal> {
         let policy = policy.unwrap_or_else(|| {
-            checks
+            index
                 .iter()
-                .filter_map(|c| self.limiter.rule_index(c.rule).map(|i| self.policies[i]))
+                .map(|&i| self.policies[i])
                 .max_by_key(|p| p.strictness())
                 .unwrap_or_default()
         });
@@ -747,16 +739,14 @@ impl<S: Store> Inner<S> {
         });
         match policy {
             OnError::Deny => {
-                for c in checks {
-                    if let Some(i) = self.limiter.rule_index(c.rule) {
-                        self.meters.count(i, c.rule, 2);
-                    }
+                for (&i, c) in index.iter().zip(checks) {
+                    self.meters.count(i, c.rule.name(), 2);
                 }
                 Err(Refusal::Unavailable(error.clone()))
             }
             OnError::Local => {
-                let multi = self.check_locally(checks).await?;
-                self.count_checks(checks, &multi);
+                let multi = self.check_locally(checks, index).await?;
+                self.count(index, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Local),
@@ -766,7 +756,7 @@ impl<S: Store> Inner<S> {
                 let decisions = checks
                     .iter()
                     .map(|c| {
-                        let capacity = self.limiter.rule(c.rule).map_or(0, Rule::capacity);
+                        let capacity = c.rule.capacity();
                         Decision {
                             allowed: true,
                             limit: capacity,
@@ -777,7 +767,7 @@ impl<S: Store> Inner<S> {
                     })
                     .collect();
                 let multi = MultiDecision::from_decisions(decisions);
-                self.count_checks(checks, &multi);
+                self.count(index, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Allow),
@@ -788,7 +778,11 @@ impl<S: Store> Inner<S> {
 
     /// The in-process decision: every rule's quota divided by the live
     /// replicas.
-    async fn check_locally(&self, checks: &[Check<'_>]) -> Result<MultiDecision, Refusal> {
+    async fn check_locally(
+        &self,
+        checks: &[KeyCheck<'_>],
+        index: &[usize],
+    ) -> Result<MultiDecision, Refusal> {
         let local = self.local.get_or_init(|| Local {
             store: MemoryStore::builder().max_keys(self.local_max_keys).build(),
             shares: RwLock::new((0, Arc::new(Vec::new()))),
@@ -797,13 +791,11 @@ impl<S: Store> Inner<S> {
         let shares = local.shares(replicas, self.limiter.rules());
         let resolved: Vec<KeyCheck<'_>> = checks
             .iter()
-            .filter_map(|c| {
-                let i = self.limiter.rule_index(c.rule)?;
-                Some(KeyCheck {
-                    rule: &shares[i],
-                    key: c.key,
-                    cost: c.cost,
-                })
+            .zip(index)
+            .map(|(c, &i)| KeyCheck {
+                rule: &shares[i],
+                key: c.key,
+                cost: c.cost,
             })
             .collect();
         local
