@@ -59,6 +59,31 @@ async fn settle(store: &RedisStore, rule: &Rule, key: &[u8]) -> Decision {
     }
 }
 
+/// Checks `key` once (admitted: the script is loaded, the connection
+/// open), then freezes the server (SIGSTOP: the kernel takes its bytes, it
+/// runs nothing).
+async fn warm_then_pause(server: &RedisServer, store: &RedisStore, rule: &Rule, key: &[u8]) {
+    let d = store.check(rule, key, 1, None).await.expect("warm");
+    assert!(d.allowed, "the warm-up check was denied");
+    server.pause();
+}
+
+/// `n` concurrent checks of cost 1, of keys `{prefix}0` to `{prefix}{n-1}`.
+fn spawn_checks(
+    store: &RedisStore,
+    rule: &Rule,
+    prefix: &str,
+    n: usize,
+) -> Vec<tokio::task::JoinHandle<Result<Decision, StoreError>>> {
+    (0..n)
+        .map(|i| {
+            let (store, rule) = (store.clone(), rule.clone());
+            let key = format!("{prefix}{i}");
+            tokio::spawn(async move { store.check(&rule, key.as_bytes(), 1, None).await })
+        })
+        .collect()
+}
+
 /// 512 tasks check distinct keys with distinct costs, all at once, four
 /// rounds: each answer must be its own key's (a reply handed to the wrong
 /// caller shows as a wrong `remaining`), promptly, over one connection.
@@ -107,16 +132,9 @@ async fn a_check_in_flight_when_the_server_dies_fails_and_is_not_resent() {
     let server = RedisServer::start();
     let store = connect(&server.url(), Duration::from_secs(5)).await;
     let rule = window("inflight", 10);
-    assert!(
-        store
-            .check(&rule, b"warm", 1, None)
-            .await
-            .expect("warm")
-            .allowed
-    );
     // Frozen, the server takes the bytes (the kernel does) but never runs
     // them: the check is in flight for as long as we like.
-    server.pause();
+    warm_then_pause(&server, &store, &rule, b"warm").await;
     let in_flight = {
         let (store, rule) = (store.clone(), rule.clone());
         tokio::spawn(async move {
@@ -165,14 +183,7 @@ async fn a_frozen_server_fails_checks_with_a_timeout_on_time() {
     let server = RedisServer::start();
     let store = connect(&server.url(), timeout).await;
     let rule = window("frozen", 100);
-    assert!(
-        store
-            .check(&rule, b"k", 1, None)
-            .await
-            .expect("warm")
-            .allowed
-    );
-    server.pause();
+    warm_then_pause(&server, &store, &rule, b"k").await;
 
     let timed = |store: RedisStore, rule: Rule| async move {
         let start = Instant::now();
@@ -367,23 +378,8 @@ async fn a_batch_in_flight_when_the_server_dies_fails_and_is_not_resent() {
     let server = RedisServer::start();
     let store = connect(&server.url(), Duration::from_secs(5)).await;
     let rule = window("batch_inflight", 10);
-    assert!(
-        store
-            .check(&rule, b"warm", 1, None)
-            .await
-            .expect("warm")
-            .allowed
-    );
-    server.pause();
-    let in_flight: Vec<_> = (0..48)
-        .map(|i| {
-            let (store, rule) = (store.clone(), rule.clone());
-            tokio::spawn(async move {
-                let key = format!("lost{i}");
-                store.check(&rule, key.as_bytes(), 1, None).await
-            })
-        })
-        .collect();
+    warm_then_pause(&server, &store, &rule, b"warm").await;
+    let in_flight = spawn_checks(&store, &rule, "lost", 48);
     tokio::time::sleep(Duration::from_millis(200)).await;
     server.kill();
     for task in in_flight {
@@ -413,23 +409,8 @@ async fn batched_checks_that_time_out_never_run_twice() {
     let server = RedisServer::start();
     let store = connect(&server.url(), Duration::from_millis(200)).await;
     let rule = window("batch_timeout", 10);
-    assert!(
-        store
-            .check(&rule, b"warm", 1, None)
-            .await
-            .expect("warm")
-            .allowed
-    );
-    server.pause();
-    let tasks: Vec<_> = (0..48)
-        .map(|i| {
-            let (store, rule) = (store.clone(), rule.clone());
-            tokio::spawn(async move {
-                let key = format!("late{i}");
-                store.check(&rule, key.as_bytes(), 1, None).await
-            })
-        })
-        .collect();
+    warm_then_pause(&server, &store, &rule, b"warm").await;
+    let tasks = spawn_checks(&store, &rule, "late", 48);
     for task in tasks {
         let err = task.await.expect("task").expect_err("nothing answers");
         assert!(err.is_transient(), "{err}");
