@@ -13,7 +13,12 @@
 #      ("closed"), one hot key and 10k random keys (bench/http/*.lua);
 #   5. the reverse proxy in front of nginx (`return 200 "ok"`) against nginx
 #      directly, at 64 connections and at 1 (the proxy's own latency,
-#      without queueing).
+#      without queueing);
+#   6. the HTTP ceiling of a check (crates/tollgate-server/examples/
+#      http_ceiling.rs): POST /v1/check on tollgate's own connection
+#      handling, the body read as the API reads it, every request answered
+#      with the constant bytes of an admitted check (no parsing, no
+#      decision): what a check costs over HTTP/1.1 before it does anything.
 #
 # Prints one table (req/s, p50, p99 per target, plus the CPU the server
 # spent per request and the share of the machine other processes took
@@ -71,8 +76,9 @@ fi
 tc_version=$("$tc_bin" --version 2>/dev/null | head -1 || true)
 
 log "building tollgate (release)"
-cargo build --release -q -p tollgate-server
+cargo build --release -q -p tollgate-server --bin tollgate --example http_ceiling
 tollgate="$root/target/release/tollgate"
+ceiling="$root/target/release/examples/http_ceiling"
 
 # --- processes ---------------------------------------------------------------
 work=$(mktemp -d)
@@ -119,11 +125,14 @@ wait_http() {
   die "$1 not ready (last status ${code:-none})"
 }
 
-# start_tollgate NAME ARGS...: runs `tollgate serve ARGS`; sets $pid and
-# $addr, the address of the front door it logs.
+# start_tollgate NAME ARGS...: runs `tollgate serve ARGS` (or, with
+# BIN=PATH, `PATH ARGS`); sets $pid and $addr, the address of the front
+# door it logs.
 start_tollgate() {
   local name=$1; shift
-  "$tollgate" serve "$@" >"$work/$name.log" 2>&1 &
+  if [[ -n "${BIN:-}" ]]; then "$BIN" "$@" >"$work/$name.log" 2>&1 &
+  else "$tollgate" serve "$@" >"$work/$name.log" 2>&1 &
+  fi
   pid=$!
   pids+=("$pid")
   addr=
@@ -260,6 +269,16 @@ one_round() {
   measure healthz "tollgate GET /healthz" "http://$addr" get.lua "$conns" -- /healthz
   check_matrix mem "tollgate memory" "http://$addr" tollgate
   tollgate_outcomes "$addr" memory
+  local fresh
+  fresh=$(post_json "http://$addr/v1/check" '{"rule":"open","key":"ceiling-probe"}')
+  stop "$tg"
+
+  # 6. The HTTP ceiling: a constant admitted-check answer, byte for byte
+  # what tollgate just answered for a fresh key of the same rule.
+  BIN="$ceiling" start_tollgate ceiling 127.0.0.1:0
+  tg=$pid sut=("$pid") aux=()
+  expect "ceiling answer" "$(post_json "http://$addr/v1/check" '{"rule":"open","key":"probe"}')" "$fresh"
+  measure ceiling "ceiling: constant check answer" "http://$addr" check.lua "$conns" -- tollgate open "$keys"
   stop "$tg"
 
   # 3. tollgate's HTTP API on a local Redis.
@@ -404,6 +423,12 @@ awk -F'|' '
     line("memory / throttlecrab", ">=", 1.2, "a")
     line("memory / tollgate /healthz", ">=", 0.9, "b")
     line("redis / memory", ">=", 0.7, "c")
+    # Against the ceiling (a check that does nothing, same HTTP exchange):
+    # how much of the HTTP ceiling the check path keeps, and what the POST
+    # exchange alone costs next to GET /healthz.
+    for (i = 1; i <= 4; i++) vals["f" i] = r(rps["mem." sc[i]], rps["ceiling"])
+    line("memory / ceiling", "", 0, "f")
+    printf "%-31s %6s %10.2f   (the most any check can reach against /healthz)\n", "ceiling / tollgate /healthz", "", r(rps["ceiling"], rps["healthz"])
     # The same comparisons in server CPU per request (noise from other
     # processes moves these less than req/s): above 1 = memory cheaper.
     for (i = 1; i <= 4; i++) {

@@ -712,11 +712,18 @@ fn is_json(content_type: &HeaderValue) -> bool {
 
 /// Reads a body of at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`].
 ///
+/// Takes a request's body as `POST /v1/check` does: at most [`MAX_BODY`]
+/// bytes (else 413), within [`BODY_TIMEOUT`] (else 408); the error is the
+/// API's JSON answer.
+///
 /// A body that has already arrived (hyper hands over the bytes it read
 /// with the head at once) is taken without arming a timer or collecting:
 /// the first poll returns it whole. Only a body still on its way is
 /// awaited under the timeout.
-async fn read_body<B>(req: Request<B>) -> Result<Bytes, Response<ApiBody>>
+///
+/// # Errors
+/// The answer to send instead: 413, 408, or 400 when the body broke off.
+pub async fn read_body<B>(req: Request<B>) -> Result<Bytes, Response<ApiBody>>
 where
     B: Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

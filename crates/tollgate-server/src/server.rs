@@ -166,6 +166,34 @@ pub async fn run(
     Ok(())
 }
 
+/// Serves one front door on `listener` exactly as [`run`] serves its own
+/// (the same HTTP/1.1 settings, connection limit, head watchdog and drain),
+/// with the service `make` builds for each connection's peer, until
+/// `shutdown` resolves; then drains. For a service of your own behind
+/// tollgate's connection handling; `examples/http_ceiling.rs` uses it to
+/// measure what the HTTP layer alone costs a check.
+pub async fn serve_with<M, S, B>(
+    listener: TcpListener,
+    name: &'static str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    make: M,
+) where
+    M: Fn(SocketAddr) -> S + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    serve(listener, name, stop_rx, make).await;
+}
+
 /// Accepts connections on `listener` until `stop` turns true, serving each
 /// with the service `make` builds for its peer; then drains.
 async fn serve<M, S, B>(

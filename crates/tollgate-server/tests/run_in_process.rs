@@ -76,3 +76,52 @@ async fn run_refuses_nothing_to_serve_and_a_proxy_without_upstream() {
     .expect_err("no upstream");
     assert!(err.contains("needs an upstream"), "{err}");
 }
+
+/// `serve_with` puts a service of the caller's behind the same connection
+/// handling: it answers (here with `read_body`'s 413 past the cap, and the
+/// body it read otherwise), and returns once the shutdown future resolves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_with_serves_a_callers_service_until_shutdown() {
+    use std::convert::Infallible;
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use tollgate_server::api::{MAX_BODY, read_body};
+    use tollgate_server::server::serve_with;
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve_with(
+        listener,
+        "test door",
+        async {
+            let _ = stopped.await;
+        },
+        |_peer| {
+            hyper::service::service_fn(|req| async move {
+                Ok::<_, Infallible>(match read_body(req).await {
+                    Ok(body) => {
+                        let mut echo = b"read ".to_vec();
+                        echo.extend_from_slice(&body);
+                        http::Response::new(Full::new(Bytes::from(echo)))
+                    }
+                    Err(res) => res,
+                })
+            })
+        },
+    ));
+
+    let echoed = post(addr, "hello").await;
+    assert!(echoed.starts_with("HTTP/1.1 200 "), "{echoed}");
+    assert!(echoed.ends_with("\r\n\r\nread hello"), "{echoed}");
+    let too_big = post(addr, &"x".repeat(MAX_BODY + 1)).await;
+    assert!(too_big.starts_with("HTTP/1.1 413 "), "{too_big}");
+
+    stop.send(()).expect("signal shutdown");
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("serve_with returned after shutdown")
+        .expect("no panic");
+    assert!(TcpStream::connect(addr).await.is_err(), "still listening");
+}
