@@ -129,13 +129,18 @@ pub async fn run(
             "HTTP API listening on http://{addr} (store {})",
             config.store.url
         );
-        doors.spawn(serve(listener, "HTTP API", stop_rx.clone(), move |_peer| {
-            let api = Arc::clone(&api);
-            hyper::service::service_fn(move |req: Request<Incoming>| {
+        doors.spawn(serve_with(
+            listener,
+            "HTTP API",
+            stopped(stop_rx.clone()),
+            move |_peer| {
                 let api = Arc::clone(&api);
-                async move { Ok::<_, Infallible>(api.handle(req).await) }
-            })
-        }));
+                hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let api = Arc::clone(&api);
+                    async move { Ok::<_, Infallible>(api.handle(req).await) }
+                })
+            },
+        ));
     }
     if let (Some(listener), Some(upstream)) = (listeners.proxy, proxy_upstream) {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -145,10 +150,10 @@ pub async fn run(
             proxy.upstream(),
             config.store.url
         );
-        doors.spawn(serve(
+        doors.spawn(serve_with(
             listener,
             "reverse proxy",
-            stop_rx.clone(),
+            stopped(stop_rx.clone()),
             move |peer| {
                 let proxy = Arc::clone(&proxy);
                 hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -186,30 +191,7 @@ pub async fn serve_with<M, S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop_tx.send(true);
-    });
-    serve(listener, name, stop_rx, make).await;
-}
-
-/// Accepts connections on `listener` until `stop` turns true, serving each
-/// with the service `make` builds for its peer; then drains.
-async fn serve<M, S, B>(
-    listener: TcpListener,
-    name: &'static str,
-    mut stop: watch::Receiver<bool>,
-    make: M,
-) where
-    M: Fn(SocketAddr) -> S + Send + 'static,
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: http_body::Body + Send + Unpin + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+    let mut shutdown = std::pin::pin!(shutdown);
     let mut builder = http1::Builder::new();
     builder
         // The watchdog below instead (no timer per request).
@@ -227,11 +209,11 @@ async fn serve<M, S, B>(
                 Ok(p) => p,
                 Err(_) => break,
             },
-            () = stopped(&mut stop) => break,
+            () = &mut shutdown => break,
         };
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            () = stopped(&mut stop) => break,
+            () = &mut shutdown => break,
         };
         let (stream, peer) = match accepted {
             Ok(x) => x,
@@ -297,7 +279,7 @@ async fn serve<M, S, B>(
 }
 
 /// Resolves once `stop` is true (or its sender is gone).
-async fn stopped(stop: &mut watch::Receiver<bool>) {
+async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
