@@ -710,10 +710,8 @@ fn is_json(content_type: &HeaderValue) -> bool {
     essence.eq_ignore_ascii_case("application/json") || (essence.contains('/') && ends_with_json)
 }
 
-/// Reads a body of at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`].
-///
-/// Takes a request's body as `POST /v1/check` does: at most [`MAX_BODY`]
-/// bytes (else 413), within [`BODY_TIMEOUT`] (else 408); the error is the
+/// Reads a request's body as `POST /v1/check` does: at most [`MAX_BODY`]
+/// bytes (else 413), within [`BODY_TIMEOUT`] (else 408); an error is the
 /// API's JSON answer.
 ///
 /// A body that has already arrived (hyper hands over the bytes it read
