@@ -21,12 +21,13 @@ use std::convert::Infallible;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tollgate_server::api::read_body;
 use tollgate_server::server::serve_with;
+use tollgate_tower::headers::{RATELIMIT, RATELIMIT_POLICY};
 
 /// The allocator `tollgate serve` runs with, so the comparison is fair.
 #[global_allocator]
@@ -42,13 +43,10 @@ fn answer() -> Response<Full<Bytes>> {
     let headers = res.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(
-        HeaderName::from_static("ratelimit-policy"),
+        RATELIMIT_POLICY,
         HeaderValue::from_static("\"open\";q=1000000;w=1"),
     );
-    headers.insert(
-        HeaderName::from_static("ratelimit"),
-        HeaderValue::from_static("\"open\";r=999999;t=1"),
-    );
+    headers.insert(RATELIMIT, HeaderValue::from_static("\"open\";r=999999;t=1"));
     res
 }
 
