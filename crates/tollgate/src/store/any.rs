@@ -9,7 +9,7 @@ use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Store};
 use crate::time::Micros;
 
-/// Any of the stores this crate provides, dispatched without boxing.
+/// Any of the stores this crate provides, dispatched by a `match`.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AnyStore {
@@ -67,10 +67,13 @@ impl Store for AnyStore {
     ) -> Result<MultiDecision, StoreError> {
         match self {
             AnyStore::Memory(s) => s.check_all(checks, at).await,
+            // Boxed: a Redis check's future is over a kilobyte, and inline
+            // it would make every caller's future (the memory store's
+            // too) that large, copied each time it moves.
             #[cfg(feature = "redis")]
-            AnyStore::Redis(s) => s.check_all(checks, at).await,
+            AnyStore::Redis(s) => Box::pin(s.check_all(checks, at)).await,
             #[cfg(feature = "redis")]
-            AnyStore::Hybrid(s) => s.check_all(checks, at).await,
+            AnyStore::Hybrid(s) => Box::pin(s.check_all(checks, at)).await,
         }
     }
 
