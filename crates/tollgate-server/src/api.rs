@@ -50,7 +50,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, MultiDecision};
-use tollgate_tower::headers::{HeaderOptions, insert_headers};
+use tollgate_tower::headers::{HeaderOptions, PolicyCache, insert_headers};
 use tollgate_tower::response::{DEGRADED_STORE_UNAVAILABLE, TOLLGATE_DEGRADED};
 
 use crate::config::OnError;
@@ -75,9 +75,24 @@ pub struct Api {
     pub headers: HeaderOptions,
     /// Renders `/metrics`.
     pub metrics: PrometheusHandle,
+    /// Each rule's `RateLimit-Policy` value for one-rule answers.
+    policies: Arc<PolicyCache>,
 }
 
 impl Api {
+    /// The API over `gate`, writing the RateLimit headers `headers` asks
+    /// for and rendering `/metrics` with `metrics`.
+    #[must_use]
+    pub fn new(gate: Arc<Gate>, headers: HeaderOptions, metrics: PrometheusHandle) -> Self {
+        let policies = Arc::new(PolicyCache::new(gate.rules().len()));
+        Self {
+            gate,
+            headers,
+            metrics,
+            policies,
+        }
+    }
+
     /// Answers one request. Never fails: every problem is an HTTP answer.
     ///
     /// Every answer carries `Content-Length`; a `HEAD` answer has it and no
@@ -697,6 +712,10 @@ impl<'de> Deserialize<'de> for Pair<'de> {
 }
 
 fn is_json(content_type: &HeaderValue) -> bool {
+    // What clients send, matched at once (this runs on every check).
+    if content_type.as_bytes() == b"application/json" {
+        return true;
+    }
     let Ok(text) = content_type.to_str() else {
         return false;
     };
@@ -755,7 +774,10 @@ where
                 Poll::Ready(Some(Ok(frame))) => frame.into_data().ok(),
                 _ => None,
             };
-            match tokio::time::timeout(BODY_TIMEOUT, body.as_mut().collect()).await {
+            // Boxed: the timer and the collector would otherwise make
+            // every check's future (moved a few times per request) larger
+            // by their size, fast path or not.
+            match Box::pin(tokio::time::timeout(BODY_TIMEOUT, body.as_mut().collect())).await {
                 Ok(rest) => rest.map(|rest| match head {
                     None => rest.to_bytes(),
                     Some(head) => {
@@ -876,10 +898,14 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
             } else {
                 deciding.retry_after
             };
-            // One pair (the usual check) on the stack, not in a `Vec`.
+            // One pair (the usual check): on the stack, not in a `Vec`, and
+            // its rule's `RateLimit-Policy` value from the cache.
             if let ([(name, _)], [d]) = (req.pairs.as_slice(), multi.decisions.as_slice()) {
-                if let Some(rule) = api.gate.rule(name) {
-                    insert_headers(res.headers_mut(), &[(rule, d)], retry, api.headers);
+                if let Some(i) = api.gate.rule_index(name) {
+                    let rule = &api.gate.rules()[i];
+                    let headers = res.headers_mut();
+                    api.policies
+                        .insert_headers(headers, i, rule, d, retry, api.headers);
                 }
             } else {
                 let pairs: Vec<_> = req

@@ -85,6 +85,12 @@ impl Gate {
         self.limiter.rule(name)
     }
 
+    /// The position of the rule named `name` in [`Gate::rules`].
+    #[must_use]
+    pub fn rule_index(&self, name: &str) -> Option<usize> {
+        self.limiter.rule_index(name)
+    }
+
     /// The failure policy of the rule named `name` (allow if unknown).
     #[must_use]
     pub fn policy(&self, name: &str) -> OnError {

@@ -118,13 +118,13 @@ pub async fn run(
     let mut doors = JoinSet::new();
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let api = Arc::new(Api {
-            gate: Arc::clone(&gate),
-            headers: HeaderOptions {
+        let api = Arc::new(Api::new(
+            Arc::clone(&gate),
+            HeaderOptions {
                 legacy: config.http.legacy_headers,
             },
             metrics,
-        });
+        ));
         tracing::info!(
             "HTTP API listening on http://{addr} (store {})",
             config.store.url
@@ -245,6 +245,9 @@ pub async fn serve_with<M, S, B>(
             let mut seen = activity.events();
             loop {
                 tokio::select! {
+                    // The connection first: it is what every wake is for,
+                    // and no random start to draw.
+                    biased;
                     done = &mut conn => {
                         if let Err(e) = done {
                             tracing::debug!("{name}: connection from {peer}: {e}");

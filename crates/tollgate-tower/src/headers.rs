@@ -13,6 +13,7 @@
 //! the seconds until reset, rounded up. Rule names (`[A-Za-z0-9_.-]+`) need
 //! no escaping inside an sf-string.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -118,6 +119,71 @@ pub fn insert_headers(
         return;
     }
     headers.insert(RATELIMIT_POLICY, value(policy_value(rules.iter().copied())));
+    insert_rest(headers, rules, retry_after, options);
+}
+
+/// Each rule's `RateLimit-Policy` value for answers about that rule alone,
+/// made once instead of on every answer.
+///
+/// The value depends only on the rule and the decision's `limit`. The first
+/// answer for a rule fixes the cached value; an answer whose `limit`
+/// differs (the `local` fallback shrinks it while the store is down) gets
+/// a value made for it, as [`insert_headers`] would.
+#[derive(Debug, Default)]
+pub struct PolicyCache {
+    slots: Box<[OnceLock<(u64, HeaderValue)>]>,
+}
+
+impl PolicyCache {
+    /// A cache for rules at positions `0..rules`.
+    #[must_use]
+    pub fn new(rules: usize) -> Self {
+        Self {
+            slots: (0..rules).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    /// The `RateLimit-Policy` value for `rule` (at position `index`)
+    /// deciding `d`.
+    #[must_use]
+    pub fn value(&self, index: usize, rule: &Rule, d: &Decision) -> HeaderValue {
+        let make = || value(policy_value([(rule, d)]));
+        match self.slots.get(index) {
+            Some(slot) => {
+                let (limit, cached) = slot.get_or_init(|| (d.limit, make()));
+                if *limit == d.limit {
+                    cached.clone()
+                } else {
+                    make()
+                }
+            }
+            None => make(),
+        }
+    }
+
+    /// What [`insert_headers`] writes for `rule` (at position `index`)
+    /// alone, its policy value from the cache.
+    pub fn insert_headers(
+        &self,
+        headers: &mut HeaderMap,
+        index: usize,
+        rule: &Rule,
+        d: &Decision,
+        retry_after: Option<Duration>,
+        options: HeaderOptions,
+    ) {
+        headers.insert(RATELIMIT_POLICY, self.value(index, rule, d));
+        insert_rest(headers, &[(rule, d)], retry_after, options);
+    }
+}
+
+/// What [`insert_headers`] writes after `RateLimit-Policy`.
+fn insert_rest(
+    headers: &mut HeaderMap,
+    rules: &[(&Rule, &Decision)],
+    retry_after: Option<Duration>,
+    options: HeaderOptions,
+) {
     headers.insert(RATELIMIT, value(ratelimit_value(rules.iter().copied())));
     if let Some(wait) = retry_after {
         headers.insert(
@@ -193,6 +259,42 @@ mod tests {
         assert_eq!(h[http::header::RETRY_AFTER], "1");
         assert_eq!(h[X_RATELIMIT_REMAINING], "0");
         assert_eq!(h[X_RATELIMIT_RESET], "61");
+    }
+
+    #[test]
+    fn the_policy_cache_writes_what_insert_headers_writes() {
+        let (a, b) = (rule("per_user", 1000), rule("per_ip", 90_000));
+        let cache = PolicyCache::new(2);
+        let fresh = |r: &Rule, d: &Decision, retry| {
+            let mut h = HeaderMap::new();
+            insert_headers(&mut h, &[(r, d)], retry, HeaderOptions { legacy: true });
+            h
+        };
+        let cached = |i, r: &Rule, d: &Decision, retry| {
+            let mut h = HeaderMap::new();
+            cache.insert_headers(&mut h, i, r, d, retry, HeaderOptions { legacy: true });
+            h
+        };
+        let retry = Some(Duration::from_millis(1500));
+        for (i, r) in [(0, &a), (1, &b)] {
+            for d in [decision(99, 950), decision(0, 60_001), decision(42, 1)] {
+                assert_eq!(cached(i, r, &d, None), fresh(r, &d, None));
+                assert_eq!(cached(i, r, &d, retry), fresh(r, &d, retry));
+            }
+        }
+        // A shrunk limit (the local fallback) gets its own value, and does
+        // not replace the cached one.
+        let shrunk = Decision {
+            limit: 10,
+            ..decision(5, 950)
+        };
+        assert_eq!(cache.value(0, &a, &shrunk), "\"per_user\";q=10;w=1");
+        assert_eq!(
+            cache.value(0, &a, &decision(1, 1)),
+            "\"per_user\";q=100;w=1"
+        );
+        // A position past the cache's rules is still answered.
+        assert_eq!(cached(7, &b, &shrunk, None), fresh(&b, &shrunk, None));
     }
 
     #[test]

@@ -496,6 +496,12 @@ impl<S: Store> ResilientLimiter<S> {
         self.inner.limiter.rule(name)
     }
 
+    /// The position of the rule named `name` in [`ResilientLimiter::rules`].
+    #[must_use]
+    pub fn rule_index(&self, name: &str) -> Option<usize> {
+        self.inner.limiter.rule_index(name)
+    }
+
     /// Starts the heartbeat task if it is not running, there is one to run
     /// and a tokio runtime to run it on.
     fn start_heartbeat(&self) {
