@@ -967,7 +967,11 @@ impl Breaker {
 
     /// The store answered; returns whether this closed the breaker.
     fn success(&self) -> bool {
-        self.failures.store(0, Ordering::Release);
+        // Written only when there is something to reset: a store on every
+        // check would bounce this cache line between the cores that check.
+        if self.failures.load(Ordering::Acquire) != 0 {
+            self.failures.store(0, Ordering::Release);
+        }
         let until = self.open_until.load(Ordering::Acquire);
         if until == 0 {
             return false;
