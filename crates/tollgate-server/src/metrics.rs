@@ -4,7 +4,7 @@
 //! | name | type | labels | what |
 //! |---|---|---|---|
 //! | `tollgate_checks_total` | counter | `rule`, `outcome` (`allowed`, `denied`, `error`) | one per (rule, key) pair checked, with that pair's own answer; `error` when the store failed and the policy refused (503) |
-//! | `tollgate_store_latency_seconds` | histogram | | time the shared store took per check (success or failure) |
+//! | `tollgate_store_latency_seconds` | histogram | | time the shared store took per check (success or failure); not recorded for the memory store, whose checks are in-process function calls (the series is there, at 0) |
 //! | `tollgate_store_errors_total` | counter | `kind` (`timeout`, `unavailable`, `protocol`, `circuit_open`) | failed store calls, and calls skipped while the circuit breaker is open |
 //! | `tollgate_failure_policy_total` | counter | `policy` (`allow`, `deny`, `local`) | checks the failure policy answered instead of the store |
 //! | `tollgate_circuit_breaker_opened_total` | counter | | times the circuit breaker opened (after repeated store failures, or a failed probe) |

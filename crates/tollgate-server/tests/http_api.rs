@@ -342,7 +342,9 @@ fn rules_health_ready_and_metrics() {
         "tollgate_checks_total{rule=\"per_ip\",outcome=\"allowed\"} 1",
         "tollgate_checks_total{rule=\"per_ip\",outcome=\"denied\"} 1",
         "# TYPE tollgate_store_latency_seconds histogram",
-        "tollgate_store_latency_seconds_bucket{le=\"0.001\"}",
+        // Registered, and empty: in-process checks are not timed.
+        "tollgate_store_latency_seconds_bucket{le=\"0.001\"} 0",
+        "tollgate_store_latency_seconds_count 0",
         "tollgate_store_errors_total{kind=\"timeout\"} 0",
         "tollgate_failure_policy_total{policy=\"deny\"} 0",
         "tollgate_memory_store_keys 1",

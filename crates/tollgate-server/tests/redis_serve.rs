@@ -214,6 +214,13 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
             && !l.ends_with(" 0")),
         "{metrics}"
     );
+    // Redis calls are timed (the memory store's are not: http_api.rs).
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tollgate_store_latency_seconds_count ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
 
     // Back: ready again, and decisions come from the store once more.
     let deadline = Instant::now() + Duration::from_secs(10);

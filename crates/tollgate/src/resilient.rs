@@ -85,7 +85,8 @@ pub mod metric {
     /// `error` when the store failed and the policy refused.
     pub const CHECKS: &str = "tollgate_checks_total";
     /// Histogram, seconds: the time the store took per check (success or
-    /// failure; not recorded for calls the open breaker skipped).
+    /// failure; not recorded for calls the open breaker skipped, nor for
+    /// an in-process store, see [`crate::Store::in_process`]).
     pub const STORE_LATENCY: &str = "tollgate_store_latency_seconds";
     /// Counter, label `kind` (`timeout`, `unavailable`, `protocol`,
     /// `circuit_open`): failed store calls, and calls skipped while the
@@ -302,6 +303,8 @@ impl<S: Store> ResilientLimiterBuilder<S> {
             ::metrics::counter!(metric::FAILURE_POLICY, "policy" => policy).increment(0);
         }
         ::metrics::counter!(metric::BREAKER_OPENED).increment(0);
+        // Registered up front: with the memory store nothing is recorded.
+        let _ = ::metrics::histogram!(metric::STORE_LATENCY);
         ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
         #[allow(clippy::cast_precision_loss)]
         ::metrics::gauge!(metric::LIVE_REPLICAS).set(self.replicas as f64);
@@ -668,7 +671,8 @@ impl<S: Store> Inner<S> {
                 "circuit breaker open after repeated store failures",
             ));
         }
-        let started = Instant::now();
+        // An in-process store is not timed (see `Store::in_process`).
+        let started = (!self.limiter.store().in_process()).then(Instant::now);
         let call = self.limiter.store().check_all(checks, None);
         let result = match self.timeout {
             Some(t) => tokio::time::timeout(t, call)
@@ -676,9 +680,11 @@ impl<S: Store> Inner<S> {
                 .unwrap_or_else(|_| Err(timed_out(t, "check"))),
             None => call.await,
         };
-        self.meters
-            .latency()
-            .record(started.elapsed().as_secs_f64());
+        if let Some(started) = started {
+            self.meters
+                .latency()
+                .record(started.elapsed().as_secs_f64());
+        }
         match &result {
             Ok(_) => self.store_answered(),
             Err(e) => {

@@ -44,6 +44,10 @@ impl From<crate::store::redis::RedisStore> for AnyStore {
 }
 
 impl Store for AnyStore {
+    fn in_process(&self) -> bool {
+        matches!(self, AnyStore::Memory(_))
+    }
+
     async fn check(
         &self,
         rule: &Rule,

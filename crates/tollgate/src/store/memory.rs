@@ -980,6 +980,10 @@ impl<C: Clock> Store for MemoryStore<C> {
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         std::future::ready(Ok(self.check_all_sync(checks, at)))
     }
+
+    fn in_process(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
