@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tollgate::resilient::{self, ResilientLimiter};
 use tollgate::store::AnyStore;
-use tollgate::{Check, Error, Limiter, Rule};
+use tollgate::{Check, Error, Limiter, Rule, Store};
 
 use crate::config::{Config, OnError};
 use crate::key::KeyExtractor;
@@ -53,7 +53,7 @@ impl Gate {
             .filter_map(|r| Some((r.rule.name().to_owned(), r.key.clone()?)))
             .collect();
         // In process: nothing to time out.
-        let timeout = (!matches!(store, AnyStore::Memory(_))).then_some(config.store.timeout);
+        let timeout = (!store.in_process()).then_some(config.store.timeout);
         let limiter = Limiter::new(store, config.rules.iter().map(|r| r.rule.clone()))
             .map_err(|e| e.to_string())?;
         let mut builder = ResilientLimiter::builder(limiter)
