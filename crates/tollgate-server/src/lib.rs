@@ -24,6 +24,7 @@ pub mod cli;
 pub mod config;
 pub mod gate;
 pub mod inline;
+pub mod link;
 pub mod metrics;
 pub mod proxy;
 pub mod replay;

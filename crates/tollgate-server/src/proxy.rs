@@ -31,9 +31,6 @@ use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule};
 use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_FOR};
 use tollgate_tower::headers::{HeaderOptions, insert_headers};
@@ -46,11 +43,12 @@ use tollgate_tower::response::{
 use crate::api::DEGRADED_LOCAL;
 use crate::config::{Config, OnError, OnMissingKey};
 use crate::gate::{Gate, Refusal, Throttle};
+use crate::link::{LinkError, LinkPool, LinkedBody};
 use crate::upstream::Upstream;
 
 /// The body of a proxied response: the upstream's, streamed, or one made
 /// here (429, 502, ...).
-pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+pub type ProxyBody = Either<LinkedBody, Full<Bytes>>;
 
 /// A rule's name and the key the request has under it.
 type RuleKey<'a> = (&'a str, Vec<u8>);
@@ -59,14 +57,22 @@ type RuleKey<'a> = (&'a str, Vec<u8>);
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 /// `Keep-Alive`.
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+/// The most idle upstream connections kept.
+pub const MAX_IDLE: usize = 256;
+/// How long an idle upstream connection is kept.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reverse proxy: rules with their key extractors, the client-address
-/// policy, and a pooled HTTP/1.1 client to the upstream.
+/// policy, and a pool of HTTP/1.1 connections to the upstream
+/// ([`crate::link`]).
 #[derive(Debug)]
 pub struct Proxy {
     gate: Arc<Gate>,
-    client: Client<HttpConnector, Incoming>,
     upstream: Upstream,
+    /// The upstream's `host:port`.
+    address: String,
+    connect_timeout: Duration,
+    links: Arc<LinkPool>,
     rules: Vec<(String, KeyExtractor)>,
     client_ip: ClientIpConfig,
     on_missing_key: OnMissingKey,
@@ -97,17 +103,12 @@ impl Proxy {
                 )
             })
             .collect();
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.proxy.connect_timeout));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
         Ok(Self {
             gate,
-            client,
+            address: upstream.address(),
             upstream,
+            connect_timeout: config.proxy.connect_timeout,
+            links: Arc::new(LinkPool::new(MAX_IDLE, IDLE_TIMEOUT)),
             rules,
             client_ip,
             on_missing_key: config.proxy.on_missing_key,
@@ -137,6 +138,12 @@ impl Proxy {
             Err(refusal) => refusal.map(full),
             Ok(keys) => self.check_and_forward(req, peer, keys).await,
         })
+    }
+
+    /// Idle upstream connections held now.
+    #[must_use]
+    pub fn idle_upstream_connections(&self) -> usize {
+        self.links.idle()
     }
 
     /// Every applicable rule's (name, key), or the answer refusing the
@@ -243,7 +250,13 @@ impl Proxy {
         extra: &HeaderMap,
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
-        parts.uri = self.upstream.uri_for(parts.uri.path_and_query());
+        parts.uri = self.upstream.target_for(parts.uri.path_and_query());
+        if !parts.headers.contains_key(header::HOST)
+            && let Ok(host) = HeaderValue::from_str(self.upstream.authority().as_str())
+        {
+            // An HTTP/1.0 request may come without one; HTTP/1.1 needs it.
+            parts.headers.insert(header::HOST, host);
+        }
         parts.version = Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.remove(header::EXPECT);
@@ -251,16 +264,23 @@ impl Proxy {
             append_forwarded_for(&mut parts.headers, peer);
         }
         let upstream_req = Request::from_parts(parts, body);
-        let sent = tokio::time::timeout(self.response_timeout, self.client.request(upstream_req));
+        let sent = tokio::time::timeout(
+            self.response_timeout,
+            crate::link::send(
+                &self.links,
+                &self.address,
+                self.connect_timeout,
+                upstream_req,
+            ),
+        );
         let mut res = match sent.await {
             Ok(Ok(res)) => res.map(Either::Left),
             Ok(Err(e)) => {
-                let (kind, detail) = if e.is_connect() {
-                    ("connect", "could not be reached")
-                } else {
-                    ("other", "failed to answer")
+                let (kind, detail) = match e {
+                    LinkError::Connect(_) => ("connect", "could not be reached"),
+                    LinkError::Failed(_) => ("other", "failed to answer"),
                 };
-                self.upstream_trouble(kind, &error_chain(&e));
+                self.upstream_trouble(kind, &e.to_string());
                 return problem(
                     StatusCode::BAD_GATEWAY,
                     "about:blank",
@@ -307,18 +327,6 @@ impl Proxy {
             tracing::warn!("upstream {} ({kind}): {why}{more}", self.upstream);
         });
     }
-}
-
-/// An error and its sources, `: `-joined.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 fn full(s: String) -> ProxyBody {

@@ -33,6 +33,27 @@ impl Upstream {
         &self.authority
     }
 
+    /// Where to connect: `host:port` (port 80 when the URL names none).
+    #[must_use]
+    pub fn address(&self) -> String {
+        format!(
+            "{}:{}",
+            self.authority.host(),
+            self.authority.port_u16().unwrap_or(80)
+        )
+    }
+
+    /// The upstream request target (origin form, `/base/path?query`) for a
+    /// request's path and query (`/` when absent).
+    #[must_use]
+    pub fn target_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
+        let uri = self.uri_for(path_and_query);
+        let mut parts = uri.into_parts();
+        parts.scheme = None;
+        parts.authority = None;
+        Uri::from_parts(parts).unwrap_or_default()
+    }
+
     /// The upstream URI for a request's path and query (`/` when absent).
     #[must_use]
     pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {

@@ -360,3 +360,68 @@ fn a_dead_upstream_is_a_quick_502_and_a_slow_one_a_504() {
     // And the proxy still serves.
     assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 200);
 }
+
+#[test]
+fn upstream_connections_are_pooled_and_replaced_when_closed() {
+    let up = start_upstream();
+    let s = proxy_to(up.addr, &config(1000, ""));
+    // One request at a time, each from a new client connection: one
+    // upstream connection serves them all.
+    for i in 0..20 {
+        let r = request(s.proxy(), "GET", &format!("/n{i}"), &[], b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert_eq!(
+        up.connections(),
+        1,
+        "sequential requests share one connection"
+    );
+    // Answers without a body (HEAD) leave the connection reusable too.
+    for _ in 0..3 {
+        let r = request(s.proxy(), "HEAD", "/", &[], b"");
+        assert_eq!((r.status, r.body.len()), (200, 0));
+    }
+    assert_eq!(request(s.proxy(), "GET", "/", &[], b"").text(), "ok");
+    assert_eq!(up.connections(), 1, "HEAD answers keep the connection");
+
+    // The upstream answers `Connection: close`: that connection is not
+    // reused; the next request opens another.
+    assert_eq!(
+        request(s.proxy(), "GET", "/close", &[], b"").text(),
+        "closing"
+    );
+    assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 200);
+    assert_eq!(up.connections(), 2);
+
+    // The upstream closes an idle connection on its own (a keep-alive
+    // timeout): the proxy notices before using it, and opens another —
+    // no 502.
+    assert_eq!(
+        request(s.proxy(), "GET", "/linger", &[], b"").text(),
+        "lingering"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let r = request(s.proxy(), "GET", "/", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(up.connections(), 3);
+
+    // Eight clients at once: at most eight upstream connections more, and
+    // every request answered.
+    let proxy = s.proxy();
+    let clients: Vec<_> = (0..8)
+        .map(|c| {
+            std::thread::spawn(move || {
+                (0..25)
+                    .filter(|i| {
+                        let path = format!("/c{c}/{i}");
+                        request(proxy, "GET", &path, &[("X-Api-Key", "k")], b"").status == 200
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let ok: usize = clients.into_iter().map(|t| t.join().expect("client")).sum();
+    assert_eq!(ok, 200);
+    let opened = up.connections() - 3;
+    assert!(opened <= 8, "{opened} upstream connections for 8 clients");
+}

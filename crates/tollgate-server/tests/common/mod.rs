@@ -370,9 +370,13 @@ pub fn fill_pattern(buf: &mut [u8], offset: u64) {
 /// * `/big?n=N`: N bytes of the pattern, streamed (no length).
 /// * `/slow?ms=N`: answers after N ms.
 /// * `/hop`: a response with hop-by-hop fields.
+/// * `/close`: `200 closing` with `Connection: close` (the connection ends).
+/// * `/linger`: `200 lingering`, then the upstream closes the connection
+///   50 ms later, as an idle keep-alive timeout does.
 /// * anything else: `200 ok` with `x-upstream: yes`.
 pub struct Upstream {
     pub addr: SocketAddr,
+    accepted: Arc<std::sync::atomic::AtomicU64>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -428,11 +432,29 @@ fn text_body(s: String) -> BoxBody<Bytes, BoxError> {
         .boxed()
 }
 
+impl Upstream {
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
 async fn upstream_service(
     req: Request<Incoming>,
+    linger: Arc<tokio::sync::Notify>,
 ) -> Result<Response<BoxBody<Bytes, BoxError>>, Infallible> {
     let path = req.uri().path().to_owned();
     let res = match path.as_str() {
+        "/close" => {
+            let mut res = Response::new(text_body("closing".to_owned()));
+            res.headers_mut()
+                .insert("connection", "close".parse().expect("value"));
+            res
+        }
+        "/linger" => {
+            linger.notify_one();
+            Response::new(text_body("lingering".to_owned()))
+        }
         "/echo" => {
             let method = req.method().to_string();
             let uri = req.uri().to_string();
@@ -483,6 +505,8 @@ pub fn start_upstream() -> Upstream {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind upstream");
     listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("addr");
+    let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = Arc::clone(&accepted);
     let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -497,13 +521,24 @@ pub fn start_upstream() -> Upstream {
                     _ = &mut stop_rx => break,
                     accepted = listener.accept() => {
                         let Ok((stream, _)) = accepted else { continue };
+                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         tokio::spawn(async move {
-                            let _ = hyper::server::conn::http1::Builder::new()
+                            let linger = Arc::new(tokio::sync::Notify::new());
+                            let notified = Arc::clone(&linger);
+                            let conn = hyper::server::conn::http1::Builder::new()
                                 .serve_connection(
                                     hyper_util::rt::TokioIo::new(stream),
-                                    hyper::service::service_fn(upstream_service),
-                                )
-                                .await;
+                                    hyper::service::service_fn(move |req| {
+                                        upstream_service(req, Arc::clone(&linger))
+                                    }),
+                                );
+                            tokio::select! {
+                                _ = conn => {}
+                                () = async {
+                                    notified.notified().await;
+                                    tokio::time::sleep(Duration::from_millis(50)).await;
+                                } => {}
+                            }
                         });
                     }
                 }
@@ -512,6 +547,7 @@ pub fn start_upstream() -> Upstream {
     });
     Upstream {
         addr,
+        accepted,
         stop: Some(stop_tx),
         thread: Some(thread),
     }
