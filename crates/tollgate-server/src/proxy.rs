@@ -53,10 +53,6 @@ pub type ProxyBody = Either<LinkedBody, Full<Bytes>>;
 /// A rule's name and the key the request has under it.
 type RuleKey<'a> = (&'a str, Vec<u8>);
 
-/// `Proxy-Connection`, not in `http`'s list.
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
-/// `Keep-Alive`.
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 /// The most idle upstream connections kept.
 pub const MAX_IDLE: usize = 256;
 /// How long an idle upstream connection is kept.
@@ -334,47 +330,82 @@ fn full(s: String) -> ProxyBody {
 }
 
 /// The fixed hop-by-hop fields (RFC 9110 §7.6.1, and `Proxy-Connection`,
-/// `Keep-Alive`).
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    [
-        header::CONNECTION,
-        PROXY_CONNECTION,
-        KEEP_ALIVE,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::PROXY_AUTHORIZATION,
-        header::PROXY_AUTHENTICATE,
-    ]
-    .contains(name)
+/// `Keep-Alive`), lowercase; `connection` first.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+];
+
+/// The index in [`HOP_BY_HOP`] of a field name, in any case.
+fn hop_by_hop_index(name: &str) -> Option<usize> {
+    HOP_BY_HOP.iter().position(|h| h.eq_ignore_ascii_case(name))
+}
+
+/// [`hop_by_hop_index`] of a `HeaderName`, which is lowercase already
+/// (one `match`: a length switch, then at most two comparisons).
+fn hop_by_hop_index_of(name: &HeaderName) -> Option<usize> {
+    match name.as_str() {
+        "connection" => Some(0),
+        "proxy-connection" => Some(1),
+        "keep-alive" => Some(2),
+        "te" => Some(3),
+        "trailer" => Some(4),
+        "transfer-encoding" => Some(5),
+        "upgrade" => Some(6),
+        "proxy-authorization" => Some(7),
+        "proxy-authenticate" => Some(8),
+        _ => None,
+    }
 }
 
 /// Drops the hop-by-hop fields (RFC 9110 §7.6.1): those `Connection`
 /// names, and the fixed list.
 ///
-/// Most messages carry none, or only `Connection`: one pass over the names
-/// present decides whether there is anything to remove, instead of a hash
-/// lookup per listed name (which cost more than the rest of forwarding a
-/// request's head).
+/// Built for the common cases — none at all, or `Connection: keep-alive` /
+/// `close` (nginx sends one on every response) — with no allocation: one
+/// pass over the names present finds which fixed fields are there, and a
+/// name `Connection` lists is looked up as a string (a `HeaderName` is
+/// built only for a field it names that is present and not in the fixed
+/// list).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if !headers.keys().any(is_hop_by_hop) {
+    let mut present = 0u16;
+    for name in headers.keys() {
+        if let Some(i) = hop_by_hop_index_of(name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
         return;
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
-        .collect();
-    // Only the listed fields that are there (a removal is a hash lookup).
-    let fixed: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| is_hop_by_hop(n))
-        .cloned()
-        .collect();
-    for name in named.into_iter().chain(fixed) {
+    let mut named: Vec<HeaderName> = Vec::new();
+    if present & 1 != 0 {
+        for value in &headers.get_all(header::CONNECTION) {
+            let Ok(value) = value.to_str() else { continue };
+            for token in value.split(',').map(str::trim) {
+                if token.is_empty() || hop_by_hop_index(token).is_some() {
+                    continue;
+                }
+                if headers.contains_key(token)
+                    && let Ok(name) = HeaderName::from_bytes(token.as_bytes())
+                {
+                    named.push(name);
+                }
+            }
+        }
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
+            headers.remove(*name);
+        }
+    }
+    for name in named {
         headers.remove(name);
     }
 }
@@ -419,8 +450,52 @@ mod tests {
             h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
         }
         strip_hop_by_hop(&mut h);
+        // (The order of different names is not kept, nor meaningful.)
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "x-api-key"]);
+
+        // The common cases: `Connection: keep-alive` or `close` alone, in
+        // any case; a listed name that is absent; nothing to do.
+        for value in [
+            "keep-alive",
+            "Close",
+            " close , Keep-Alive ",
+            "x-absent",
+            "",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONNECTION, HeaderValue::from_static(value));
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+            h.insert("x-absent-not", HeaderValue::from_static("1"));
+            strip_hop_by_hop(&mut h);
+            let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+            left.sort_unstable();
+            assert_eq!(left, ["content-type", "x-absent-not"], "{value:?}");
+        }
+        // A listed name in another case than the field's.
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("X-Secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
         let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
-        assert_eq!(left, ["x-api-key", "content-length"]);
+        assert_eq!(left, ["x-kept"]);
+    }
+
+    #[test]
+    fn both_hop_by_hop_lookups_agree() {
+        for (i, name) in HOP_BY_HOP.iter().enumerate() {
+            assert_eq!(hop_by_hop_index(name), Some(i));
+            assert_eq!(hop_by_hop_index(&name.to_uppercase()), Some(i));
+            let header = HeaderName::from_static(name);
+            assert_eq!(hop_by_hop_index_of(&header), Some(i));
+        }
+        for other in ["content-length", "x-te", "connections", "tes"] {
+            assert_eq!(hop_by_hop_index(other), None);
+            assert_eq!(hop_by_hop_index_of(&HeaderName::from_static(other)), None);
+        }
     }
 
     #[test]
