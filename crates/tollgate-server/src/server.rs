@@ -240,8 +240,7 @@ pub async fn serve_with<M, S, B>(
             // being polled; `Inline` polls again at once (see its module).
             let conn = std::pin::pin!(conn);
             let mut conn = Inline::new(conn);
-            let mut period =
-                tokio::time::interval_at(tokio::time::Instant::now() + HEAD_TIMEOUT, HEAD_TIMEOUT);
+            let mut watchdog = std::pin::pin!(Watchdog::new(HEAD_TIMEOUT));
             let mut seen = activity.events();
             loop {
                 tokio::select! {
@@ -254,7 +253,7 @@ pub async fn serve_with<M, S, B>(
                         }
                         break;
                     }
-                    _ = period.tick() => {
+                    () = watchdog.as_mut().fired() => {
                         let now = activity.events();
                         if now == seen && activity.in_flight.load(Ordering::Acquire) == 0 {
                             tracing::debug!(
@@ -263,6 +262,7 @@ pub async fn serve_with<M, S, B>(
                             break;
                         }
                         seen = now;
+                        watchdog.as_mut().rearm();
                     }
                 }
             }
@@ -278,6 +278,55 @@ pub async fn serve_with<M, S, B>(
         tracing::warn!("{name}: requests still in flight after {DRAIN_TIMEOUT:?}; closing them");
     } else {
         tracing::info!("{name}: drained");
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection's watchdog timer: fires every period. It is polled with
+    /// the connection, on every wake of the connection's task (twice a
+    /// check on the Redis store), so it polls its `Sleep` once per period
+    /// (to register the task's waker, which the timer wakes when it fires)
+    /// and otherwise only reads whether it has fired: an `Interval` polled
+    /// each time cost about 130 instructions a poll.
+    struct Watchdog {
+        #[pin]
+        sleep: tokio::time::Sleep,
+        period: Duration,
+        armed: bool,
+    }
+}
+
+impl Watchdog {
+    fn new(period: Duration) -> Self {
+        Self {
+            sleep: tokio::time::sleep(period),
+            period,
+            armed: false,
+        }
+    }
+
+    /// Resolves when the period has passed.
+    fn fired(self: Pin<&mut Self>) -> impl Future<Output = ()> + '_ {
+        let mut this = self.project();
+        std::future::poll_fn(move |cx| {
+            if this.sleep.is_elapsed() {
+                return Poll::Ready(());
+            }
+            if *this.armed {
+                return Poll::Pending;
+            }
+            // The task's waker stays the same for the task's life: one
+            // registration per period is enough.
+            *this.armed = true;
+            this.sleep.as_mut().poll(cx)
+        })
+    }
+
+    /// Starts the next period.
+    fn rearm(self: Pin<&mut Self>) {
+        let this = self.project();
+        this.sleep.reset(tokio::time::Instant::now() + *this.period);
+        *this.armed = false;
     }
 }
 

@@ -403,3 +403,91 @@ fn hostile_requests_do_not_hurt() {
     drop(stalled);
     assert_eq!(get(s.api(), "/healthz").status, 200);
 }
+
+#[test]
+fn silent_and_slow_loris_connections_are_closed() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let s = serve();
+    // One connection sends half a head and stops; one sends nothing; one
+    // answers a request and then idles on keep-alive. All three are closed
+    // within two watchdog periods (10 to 20 s), while a connection that
+    // keeps sending requests stays served.
+    let mut loris = common::connect(s.api());
+    loris
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .expect("write");
+    let mut silent = common::connect(s.api());
+    let mut idle = common::connect(s.api());
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("write");
+    assert_eq!(read_one(&mut idle), 200);
+    let started = Instant::now();
+    let busy = {
+        let addr = s.api();
+        std::thread::spawn(move || {
+            let mut c = common::connect(addr);
+            let mut statuses = Vec::new();
+            while started.elapsed() < Duration::from_secs(22) {
+                c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .expect("write");
+                statuses.push(read_one(&mut c));
+                std::thread::sleep(Duration::from_secs(3));
+            }
+            statuses
+        })
+    };
+    let mut closed = |c: &mut std::net::TcpStream, what: &str| {
+        let mut buf = Vec::new();
+        // The server closes without an answer: end of stream, no bytes.
+        let read = c.read_to_end(&mut buf);
+        assert!(read.is_ok(), "{what}: {read:?}");
+        assert!(
+            buf.is_empty(),
+            "{what}: got {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        let after = started.elapsed();
+        assert!(
+            after < Duration::from_secs(25),
+            "{what}: closed after {after:?}"
+        );
+        after
+    };
+    let a = closed(&mut loris, "half a head");
+    let b = closed(&mut silent, "nothing sent");
+    let c = closed(&mut idle, "idle keep-alive");
+    // Not closed at once either: a whole period passes first.
+    for (what, after) in [("half a head", a), ("nothing sent", b), ("idle", c)] {
+        assert!(
+            after >= Duration::from_secs(9),
+            "{what}: closed after {after:?}"
+        );
+    }
+    let statuses = busy.join().expect("busy connection");
+    assert!(
+        statuses.len() >= 7 && statuses.iter().all(|s| *s == 200),
+        "{statuses:?}"
+    );
+    assert_eq!(get(s.api(), "/healthz").status, 200);
+}
+
+/// Reads one response from a keep-alive connection; its status.
+fn read_one(c: &mut std::net::TcpStream) -> u16 {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    let mut byte = [0u8; 1];
+    while !raw.ends_with(b"\r\n\r\n") {
+        let n = c.read(&mut byte).expect("read head");
+        assert_eq!(n, 1, "closed mid-head: {:?}", String::from_utf8_lossy(&raw));
+        raw.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().expect("content-length"));
+    let mut body = vec![0u8; length];
+    c.read_exact(&mut body).expect("read body");
+    head[9..12].parse().expect("status")
+}
