@@ -437,7 +437,7 @@ fn silent_and_slow_loris_connections_are_closed() {
             statuses
         })
     };
-    let mut closed = |c: &mut std::net::TcpStream, what: &str| {
+    let closed = |c: &mut std::net::TcpStream, what: &str| {
         let mut buf = Vec::new();
         // The server closes without an answer: end of stream, no bytes.
         let read = c.read_to_end(&mut buf);
