@@ -14,6 +14,15 @@
 #   5. the reverse proxy in front of nginx (`return 200 "ok"`) against nginx
 #      directly, at 64 connections and at 1 (the proxy's own latency,
 #      without queueing);
+#      and nginx itself as the same kind of proxy (bench/http/
+#      nginx-proxy.conf.in: limit_req keyed by x-key, keep-alive upstream
+#      pool), the peer for the proxy's figures;
+#   5b. the same three (nginx direct, tollgate's proxy, nginx's proxy) at a
+#      FIXED request rate (oha -q RATE, 64 connections, latency corrected
+#      for coordinated omission): the latency a proxy adds at equal offered
+#      load. At 64 closed-loop connections wrk sends as fast as the slowest
+#      part answers, so there a proxy's p99 is mostly its throughput
+#      (queueing: 64 / req/s), not the time it adds to a request;
 #   6. the HTTP ceiling of a check (crates/tollgate-server/examples/
 #      http_ceiling.rs): POST /v1/check on tollgate's own connection
 #      handling, the body read as the API reads it, every request answered
@@ -25,7 +34,10 @@
 # meanwhile: the machine is shared, and that column says how noisy a row
 # is) and the ratios the issue's goals are about. With ROUNDS > 1 the whole
 # set is measured ROUNDS times, interleaved, and each target's best round
-# (highest req/s) is reported, with the spread.
+# (highest req/s) is reported, with the spread; the ratios are then also
+# given as the median over rounds of each round's own ratio (both sides
+# measured minutes apart in the same round), which the machine's swings
+# move less than a ratio of two best rounds.
 #
 # Everything listens on 127.0.0.1; every process started here is stopped on
 # exit; each wrk run is bounded by a timeout.
@@ -33,7 +45,8 @@
 # Usage: bench/http.sh [SECONDS per target, default 10] [ROUNDS, default 1]
 # Env:   BENCH_KEEP=DIR keeps wrk's raw output and the servers' logs in DIR;
 #        BENCH_QUIET_BUSY=25 / BENCH_QUIET_WAIT=60: before each run, wait (at
-#        most WAIT s) until the machine is under BUSY % busy.
+#        most WAIT s) until the machine is under BUSY % busy;
+#        BENCH_RATE=2000: the fixed request rate of 5b (requests/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -74,6 +87,16 @@ if [[ ! -x "$tc_bin" ]]; then
   cargo install -q --locked --root "$tools" throttlecrab-server --version '^0.4'
 fi
 tc_version=$("$tc_bin" --version 2>/dev/null | head -1 || true)
+oha_bin="$tools/bin/oha"
+if [[ ! -x "$oha_bin" ]]; then
+  # oha 1.16 does not build without a TLS backend; native-tls needs OpenSSL.
+  need_pkg pkg-config pkg-config
+  dpkg -s libssl-dev >/dev/null 2>&1 || { log "installing libssl-dev (apt-get)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null; }
+  log "installing oha 1.16 into $tools (cargo install)"
+  cargo install -q --locked --root "$tools" oha --version '~1.16' --no-default-features --features native-tls
+fi
+rate="${BENCH_RATE:-2000}"
+[[ "$rate" =~ ^[0-9]+$ ]] && ((rate >= 1 && rate <= 1000000)) || die "BENCH_RATE must be 1..1000000 requests/s"
 
 log "building tollgate (release)"
 cargo build --release -q -p tollgate-server --bin tollgate --example http_ceiling
@@ -237,6 +260,51 @@ measure() {
         has_aux ? sprintf("%.2f", 1e6 * ax / n) : "-" }' >>"$results"
 }
 
+# measure_rate ID LABEL URL: one oha run at the fixed rate $rate over $conns
+# connections (every request sends `x-key: k1`, which the proxies' rules key
+# on), latency corrected for coordinated omission (measured from when each
+# request was due, not from when it could be sent); appends a row to
+# $results like measure (the "wrk" column is then oha's CPU).
+measure_rate() {
+  local id=$1 label=$2 url=$3
+  wait_quiet
+  log "round $round: $label: oha -c$conns -q$rate -z${secs}s --latency-correction $url"
+  local out="$work/oha-$id.$round.json"
+  local sut0 m0 m1 sut1 aux0 aux1
+  sut0=$(proc_ticks "${sut[@]}")
+  aux0=$(proc_ticks "${aux[@]}")
+  read -r -a m0 <<<"$(cpu_ticks)"
+  local TIMEFORMAT='%U %S'
+  { time timeout $((secs + 30)) "$oha_bin" -z "${secs}s" -c "$conns" -q "$rate" --latency-correction \
+      --no-tui --output-format json -H 'x-key: k1' "$url/" >"$out" 2>"$out.err"; } 2>"$out.time" ||
+    { cat "$out.err" >&2; die "oha failed on $label"; }
+  read -r -a m1 <<<"$(cpu_ticks)"
+  sut1=$(proc_ticks "${sut[@]}")
+  aux1=$(proc_ticks "${aux[@]}")
+  local fields
+  fields=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+s, p, codes = d["summary"], d["latencyPercentiles"], d.get("statusCodeDistribution") or {}
+n = sum(codes.values())
+non = sum(v for k, v in codes.items() if not k.startswith("2"))
+print("%.1f %.3f %.3f %d %d" % (s["requestsPerSec"], 1e3 * p["p50"], 1e3 * p["p99"], n, non))' "$out") ||
+    die "no result from oha on $label"
+  local rps p50 p99 total non
+  read -r rps p50 p99 total non <<<"$fields"
+  ((total > 0)) || die "oha answered nothing on $label"
+  awk -v hz="$hz" -v n="$total" -v non="$non" -v s0="$sut0" -v s1="$sut1" \
+    -v x0="$aux0" -v x1="$aux1" -v has_aux="${#aux[@]}" \
+    -v b0="${m0[0]}" -v b1="${m1[0]}" -v a0="${m0[1]}" -v a1="${m1[1]}" -v st0="${m0[2]}" -v st1="${m1[2]}" \
+    -v wrkcpu="$(awk '{print $1 + $2}' "$out.time")" \
+    -v row="$id|$label|$round|$rps|$p50|$p99" 'BEGIN {
+      srv = (s1 - s0) / hz; ax = (x1 - x0) / hz; busy = (b1 - b0) / hz; all = (a1 - a0) / hz
+      other = (all > 0) ? 100 * (busy - srv - ax - wrkcpu) / all : 0
+      if (other < 0) other = 0
+      printf "%s|%.1f|%.2f|%.2f|%.0f|%.0f||%s\n", row, 100 * non / n, 1e6 * srv / n, 1e6 * wrkcpu / n,
+        other, (all > 0) ? 100 * (st1 - st0) / (a1 - a0) : 0, has_aux ? sprintf("%.2f", 1e6 * ax / n) : "-" }' >>"$results"
+}
+
 # expect WHAT GOT WANT: a sanity check of one answer before a target is loaded.
 expect() { [[ "$2" == *"$3"* ]] || die "$1: expected $3, got: $2"; }
 post_json() { curl -s --max-time 2 -H 'content-type: application/json' -d "$2" "$1"; }
@@ -344,14 +412,34 @@ one_round() {
   proxy_pid=$pid proxy_addr=$addr
   wait_http "http://$proxy_addr/"
   expect "proxy headers" "$(curl -si --max-time 2 -H 'x-key: probe' "http://$proxy_addr/")" 'ratelimit-policy'
+  # nginx as the same kind of proxy (rate limited by x-key, pooled
+  # keep-alive upstream connections), in front of the same nginx.
+  local np_port np_pid np_workers
+  np_port=$(free_port)
+  mkdir -p "$work/nginx-proxy"
+  sed -e "s|@DIR@|$work/nginx-proxy|g" -e "s|@PORT@|$np_port|g" -e "s|@UPSTREAM@|$ng_port|g" \
+    bench/http/nginx-proxy.conf.in >"$work/nginx-proxy/nginx.conf"
+  nginx -e "$work/nginx-proxy/nginx-error.log" -p "$work/nginx-proxy" -c "$work/nginx-proxy/nginx.conf" &
+  np_pid=$!
+  pids+=("$np_pid")
+  wait_http "http://127.0.0.1:$np_port/"
+  np_workers=$(pgrep -P "$np_pid" | tr '\n' ' ')
   # shellcheck disable=SC2206
   sut=("$ng_pid" $ng_worker) aux=()
   measure direct "nginx direct (c=$conns)" "http://127.0.0.1:$ng_port" get.lua "$conns" -- / "$keys"
   measure direct1 "nginx direct (c=1)" "http://127.0.0.1:$ng_port" get.lua 1 -- / "$keys"
+  measure_rate directr "nginx direct ($rate/s)" "http://127.0.0.1:$ng_port"
   # shellcheck disable=SC2206
   sut=("$proxy_pid") aux=("$ng_pid" $ng_worker)
   measure proxy "proxy -> nginx (c=$conns)" "http://$proxy_addr" get.lua "$conns" -- / "$keys"
   measure proxy1 "proxy -> nginx (c=1)" "http://$proxy_addr" get.lua 1 -- / "$keys"
+  measure_rate proxyr "proxy -> nginx ($rate/s)" "http://$proxy_addr"
+  # shellcheck disable=SC2206
+  sut=("$np_pid" $np_workers) aux=("$ng_pid" $ng_worker)
+  measure nproxy "nginx proxy -> nginx (c=$conns)" "http://127.0.0.1:$np_port" get.lua "$conns" -- / "$keys"
+  measure nproxy1 "nginx proxy -> nginx (c=1)" "http://127.0.0.1:$np_port" get.lua 1 -- / "$keys"
+  measure_rate nproxyr "nginx proxy -> nginx ($rate/s)" "http://127.0.0.1:$np_port"
+  stop "$np_pid"
   stop "$proxy_pid"
   stop "$ng_pid"
 }
@@ -364,8 +452,11 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 # Per target: its best round (highest req/s); the spread is min..max req/s.
 best="$work/best"
 awk -F'|' '
-  { if (!($1 in rps)) order[++n] = $1
-    if (!($1 in rps) || $4 + 0 > rps[$1]) { rps[$1] = $4 + 0; row[$1] = $0 }
+  # (fixed-rate rows, whose req/s is the rate: the round with the lowest p99)
+  { fixed = ($1 ~ /^(direct|proxy|nproxy)r$/)
+    key = fixed ? -$6 : $4 + 0
+    if (!($1 in rps)) order[++n] = $1
+    if (!($1 in rps) || key > rps[$1]) { rps[$1] = key; row[$1] = $0 }
     if (!($1 in lo) || $4 + 0 < lo[$1]) lo[$1] = $4 + 0 }
   END { for (i = 1; i <= n; i++) print row[order[i]] "|" lo[order[i]] }' "$results" >"$best"
 # best: id|label|round|req/s|p50|p99|non2xx|srv|wrk|other|steal|errors|aux|min req/s
@@ -386,6 +477,8 @@ awk -F'|' -v rounds="$rounds" '
 cat <<'EOF'
 
 non2xx: tollgate answers 429 to a denied check, throttlecrab 200 with "allowed":false.
+(N/s) rows: oha at that fixed rate over 64 connections, latency corrected; req/s is the
+  rate kept, wrk us/r is oha's CPU; their best round is the one with the lowest p99.
 srv us/r: CPU the server under test (tollgate, throttlecrab, or nginx for "direct") used
   per request; aux us/r: what it leans on (redis-server; nginx behind the proxy).
   wrk us/r: the load generator's.
@@ -399,7 +492,7 @@ for f in "$work"/outcomes-*.txt; do
   echo "decided by $(basename "$f" .txt | sed 's/outcomes-//') (last round): $(tr '\n' ' ' <"$f" | sed 's/  */ /g')"
 done
 echo
-awk -F'|' '
+awk -F'|' -v rate="$rate" '
   { rps[$1] = $4; p50[$1] = $5; p99[$1] = $6; srv[$1] = $8 }
   function verdict(worst, want, op) { return (op == "") ? "" : ((op == ">=" ? worst >= want : worst <= want) ? "met" : "MISSED") }
   function line(name, op, want, pre,   i, v, worst, out) {
@@ -438,10 +531,55 @@ awk -F'|' '
     printf "\n%-31s %6s %10s %10s %10s %10s   %s\n", "ratio of server CPU per request", "", "open hot", "open 10k", "closed hot", "closed 10k", "worst"
     line("throttlecrab / memory", "", 0, "d")
     line("tollgate /healthz / memory", "", 0, "e")
-    printf "\n%-31s %6s %10s %10s\n", "proxy - direct (ms)", "goal", "c=64", "c=1"
-    d64 = p99["proxy"] - p99["direct"]; d1 = p99["proxy1"] - p99["direct1"]
-    printf "%-31s %6s %10.3f %10.3f   %s (c=64), %s (c=1)\n", "  p99", "<=0.3", d64, d1, verdict(d64, 0.3, "<="), verdict(d1, 0.3, "<=")
-    printf "%-31s %6s %10.3f %10.3f\n", "  p50", "", p50["proxy"] - p50["direct"], p50["proxy1"] - p50["direct1"]
+    printf "\n%-31s %6s %10s %10s %10s\n", "proxy - direct (ms)", "goal", "c=64", "c=1", rate "/s"
+    d64 = p99["proxy"] - p99["direct"]; d1 = p99["proxy1"] - p99["direct1"]; dr = p99["proxyr"] - p99["directr"]
+    printf "%-31s %6s %10.3f %10.3f %10.3f   %s (c=64), %s (c=1), %s (%d/s)\n", "  p99, tollgate proxy", "<=0.3", d64, d1, dr, verdict(d64, 0.3, "<="), verdict(d1, 0.3, "<="), verdict(dr, 0.3, "<="), rate
+    printf "%-31s %6s %10.3f %10.3f %10.3f\n", "  p99, nginx proxy (peer)", "", p99["nproxy"] - p99["direct"], p99["nproxy1"] - p99["direct1"], p99["nproxyr"] - p99["directr"]
+    printf "%-31s %6s %10.3f %10.3f %10.3f\n", "  p50, tollgate proxy", "", p50["proxy"] - p50["direct"], p50["proxy1"] - p50["direct1"], p50["proxyr"] - p50["directr"]
+    printf "%-31s %6s %10.3f %10.3f %10.3f\n", "  p50, nginx proxy (peer)", "", p50["nproxy"] - p50["direct"], p50["nproxy1"] - p50["direct1"], p50["nproxyr"] - p50["directr"]
     printf "%-31s %6s %10.0f %10.0f\n", "  req/s direct", "", rps["direct"], rps["direct1"]
-    printf "%-31s %6s %10.0f %10.0f\n", "  req/s proxy", "", rps["proxy"], rps["proxy1"]
+    printf "%-31s %6s %10.0f %10.0f\n", "  req/s tollgate proxy", "", rps["proxy"], rps["proxy1"]
+    printf "%-31s %6s %10.0f %10.0f\n", "  req/s nginx proxy", "", rps["nproxy"], rps["nproxy1"]
   }' "$best"
+
+# The same goals as the median, over rounds, of each round's own ratio or
+# difference (both sides from the same round).
+if ((rounds > 1)); then
+  echo
+  awk -F'|' -v rounds="$rounds" '
+    { rps[$3, $1] = $4 + 0; p99[$3, $1] = $6 + 0 }
+    function median(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    function r(a, b) { return (b > 0) ? a / b : 0 }
+    function med_ratio(num, den,   k, v, n) {
+      n = 0
+      for (k = 1; k <= rounds; k++) if (((k, num) in rps) && ((k, den) in rps)) v[++n] = r(rps[k, num], rps[k, den])
+      return n ? median(v, n) : 0
+    }
+    function med_diff(a, b,   k, v, n) {
+      n = 0
+      for (k = 1; k <= rounds; k++) if (((k, a) in p99) && ((k, b) in p99)) v[++n] = p99[k, a] - p99[k, b]
+      return n ? median(v, n) : 0
+    }
+    function line(name, op, want, num, den, sfx,   i, v, worst, out) {
+      out = sprintf("%-31s %6s", name, op want)
+      for (i = 1; i <= 4; i++) {
+        v = med_ratio(num sc[i], (den == "healthz") ? den : den sc[i])
+        out = out sprintf(" %10.2f", v)
+        if (i == 1 || v < worst) worst = v
+      }
+      printf "%s   %.2f %s\n", out, worst, (worst >= want) ? "met" : "MISSED"
+    }
+    END {
+      split(".open.1 .open.10000 .closed.1 .closed.10000", sc, " ")
+      printf "%-31s %6s %10s %10s %10s %10s   %s\n", "median of per-round ratios", "goal", "open hot", "open 10k", "closed hot", "closed 10k", "worst"
+      line("memory / throttlecrab", ">=", 1.2, "mem", "tc")
+      line("memory / tollgate /healthz", ">=", 0.9, "mem", "healthz")
+      line("redis / memory", ">=", 0.7, "redis", "mem")
+      printf "%-31s %6s %10s %10s %10s\n", "median proxy - direct p99 (ms)", "goal", "c=64", "c=1", "fixed rate"
+      printf "%-31s %6s %10.3f %10.3f %10.3f\n", "  tollgate proxy", "<=0.3", med_diff("proxy", "direct"), med_diff("proxy1", "direct1"), med_diff("proxyr", "directr")
+      printf "%-31s %6s %10.3f %10.3f %10.3f\n", "  nginx proxy (peer)", "", med_diff("nproxy", "direct"), med_diff("nproxy1", "direct1"), med_diff("nproxyr", "directr")
+    }' "$results"
+fi
