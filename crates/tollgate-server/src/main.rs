@@ -90,6 +90,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async {
+        let shutdown = shutdown_signal()?;
         let mut listeners = Listeners::default();
         if let Some(addr) = plan.http {
             listeners.http = Some(bind(addr, "HTTP API").await?);
@@ -97,32 +98,42 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         if let Some(addr) = plan.proxy {
             listeners.proxy = Some(bind(addr, "reverse proxy").await?);
         }
-        server::run(listeners, shutdown_signal(), plan.config).await
+        server::run(listeners, shutdown, plan.config).await
     })?;
     tracing::info!("tollgate serve: stopped");
     Ok(())
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
+/// Installs the SIGTERM and SIGINT handlers now, and returns the future
+/// that resolves on the first of them. Installed before the front doors
+/// open: a handler installed only when its future is first polled (as
+/// `tokio::signal::ctrl_c` is) leaves a window after startup in which a
+/// signal takes its default action and kills the process undrained, with
+/// no exit code.
+#[cfg(unix)]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let listen = |kind: SignalKind, name: &str| {
+        signal(kind).map_err(|e| format!("cannot listen for {name}: {e}"))
+    };
+    let mut int = listen(SignalKind::interrupt(), "SIGINT")?;
+    let mut term = listen(SignalKind::terminate(), "SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        }
+    })
+}
+
+/// Resolves on the first Ctrl-C.
+#[cfg(not(unix))]
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    Ok(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::info!("SIGINT: shutting down");
+        } else {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT: shutting down"),
-        () = term => tracing::info!("SIGTERM: shutting down"),
-    }
+    })
 }
