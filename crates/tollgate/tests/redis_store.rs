@@ -253,6 +253,133 @@ async fn a_failing_check_in_a_batch_fails_alone() {
     assert_no_key_without_ttl(&server);
 }
 
+/// How many times redis-server ran `command` since the last
+/// `CONFIG RESETSTAT`.
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A GCRA key checked several times in one batch is read once and written
+/// once (its last state), and every check is decided as if each had been
+/// written at once: the decisions, and those of the checks after the batch,
+/// equal the memory store's.
+#[tokio::test]
+async fn a_hot_gcra_key_is_read_and_written_once_a_batch() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "hot").await;
+    let rule = RuleSpec::new("r", Algorithm::Gcra, 5, Duration::from_secs(60))
+        .build()
+        .expect("rule");
+    redis
+        .check(&rule, b"warm", 0, Some(EPOCH))
+        .await
+        .expect("warm-up");
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    let checks: [(&[u8], u64); 10] = [
+        (b"h", 1),
+        (b"h", 2),
+        (b"o", 1),
+        (b"h", 0),
+        (b"h", 1),
+        (b"h", 3),
+        (b"o", 1),
+        (b"h", 1),
+        (b"h", 1),
+        (b"h", 0),
+    ];
+    let got = futures_util::future::join_all(
+        checks
+            .iter()
+            .map(|&(key, cost)| redis.check(&rule, key, cost, Some(EPOCH))),
+    )
+    .await;
+    assert_eq!(script_runs(&server), 1, "one batch");
+    assert_eq!(command_calls(&server, "get"), 2, "one GET a key");
+    assert_eq!(command_calls(&server, "set"), 2, "one SET a key");
+    let memory = MemoryStore::new();
+    let mut denied = 0;
+    for (&(key, cost), got) in checks.iter().zip(got) {
+        let expected = memory.check_sync(&rule, key, cost, Some(EPOCH));
+        let got = got.expect("decided");
+        denied += usize::from(!got.allowed);
+        assert_eq!(got, expected, "key {key:?} cost {cost}");
+    }
+    assert!(denied > 0, "the batch reached the limit");
+    // What the batch left in Redis is what the memory store holds.
+    for (step, key) in [b"h", b"o", b"h"].into_iter().enumerate() {
+        let t = EPOCH + 12_000_000 * (step as u64 + 1);
+        let expected = memory.check_sync(&rule, key, 1, Some(t));
+        let got = redis.check(&rule, key, 1, Some(t)).await.expect("decided");
+        assert_eq!(got, expected, "after the batch: key {key:?} t {t}");
+    }
+    assert_no_key_without_ttl(&server);
+}
+
+/// When a batch's write of a GCRA key fails (here: `maxmemory` reached, so
+/// Redis refuses the script's first write), every check of that key from
+/// the first one that consumed on reports the error, since nothing it
+/// consumed was kept; checks before it, and of other keys that wrote
+/// nothing, keep their decisions; and nothing was written.
+#[tokio::test]
+async fn a_failed_write_fails_the_checks_that_depend_on_it() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "oom").await;
+    let rule = RuleSpec::new("r", Algorithm::Gcra, 2, Duration::from_secs(60))
+        .build()
+        .expect("rule");
+    redis
+        .check(&rule, b"warm", 0, Some(EPOCH))
+        .await
+        .expect("warm-up");
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "1"]).trim(),
+        "OK"
+    );
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    let checks: [(&[u8], u64, bool); 5] = [
+        (b"a", 0, true),
+        (b"a", 1, false),
+        (b"b", 0, true),
+        (b"a", 0, false),
+        (b"a", 1, false),
+    ];
+    let got = futures_util::future::join_all(
+        checks
+            .iter()
+            .map(|&(key, cost, _)| redis.check(&rule, key, cost, Some(EPOCH))),
+    )
+    .await;
+    assert_eq!(script_runs(&server), 1, "one batch");
+    let fresh = MemoryStore::new();
+    for (&(key, cost, decided), got) in checks.iter().zip(got) {
+        if decided {
+            let expected = fresh.check_sync(&rule, key, cost, Some(EPOCH));
+            assert_eq!(got.expect("decided"), expected, "key {key:?} cost {cost}");
+        } else {
+            let e = got.expect_err("its write was refused");
+            assert!(e.to_string().contains("OOM"), "{e}");
+        }
+    }
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "0"]).trim(),
+        "OK"
+    );
+    // Nothing was consumed: `a` starts full.
+    let memory = MemoryStore::new();
+    for cost in [2, 1] {
+        let expected = memory.check_sync(&rule, b"a", cost, Some(EPOCH));
+        let got = redis.check(&rule, b"a", cost, Some(EPOCH)).await;
+        assert_eq!(got.expect("decided"), expected, "cost {cost}");
+    }
+    assert_no_key_without_ttl(&server);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_rule_checks_equal_the_memory_store() {
     let server = RedisServer::start();

@@ -49,9 +49,19 @@ if mode == 'b' then
   -- Batch: ARGV[5] holds one byte per pair, the (1-based) index of its six
   -- arguments among the distinct tuples that follow (a batch's checks
   -- mostly share one rule and cost: each tuple is sent, and converted to
-  -- numbers, once per run). Every pair is decided and, if it admits,
-  -- written at once, so a later pair on the same key sees it; the reply is
+  -- numbers, once per run). Every pair is decided in order, and a later
+  -- pair on the same key sees what an earlier one consumed; the reply is
   -- built as it goes.
+  -- A key whose algorithm has a pure decision (PURE: GCRA, one stored
+  -- number) is read once and written once per run: `state[key]` is its
+  -- number as the run's earlier pairs left it (false: none; negated once
+  -- a pair consumed from it, which also puts the key in `dirty`), and the keys
+  -- in `dirty` are written after the last pair, with their last value.
+  -- What Redis holds afterwards is exactly what a write after each pair
+  -- would leave (the run is atomic, and the last value of a key is its
+  -- largest TAT, with the longest TTL), for one GET and one SET a key
+  -- instead of a GET and a SET a pair: a hot key's batch costs Redis about
+  -- as much as one check. Any other pair is written as soon as it admits.
   local refs, tuples = ARGV[5], {}
   for j = 1, (#ARGV - 5) / 6 do
     local b = 5 + (j - 1) * 6
@@ -61,13 +71,45 @@ if mode == 'b' then
   local byte = string.byte
   local reply = { t }
   local done = 0
+  local state, dirty = {}, {}
+  local function fail(i, e)
+    if type(e) == 'table' and e.err then e = e.err end
+    local r = 4 * i - 2
+    reply[r] = tostring(e)
+    reply[r + 1] = 0
+    reply[r + 2] = 0
+    reply[r + 3] = 0
+  end
   -- Decides pairs done+1..n; one pcall for the whole run, not one per pair.
   local function run()
     for i = done + 1, n do
       local p = tuples[byte(refs, i)]
-      local cost = p[2]
-      local allowed, remaining, reset, retry, write = algo_of(p[1])(KEYS[i], cost, p[3], p[4], p[5], p[6], t)
-      if allowed and cost > 0 then write() end
+      local code, cost, key = p[1], p[2], KEYS[i]
+      local pure = PURE[code]
+      local allowed, remaining, reset, retry
+      if pure then
+        local stored = state[key]
+        if stored == nil then
+          stored = tonumber(redis.call('GET', key))
+          -- a TAT at or before t counts as none (and so every number kept
+          -- in `state` is above t >= 0: its sign is free to mark dirt)
+          if not stored or stored <= t then stored = false end
+          state[key] = stored
+        elseif stored and stored < 0 then
+          stored = -stored
+        end
+        local after
+        allowed, remaining, reset, retry, after = pure(stored, cost, p[3], p[4], p[5], p[6], t)
+        if allowed and cost > 0 then
+          local s = state[key]
+          if not s or s > 0 then dirty[#dirty + 1] = key end
+          state[key] = -after
+        end
+      else
+        local write
+        allowed, remaining, reset, retry, write = algo_of(code)(key, cost, p[3], p[4], p[5], p[6], t)
+        if allowed and cost > 0 then write() end
+      end
       local r = 4 * i - 2
       reply[r] = allowed and 1 or 0
       reply[r + 1] = remaining
@@ -79,15 +121,37 @@ if mode == 'b' then
   while done < n do
     local ok, e = pcall(run)
     if not ok then
-      -- Pair done+1 failed (e.g. READONLY, WRONGTYPE; redis.call raises a
-      -- table {err = …}): its error text and three zeros; the others go on.
+      -- Pair done+1 failed (e.g. WRONGTYPE; redis.call raises a table
+      -- {err = …}): its error text and three zeros; the others go on.
       done = done + 1
-      if type(e) == 'table' and e.err then e = e.err end
-      local r = 4 * done - 2
-      reply[r] = tostring(e)
-      reply[r + 1] = 0
-      reply[r + 2] = 0
-      reply[r + 3] = 0
+      fail(done, e)
+    end
+  end
+  -- One pcall for the writes too; a refused write (e.g. READONLY, OOM)
+  -- means nothing this run consumed from its key was kept: every pair on
+  -- that key from its first consuming one on (those that consumed, and
+  -- those decided on what they consumed) reports the error instead.
+  local written = 0
+  local function write()
+    for j = written + 1, #dirty do
+      local key = dirty[j]
+      local v = -state[key]
+      redis.call('SET', key, num(v), 'PX', ttl_ms(v - t))
+      written = j
+    end
+  end
+  while written < #dirty do
+    local ok, e = pcall(write)
+    if not ok then
+      written = written + 1
+      local key, from = dirty[written], n + 1
+      for i = 1, n do
+        if KEYS[i] == key then
+          local p = tuples[byte(refs, i)]
+          if from > n and p[2] > 0 and reply[4 * i - 2] == 1 then from = i end
+          if i >= from then fail(i, e) end
+        end
+      end
     end
   end
   return reply

@@ -1,8 +1,12 @@
 -- GCRA on one string key holding the theoretical arrival time (µs).
 -- Each algorithm defines eval(key, cost, p1..p4, t) -> allowed, remaining,
 -- reset_after, retry_after (-1 none), write; write(t) applies an admitted check.
-ALGOS[1] = function(key, cost, inc, tau, interval, burst, t)
-  local stored = tonumber(redis.call('GET', key))
+
+-- The decision from the stored TAT (nil: none): allowed, remaining,
+-- reset_after, retry_after, and the TAT an admitted check leaves. Pure, so
+-- that a batch can decide several checks of one key from one read (see
+-- check.lua, PURE).
+local function gcra(stored, cost, inc, tau, interval, burst, t)
   local tat = t
   if stored and stored > t then tat = stored end
   local new_tat = tat + inc
@@ -15,10 +19,17 @@ ALGOS[1] = function(key, cost, inc, tau, interval, burst, t)
   if left < 0 then left = 0 end
   local retry = -1
   if not allowed and fits then retry = new_tat - tau - t end
+  return allowed, idiv(left, interval), used, retry, new_tat
+end
+PURE[1] = gcra
+
+ALGOS[1] = function(key, cost, inc, tau, interval, burst, t)
+  local allowed, remaining, used, retry, new_tat =
+    gcra(tonumber(redis.call('GET', key)), cost, inc, tau, interval, burst, t)
   local write = function()
     redis.call('SET', key, num(new_tat), 'PX', ttl_ms(new_tat - t))
   end
-  return allowed, idiv(left, interval), used, retry, write
+  return allowed, remaining, used, retry, write
 end
 
 REFUNDS[1] = function(key, cost, inc, tau, interval, burst, t0)

@@ -92,3 +92,6 @@ end
 
 local ALGOS = {}
 local REFUNDS = {}
+-- For GCRA (code 1): the decision as a pure function of the key's one stored
+-- number (see gcra.lua); batches read and write such keys once a run.
+local PURE = {}

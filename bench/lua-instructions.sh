@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# redis-server instructions per check inside tollgate's batched check script
+# (EVALSHA in batch mode, see crates/tollgate/src/store/redis/scripts/
+# check.lua), counted by callgrind: an instruction count does not move with
+# the shared machine's load, so this is how changes to the scripts are
+# judged. Two workloads: batches on one hot key, and on KEYS random keys.
+#
+# Usage: bench/lua-instructions.sh [BATCH=20] [RUNS=500] [KEYS=10000] [SCRIPT]
+#   SCRIPT: a composed script file (default: prelude.lua + gcra.lua +
+#           check.lua of this tree, as the store composes them)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+batch=${1:-20} runs=${2:-500} keys=${3:-10000} script=${4:-}
+[[ "$batch" =~ ^[0-9]+$ && "$runs" =~ ^[0-9]+$ && "$keys" =~ ^[0-9]+$ ]] &&
+  ((batch >= 2 && batch <= 255 && runs >= 50 && runs % 50 == 0 && keys >= 1)) ||
+  { echo "usage: bench/lua-instructions.sh [BATCH 2..255] [RUNS, a multiple of 50] [KEYS >= 1] [SCRIPT]" >&2; exit 2; }
+for tool in valgrind:valgrind redis-server:redis-server redis-cli:redis-tools python3:python3; do
+  command -v "${tool%%:*}" >/dev/null || {
+    echo "# installing ${tool#*:} (apt-get)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool#*:}" >/dev/null
+  }
+done
+work=$(mktemp -d)
+vpid=
+cleanup() { [[ -n "$vpid" ]] && kill "$vpid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+if [[ -z "$script" ]]; then
+  s=crates/tollgate/src/store/redis/scripts
+  script=$work/script.lua
+  cat "$s/prelude.lua" "$s/gcra.lua" "$s/check.lua" >"$script"
+fi
+# count WORKLOAD-KEYS: one callgrind run of redis-server, only EVALSHA counted.
+count() {
+  local k=$1 port
+  port=$((30000 + RANDOM % 5000))
+  valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" --collect-atstart=no \
+    --toggle-collect=evalShaCommand redis-server --port "$port" --bind 127.0.0.1 --save "" \
+    --appendonly no --dir "$work" >/dev/null 2>"$work/valgrind.log" &
+  vpid=$!
+  for _ in $(seq 150); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
+  python3 bench/lua/batch.py "$port" "$script" "$batch" "$k" "$runs" >/dev/null
+  redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
+  wait "$vpid" || true
+  vpid=
+  local ir
+  ir=$(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  # batch.py runs RUNS counted runs plus one first run, all inside EVALSHA
+  echo "batches of $batch on $( ((k == 1)) && echo "one hot key" || echo "$k keys"): $((ir / ((runs + 1) * batch))) instructions a check"
+}
+count 1
+count "$keys"

@@ -1,0 +1,58 @@
+"""Runs tollgate's check script in batch mode ("b") the way the store
+sends it: ITERS runs of BATCH GCRA checks (1,000,000 per 1 s, cost 1), each
+on a key drawn among KEYS (1: one hot key), 50 runs pipelined at a time.
+Prints redis-server's own usec_per_call (INFO commandstats) for the runs.
+
+usage: batch.py PORT SCRIPTFILE [BATCH=20] [KEYS=10000] [ITERS=3000]
+"""
+import random
+import re
+import socket
+import sys
+
+port = int(sys.argv[1]); src = open(sys.argv[2], 'rb').read()
+batch = int(sys.argv[3]) if len(sys.argv) > 3 else 20
+nkeys = int(sys.argv[4]) if len(sys.argv) > 4 else 10000
+iters = int(sys.argv[5]) if len(sys.argv) > 5 else 3000
+s = socket.create_connection(('127.0.0.1', port)); f = s.makefile('rb')
+def enc(*args):
+    out = [b'*%d\r\n' % len(args)]
+    for a in args:
+        if isinstance(a, str): a = a.encode()
+        out.append(b'$%d\r\n%s\r\n' % (len(a), a))
+    return b''.join(out)
+def read():
+    line = f.readline()
+    t = line[:1]
+    if t in b'+-:': return line[1:-2]
+    if t == b'$':
+        n = int(line[1:-2]);
+        if n < 0: return None
+        d = f.read(n + 2); return d[:-2]
+    if t == b'*':
+        n = int(line[1:-2]); return [read() for _ in range(n)]
+    raise Exception(line)
+def cmd(*a):
+    s.sendall(enc(*a)); return read()
+sha = cmd('SCRIPT', 'LOAD', src).decode()
+cmd('FLUSHALL')
+random.seed(1)
+def one():
+    ks = ['tollgate-bench:{open:=k%d}:gcra' % random.randrange(nkeys) for _ in range(batch)]
+    return enc('EVALSHA', sha, str(batch), *ks, '', '0', str(batch), 'b', bytes([1]*batch), '1', '1', '1', '1000000', '1', '1000000')
+# one run first (not counted): the reply's shape is checked
+s.sendall(one()); r = read()
+assert isinstance(r, list) and len(r) == 1 + 4 * batch, r
+cmd('CONFIG', 'RESETSTAT')
+chunk = 50
+assert iters % chunk == 0, 'ITERS must be a multiple of 50'
+for i in range(iters // chunk):
+    s.sendall(b''.join(one() for _ in range(chunk)))
+    for _ in range(chunk):
+        r = read()
+        if not isinstance(r, list): print(r); sys.exit(1)
+info = cmd('INFO', 'commandstats').decode()
+m = re.search(r'cmdstat_evalsha:calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)', info)
+calls, usec, per = int(m[1]), int(m[2]), float(m[3])
+print('batch %d, %d keys: %d runs, %.2f us a run, %.2f us a check (usec_per_call)'
+      % (batch, nkeys, calls, per, per / batch))
