@@ -32,8 +32,10 @@ pub fn micros_to_millis_ceil(us: Micros) -> u64 {
 
 /// A source of time for in-process stores.
 ///
-/// `now` must never go backwards. Implementations must be cheap: the memory
-/// store calls `now` once per check.
+/// `now` must never go backwards, across threads too. Implementations must
+/// be cheap: the memory store calls `now` once per check (once more when a
+/// contended compare-and-swap is retried, or a new key created), while it
+/// holds the key.
 pub trait Clock: Send + Sync + 'static {
     /// The current time in microseconds since this clock's origin.
     fn now(&self) -> Micros;

@@ -236,3 +236,54 @@ fn denied_multi_rule_checks_consume_nothing_under_contention() {
         assert_eq!(drained, open.capacity(), "{algorithm}");
     }
 }
+
+/// A clock that moves one µs at every reading: checks that race never
+/// share a time, so any two of them that take effect in the other order
+/// than their times would show it.
+struct Ticking(AtomicU64);
+
+impl Clock for Ticking {
+    fn now(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::SeqCst)
+    }
+}
+
+/// Concurrent checks of one key take effect in the order of their times
+/// (the store reads the clock after the key's state, not before): each of
+/// the `LIMIT` admissions of a GCRA key reports its own `remaining`,
+/// `LIMIT - 1` down to 0, each exactly once. (Read before, a check stamped
+/// earlier that lands after a later one reports one unit fewer than left,
+/// and some remainder is seen twice.)
+#[test]
+fn racing_checks_of_one_key_take_effect_in_the_order_of_their_times() {
+    const LIMIT: u64 = 4_000;
+    for round in 0..50 {
+        let store = MemoryStore::builder()
+            .clock(Ticking(AtomicU64::new(1_764_000_000_000_000)))
+            .build();
+        // One unit back every 0.9 s: none during the round.
+        let gcra = RuleSpec::new("linear", Algorithm::Gcra, LIMIT, Duration::from_secs(3_600))
+            .build()
+            .expect("valid rule");
+        let seen: Vec<AtomicU64> = (0..LIMIT).map(|_| AtomicU64::new(0)).collect();
+        let per_thread = LIMIT / THREADS as u64;
+        let admitted = race(|_| {
+            let mut admitted = 0;
+            for _ in 0..per_thread {
+                let d = store.check_sync(&gcra, b"k", 1, None);
+                assert!(d.allowed, "round {round}: within the limit");
+                seen[usize::try_from(d.remaining).expect("small")].fetch_add(1, Ordering::Relaxed);
+                admitted += 1;
+            }
+            admitted
+        });
+        assert_eq!(admitted, LIMIT);
+        let twice: Vec<usize> = (0..seen.len())
+            .filter(|&r| seen[r].load(Ordering::Relaxed) != 1)
+            .collect();
+        assert!(
+            twice.is_empty(),
+            "round {round}: remainders not seen exactly once: {twice:?}"
+        );
+    }
+}

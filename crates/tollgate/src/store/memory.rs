@@ -28,12 +28,19 @@
 //! whatever the key's length. The other algorithms' states are boxed, in a
 //! general hash map.
 //!
-//! The hot path is not generic: [`MemoryStore::check_sync`] reads the clock
-//! and calls into code compiled once in this crate, where the algorithm step
-//! inlines into the compare-and-swap loop. Between reading a GCRA state and
-//! swapping it there is only the step's verdict; the decision is computed
-//! after the shard's lock is released, so threads on one key hold the lock
-//! and the state's cache line as briefly as possible.
+//! The hot path is not generic: [`MemoryStore::check_sync`] calls into code
+//! compiled once in this crate (the clock behind a `&dyn Clock`), where the
+//! algorithm step inlines into the compare-and-swap loop. Between reading a
+//! GCRA state and swapping it there is only the clock's reading and the
+//! step's verdict; the decision is computed after the shard's lock is
+//! released, so threads on one key hold the lock and the state's cache line
+//! as briefly as possible.
+//!
+//! The clock is read after the key's state (under its lock, or between
+//! loading the GCRA word and swapping it, again on every retry), so the
+//! checks of one key take effect in the order of their times: concurrent
+//! admissions report `remaining` values that count down one by one, as
+//! they would one after another.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -630,17 +637,45 @@ impl Default for MemoryStore<MonotonicClock> {
 /// releasing the shard. Between reading the state and swapping it there is
 /// thus as little as possible, so contending threads rarely retry. The step
 /// is pure: the two computations agree.
+///
+/// The time is read after the state is (on every attempt), so the checks
+/// of one key take effect in the order of their times: see [`When`].
 #[inline]
-fn gcra_cas(rule: &Rule, cell: &AtomicU64, t: Micros, cost: u64) -> GcraState {
+fn gcra_cas(rule: &Rule, cell: &AtomicU64, when: When<'_>, cost: u64) -> (GcraState, Micros) {
     let mut current = cell.load(Ordering::Acquire);
     loop {
+        let t = when.now();
         let (decision, next) = gcra::check(rule, Some(GcraState { tat: current }), t, cost);
         if !decision.allowed || next.tat == current {
-            return GcraState { tat: current };
+            return (GcraState { tat: current }, t);
         }
         match cell.compare_exchange_weak(current, next.tat, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return GcraState { tat: current },
+            Ok(_) => return (GcraState { tat: current }, t),
             Err(actual) => current = actual,
+        }
+    }
+}
+
+/// When a check is decided: at an explicit time, or now by the store's
+/// clock, read at the moment the check takes effect: after the key's state
+/// is read (under its lock, or before the compare-and-swap that replaces
+/// it). Reading the clock first, as a caller would, lets two concurrent
+/// checks of one key take effect in the other order than their times, and
+/// the later-stamped one then reports a `remaining` one lower than the
+/// earlier one left (never an admission more: the decision is still
+/// exact for its own time).
+#[derive(Clone, Copy)]
+enum When<'a> {
+    At(Micros),
+    Now(&'a dyn Clock),
+}
+
+impl When<'_> {
+    #[inline]
+    fn now(self) -> Micros {
+        match self {
+            When::At(t) => t,
+            When::Now(clock) => clock.now(),
         }
     }
 }
@@ -686,8 +721,7 @@ impl<C: Clock> MemoryStore<C> {
     /// Decides one check now, synchronously. `at` overrides the clock.
     #[inline]
     pub fn check_sync(&self, rule: &Rule, key: &[u8], cost: u64, at: Option<Micros>) -> Decision {
-        let t = at.unwrap_or_else(|| self.clock.now());
-        self.core.check(rule, key, cost, t)
+        self.core.check(rule, key, cost, self.when(at))
     }
 
     /// Decides several checks all-or-nothing, synchronously. The same
@@ -697,8 +731,15 @@ impl<C: Clock> MemoryStore<C> {
     /// Never for a non-empty `checks`; an empty one is answered by the
     /// [`crate::Limiter`] before it reaches a store.
     pub fn check_all_sync(&self, checks: &[KeyCheck<'_>], at: Option<Micros>) -> MultiDecision {
-        let t = at.unwrap_or_else(|| self.clock.now());
-        self.core.check_all(checks, t)
+        self.core.check_all(checks, self.when(at))
+    }
+
+    #[inline]
+    fn when(&self, at: Option<Micros>) -> When<'_> {
+        match at {
+            Some(t) => When::At(t),
+            None => When::Now(&self.clock),
+        }
     }
 }
 
@@ -768,40 +809,42 @@ impl Core {
         }
     }
 
-    /// Decides one check at `t`.
-    fn check(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
+    /// Decides one check `when`.
+    fn check(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
-            self.check_gcra(rule, key, cost, t)
+            self.check_gcra(rule, key, cost, when)
         } else {
-            self.check_other(rule, key, cost, t)
+            self.check_other(rule, key, cost, when)
         }
     }
 
     /// The GCRA path: a held key is one compare-and-swap under the shared
     /// lock; its decision is computed after the lock is released.
     #[inline]
-    fn check_gcra(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
+    fn check_gcra(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Decision {
         let fp = self.fingerprint(rule, key);
         let shard = &self.shards[self.shard_index(fp)];
         let table = shard.0.read();
         let Some(cell) = table.gcra.get(fp) else {
+            let t = when.now();
             drop(table);
-            return self.create(shard, rule, fp, cost, t);
+            return self.create(shard, rule, fp, cost, t, when);
         };
-        let replaced = gcra_cas(rule, cell, t, cost);
+        let (replaced, t) = gcra_cas(rule, cell, when, cost);
         drop(table);
         gcra::check(rule, Some(replaced), t, cost).0
     }
 
     /// The other algorithms: a held key is updated under its own mutex,
     /// under the shared lock.
-    fn check_other(&self, rule: &Rule, key: &[u8], cost: u64, t: Micros) -> Decision {
+    fn check_other(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Decision {
         let fp = self.fingerprint(rule, key);
         let shard = &self.shards[self.shard_index(fp)];
-        {
+        let t = {
             let table = shard.0.read();
             if let Some(slot) = table.other.get(&fp) {
                 let mut slot = slot.lock();
+                let t = when.now();
                 let decision = algorithm::evaluate(rule, &slot.state, t, cost);
                 if !decision.allowed || cost == 0 {
                     return decision;
@@ -815,19 +858,31 @@ impl Core {
                 self.enforce_caps(&mut shard.0.write(), t, &[fp]);
                 return decision;
             }
-        }
-        self.create(shard, rule, fp, cost, t)
+            when.now()
+        };
+        self.create(shard, rule, fp, cost, t, when)
     }
 
-    /// A check on a key not held (when last looked): decide against the
-    /// empty state; create the key only when the check consumes.
+    /// A check on a key not held when looked at `t`: decide against the
+    /// empty state; create the key only when the check consumes (then
+    /// decided again, `when`, under the exclusive lock: another check may
+    /// have created it meanwhile).
     #[cold]
-    fn create(&self, shard: &Shard, rule: &Rule, fp: Fp, cost: u64, t: Micros) -> Decision {
+    fn create(
+        &self,
+        shard: &Shard,
+        rule: &Rule,
+        fp: Fp,
+        cost: u64,
+        t: Micros,
+        when: When<'_>,
+    ) -> Decision {
         let decision = algorithm::evaluate(rule, &KeyState::Empty, t, cost);
         if !decision.allowed || cost == 0 {
             return decision;
         }
         let mut table = shard.0.write();
+        let t = when.now();
         let decision = Self::commit_locked(&mut table, rule, fp, t, cost);
         self.enforce_caps(&mut table, t, &[fp]);
         decision
@@ -881,14 +936,15 @@ impl Core {
         }
     }
 
-    /// Decides several checks all-or-nothing at `t`.
-    fn check_all(&self, checks: &[KeyCheck<'_>], t: Micros) -> MultiDecision {
+    /// Decides several checks all-or-nothing, `when` (the clock read once
+    /// every shard they touch is held).
+    fn check_all(&self, checks: &[KeyCheck<'_>], when: When<'_>) -> MultiDecision {
         // One pair is all-or-nothing by itself: the single check's path
         // (shared lock, compare-and-swap for GCRA) decides it exactly as
         // the exclusive path below would, without taking the shard
         // exclusively or allocating the bookkeeping vectors.
         if let [c] = checks {
-            let decision = self.check(c.rule, c.key, c.cost, t);
+            let decision = self.check(c.rule, c.key, c.cost, when);
             return MultiDecision {
                 allowed: decision.allowed,
                 deciding: 0,
@@ -915,6 +971,7 @@ impl Core {
             .iter()
             .map(|&i| self.shards[i].0.write())
             .collect();
+        let t = when.now();
         let guard_of = |fp: Fp| {
             shard_ids
                 .binary_search(&self.shard_index(fp))
