@@ -212,6 +212,22 @@ async fn batched_concurrent_checks_equal_the_memory_store() {
     assert_no_key_without_ttl(&server);
 }
 
+/// A server, a store on it under `prefix`, and a GCRA rule of `limit` per
+/// minute whose script is loaded (so that a batch is not answered
+/// `NOSCRIPT` and sent again check by check).
+async fn warmed_gcra(prefix: &str, limit: u64) -> (RedisServer, RedisStore, Rule) {
+    let server = RedisServer::start();
+    let redis = connect(&server, prefix).await;
+    let rule = RuleSpec::new("r", Algorithm::Gcra, limit, Duration::from_secs(60))
+        .build()
+        .expect("rule");
+    redis
+        .check(&rule, b"warm", 0, Some(EPOCH))
+        .await
+        .expect("warm-up");
+    (server, redis, rule)
+}
+
 /// A check that fails inside a batch (its key holds a hash: `WRONGTYPE`)
 /// reports its own error; the checks before and after it in the same
 /// script run are decided (and written) as if it were not there. On a
@@ -219,15 +235,7 @@ async fn batched_concurrent_checks_equal_the_memory_store() {
 /// task runs, so they go as one batch.
 #[tokio::test]
 async fn a_failing_check_in_a_batch_fails_alone() {
-    let server = RedisServer::start();
-    let redis = connect(&server, "bad").await;
-    let rule = RuleSpec::new("r", Algorithm::Gcra, 2, Duration::from_secs(60))
-        .build()
-        .expect("rule");
-    redis
-        .check(&rule, b"warm", 0, Some(EPOCH))
-        .await
-        .expect("warm-up");
+    let (server, redis, rule) = warmed_gcra("bad", 2).await;
     let bad = redis.redis_key(&rule, b"bad");
     let bad = String::from_utf8(bad).expect("ascii key");
     assert_eq!(server.cli(&["HSET", &bad, "f", "v"]).trim(), "1");
@@ -271,15 +279,7 @@ fn command_calls(server: &RedisServer, command: &str) -> u64 {
 /// equal the memory store's.
 #[tokio::test]
 async fn a_hot_gcra_key_is_read_and_written_once_a_batch() {
-    let server = RedisServer::start();
-    let redis = connect(&server, "hot").await;
-    let rule = RuleSpec::new("r", Algorithm::Gcra, 5, Duration::from_secs(60))
-        .build()
-        .expect("rule");
-    redis
-        .check(&rule, b"warm", 0, Some(EPOCH))
-        .await
-        .expect("warm-up");
+    let (server, redis, rule) = warmed_gcra("hot", 5).await;
     assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
     let checks: [(&[u8], u64); 10] = [
         (b"h", 1),
@@ -328,15 +328,7 @@ async fn a_hot_gcra_key_is_read_and_written_once_a_batch() {
 /// nothing, keep their decisions; and nothing was written.
 #[tokio::test]
 async fn a_failed_write_fails_the_checks_that_depend_on_it() {
-    let server = RedisServer::start();
-    let redis = connect(&server, "oom").await;
-    let rule = RuleSpec::new("r", Algorithm::Gcra, 2, Duration::from_secs(60))
-        .build()
-        .expect("rule");
-    redis
-        .check(&rule, b"warm", 0, Some(EPOCH))
-        .await
-        .expect("warm-up");
+    let (server, redis, rule) = warmed_gcra("oom", 2).await;
     assert_eq!(
         server.cli(&["CONFIG", "SET", "maxmemory", "1"]).trim(),
         "OK"
