@@ -79,6 +79,9 @@ const DONE: u32 = u32::MAX;
 /// Most checks one batched script run carries (its reply is `1 + 4 *` this
 /// integers; Redis runs the batch, atomically, while other clients wait).
 pub(super) const MAX_BATCH: usize = 64;
+// A batch names each check's argument tuple by a one-byte index
+// (`Scripts::write_checks`): a batch has at most 255 distinct tuples.
+const _: () = assert!(MAX_BATCH <= 255);
 /// Most commands (script runs, batches) written and not yet answered.
 /// Requests queued while this many are out wait for the next reply: under
 /// load they pile up into one batch instead of trickling out as batches
