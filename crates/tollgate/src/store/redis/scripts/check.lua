@@ -136,6 +136,8 @@ if mode == 'b' then
     for j = written + 1, #dirty do
       local key = dirty[j]
       local v = -state[key]
+      -- GCRA's write, as in gcra.lua (called through a function per key,
+      -- it cost redis-server ~1,100 more instructions a check on 10k keys)
       redis.call('SET', key, num(v), 'PX', ttl_ms(v - t))
       written = j
     end
