@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A point in time, in whole microseconds since an origin the clock chooses.
 pub type Micros = u64;
@@ -41,18 +41,30 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> Micros;
 }
 
-/// The real monotonic clock: microseconds since the clock was created.
+/// The real clock: microseconds since the Unix epoch, read from the wall
+/// clock once, when the clock is created, and advanced from then on by the
+/// monotonic clock. So fixed windows (`floor(t / period)`) line up with the
+/// wall clock's minutes, hours and days, as SEMANTICS.md has them, and time
+/// still never goes backwards when the wall clock is stepped (NTP, an
+/// operator) while the process runs.
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock {
     origin: Instant,
+    /// The wall clock at `origin`, in microseconds since the Unix epoch.
+    base: Micros,
 }
 
 impl MonotonicClock {
-    /// A monotonic clock whose origin is now.
+    /// A clock reading the wall clock's time now (0 if the wall clock is
+    /// set before 1970) and advancing monotonically from it.
     #[must_use]
     pub fn new() -> Self {
+        let base = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, duration_to_micros);
         Self {
             origin: Instant::now(),
+            base,
         }
     }
 }
@@ -65,7 +77,8 @@ impl Default for MonotonicClock {
 
 impl Clock for MonotonicClock {
     fn now(&self) -> Micros {
-        duration_to_micros(self.origin.elapsed())
+        self.base
+            .saturating_add(duration_to_micros(self.origin.elapsed()))
     }
 }
 

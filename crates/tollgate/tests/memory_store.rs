@@ -305,3 +305,45 @@ fn a_one_pair_check_all_decides_as_the_multi_rule_path() {
     assert_eq!(one.len(), multi.len());
     assert_eq!(one.log_entries(), multi.log_entries());
 }
+
+/// The default store's time is the wall clock's (microseconds since the
+/// Unix epoch, advanced monotonically): a fixed window ends on the wall
+/// clock's boundary (SEMANTICS: `w = floor(t / period)`), not a period
+/// after the process started.
+#[tokio::test]
+async fn the_default_clock_aligns_fixed_windows_to_the_wall_clock() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let wall = || {
+        u64::try_from(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .expect("after 1970")
+                .as_micros(),
+        )
+        .expect("fits")
+    };
+    let period = Duration::from_secs(60);
+    let limiter = tollgate::Limiter::new(
+        MemoryStore::default(),
+        [rule("minute", Algorithm::FixedWindow, 5, period)],
+    )
+    .expect("limiter");
+    // Started at 0, the store's window would end a whole period from now.
+    // Wait for a moment well inside a wall-clock minute, so that the
+    // answer tells the two apart by far more than the test's own delays.
+    while !(5..=50).contains(&((wall() / 1_000_000) % 60)) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = wall();
+    let d = limiter.check("minute", "k", 1).await.expect("check");
+    let after = wall();
+    let period_us = 60_000_000;
+    let end = (before / period_us + 1) * period_us;
+    let reset = u64::try_from(d.reset_after.as_micros()).expect("fits");
+    assert!(
+        reset <= end - before && reset + 100_000 >= end - after,
+        "reset_after {reset} µs; the wall-clock minute ends in {}..{} µs",
+        end - after,
+        end - before
+    );
+}
