@@ -198,6 +198,7 @@ pub async fn send(
     pool: &Arc<LinkPool>,
     authority: &str,
     connect_timeout: Duration,
+    body_idle_timeout: Duration,
     mut req: Request<Incoming>,
 ) -> Result<Response<LinkedBody>, LinkError> {
     let mut retried = false;
@@ -223,6 +224,8 @@ pub async fn send(
                 return Ok(res.map(|inner| LinkedBody {
                     inner,
                     link: Some((link, Arc::clone(pool))),
+                    idle_timeout: body_idle_timeout,
+                    stall: None,
                 }));
             }
             Err(mut e) => match e.take_message() {
@@ -250,12 +253,33 @@ async fn take_usable(pool: &LinkPool) -> Option<Box<Link>> {
 }
 
 /// An upstream response's body; polling it drives the upstream connection,
-/// and the connection goes back to its pool when the body has ended.
+/// and the connection goes back to its pool when the body has ended. A
+/// body from which nothing arrives for `idle_timeout` fails (its
+/// connection closed), so a client is never left waiting on an upstream
+/// that stopped half-way; the timer is armed only while the body waits.
 #[derive(Debug)]
 pub struct LinkedBody {
     inner: Incoming,
     link: Option<(Box<Link>, Arc<LinkPool>)>,
+    idle_timeout: Duration,
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
 }
+
+/// The upstream sent nothing of a response body for the idle timeout.
+#[derive(Debug)]
+pub struct BodyStalled(pub Duration);
+
+impl std::fmt::Display for BodyStalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the upstream sent nothing of the response body for {:?}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BodyStalled {}
 
 impl LinkedBody {
     /// Gives the connection back to the pool, if it is still open, once
@@ -286,12 +310,12 @@ impl Drop for LinkedBody {
 
 impl http_body::Body for LinkedBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
         if let Some((link, _)) = this.link.as_mut() {
             link.drive(cx);
@@ -304,7 +328,22 @@ impl http_body::Body for LinkedBody {
             Poll::Ready(Some(Err(_))) => this.link = None,
             Poll::Ready(Some(Ok(_))) | Poll::Pending => {}
         }
-        frame
+        if frame.is_pending() {
+            let idle = this.idle_timeout;
+            let stall = this
+                .stall
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+            if stall.as_mut().poll(cx).is_ready() {
+                // Dropping the connection ends the upstream's side too.
+                this.link = None;
+                this.stall = None;
+                return Poll::Ready(Some(Err(Box::new(BodyStalled(idle)))));
+            }
+            return Poll::Pending;
+        }
+        // Something came: the next wait starts its own period.
+        this.stall = None;
+        frame.map(|f| f.map(|r| r.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -19,7 +19,13 @@
 //!
 //! An upstream that refuses the connection, or does not accept it within
 //! `[proxy] connect_timeout`, is a 502; one that does not send its response
-//! head within `[proxy] response_timeout`, a 504.
+//! head within `[proxy] response_timeout`, a 504; a response body from
+//! which nothing arrives for `response_timeout` is cut. Answers made here
+//! for a checked request carry its RateLimit headers.
+//!
+//! Refused before any check: `CONNECT` (501) and a request whose host is
+//! ambiguous or missing (400, see `refuse`). An absolute-form request is
+//! forwarded with its target's host as `Host` (the host `host` keys read).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -28,7 +34,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
+use http::uri::Authority;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule};
@@ -130,6 +137,9 @@ impl Proxy {
         req: Request<Incoming>,
         peer: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
+        if let Some(refusal) = refuse(&req) {
+            return Ok(refusal.map(full));
+        }
         Ok(match self.keys(&req, peer) {
             Err(refusal) => refusal.map(full),
             Ok(keys) => self.check_and_forward(req, peer, keys).await,
@@ -246,7 +256,20 @@ impl Proxy {
         extra: &HeaderMap,
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
-        parts.uri = self.upstream.target_for(parts.uri.path_and_query());
+        if let Some(authority) = parts.uri.authority()
+            && let Ok(host) = HeaderValue::from_str(authority.as_str())
+        {
+            // Absolute form: the target's authority is the request's host
+            // (RFC 9112 §3.2.2), which `host` keys read; the upstream gets
+            // the same one, not a Host field the key never saw.
+            parts.headers.insert(header::HOST, host);
+        }
+        parts.uri = if parts.uri == "*" {
+            // `OPTIONS *` (asterisk form) stays what it is.
+            Uri::from_static("*")
+        } else {
+            self.upstream.target_for(parts.uri.path_and_query())
+        };
         if !parts.headers.contains_key(header::HOST)
             && let Ok(host) = HeaderValue::from_str(self.upstream.authority().as_str())
         {
@@ -256,6 +279,9 @@ impl Proxy {
         parts.version = Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.remove(header::EXPECT);
+        // `Proxy` is no standard field; CGI upstreams read it as
+        // HTTP_PROXY ("httpoxy"), so it is not passed on.
+        parts.headers.remove(PROXY);
         if self.append_forwarded_for {
             append_forwarded_for(&mut parts.headers, peer);
         }
@@ -266,6 +292,7 @@ impl Proxy {
                 &self.links,
                 &self.address,
                 self.connect_timeout,
+                self.response_timeout,
                 upstream_req,
             ),
         );
@@ -277,31 +304,61 @@ impl Proxy {
                     LinkError::Failed(_) => ("other", "failed to answer"),
                 };
                 self.upstream_trouble(kind, &e.to_string());
-                return problem(
-                    StatusCode::BAD_GATEWAY,
-                    "about:blank",
-                    "Bad Gateway",
-                    &format!("The upstream {} {detail}.", self.upstream),
-                )
-                .map(full);
+                return with_headers(
+                    problem(
+                        StatusCode::BAD_GATEWAY,
+                        "about:blank",
+                        "Bad Gateway",
+                        &format!("The upstream {} {detail}.", self.upstream),
+                    ),
+                    extra,
+                );
             }
             Err(_) => {
                 self.upstream_trouble(
                     "timeout",
                     &format!("no response within {:?}", self.response_timeout),
                 );
-                return problem(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "about:blank",
-                    "Gateway Timeout",
-                    &format!(
-                        "The upstream {} did not answer within {:?}.",
-                        self.upstream, self.response_timeout
+                return with_headers(
+                    problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "about:blank",
+                        "Gateway Timeout",
+                        &format!(
+                            "The upstream {} did not answer within {:?}.",
+                            self.upstream, self.response_timeout
+                        ),
                     ),
-                )
-                .map(full);
+                    extra,
+                );
             }
         };
+        if res.status() == StatusCode::SWITCHING_PROTOCOLS {
+            // The client's `Upgrade` was not passed on: a switch nobody
+            // asked for cannot be relayed.
+            self.upstream_trouble("other", "101 Switching Protocols to no upgrade request");
+            return with_headers(
+                problem(
+                    StatusCode::BAD_GATEWAY,
+                    "about:blank",
+                    "Bad Gateway",
+                    &format!(
+                        "The upstream {} switched protocols unasked; upgrades are not proxied.",
+                        self.upstream
+                    ),
+                ),
+                extra,
+            );
+        }
+        // This proxy speaks HTTP/1.1 to its client, whatever the upstream
+        // spoke (RFC 9110 §6.2).
+        *res.version_mut() = Version::HTTP_11;
+        if res.headers().contains_key(header::TRANSFER_ENCODING) {
+            // The body was framed by its transfer coding, which overrides
+            // a Content-Length (RFC 9112 §6.3) and is decoded here: the
+            // length would be stale (an intermediary removes it, §6.1).
+            res.headers_mut().remove(header::CONTENT_LENGTH);
+        }
         strip_hop_by_hop(res.headers_mut());
         for (name, value) in extra {
             res.headers_mut().insert(name, value.clone());
@@ -327,6 +384,59 @@ impl Proxy {
 
 fn full(s: String) -> ProxyBody {
     Either::Right(Full::new(Bytes::from(s)))
+}
+
+/// The non-standard `Proxy` request field (see [`Proxy::forward`]).
+const PROXY: HeaderName = HeaderName::from_static("proxy");
+
+/// An answer made here with the check's headers (`extra`) added: a request
+/// that took quota says so even when the upstream failed it.
+fn with_headers(res: Response<String>, extra: &HeaderMap) -> Response<ProxyBody> {
+    let mut res = res.map(full);
+    for (name, value) in extra {
+        res.headers_mut().insert(name, value.clone());
+    }
+    res
+}
+
+/// The answer for a request the proxy cannot forward as it is, before any
+/// check (so it takes no quota): `CONNECT` (no tunnels), and a request
+/// whose host is ambiguous or missing (RFC 9112 §3.2: a server answers 400
+/// to an HTTP/1.1 request without exactly one valid `Host`). An ambiguous
+/// host would let a rule keyed by `host` count one host while the upstream
+/// serves another.
+fn refuse(req: &Request<Incoming>) -> Option<Response<String>> {
+    let bad = |detail: &str| {
+        Some(problem(
+            StatusCode::BAD_REQUEST,
+            "about:blank",
+            "Bad Request",
+            detail,
+        ))
+    };
+    if req.method() == Method::CONNECT {
+        return Some(problem(
+            StatusCode::NOT_IMPLEMENTED,
+            "about:blank",
+            "Not Implemented",
+            "CONNECT (a tunnel) is not proxied; send the request itself.",
+        ));
+    }
+    let mut hosts = req.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return bad("The request has more than one Host header field.");
+    }
+    match host {
+        None if req.version() >= Version::HTTP_11 && req.uri().authority().is_none() => {
+            bad("The HTTP/1.1 request has no Host header field.")
+        }
+        Some(v) if !v.is_empty() && Authority::try_from(v.as_bytes()).is_err() => bad(&format!(
+            "The Host header field {:?} is not a host[:port].",
+            String::from_utf8_lossy(v.as_bytes())
+        )),
+        _ => None,
+    }
 }
 
 /// The fixed hop-by-hop fields (RFC 9110 §7.6.1, and `Proxy-Connection`,
@@ -417,6 +527,9 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
         .get_all(X_FORWARDED_FOR)
         .iter()
         .filter_map(|v| v.to_str().ok())
+        // An empty field line adds no hop (and no leading ", ").
+        .map(|v| v.trim_matches(|c| c == ' ' || c == '\t' || c == ','))
+        .filter(|v| !v.is_empty())
         .collect();
     let value = if joined.is_empty() {
         ip
@@ -505,5 +618,12 @@ mod tests {
         h.append(X_FORWARDED_FOR, HeaderValue::from_static("5.6.7.8"));
         append_forwarded_for(&mut h, "[::ffff:10.0.0.1]:80".parse().expect("addr"));
         assert_eq!(h[X_FORWARDED_FOR], "1.2.3.4, 5.6.7.8, 10.0.0.1");
+        let mut h = HeaderMap::new();
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static(""));
+        append_forwarded_for(&mut h, "127.0.0.1:80".parse().expect("addr"));
+        assert_eq!(
+            h[X_FORWARDED_FOR], "127.0.0.1",
+            "an empty field adds no hop"
+        );
     }
 }

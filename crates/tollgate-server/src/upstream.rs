@@ -116,6 +116,10 @@ impl FromStr for Upstream {
         if uri.query().is_some() {
             return Err(bad("a query string is not allowed"));
         }
+        if s.contains('#') {
+            // `Uri` drops a fragment without a word; say so instead.
+            return Err(bad("a fragment (#...) is not allowed"));
+        }
         let base = uri.path().trim_end_matches('/').to_owned();
         Ok(Self { authority, base })
     }
@@ -158,6 +162,8 @@ mod tests {
             ("http://u:p@x:80", "credentials"),
             ("http://x:0", "port"),
             ("http://x:80/?q=1", "query"),
+            ("http://x:80/#f", "fragment"),
+            ("http://x:80#f", "fragment"),
             ("", "not a URL"),
         ] {
             let err = bad.parse::<Upstream>().expect_err(bad);

@@ -340,6 +340,8 @@ fn a_dead_upstream_is_a_quick_502_and_a_slow_one_a_504() {
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     assert!(r.text().contains("could not be reached"), "{}", r.text());
+    // The check was made (and counted): the answer says so.
+    assert!(r.header("ratelimit").is_some(), "RateLimit on a 502");
     for _ in 0..5 {
         assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 502);
     }
