@@ -380,6 +380,13 @@ fn unknown_fields(obj: &Map<String, Value>, path: &str, allowed: &[&str]) -> Res
 /// The `serde_json::Value` reader: slower, and names every problem.
 fn parse_check_slow(body: &[u8]) -> Result<CheckRequest<'static>, String> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("malformed JSON: {e}"))?;
+    // `Value` keeps the last of a repeated field; a check must not be
+    // decided on a value that another copy of the field contradicts.
+    serde_json::from_slice::<UniqueFields>(body).map_err(|e| {
+        let e = e.to_string();
+        // serde_json appends " at line L column C"; the field says enough.
+        e.split(" at line ").next().unwrap_or(&e).to_owned()
+    })?;
     let Value::Object(obj) = value else {
         return Err(format!(
             "expected a JSON object such as {{\"rule\": \"per_user\", \"key\": \"alice\"}}, found {}",
@@ -436,6 +443,64 @@ fn parse_check_slow(body: &[u8]) -> Result<CheckRequest<'static>, String> {
                 multi: true,
             })
         }
+    }
+}
+
+/// A JSON value read only to find an object with a field named twice (at
+/// any depth): deserializing fails with `duplicate field "NAME"`.
+struct UniqueFields;
+
+impl<'de> serde::Deserialize<'de> for UniqueFields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueFieldsVisitor)
+    }
+}
+
+struct UniqueFieldsVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueFieldsVisitor {
+    type Value = UniqueFields;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueFields, E> {
+        Ok(UniqueFields)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueFields, E> {
+        Ok(UniqueFields)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueFields, E> {
+        Ok(UniqueFields)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueFields, E> {
+        Ok(UniqueFields)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<UniqueFields, E> {
+        Ok(UniqueFields)
+    }
+    fn visit_unit<E>(self) -> Result<UniqueFields, E> {
+        Ok(UniqueFields)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueFields, A::Error> {
+        while seq.next_element::<UniqueFields>()?.is_some() {}
+        Ok(UniqueFields)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueFields, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+            if seen.contains(&name) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate field {name:?}"
+                )));
+            }
+            seen.insert(name);
+            map.next_value::<UniqueFields>()?;
+        }
+        Ok(UniqueFields)
     }
 }
 
@@ -990,6 +1055,36 @@ mod tests {
             ),
             (br#"{"checks":[1]}"#, "checks[0]: expected an object"),
             (br#"{"rule":"a","key":"k","checks":[]}"#, "not both"),
+            // A repeated field is refused whatever its copies hold (the
+            // last one would otherwise win silently).
+            (
+                br#"{"rule":"a","key":"k","cost":-5,"cost":0}"#,
+                r#"duplicate field "cost""#,
+            ),
+            (
+                br#"{"rule":1,"rule":"a","key":"k"}"#,
+                r#"duplicate field "rule""#,
+            ),
+            (
+                br#"{"rule":"a","key":"","key":"x"}"#,
+                r#"duplicate field "key""#,
+            ),
+            (
+                br#"{"rule":"a","key":"k","key":"k"}"#,
+                r#"duplicate field "key""#,
+            ),
+            (
+                br#"{"rule" : "a", "key":"k","rule":"a"}"#,
+                r#"duplicate field "rule""#,
+            ),
+            (
+                br#"{"checks":[{"rule":"nope","rule":"a","key":"k"}]}"#,
+                r#"duplicate field "rule""#,
+            ),
+            (
+                br#"{"checks":[{"rule":"a","key":"k"}],"checks":[{"rule":"a","key":"k"}]}"#,
+                r#"duplicate field "checks""#,
+            ),
         ] {
             let got = parse_check(body).expect_err(&String::from_utf8_lossy(body));
             assert!(
