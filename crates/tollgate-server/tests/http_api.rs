@@ -330,6 +330,13 @@ fn rules_health_ready_and_metrics() {
 
     post_json(s.api(), "/v1/check", r#"{"rule":"per_ip","key":"m"}"#);
     post_json(s.api(), "/v1/check", r#"{"rule":"per_ip","key":"m"}"#);
+    // per_ip denies, so per_user's pair consumes nothing: not "allowed".
+    let r = post_json(
+        s.api(),
+        "/v1/check",
+        r#"{"checks":[{"rule":"per_user","key":"mm"},{"rule":"per_ip","key":"m"}]}"#,
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
     let r = get(s.api(), "/metrics");
     assert_eq!(r.status, 200);
     assert!(
@@ -338,9 +345,14 @@ fn rules_health_ready_and_metrics() {
             .starts_with("text/plain")
     );
     let text = r.text();
+    assert!(
+        !text.contains("tollgate_checks_total{rule=\"per_user\",outcome=\"allowed\"} 1"),
+        "{text}"
+    );
     for want in [
         "tollgate_checks_total{rule=\"per_ip\",outcome=\"allowed\"} 1",
-        "tollgate_checks_total{rule=\"per_ip\",outcome=\"denied\"} 1",
+        "tollgate_checks_total{rule=\"per_ip\",outcome=\"denied\"} 2",
+        "tollgate_checks_total{rule=\"per_user\",outcome=\"denied_by_other\"} 1",
         "# TYPE tollgate_store_latency_seconds histogram",
         // Registered, and empty: in-process checks are not timed.
         "tollgate_store_latency_seconds_bucket{le=\"0.001\"} 0",

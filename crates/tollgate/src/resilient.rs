@@ -80,9 +80,11 @@ pub const HEARTBEAT_INTERVALS: u32 = 3;
 /// The metric names (recorded through the `metrics` facade; install any
 /// recorder, e.g. `metrics-exporter-prometheus`, to see them).
 pub mod metric {
-    /// Counter, labels `rule`, `outcome` (`allowed`, `denied`, `error`):
-    /// one per (rule, key) pair checked, with that pair's own answer;
-    /// `error` when the store failed and the policy refused.
+    /// Counter, labels `rule`, `outcome` (`allowed`, `denied`, `error`,
+    /// `denied_by_other`): one per (rule, key) pair checked, with that
+    /// pair's own answer; `error` when the store failed and the policy
+    /// refused; `denied_by_other` for a pair that would have admitted in a
+    /// multi-rule check another pair denied (it consumed nothing).
     pub const CHECKS: &str = "tollgate_checks_total";
     /// Histogram, seconds: the time the store took per check (success or
     /// failure; not recorded for calls the open breaker skipped, nor for
@@ -364,8 +366,9 @@ struct Inner<S> {
 /// recorder on every call, which is a tenth of a memory-store check.
 /// Install the metrics recorder before the first check.
 struct Meters {
-    /// Per rule (the limiter's order): allowed, denied, error.
-    checks: Vec<[OnceLock<::metrics::Counter>; 3]>,
+    /// Per rule (the limiter's order): allowed, denied, error,
+    /// denied_by_other.
+    checks: Vec<[OnceLock<::metrics::Counter>; 4]>,
     latency: OnceLock<::metrics::Histogram>,
 }
 
@@ -383,9 +386,9 @@ impl Meters {
     }
 
     /// Counts one pair of rule `i` (named `name`) under `outcome`
-    /// (0 allowed, 1 denied, 2 error).
+    /// (0 allowed, 1 denied, 2 error, 3 denied by another pair).
     fn count(&self, i: usize, name: &str, outcome: usize) {
-        const LABELS: [&str; 3] = ["allowed", "denied", "error"];
+        const LABELS: [&str; 4] = ["allowed", "denied", "error", "denied_by_other"];
         let Some(slot) = self.checks.get(i).and_then(|c| c.get(outcome)) else {
             return;
         };
@@ -656,8 +659,14 @@ impl<S: Store> Inner<S> {
     fn count(&self, index: &[usize], multi: &MultiDecision) {
         let rules = self.limiter.rules();
         for (&i, d) in index.iter().zip(&multi.decisions) {
-            self.meters
-                .count(i, rules[i].name(), usize::from(!d.allowed));
+            // A pair that would have admitted, in a check another pair
+            // denied, consumed nothing: not an admission.
+            let outcome = match (d.allowed, multi.allowed) {
+                (true, true) => 0,
+                (false, _) => 1,
+                (true, false) => 3,
+            };
+            self.meters.count(i, rules[i].name(), outcome);
         }
     }
 
