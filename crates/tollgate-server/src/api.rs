@@ -328,11 +328,16 @@ fn parse_cost(v: &Value) -> Result<u64, String> {
     if f.is_finite() && f.fract() == 0.0 && f >= 1.8e19 {
         return Err(format!("cost: too large; at most {}", u64::MAX));
     }
-    if f < 0.0 {
-        return Err(format!("cost: must not be negative, got {text}"));
+    if f < 0.0 || (f == 0.0 && f.is_sign_negative()) {
+        // -0 too: JSON reads it as a float, and a sign has no place in a cost.
+        return Err(format!(
+            "cost: must not be negative or signed, got {}",
+            if f == 0.0 { "-0" } else { &text }
+        ));
     }
+    // The reader keeps the value, not its spelling: `1e2` reads as 100.0.
     Err(format!(
-        "cost: expected a whole number (no fraction or exponent), got {text}"
+        "cost: expected a whole number written without a fraction or exponent, read as {text}"
     ))
 }
 
@@ -1033,6 +1038,14 @@ mod tests {
             (
                 br#"{"rule":"a","key":"k","cost":1.5}"#,
                 "cost: expected a whole number",
+            ),
+            (
+                br#"{"rule":"a","key":"k","cost":-0}"#,
+                "cost: must not be negative or signed, got -0",
+            ),
+            (
+                br#"{"rule":"a","key":"k","cost":1e2}"#,
+                "without a fraction or exponent, read as 100",
             ),
             (
                 br#"{"rule":"a","key":"k","cost":"1"}"#,
