@@ -290,8 +290,9 @@ pub enum KeyError {
     /// [`MissingKey::Reject`].
     Missing(KeyPart),
     /// The extractor reads `client_ip`, but no peer address was given: the
-    /// server does not record it (with axum, serve
-    /// `into_make_service_with_connect_info::<SocketAddr>()`).
+    /// server does not record it, or not where the layer looks (with axum,
+    /// serve `into_make_service_with_connect_info::<SocketAddr>()` and pass
+    /// `RateLimitLayer::with_peer_addr` a reader of its `ConnectInfo`).
     NoClientIp,
 }
 
@@ -305,7 +306,7 @@ impl fmt::Display for KeyError {
             KeyError::Missing(part) => write!(f, "the request has no {part}"),
             KeyError::NoClientIp => f.write_str(
                 "the key reads client_ip but the peer address is unknown (the server does not \
-                 record it)",
+                 record it, or the layer's with_peer_addr does not find it)",
             ),
         }
     }
@@ -397,7 +398,15 @@ impl KeyExtractor {
                         }
                         push_escaped(&mut key, value.as_bytes());
                     }
-                    if key.len() == start && missing == MissingKey::Reject {
+                    // Only empty lines (`x-k:` twice joins to ", ") are
+                    // an empty header too.
+                    if missing == MissingKey::Reject
+                        && headers
+                            .get_all(name.as_str())
+                            .iter()
+                            .all(|v| v.as_bytes().trim_ascii().is_empty())
+                    {
+                        key.truncate(start);
                         return Err(KeyError::Missing(part.clone()));
                     }
                 }
@@ -406,7 +415,10 @@ impl KeyExtractor {
                 KeyPart::Host => match host(uri, headers) {
                     Some(host) => {
                         let host = host.to_ascii_lowercase();
-                        push_escaped(&mut key, host.strip_suffix(b".").unwrap_or(&host));
+                        // Every trailing dot: `a.example..` is no other host
+                        // than `a.example` to a resolver.
+                        let end = host.iter().rposition(|&b| b != b'.').map_or(0, |i| i + 1);
+                        push_escaped(&mut key, &host[..end]);
                     }
                     None if missing == MissingKey::Reject => {
                         return Err(KeyError::Missing(part.clone()));
@@ -610,6 +622,14 @@ mod tests {
             k.extract(&r, None, MissingKey::Empty).expect("key"),
             b"origin.example"
         );
+        for dotted in ["EXAMPLE.com.", "example.com..:8080"] {
+            let r = req(Request::get("/").header("host", dotted));
+            assert_eq!(
+                k.extract(&r, None, MissingKey::Empty).expect("key"),
+                b"example.com",
+                "{dotted}"
+            );
+        }
         let r = req(Request::get("/").header("host", "[2001:DB8::1]:8080"));
         assert_eq!(
             k.extract(&r, None, MissingKey::Empty).expect("key"),
@@ -627,6 +647,14 @@ mod tests {
             Err(KeyError::Missing(KeyPart::Header("x-api-key".into())))
         );
         let r = req(Request::get("/").header("x-api-key", ""));
+        assert_eq!(
+            k.extract(&r, None, MissingKey::Reject),
+            Err(KeyError::Missing(KeyPart::Header("x-api-key".into())))
+        );
+        // Two empty lines are no key either (joined they would be ", ").
+        let r = req(Request::get("/")
+            .header("x-api-key", "")
+            .header("x-api-key", ""));
         assert_eq!(
             k.extract(&r, None, MissingKey::Reject),
             Err(KeyError::Missing(KeyPart::Header("x-api-key".into())))

@@ -192,8 +192,20 @@ fn insert_rest(
         );
     }
     if options.legacy {
-        // The pair with the fewest remaining speaks for all.
-        if let Some((_, d)) = rules.iter().min_by_key(|(_, d)| d.remaining) {
+        // The deciding pair speaks for all (SEMANTICS.md): admitted, the one
+        // with the fewest remaining; denied, the denying one with the
+        // longest wait (no wait at all, a cost above capacity, is longest);
+        // the first in order on a tie.
+        let deciding = if rules.iter().all(|(_, d)| d.allowed) {
+            rules.iter().min_by_key(|(_, d)| d.remaining)
+        } else {
+            rules
+                .iter()
+                .rev()
+                .filter(|(_, d)| !d.allowed)
+                .max_by_key(|(_, d)| d.retry_after.unwrap_or(Duration::MAX))
+        };
+        if let Some((_, d)) = deciding {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
             headers.insert(
@@ -259,6 +271,44 @@ mod tests {
         assert_eq!(h[http::header::RETRY_AFTER], "1");
         assert_eq!(h[X_RATELIMIT_REMAINING], "0");
         assert_eq!(h[X_RATELIMIT_RESET], "61");
+    }
+
+    #[test]
+    fn legacy_fields_follow_the_denying_pair_with_the_longest_wait() {
+        let (a, b) = (rule("short", 10_000), rule("long", 1_000_000));
+        let denied = |wait_ms: u64| Decision {
+            retry_after: Some(Duration::from_millis(wait_ms)),
+            ..decision(0, wait_ms)
+        };
+        let (da, db) = (denied(10_000), denied(1_000_000));
+        let mut h = HeaderMap::new();
+        let wait = Some(Duration::from_millis(1_000_000));
+        insert_headers(
+            &mut h,
+            &[(&a, &da), (&b, &db)],
+            wait,
+            HeaderOptions { legacy: true },
+        );
+        assert_eq!(h[http::header::RETRY_AFTER], "1000");
+        assert_eq!(
+            h[X_RATELIMIT_RESET], "1000",
+            "the rule the client waits for"
+        );
+        // A pair that admits does not speak for a denial, even with fewer
+        // remaining than the denying pair reports.
+        let admits = Decision {
+            allowed: true,
+            ..decision(0, 5)
+        };
+        let mut h = HeaderMap::new();
+        let wait = Some(Duration::from_millis(10_000));
+        insert_headers(
+            &mut h,
+            &[(&b, &admits), (&a, &da)],
+            wait,
+            HeaderOptions { legacy: true },
+        );
+        assert_eq!(h[X_RATELIMIT_RESET], "10");
     }
 
     #[test]
