@@ -360,9 +360,7 @@ impl Proxy {
             res.headers_mut().remove(header::CONTENT_LENGTH);
         }
         strip_hop_by_hop(res.headers_mut());
-        for (name, value) in extra {
-            res.headers_mut().insert(name, value.clone());
-        }
+        add_headers(res.headers_mut(), extra);
         res
     }
 }
@@ -393,10 +391,16 @@ const PROXY: HeaderName = HeaderName::from_static("proxy");
 /// that took quota says so even when the upstream failed it.
 fn with_headers(res: Response<String>, extra: &HeaderMap) -> Response<ProxyBody> {
     let mut res = res.map(full);
-    for (name, value) in extra {
-        res.headers_mut().insert(name, value.clone());
-    }
+    add_headers(res.headers_mut(), extra);
     res
+}
+
+/// Sets every field of `extra` on `headers`, replacing fields of the same
+/// name (an upstream's own RateLimit fields give way to the check's).
+fn add_headers(headers: &mut HeaderMap, extra: &HeaderMap) {
+    for (name, value) in extra {
+        headers.insert(name, value.clone());
+    }
 }
 
 /// The answer for a request the proxy cannot forward as it is, before any

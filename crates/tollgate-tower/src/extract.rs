@@ -391,22 +391,17 @@ impl KeyExtractor {
                     push_escaped(&mut key, ip.to_string().as_bytes());
                 }
                 KeyPart::Header(name) => {
-                    let start = key.len();
+                    // Only empty lines (`x-k:` twice joins to ", ") are an
+                    // empty header too.
+                    let mut empty = true;
                     for (j, value) in headers.get_all(name.as_str()).iter().enumerate() {
                         if j > 0 {
                             key.extend_from_slice(b", ");
                         }
+                        empty &= value.as_bytes().trim_ascii().is_empty();
                         push_escaped(&mut key, value.as_bytes());
                     }
-                    // Only empty lines (`x-k:` twice joins to ", ") are
-                    // an empty header too.
-                    if missing == MissingKey::Reject
-                        && headers
-                            .get_all(name.as_str())
-                            .iter()
-                            .all(|v| v.as_bytes().trim_ascii().is_empty())
-                    {
-                        key.truncate(start);
+                    if empty && missing == MissingKey::Reject {
                         return Err(KeyError::Missing(part.clone()));
                     }
                 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use tollgate::{Decision, Rule};
+use tollgate::{Decision, MultiDecision, Rule};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -192,20 +192,10 @@ fn insert_rest(
         );
     }
     if options.legacy {
-        // The deciding pair speaks for all (SEMANTICS.md): admitted, the one
-        // with the fewest remaining; denied, the denying one with the
-        // longest wait (no wait at all, a cost above capacity, is longest);
-        // the first in order on a tie.
-        let deciding = if rules.iter().all(|(_, d)| d.allowed) {
-            rules.iter().min_by_key(|(_, d)| d.remaining)
-        } else {
-            rules
-                .iter()
-                .rev()
-                .filter(|(_, d)| !d.allowed)
-                .max_by_key(|(_, d)| d.retry_after.unwrap_or(Duration::MAX))
-        };
-        if let Some((_, d)) = deciding {
+        // The deciding pair speaks for all (SEMANTICS.md: on a denial, the
+        // denying one with the longest wait).
+        let deciding = MultiDecision::deciding_index(rules.iter().map(|(_, d)| *d));
+        if let Some((_, d)) = rules.get(deciding) {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
             headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
             headers.insert(

@@ -90,18 +90,31 @@ impl MultiDecision {
     /// one snapshot. `decisions` must not be empty.
     #[must_use]
     pub fn from_decisions(decisions: Vec<Decision>) -> Self {
-        let allowed = decisions.iter().all(|d| d.allowed);
-        let deciding = if allowed {
+        Self {
+            allowed: decisions.iter().all(|d| d.allowed),
+            deciding: Self::deciding_index(&decisions),
+            decisions,
+        }
+    }
+
+    /// The index [`MultiDecision::deciding`] names among `decisions` (0 when
+    /// there are none): for callers holding the decisions in another shape.
+    #[must_use]
+    pub fn deciding_index<'a, I>(decisions: I) -> usize
+    where
+        I: IntoIterator<Item = &'a Decision>,
+        I::IntoIter: Clone,
+    {
+        let decisions = decisions.into_iter();
+        if decisions.clone().all(|d| d.allowed) {
             // fewest remaining; first one on ties
             decisions
-                .iter()
                 .enumerate()
                 .min_by_key(|(i, d)| (d.remaining, *i))
                 .map_or(0, |(i, _)| i)
         } else {
             // longest retry_after among denials; "never" is longest; first on ties
             decisions
-                .iter()
                 .enumerate()
                 .filter(|(_, d)| !d.allowed)
                 .max_by_key(|(i, d)| {
@@ -111,11 +124,6 @@ impl MultiDecision {
                     )
                 })
                 .map_or(0, |(i, _)| i)
-        };
-        Self {
-            allowed,
-            deciding,
-            decisions,
         }
     }
 
