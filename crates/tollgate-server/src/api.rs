@@ -8,8 +8,9 @@
 //!   [`MAX_CHECKS`] `{"rule","key"}` objects, `cost` is a JSON integer from 0
 //!   to 2^64-1 (a cost above a rule's capacity is a 429 that can never be
 //!   admitted: `retry_after_ms` null, no `Retry-After`).
-//! * A `Content-Type` other than JSON (`application/json`, `*/*+json`) is
-//!   415; none at all is read as JSON.
+//! * The body is read as JSON whatever its `Content-Type` (`curl -d`
+//!   labels it a form); a body that does not parse under a non-JSON type
+//!   gets a 400 that names the type.
 //! * The body must arrive within [`BODY_TIMEOUT`] (408) and hold at most
 //!   [`MAX_BODY`] bytes (413).
 //! * When the store fails and the policy answers, the answer carries
@@ -165,24 +166,25 @@ impl Api {
         if req.method() != Method::POST {
             return method_not_allowed(req.method(), "/v1/check", "POST");
         }
-        if let Some(ct) = req.headers().get(CONTENT_TYPE)
-            && !is_json(ct)
-        {
-            return error(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!(
-                    "Content-Type {:?} is not JSON; send application/json",
-                    String::from_utf8_lossy(ct.as_bytes())
-                ),
-            );
-        }
+        // Read as JSON whatever the Content-Type says (`curl -d` sends a
+        // form type); a body that does not parse names the type it came as.
+        let content_type = req.headers().get(CONTENT_TYPE).cloned();
         let body = match read_body(req).await {
             Ok(b) => b,
             Err(res) => return res,
         };
         let parsed = match parse_check(&body) {
             Ok(p) => p,
-            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+            Err(e) => {
+                let e = match content_type.filter(|ct| !is_json(ct)) {
+                    Some(ct) => format!(
+                        "{e} (the body is read as JSON; it came as Content-Type {:?})",
+                        String::from_utf8_lossy(ct.as_bytes())
+                    ),
+                    None => e,
+                };
+                return error(StatusCode::BAD_REQUEST, e);
+            }
         };
         let result = if let [(rule, key)] = parsed.pairs.as_slice() {
             let one = Check::new(rule, key.as_bytes()).cost(parsed.cost);
