@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use redis_harness::{RedisCluster, RedisServer, SentinelSetup};
 use tollgate::resilient::{OnError, Refusal, ResilientLimiter, Verdict};
 use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Algorithm, Limiter, Rule, RuleSpec};
+use tollgate::{Algorithm, Limiter, Rule, RuleSpec, Store};
 
 /// The store timeout every test uses.
 const TIMEOUT: Duration = Duration::from_millis(100);
@@ -641,4 +641,53 @@ impl FirstTime {
     fn get(&self) -> Duration {
         Duration::from_micros(self.0.load(Ordering::Acquire))
     }
+}
+
+/// A peer on the store's address that answers the connection's `PING`, then
+/// meets the first check with an array reply that never ends (the reply
+/// claims two billion items and streams them). It is not Redis, and no
+/// Redis does this; it is what a broken proxy or a hostile service on the
+/// configured port can do. The store drops the connection once the reply
+/// passes its size bound, instead of buffering it without end: the peer's
+/// writes fail soon, after a bounded number of bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_reply_is_cut_off_not_buffered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let peer = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.expect("accept");
+        let mut buf = vec![0; 64 * 1024];
+        let _ = s.read(&mut buf).await.expect("handshake");
+        s.write_all(b"+PONG\r\n").await.expect("pong");
+        let _ = s.read(&mut buf).await.expect("a check");
+        s.write_all(b"*2000000000\r\n").await.expect("array head");
+        let items = b":1\r\n".repeat(16 * 1024);
+        let (started, mut sent) = (Instant::now(), 0_usize);
+        while started.elapsed() < Duration::from_secs(20) {
+            if s.write_all(&items).await.is_err() {
+                return Ok((sent, started.elapsed()));
+            }
+            sent += items.len();
+        }
+        Err(sent)
+    });
+    let store = connect(&format!("redis://127.0.0.1:{port}"), "endless").await;
+    let r = rule("endless", Algorithm::Gcra, 4);
+    let started = Instant::now();
+    let got = store.check(&r, b"k", 1, None).await;
+    assert!(got.is_err(), "{got:?}");
+    assert!(
+        started.elapsed() < TIMEOUT + MARGIN,
+        "{:?}",
+        started.elapsed()
+    );
+    let (sent, took) = peer
+        .await
+        .expect("peer")
+        .unwrap_or_else(|sent| panic!("the store read {sent} bytes of one reply and kept going"));
+    eprintln!("the peer sent {sent} bytes in {took:?} before the store hung up");
+    assert!(sent < 64 << 20, "{sent} bytes of one reply were read");
 }

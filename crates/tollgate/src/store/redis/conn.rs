@@ -72,6 +72,9 @@ const MIN_BACKOFF: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Initial size of the read buffer (it grows for larger replies).
 const READ_BUFFER: usize = 16 * 1024;
+/// The largest reply read (unparsed bytes held at once): the largest a
+/// check gets, a batch of [`MAX_BATCH`], is a few KiB.
+const MAX_REPLY: usize = 1 << 20;
 /// Buffers grown past this by a burst are given back once empty.
 const KEEP_BUFFER: usize = 1 << 20;
 /// A slot index meaning "already answered" (by a timeout).
@@ -565,6 +568,12 @@ impl Driver {
                     self.rbuf.copy_within(self.rstart..self.rend, 0);
                     self.rend -= self.rstart;
                     self.rstart = 0;
+                } else if self.rbuf.len() >= MAX_REPLY {
+                    // No reply to a check comes near this; a peer that
+                    // streams one without end must not take our memory.
+                    return Err(protocol(format!(
+                        "a reply over {MAX_REPLY} bytes: connection dropped"
+                    )));
                 } else {
                     let len = self.rbuf.len() * 2;
                     self.rbuf.resize(len, 0);
