@@ -226,3 +226,44 @@ async fn a_sentinel_fleet_admits_exactly_the_limit() {
     assert_eq!(fleet::admitted(&fleet, &rule, b"hot", 5, 10).await, 19);
     assert!(setup.keys_without_ttl().is_empty());
 }
+
+/// A forced (`SENTINEL FAILOVER`) failover promotes the replica while the
+/// old master stays up and keeps accepting writes until the Sentinels
+/// demote it, some 10 s later (on their next `INFO` poll); it then resyncs
+/// from the new master and drops whatever it took meanwhile. A client that
+/// only notices a failover by a `READONLY` reply writes to the old master
+/// all that while, and every check it admits there is lost: an outside test
+/// saw 15 admitted against a limit of 10. The store follows the Sentinels'
+/// `+switch-master` announcement instead: checks made after the failover
+/// land on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_after_a_forced_failover_land_on_the_new_master() {
+    let setup = SentinelSetup::start();
+    let store = connect(&setup.store_url(), "switch").await;
+    // GCRA, 10 an hour: each admitted check moves the key's expiry 6 min on.
+    let rule = RuleSpec::new("switch", Algorithm::Gcra, 10, Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    for _ in 0..5 {
+        assert!(store.check(&rule, b"k", 1, None).await.unwrap().allowed);
+    }
+    let report = setup.failover();
+    assert_ne!(report.new_master_port, report.old_master_port);
+    // The announcement reaches the store within milliseconds; give it ample
+    // time (the old master takes writes for about 10 s).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for i in 0..5 {
+        let (d, _) = settle(async || store.check(&rule, b"k", 1, None).await).await;
+        assert!(d.allowed, "check {i} after the failover: {d:?}");
+    }
+    let key = String::from_utf8(store.redis_key(&rule, b"k")).unwrap();
+    let master = setup.master();
+    assert_eq!(master.port(), report.new_master_port);
+    let pttl = master.command(&["PTTL", &key]).as_int().expect("PTTL");
+    // Ten checks held: about 60 min to go; five (the last five lost on
+    // the old master): about 30.
+    assert!(
+        pttl > 50 * 60 * 1000,
+        "the new master holds {pttl} ms of the key: checks after the failover went elsewhere"
+    );
+}

@@ -43,8 +43,15 @@
 //!   connection; after a failed attempt, requests fail at once until a
 //!   backoff (10 ms doubling to 1 s) has passed.
 //! * Sentinel: the master is looked up on every (re)connection and its
-//!   `ROLE` checked. A `READONLY` reply (the master was demoted) stops
-//!   writes to the connection; once its last reply is in, it is replaced.
+//!   `ROLE` checked. The connection also follows the Sentinels'
+//!   `+switch-master` announcements (subscribed on one Sentinel at a time,
+//!   kept alive by a `PING` a second, the master asked again after each
+//!   new subscription): a forced failover leaves the old master up and
+//!   taking writes until the Sentinels demote it, about 10 s later, and
+//!   then drops them when it resyncs, so waiting for a `READONLY` reply
+//!   would lose every check admitted there. On an announcement, as on a
+//!   `READONLY` reply, writes to the connection stop; once its last reply is
+//!   in, it is replaced, by a connection to the announced master first.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -261,7 +268,7 @@ impl Conn {
     /// error here, not at the first check) and spawns the driver on the
     /// current tokio runtime.
     pub(super) async fn connect(config: Config, checks: Checks) -> Result<Self, StoreError> {
-        let stream = open(&config).await?;
+        let (stream, node) = open(&config, None).await?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 out: Vec::new(),
@@ -275,7 +282,7 @@ impl Conn {
             config,
             checks,
         });
-        tokio::spawn(Driver::new(shared.clone(), stream));
+        tokio::spawn(Driver::new(shared.clone(), stream, node));
         Ok(Self { shared })
     }
 
@@ -476,10 +483,13 @@ impl Sent {
     }
 }
 
+/// A new connection and the node it is to.
+type Opened = (TcpStream, HostPort);
+
 enum Phase {
     /// No connection.
     Idle,
-    Connecting(Pin<Box<dyn Future<Output = Result<TcpStream, StoreError>> + Send>>),
+    Connecting(Pin<Box<dyn Future<Output = Result<Opened, StoreError>> + Send>>),
     Up(TcpStream),
 }
 
@@ -489,9 +499,17 @@ struct Driver {
     timeout: Duration,
     sentinel: bool,
     phase: Phase,
-    /// Stop writing: the master was demoted (Sentinel). Once every written
-    /// request is answered, the connection is replaced.
-    draining: bool,
+    /// Stop writing: the master was demoted or moved (Sentinel). Once every
+    /// written request is answered, the connection is replaced; the reason.
+    draining: Option<&'static str>,
+    /// The node the connection is to (Sentinel: the master it found).
+    node: Option<HostPort>,
+    /// Sentinel: the master last announced, tried first on reconnection.
+    hint: Option<HostPort>,
+    /// Sentinel: follows `+switch-master` (see [`watch`]), polled with the
+    /// driver; what it learns arrives in `announced`.
+    watch: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    announced: Arc<Mutex<Option<HostPort>>>,
     /// Requests written (or being written) to the connection, oldest first:
     /// the order replies come in.
     inflight: VecDeque<Sent>,
@@ -522,15 +540,31 @@ struct Driver {
 }
 
 impl Driver {
-    fn new(shared: Arc<Shared>, stream: TcpStream) -> Self {
+    fn new(shared: Arc<Shared>, stream: TcpStream, node: HostPort) -> Self {
         let timeout = shared.config.timeout;
-        let sentinel = matches!(shared.config.target, Target::Sentinel { .. });
+        let announced = Arc::new(Mutex::new(None));
+        let watch = match &shared.config.target {
+            Target::Sentinel { sentinels, master } if !sentinels.is_empty() => {
+                let w = watch(
+                    sentinels.clone(),
+                    master.clone(),
+                    timeout,
+                    Arc::clone(&announced),
+                );
+                Some(Box::pin(w) as Pin<Box<dyn Future<Output = ()> + Send>>)
+            }
+            _ => None,
+        };
         Self {
+            sentinel: watch.is_some(),
             shared,
             timeout,
-            sentinel,
             phase: Phase::Up(stream),
-            draining: false,
+            draining: None,
+            node: Some(node),
+            hint: None,
+            watch,
+            announced,
             inflight: VecDeque::new(),
             unsent: VecDeque::new(),
             unsent_bytes: Vec::new(),
@@ -634,7 +668,7 @@ impl Driver {
                     if self.sentinel
                         && matches!(&reply, Ok(Reply::Error(e)) if e.starts_with("READONLY"))
                     {
-                        self.draining = true;
+                        self.draining = Some("the master was demoted to a replica");
                     }
                     if slot != DONE {
                         st.complete(slot, reply, &mut self.wakers);
@@ -711,7 +745,7 @@ impl Driver {
             start += q.len;
             s
         };
-        if matches!(self.phase, Phase::Up(_)) && !self.draining {
+        if matches!(self.phase, Phase::Up(_)) && self.draining.is_none() {
             let mut taking = std::mem::take(&mut self.taking);
             taking.extend(st.queued.iter().map(sent));
             self.emit(&st.out, &taking);
@@ -798,13 +832,36 @@ impl Driver {
     fn start_connecting(&mut self) {
         self.shared.state.lock().set_link(Link::Connecting);
         let shared = self.shared.clone();
-        self.phase = Phase::Connecting(Box::pin(async move { open(&shared.config).await }));
+        let hint = self.hint.clone();
+        self.phase = Phase::Connecting(Box::pin(async move {
+            open(&shared.config, hint.as_ref()).await
+        }));
+    }
+
+    /// The Sentinels announced `node` as the master: if the connection is
+    /// to another node, it is replaced once its replies are in (an attempt
+    /// under way starts again, towards `node` first).
+    fn master_announced(&mut self, node: HostPort) {
+        if self.node.as_ref() == Some(&node) && !matches!(self.phase, Phase::Connecting(_)) {
+            return;
+        }
+        self.hint = Some(node);
+        match self.phase {
+            Phase::Up(_) => {
+                if self.draining.is_none() {
+                    self.draining = Some("the Sentinels announced another master");
+                }
+            }
+            Phase::Connecting(_) => self.start_connecting(),
+            Phase::Idle => {}
+        }
     }
 
     /// A new connection is up: the requests that waited for it go first,
     /// except those already answered (timed out) or given up.
-    fn up(&mut self, stream: TcpStream, now: Instant) {
+    fn up(&mut self, (stream, node): Opened, now: Instant) {
         self.phase = Phase::Up(stream);
+        self.node = Some(node);
         self.commands_out = 0;
         self.backoff = MIN_BACKOFF;
         self.last_reply = now;
@@ -860,8 +917,9 @@ impl Driver {
     /// run, so it is never resent); what was not waits for the next one.
     fn lose(&mut self, cause: StoreError, now: Instant) {
         self.phase = Phase::Idle;
+        self.node = None;
         self.commands_out = 0;
-        self.draining = false;
+        self.draining = None;
         self.rstart = 0;
         self.rend = 0;
         self.wbuf.clear();
@@ -940,6 +998,14 @@ impl Future for Driver {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
         let now = Instant::now();
+        if let Some(w) = &mut this.watch {
+            // Never ends (it reconnects by itself); woken with the driver.
+            let _ = w.as_mut().poll(cx);
+            let announced = this.announced.lock().take();
+            if let Some(node) = announced {
+                this.master_announced(node);
+            }
+        }
         // Connection first, then replies: a new connection's socket must be
         // read (to `Pending`) in this very poll, or its replies would wake
         // nobody.
@@ -992,14 +1058,14 @@ impl Future for Driver {
             this.lose(e, now);
             cx.waker().wake_by_ref();
         }
-        if this.draining
+        if let Some(why) = this.draining
             && matches!(this.phase, Phase::Up(_))
             && this.inflight.is_empty()
             && this.wbuf.is_empty()
         {
-            // Every reply from the demoted master is in: look the master up
+            // Every reply from the old master is in: look the master up
             // again for whatever waits.
-            this.lose(unavailable("the master was demoted to a replica"), now);
+            this.lose(unavailable(why), now);
             cx.waker().wake_by_ref();
         }
         this.arm_timer(cx);
@@ -1101,16 +1167,24 @@ pub(super) fn server_error(message: &str) -> StoreError {
 
 /// Opens a connection as `config` says: to the server, or to the master the
 /// first answering sentinel names (a replica refuses).
-async fn open(config: &Config) -> Result<TcpStream, StoreError> {
+async fn open(config: &Config, hint: Option<&HostPort>) -> Result<Opened, StoreError> {
     match &config.target {
-        Target::Direct(node) => handshake(node, config, false).await,
+        Target::Direct(node) => Ok((handshake(node, config, false).await?, node.clone())),
         Target::Sentinel { sentinels, master } => {
             let mut failures = Vec::new();
             let mut kind = StoreErrorKind::Unavailable;
+            if let Some(node) = hint {
+                // The master the Sentinels announced last: ahead of a
+                // Sentinel that has not heard of it yet.
+                match handshake(node, config, true).await {
+                    Ok(stream) => return Ok((stream, node.clone())),
+                    Err(e) => failures.push(format!("announced master {node}: {e}")),
+                }
+            }
             for sentinel in sentinels {
                 let failure = match master_of(sentinel, master, config.timeout).await {
                     Ok(node) => match handshake(&node, config, true).await {
-                        Ok(stream) => return Ok(stream),
+                        Ok(stream) => return Ok((stream, node)),
                         Err(e) => (e, format!("master {node} (from sentinel {sentinel})")),
                     },
                     Err(e) => (e, format!("sentinel {sentinel}")),
@@ -1276,5 +1350,118 @@ async fn master_of(
         other => Err(protocol(format!(
             "get-master-addr-by-name answered {other:?}"
         ))),
+    }
+}
+
+/// Follows the Sentinels' `+switch-master` announcements for `master`,
+/// forever: subscribed on one Sentinel at a time (the next one after a
+/// failure, with the connection's backoff), asking it for the master after
+/// each new subscription (an announcement may have been missed meanwhile),
+/// and sending a `PING` after each quiet second (a Sentinel that stopped
+/// answering is left). Each master learnt goes to `announced`.
+async fn watch(
+    sentinels: Vec<HostPort>,
+    master: String,
+    timeout: Duration,
+    announced: Arc<Mutex<Option<HostPort>>>,
+) {
+    let mut backoff = MIN_BACKOFF;
+    for sentinel in sentinels.iter().cycle() {
+        if let Ok(mut stream) = subscribe(sentinel, timeout).await {
+            if let Ok(node) = master_of(sentinel, &master, timeout).await {
+                *announced.lock() = Some(node);
+            }
+            backoff = MIN_BACKOFF;
+            follow(&mut stream, &master, timeout, &announced).await;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// A connection to `sentinel` subscribed to `+switch-master`.
+async fn subscribe(sentinel: &HostPort, timeout: Duration) -> Result<TcpStream, StoreError> {
+    let mut stream = tcp(sentinel, timeout).await?;
+    let mut request = Vec::new();
+    resp::command(&mut request, &[b"SUBSCRIBE", b"+switch-master"]);
+    match exchange(&mut stream, sentinel, &request, 1, timeout)
+        .await?
+        .pop()
+    {
+        Some(Reply::Other(Value::Array(a)))
+            if a.first().and_then(Value::text) == Some("subscribe") =>
+        {
+            Ok(stream)
+        }
+        other => Err(protocol(format!("SUBSCRIBE answered {other:?}"))),
+    }
+}
+
+/// Reads announcements until the Sentinel fails: closes, answers garbage,
+/// or leaves a `PING` unanswered for a second and the timeout.
+async fn follow(
+    stream: &mut TcpStream,
+    master: &str,
+    timeout: Duration,
+    announced: &Mutex<Option<HostPort>>,
+) {
+    const QUIET: Duration = Duration::from_secs(1);
+    let mut buf = Vec::with_capacity(512);
+    let mut pinged = false;
+    loop {
+        let wait = if pinged { QUIET + timeout } else { QUIET };
+        match tokio::time::timeout(wait, stream.read_buf(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => return,
+            Ok(Ok(_)) => pinged = false,
+            Err(_) if pinged => return,
+            Err(_) => {
+                let mut ping = Vec::new();
+                resp::command(&mut ping, &[b"PING"]);
+                if stream.write_all(&ping).await.is_err() {
+                    return;
+                }
+                pinged = true;
+                continue;
+            }
+        }
+        let mut at = 0;
+        loop {
+            match resp::parse(&buf[at..]) {
+                Ok(Some((reply, used))) => {
+                    at += used;
+                    if let Some(node) = switched_to(&reply, master) {
+                        *announced.lock() = Some(node);
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+        buf.drain(..at);
+        if buf.len() > MAX_REPLY {
+            return;
+        }
+    }
+}
+
+/// The new master a `+switch-master` message names, if it is about
+/// `master`: the message's payload is "NAME OLD-IP OLD-PORT NEW-IP NEW-PORT".
+fn switched_to(reply: &Reply, master: &str) -> Option<HostPort> {
+    let Reply::Other(Value::Array(m)) = reply else {
+        return None;
+    };
+    let [kind, channel, payload] = m.as_slice() else {
+        return None;
+    };
+    if kind.text() != Some("message") || channel.text() != Some("+switch-master") {
+        return None;
+    }
+    let words: Vec<&str> = payload.text()?.split_whitespace().collect();
+    match words.as_slice() {
+        [name, _, _, host, port] if *name == master => Some(HostPort {
+            host: (*host).to_owned(),
+            port: port.parse().ok()?,
+        }),
+        _ => None,
     }
 }
