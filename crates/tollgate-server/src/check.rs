@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tollgate::store::AnyStore;
 use tollgate::store::hybrid::HybridStore;
 use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Limiter, MemoryStore};
+use tollgate::{Limiter, MemoryStore, StoreErrorKind};
 
 use crate::cli::CheckArgs;
 use crate::config::{Config, StoreConfig};
@@ -36,11 +36,21 @@ impl fmt::Display for Tally {
     }
 }
 
-/// Opens the store a URL names, with the `[store]` settings.
+/// Opens the store a URL names, with the `[store]` settings. With
+/// `start_unreachable` (`tollgate serve`), a Redis that cannot be reached
+/// (refused, timed out, no master yet) is logged and the store starts
+/// anyway, connecting on first use: until then the failure policy answers.
+/// A server that answers and refuses (a wrong password or database) is an
+/// error either way.
 ///
 /// # Errors
-/// The store cannot be reached; the message names the URL (password hidden).
-pub async fn open_store(url: &StoreUrl, store: &StoreConfig) -> Result<AnyStore, String> {
+/// The store cannot be reached (without `start_unreachable`) or refuses the
+/// connection; the message names the URL (password hidden).
+pub async fn open_store(
+    url: &StoreUrl,
+    store: &StoreConfig,
+    start_unreachable: bool,
+) -> Result<AnyStore, String> {
     if url.is_memory() && store.hybrid.is_some() {
         return Err("store.hybrid needs a Redis store URL, not memory".to_owned());
     }
@@ -55,9 +65,29 @@ pub async fn open_store(url: &StoreUrl, store: &StoreConfig) -> Result<AnyStore,
         timeout: store.timeout,
         ..RedisOptions::default()
     };
-    let redis = RedisStore::connect_to(url, options)
-        .await
-        .map_err(|e| format!("store {url}: {e}"))?;
+    let redis = match RedisStore::connect_to(url, options.clone()).await {
+        Ok(redis) => redis,
+        Err(e)
+            if start_unreachable
+                && matches!(
+                    e.kind(),
+                    StoreErrorKind::Unavailable | StoreErrorKind::Timeout
+                ) =>
+        {
+            tracing::warn!(
+                "store {url} unreachable at start ({e}); serving anyway: checks get the \
+                 failure policy until it answers (/readyz says 503 meanwhile)"
+            );
+            let lazy = RedisOptions {
+                lazy: true,
+                ..options
+            };
+            RedisStore::connect_to(url, lazy)
+                .await
+                .map_err(|e| format!("store {url}: {e}"))?
+        }
+        Err(e) => return Err(format!("store {url}: {e}")),
+    };
     Ok(match &store.hybrid {
         Some(options) => HybridStore::new(redis, options.clone()).into(),
         None => redis.into(),
@@ -84,7 +114,7 @@ pub fn run(args: &CheckArgs) -> Result<Tally, String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async {
-        let store = open_store(&url, &config.store).await?;
+        let store = open_store(&url, &config.store, false).await?;
         let limiter = Limiter::new(store, config.rules.iter().map(|r| r.rule.clone()))
             .map_err(|e| e.to_string())?;
         if limiter.rule(&args.rule).is_none() {

@@ -190,7 +190,7 @@ pub fn run(args: &ReplayArgs) -> Result<Summary, ReplayError> {
         .map_err(io_error("cannot start the async runtime"))?;
     let rules = config.rules.iter().map(|r| r.rule.clone());
     let store = runtime
-        .block_on(open_store(&url, &replay_store(&config.store)))
+        .block_on(open_store(&url, &replay_store(&config.store), false))
         .map_err(ReplayError::Store)?;
     let limiter = Limiter::new(store, rules).map_err(|e| ReplayError::Store(e.to_string()))?;
     runtime.block_on(replay(&limiter, trace, &trace_name, out))

@@ -91,7 +91,7 @@ pub async fn run(
     };
     // The recorder first, so the gate's zero series land in it.
     let metrics = crate::metrics::handle();
-    let store = open_store(&config.store.url, &config.store).await?;
+    let store = open_store(&config.store.url, &config.store, true).await?;
     let gate = Arc::new(Gate::new(&config, store)?);
 
     let (stop_tx, stop_rx) = watch::channel(false);

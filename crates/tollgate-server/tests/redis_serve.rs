@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Tollgate, get, post_json, request, start_upstream};
+use common::{Tollgate, get, post_json, request, serve_output, start_upstream};
 use redis_harness::RedisServer;
 
 fn config(url: &str) -> String {
@@ -298,4 +298,61 @@ fn the_server_recovers_from_a_script_flush_and_a_redis_restart() {
         "{metrics}"
     );
     assert!(redis.keys_without_ttl().is_empty());
+}
+
+/// Redis down when `tollgate serve` starts (a pod starting while Redis
+/// restarts, or a checker pointing at a dead port): the server starts, says
+/// so once, answers every check by its rule's policy within the timeout
+/// (`deny` 503, `allow` degraded 200, `local` the in-process fallback),
+/// `/readyz` is 503; once Redis is up, checks are decided by it, without a
+/// restart of tollgate.
+#[test]
+fn a_redis_down_at_start_is_served_by_the_policies_until_it_comes_up() {
+    let redis = RedisServer::start();
+    redis.kill();
+    let s = Tollgate::start(&config(&redis.url()), &["--http", "127.0.0.1:0"]);
+    for _ in 0..3 {
+        let r = check(&s, "strict", "k");
+        assert_eq!(r.status, 503, "{}", r.text());
+        let r = check(&s, "open", "k");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("tollgate-degraded"), Some("store-unavailable"));
+        let r = check(&s, "fallback", "k");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("tollgate-degraded"), Some("local"));
+    }
+    assert_eq!(get(s.api(), "/readyz").status, 503);
+
+    redis.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        let r = check(&s, "strict", "k");
+        if r.status == 200 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no recovery: {}", r.text());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(r.header("tollgate-degraded").is_none(), "{}", r.text());
+    assert_eq!(r.json()["remaining"], 3);
+    assert_eq!(get(s.api(), "/readyz").status, 200);
+    assert!(redis.keys_without_ttl().is_empty());
+}
+
+/// A Redis that answers and refuses (a wrong password) is a bad config,
+/// not an outage: `tollgate serve` exits 1 naming it.
+#[test]
+fn a_refused_password_at_start_exits_one() {
+    let redis = RedisServer::start();
+    let ok = redis.command(&["ACL", "SETUSER", "tg", "on", ">right-one", "~*", "+@all"]);
+    assert_eq!(ok.as_text().as_deref(), Some("OK"));
+    let url = format!("redis://tg:wrong-one@127.0.0.1:{}", redis.port());
+    let out = serve_output(&config(&url), &["--http", "127.0.0.1:0"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("WRONGPASS"), "{stderr}");
+    assert!(
+        !stderr.contains("wrong-one"),
+        "the password is shown: {stderr}"
+    );
 }

@@ -170,10 +170,6 @@ fn refusals_before_serving_are_clear() {
             &["--proxy", "127.0.0.1:0", "--upstream", "https://x"],
             "https upstreams are not supported yet",
         ),
-        (
-            &["--http", "127.0.0.1:0", "--store", "redis://127.0.0.1:1"],
-            "store redis://127.0.0.1:1",
-        ),
     ] {
         let out = serve_output(CONFIG, args);
         let stderr = String::from_utf8_lossy(&out.stderr);

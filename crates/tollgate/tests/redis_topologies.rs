@@ -267,3 +267,47 @@ async fn checks_after_a_forced_failover_land_on_the_new_master() {
         "the new master holds {pttl} ms of the key: checks after the failover went elsewhere"
     );
 }
+
+/// `RedisOptions::lazy`: no connection in `connect`, so a store whose
+/// server is down can be built; its checks fail as `Unavailable` (not a
+/// hang) until the server answers, then connect on first use. For each
+/// kind of backend: the lean connection (standalone), and redis-rs's
+/// Cluster connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_store_starts_without_its_server_and_connects_on_first_use() {
+    let rule = RuleSpec::new("lazy", Algorithm::Gcra, 5, Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let lazy = |prefix: &str| RedisOptions {
+        prefix: prefix.to_owned(),
+        timeout: Duration::from_millis(200),
+        lazy: true,
+        ..RedisOptions::default()
+    };
+    // Nothing listens on port 1.
+    for url in ["redis://127.0.0.1:1", "redis+cluster://127.0.0.1:1"] {
+        let store = RedisStore::connect(url, lazy("lazy"))
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let started = Instant::now();
+        let e = store.check(&rule, b"k", 1, None).await.expect_err(url);
+        assert_eq!(
+            e.kind(),
+            tollgate::StoreErrorKind::Unavailable,
+            "{url}: {e}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{url}: {:?}",
+            started.elapsed()
+        );
+    }
+    let cluster = RedisCluster::start(3, 0);
+    let server = redis_harness::RedisServer::start();
+    for url in [server.url(), cluster.store_url()] {
+        let store = RedisStore::connect(&url, lazy("lazy2")).await.unwrap();
+        let (d, _) = settle(async || store.check(&rule, b"k", 1, None).await).await;
+        assert!(d.allowed, "{url}");
+        assert_eq!(d.remaining, 4, "{url}");
+    }
+}

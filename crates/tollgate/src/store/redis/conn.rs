@@ -266,9 +266,25 @@ impl std::fmt::Debug for Conn {
 impl Conn {
     /// Opens the first connection (so a wrong address or password is an
     /// error here, not at the first check) and spawns the driver on the
-    /// current tokio runtime.
-    pub(super) async fn connect(config: Config, checks: Checks) -> Result<Self, StoreError> {
-        let (stream, node) = open(&config, None).await?;
+    /// current tokio runtime. With `lazy`, no connection is made here: the
+    /// first request starts one.
+    pub(super) async fn connect(
+        config: Config,
+        checks: Checks,
+        lazy: bool,
+    ) -> Result<Self, StoreError> {
+        let opened = if lazy {
+            None
+        } else {
+            Some(open(&config, None).await?)
+        };
+        let link = match opened {
+            Some(_) => Link::Up,
+            None => Link::Down {
+                retry_at: Instant::now(),
+                cause: unavailable("not connected yet"),
+            },
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 out: Vec::new(),
@@ -276,13 +292,13 @@ impl Conn {
                 slots: Vec::new(),
                 free: Vec::new(),
                 driver: None,
-                link: Link::Up,
+                link,
                 cache: RuleCache::default(),
             }),
             config,
             checks,
         });
-        tokio::spawn(Driver::new(shared.clone(), stream, node));
+        tokio::spawn(Driver::new(shared.clone(), opened));
         Ok(Self { shared })
     }
 
@@ -540,7 +556,7 @@ struct Driver {
 }
 
 impl Driver {
-    fn new(shared: Arc<Shared>, stream: TcpStream, node: HostPort) -> Self {
+    fn new(shared: Arc<Shared>, opened: Option<Opened>) -> Self {
         let timeout = shared.config.timeout;
         let announced = Arc::new(Mutex::new(None));
         let watch = match &shared.config.target {
@@ -555,13 +571,13 @@ impl Driver {
             }
             _ => None,
         };
-        Self {
+        let mut driver = Self {
             sentinel: watch.is_some(),
             shared,
             timeout,
-            phase: Phase::Up(stream),
+            phase: Phase::Idle,
             draining: None,
-            node: Some(node),
+            node: None,
             hint: None,
             watch,
             announced,
@@ -582,7 +598,12 @@ impl Driver {
             last_reply: Instant::now(),
             wakers: Vec::new(),
             ints: Vec::new(),
+        };
+        if let Some((stream, node)) = opened {
+            driver.phase = Phase::Up(stream);
+            driver.node = Some(node);
         }
+        driver
     }
 
     fn wake_callers(&mut self) {

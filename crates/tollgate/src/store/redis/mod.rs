@@ -73,6 +73,13 @@ pub struct RedisOptions {
     /// tests): their clock is not the server's, so a key must outlive the
     /// real time the run takes. Default 10 minutes.
     pub explicit_time_ttl_margin: Duration,
+    /// Make no connection in `connect`: the first check connects (default
+    /// `false`: `connect` opens the first connection, so an unreachable
+    /// server or a refused password is an error there). Lazily, a store
+    /// whose server is down starts anyway and its checks fail as
+    /// [`StoreErrorKind::Unavailable`] (the failure policy answers) until
+    /// the server answers; a bad password then shows in every check's error.
+    pub lazy: bool,
 }
 
 impl Default for RedisOptions {
@@ -81,6 +88,7 @@ impl Default for RedisOptions {
             prefix: "tollgate".to_owned(),
             timeout: Duration::from_secs(1),
             explicit_time_ttl_margin: Duration::from_secs(600),
+            lazy: false,
         }
     }
 }
@@ -251,8 +259,13 @@ enum Backend {
     Lean(Conn),
     /// Standalone over TLS (`rediss://`): redis-rs.
     Standalone(ConnectionManager),
-    /// Cluster: redis-rs.
-    Cluster(ClusterConnection),
+    /// Cluster: redis-rs, connected on first use when lazy (and again after
+    /// a failed first attempt).
+    Cluster {
+        /// Boxed: a client is over 500 bytes, the other variants 8.
+        client: Box<ClusterClient>,
+        conn: tokio::sync::OnceCell<ClusterConnection>,
+    },
 }
 
 /// The Redis store. Cheap to clone: clones share connections.
@@ -369,7 +382,7 @@ impl RedisStore {
                         db: *db,
                         timeout: t,
                     };
-                    Backend::Lean(Conn::connect(config, checks.clone()).await?)
+                    Backend::Lean(Conn::connect(config, checks.clone(), options.lazy).await?)
                 } else {
                     let client = redis::Client::open(node.client_url(*tls, credentials, *db))
                         .map_err(|e| store_error(&e))?;
@@ -378,11 +391,12 @@ impl RedisStore {
                         .set_response_timeout(Some(t))
                         .set_number_of_retries(2)
                         .set_max_delay(Duration::from_secs(1));
-                    Backend::Standalone(
-                        ConnectionManager::new_with_config(client, config)
-                            .await
-                            .map_err(|e| store_error(&e))?,
-                    )
+                    let manager = if options.lazy {
+                        ConnectionManager::new_lazy_with_config(client, config)
+                    } else {
+                        ConnectionManager::new_with_config(client, config).await
+                    };
+                    Backend::Standalone(manager.map_err(|e| store_error(&e))?)
                 }
             }
             StoreUrl::Cluster { credentials, nodes } => {
@@ -393,12 +407,18 @@ impl RedisStore {
                     .retries(3)
                     .build()
                     .map_err(|e| store_error(&e))?;
-                Backend::Cluster(
-                    client
+                let conn = tokio::sync::OnceCell::new();
+                if !options.lazy {
+                    let first = client
                         .get_async_connection()
                         .await
-                        .map_err(|e| store_error(&e))?,
-                )
+                        .map_err(|e| store_error(&e))?;
+                    let _ = conn.set(first);
+                }
+                Backend::Cluster {
+                    client: Box::new(client),
+                    conn,
+                }
             }
             StoreUrl::Sentinel {
                 credentials,
@@ -414,7 +434,7 @@ impl RedisStore {
                     db: 0,
                     timeout: t,
                 };
-                Backend::Lean(Conn::connect(config, checks.clone()).await?)
+                Backend::Lean(Conn::connect(config, checks.clone(), options.lazy).await?)
             }
         };
         Ok(Self {
@@ -464,7 +484,12 @@ impl RedisStore {
     async fn query_raw<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
         match &self.inner.backend {
             Backend::Standalone(c) => cmd.query_async(&mut c.clone()).await,
-            Backend::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+            Backend::Cluster { client, conn } => {
+                let c = conn
+                    .get_or_try_init(|| client.get_async_connection())
+                    .await?;
+                cmd.query_async(&mut c.clone()).await
+            }
             Backend::Lean(_) => Err(RedisError::from((
                 ErrorKind::Client,
                 "tollgate: query_raw on a lean connection",
@@ -767,7 +792,7 @@ impl RedisStore {
     ) -> Result<MultiDecision, StoreError> {
         let (pairs, index) = merge(&self.inner.prefix, checks);
         let multi = &self.inner.scripts.multi;
-        let decided = if matches!(self.inner.backend, Backend::Cluster(_)) {
+        let decided = if matches!(self.inner.backend, Backend::Cluster { .. }) {
             self.check_across_slots(pairs, at).await?
         } else {
             self.run(multi, &pairs, "c", at).await?.1

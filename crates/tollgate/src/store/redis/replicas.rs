@@ -85,7 +85,7 @@ impl RedisStore {
                     }
                 }
             }
-            Backend::Standalone(_) | Backend::Cluster(_) => {
+            Backend::Standalone(_) | Backend::Cluster { .. } => {
                 let build = |verb: &str, body: &str| {
                     let mut cmd = redis::cmd(verb);
                     cmd.arg(body).arg(1).arg(&key).arg(id).arg(ttl_ms);
