@@ -356,3 +356,26 @@ fn a_refused_password_at_start_exits_one() {
         "the password is shown: {stderr}"
     );
 }
+
+/// A Redis that answers `PING` but refuses writes (here a replica: every
+/// check and heartbeat gets `READONLY`) is not ready: `/readyz` is a 503
+/// naming the refusal once a heartbeat has met it, not a 200 while every
+/// check fails.
+#[test]
+fn a_store_that_refuses_writes_is_not_ready() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    let s = Tollgate::start(&config(&replica.url()), &["--http", "127.0.0.1:0"]);
+    let r = check(&s, "strict", "k");
+    assert_eq!(r.status, 503, "{}", r.text());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let r = loop {
+        let r = get(s.api(), "/readyz");
+        if r.status == 503 {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "still ready: {}", r.text());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(r.text().contains("READONLY"), "{}", r.text());
+}

@@ -323,6 +323,8 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 heartbeat: self.heartbeat,
                 local: OnceLock::new(),
                 local_max_keys: self.local_max_keys,
+                refused: parking_lot::Mutex::new(None),
+                refusing: std::sync::atomic::AtomicBool::new(false),
                 meters: Meters::new(rule_count),
             }),
             task: Mutex::new(None),
@@ -359,6 +361,11 @@ struct Inner<S> {
     local: OnceLock<Local>,
     local_max_keys: usize,
     meters: Meters,
+    /// The last heartbeat's refusal (not a timeout): a store that answers
+    /// `PING` but refuses writes (a replica, out of memory) is not ready.
+    refused: parking_lot::Mutex<Option<StoreError>>,
+    /// Whether `refused` holds one (read on every check, without the lock).
+    refusing: std::sync::atomic::AtomicBool,
 }
 
 /// Metric handles, registered at first use and kept: `counter!` with a
@@ -619,7 +626,9 @@ impl<S: Store> ResilientLimiter<S> {
 
     /// Whether the store answers: not while the breaker is open, else a
     /// [`Store::ping`] within the timeout (which, once the cool-down is
-    /// over, also serves as the breaker's probe).
+    /// over, also serves as the breaker's probe); and, on a shared store,
+    /// not while the last heartbeat's write was refused (a server that
+    /// answers `PING` as a replica, or out of memory, fails every check).
     ///
     /// # Errors
     /// Why the store is not ready.
@@ -641,6 +650,12 @@ impl<S: Store> ResilientLimiter<S> {
         };
         if result.is_ok() {
             inner.store_answered();
+            if let Some(e) = inner.refused.lock().clone() {
+                return Err(StoreError::new(
+                    e.kind(),
+                    format!("the store answers PING but refused the last heartbeat: {e}"),
+                ));
+            }
         }
         result
     }
@@ -695,7 +710,15 @@ impl<S: Store> Inner<S> {
                 .record(started.elapsed().as_secs_f64());
         }
         match &result {
-            Ok(_) => self.store_answered(),
+            Ok(_) => {
+                self.store_answered();
+                // A check went through: whatever the last heartbeat met
+                // is over.
+                if self.refusing.load(Ordering::Relaxed) {
+                    self.refusing.store(false, Ordering::Relaxed);
+                    *self.refused.lock() = None;
+                }
+            }
             Err(e) => {
                 let kind = match e.kind() {
                     StoreErrorKind::Timeout => "timeout",
@@ -883,6 +906,8 @@ async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
         let beat = tokio::time::timeout(bound, inner.limiter.store().heartbeat(&inner.id, ttl));
         match beat.await {
             Ok(Ok(Some(n))) => {
+                inner.refusing.store(false, Ordering::Relaxed);
+                *inner.refused.lock() = None;
                 let old = inner.live.swap(n, Ordering::AcqRel);
                 if old != n {
                     #[allow(clippy::cast_precision_loss)]
@@ -896,7 +921,12 @@ async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
                 }
             }
             Ok(Ok(None)) => return,
-            Ok(Err(e)) => tracing::debug!("heartbeat failed: {e}"),
+            Ok(Err(e)) => {
+                tracing::debug!("heartbeat failed: {e}");
+                let refused = e.kind() != StoreErrorKind::Timeout;
+                *inner.refused.lock() = refused.then_some(e);
+                inner.refusing.store(refused, Ordering::Relaxed);
+            }
             Err(_) => tracing::debug!("heartbeat timed out after {bound:?}"),
         }
     }
