@@ -972,12 +972,19 @@ impl<'a> Checker<'a> {
     }
 }
 
-/// Parses a listen address, `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`);
-/// port 0 asks the system for a free one.
+/// Parses a listen address, `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`) or
+/// `localhost:PORT` (127.0.0.1; no name is looked up); port 0 asks the
+/// system for a free one.
 ///
 /// # Errors
 /// Anything else, with an example of the expected form.
 pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Some(port) = s
+        .strip_prefix("localhost:")
+        .and_then(|p| p.parse::<u16>().ok())
+    {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
     s.parse().map_err(|_| {
         format!("{s:?} is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")")
     })
@@ -1015,6 +1022,31 @@ mod tests {
             .iter()
             .map(ToString::to_string)
             .collect()
+    }
+
+    #[test]
+    fn listen_addresses() {
+        for (text, want) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("[::1]:0", "[::1]:0"),
+            ("localhost:8080", "127.0.0.1:8080"),
+            ("localhost:0", "127.0.0.1:0"),
+        ] {
+            assert_eq!(
+                parse_listen(text).map(|a| a.to_string()),
+                Ok(want.to_owned())
+            );
+        }
+        for bad in [
+            "localhost",
+            "localhost:",
+            "localhost:99999",
+            "example.com:80",
+            ":80",
+        ] {
+            let e = parse_listen(bad).expect_err(bad);
+            assert!(e.contains("is not an IP:PORT"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -1192,7 +1224,7 @@ replicas = 0
 heartbeat = "5ms"
 
 [http]
-listen = "localhost:80"
+listen = "example.com:80"
 legacy_headers = "yes"
 port = 1
 
@@ -1215,7 +1247,7 @@ period = "1s"
         let want = [
             "t.toml:2: store.replicas: replicas must be at least 1",
             "t.toml:3: store.heartbeat: heartbeat must be at least 10ms",
-            "t.toml:6: http.listen: \"localhost:80\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+            "t.toml:6: http.listen: \"example.com:80\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
             "t.toml:7: http.legacy_headers: expected a boolean (true or false), found string",
             "t.toml:8: http.port: unknown field; expected one of listen, legacy_headers",
             "t.toml:11: proxy.listen: \"127.0.0.1\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",

@@ -309,7 +309,7 @@ pub async fn replay<S: Store>(
                 1,
                 format!(
                     "the header must be t_ms,rule,key,cost (cost optional), found {:?}",
-                    String::from_utf8_lossy(header.as_slice())
+                    String::from_utf8_lossy(&header.iter().collect::<Vec<_>>().join(&b","[..]))
                         .chars()
                         .take(200)
                         .collect::<String>()

@@ -161,8 +161,8 @@ mod tests {
             (&["--proxy", "127.0.0.1:1"], "needs an upstream"),
             (&["--upstream", "http://a:1"], "add --proxy"),
             (
-                &["--http", "localhost:80"],
-                "--http: \"localhost:80\" is not an IP:PORT",
+                &["--http", "example.com:80"],
+                "--http: \"example.com:80\" is not an IP:PORT",
             ),
             (&["--store", "mysql://x"], "--store: "),
             (
