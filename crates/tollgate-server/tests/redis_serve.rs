@@ -254,6 +254,20 @@ fn wait_for_metric(s: &Tollgate, line: &str) {
     }
 }
 
+/// Checks `rule`/`key` until one is admitted (Redis is back), for at
+/// most 10 s; that answer.
+fn until_admitted(s: &Tollgate, rule: &str, key: &str) -> common::Resp {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = check(s, rule, key);
+        if r.status == 200 {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "no recovery: {}", r.text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `SCRIPT FLUSH`, then Redis killed and restarted empty: the running
 /// server answers every check in time throughout (503 under `deny` while
 /// Redis is gone), and decides through Redis again without a restart.
@@ -278,15 +292,7 @@ fn the_server_recovers_from_a_script_flush_and_a_redis_restart() {
     assert_eq!(get(s.api(), "/readyz").status, 503);
 
     redis.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let r = loop {
-        let r = check(&s, "strict", "k");
-        if r.status == 200 {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "no recovery: {}", r.text());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let r = until_admitted(&s, "strict", "k");
     assert_eq!(r.json()["remaining"], 3, "the restarted Redis starts empty");
     assert_eq!(get(s.api(), "/readyz").status, 200);
     let metrics = get(s.api(), "/metrics").text();
@@ -324,15 +330,7 @@ fn a_redis_down_at_start_is_served_by_the_policies_until_it_comes_up() {
     assert_eq!(get(s.api(), "/readyz").status, 503);
 
     redis.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let r = loop {
-        let r = check(&s, "strict", "k");
-        if r.status == 200 {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "no recovery: {}", r.text());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let r = until_admitted(&s, "strict", "k");
     assert!(r.header("tollgate-degraded").is_none(), "{}", r.text());
     assert_eq!(r.json()["remaining"], 3);
     assert_eq!(get(s.api(), "/readyz").status, 200);
