@@ -730,6 +730,9 @@ impl<S: Store> Inner<S> {
                     ::metrics::counter!(metric::BREAKER_OPENED).increment(1);
                     ::metrics::gauge!(metric::BREAKER_OPEN).set(1.0);
                     let open_for = self.breaker.open_for;
+                    // Since the last success: the threshold when it first
+                    // opens, more when a probe fails and it opens again.
+                    let failed = self.breaker.failures.load(Ordering::Acquire);
                     self.breaker_log.report(|suppressed| {
                         let more = if suppressed > 0 {
                             format!(" (opened {suppressed} more times since the last report)")
@@ -737,9 +740,8 @@ impl<S: Store> Inner<S> {
                             String::new()
                         };
                         tracing::warn!(
-                            "circuit breaker open: the store failed {} times in a row ({e}); \
-                             skipping it for {open_for:?}{more}",
-                            self.breaker.threshold
+                            "circuit breaker open: the store failed {failed} times in a row \
+                             ({e}); skipping it for {open_for:?}{more}"
                         );
                     });
                 }

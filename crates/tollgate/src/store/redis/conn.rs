@@ -1486,3 +1486,46 @@ fn switched_to(reply: &Reply, master: &str) -> Option<HostPort> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(payload: &str) -> Reply {
+        let mut raw = Vec::new();
+        resp::command(
+            &mut raw,
+            &[b"message", b"+switch-master", payload.as_bytes()],
+        );
+        resp::parse(&raw).expect("RESP").expect("complete").0
+    }
+
+    #[test]
+    fn a_switch_names_the_new_master_of_ours_only() {
+        let ours = message("mymaster 127.0.0.1 7001 127.0.0.2 7002");
+        assert_eq!(
+            switched_to(&ours, "mymaster"),
+            Some(HostPort {
+                host: "127.0.0.2".to_owned(),
+                port: 7002
+            })
+        );
+        // Another master's switch, or a message that is not one.
+        assert_eq!(switched_to(&ours, "other"), None);
+        for payload in [
+            "mymaster 127.0.0.1 7001 127.0.0.2",
+            "mymaster 127.0.0.1 7001 127.0.0.2 notaport",
+            "",
+        ] {
+            assert_eq!(
+                switched_to(&message(payload), "mymaster"),
+                None,
+                "{payload:?}"
+            );
+        }
+        let mut raw = Vec::new();
+        resp::command(&mut raw, &[b"pong", b""]);
+        let pong = resp::parse(&raw).expect("RESP").expect("complete").0;
+        assert_eq!(switched_to(&pong, "mymaster"), None);
+    }
+}
