@@ -377,3 +377,24 @@ fn a_store_that_refuses_writes_is_not_ready() {
     };
     assert!(r.text().contains("READONLY"), "{}", r.text());
 }
+
+/// Once the store takes writes again, `/readyz` says so at once: it tries a
+/// heartbeat itself instead of waiting for the next one (here an hour away)
+/// or for a check (an instance out of rotation gets none).
+#[test]
+fn a_store_that_takes_writes_again_is_ready_at_once() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_with(&[&format!("replicaof 127.0.0.1 {}", master.port())]);
+    let config = config(&replica.url()).replace("heartbeat = \"100ms\"", "heartbeat = \"1h\"");
+    assert!(config.contains("heartbeat = \"1h\""));
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while get(s.api(), "/readyz").status != 503 {
+        assert!(Instant::now() < deadline, "a replica is ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ok = replica.command(&["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(ok.as_text().as_deref(), Some("OK"));
+    let r = get(s.api(), "/readyz");
+    assert_eq!(r.status, 200, "{}", r.text());
+}

@@ -650,10 +650,38 @@ impl<S: Store> ResilientLimiter<S> {
         };
         if result.is_ok() {
             inner.store_answered();
+            if inner.refusing.load(Ordering::Relaxed) {
+                // The last heartbeat's write was refused: try one now, so a
+                // store that takes writes again is ready at once, not at the
+                // next heartbeat (an instance out of rotation gets no
+                // checks to tell it).
+                if let Some(every) = inner.heartbeat {
+                    let beat = inner
+                        .limiter
+                        .store()
+                        .heartbeat(&inner.id, every * HEARTBEAT_INTERVALS);
+                    let outcome = match inner.timeout {
+                        Some(t) => tokio::time::timeout(t, beat)
+                            .await
+                            .unwrap_or_else(|_| Err(timed_out(t, "heartbeat"))),
+                        None => beat.await,
+                    };
+                    match outcome {
+                        Ok(_) => {
+                            inner.refusing.store(false, Ordering::Relaxed);
+                            *inner.refused.lock() = None;
+                        }
+                        Err(e) if e.kind() != StoreErrorKind::Timeout => {
+                            *inner.refused.lock() = Some(e);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
             if let Some(e) = inner.refused.lock().clone() {
                 return Err(StoreError::new(
                     e.kind(),
-                    format!("the store answers PING but refused the last heartbeat: {e}"),
+                    format!("PING answered, but the last heartbeat's write was refused ({e})"),
                 ));
             }
         }
