@@ -43,15 +43,18 @@
 //!   connection; after a failed attempt, requests fail at once until a
 //!   backoff (10 ms doubling to 1 s) has passed.
 //! * Sentinel: the master is looked up on every (re)connection and its
-//!   `ROLE` checked. The connection also follows the Sentinels'
-//!   `+switch-master` announcements (subscribed on one Sentinel at a time,
-//!   kept alive by a `PING` a second, the master asked again after each
-//!   new subscription): a forced failover leaves the old master up and
-//!   taking writes until the Sentinels demote it, about 10 s later, and
-//!   then drops them when it resyncs, so waiting for a `READONLY` reply
-//!   would lose every check admitted there. On an announcement, as on a
-//!   `READONLY` reply, writes to the connection stop; once its last reply is
-//!   in, it is replaced, by a connection to the announced master first.
+//!   `ROLE` checked. The connection also follows every Sentinel's
+//!   announcements (one subscription each, kept alive by a `PING` a
+//!   second): a forced failover leaves the old master up and taking writes
+//!   until the Sentinels demote it, about 10 s later, and then drops them
+//!   when it resyncs, so waiting for a `READONLY` reply would lose every
+//!   check admitted there; and `+switch-master` comes only once the
+//!   promotion is confirmed, about a second after it. So on the leader's
+//!   `+selected-slave`, writes to the connection stop; once its last reply
+//!   is in, it is replaced by a connection to the chosen replica only,
+//!   tried until it answers `ROLE` as master (at most [`PROMOTION_WAIT`];
+//!   meanwhile requests fail as unavailable). On `+switch-master`, as on a
+//!   `READONLY` reply, the same towards the announced master first.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -276,7 +279,7 @@ impl Conn {
         let opened = if lazy {
             None
         } else {
-            Some(open(&config, None).await?)
+            Some(open(&config, None, false).await?)
         };
         let link = match opened {
             Some(_) => Link::Up,
@@ -502,6 +505,26 @@ impl Sent {
 /// A new connection and the node it is to.
 type Opened = (TcpStream, HostPort);
 
+/// What a Sentinel told (see [`watch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Announce {
+    /// `+switch-master`, or the answer to `get-master-addr-by-name`: the
+    /// master is this node.
+    Master(HostPort),
+    /// `+selected-slave`: the failover leader chose this replica and is
+    /// about to promote it. The old master takes writes until the
+    /// Sentinels demote it, about 10 s on, and drops them then; and the
+    /// switch is announced only once the promotion is confirmed, about a
+    /// second after it: checks written to the old master meanwhile would
+    /// be lost.
+    Promoting(HostPort),
+}
+
+/// How long a connection waits for a replica chosen for promotion to
+/// become master before it goes back to asking the Sentinels (a failover
+/// can be aborted).
+const PROMOTION_WAIT: Duration = Duration::from_secs(5);
+
 enum Phase {
     /// No connection.
     Idle,
@@ -525,7 +548,10 @@ struct Driver {
     /// Sentinel: follows `+switch-master` (see [`watch`]), polled with the
     /// driver; what it learns arrives in `announced`.
     watch: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    announced: Arc<Mutex<Option<HostPort>>>,
+    announced: Arc<Mutex<Option<Announce>>>,
+    /// Sentinel: until then, connect only to `hint` (a replica being
+    /// promoted), never to the node the Sentinels still name.
+    only_hint_until: Option<Instant>,
     /// Requests written (or being written) to the connection, oldest first:
     /// the order replies come in.
     inflight: VecDeque<Sent>,
@@ -581,6 +607,7 @@ impl Driver {
             hint: None,
             watch,
             announced,
+            only_hint_until: None,
             inflight: VecDeque::new(),
             unsent: VecDeque::new(),
             unsent_bytes: Vec::new(),
@@ -854,18 +881,39 @@ impl Driver {
         self.shared.state.lock().set_link(Link::Connecting);
         let shared = self.shared.clone();
         let hint = self.hint.clone();
+        let only_hint = self
+            .only_hint_until
+            .is_some_and(|until| Instant::now() < until);
         self.phase = Phase::Connecting(Box::pin(async move {
-            open(&shared.config, hint.as_ref()).await
+            open(&shared.config, hint.as_ref(), only_hint).await
         }));
     }
 
-    /// The Sentinels announced `node` as the master: if the connection is
-    /// to another node, it is replaced once its replies are in (an attempt
-    /// under way starts again, towards `node` first).
-    fn master_announced(&mut self, node: HostPort) {
+    /// A Sentinel announced `node` as the master, or as the replica it is
+    /// promoting: if the connection is to another node, it is replaced once
+    /// its replies are in (an attempt under way starts again, towards
+    /// `node` first; towards `node` only while it is being promoted).
+    fn master_announced(&mut self, announce: Announce, now: Instant) {
+        let (node, what) = match announce {
+            Announce::Master(node) => {
+                self.only_hint_until = None;
+                (node, "announced the master")
+            }
+            Announce::Promoting(node) => {
+                self.only_hint_until = Some(now + PROMOTION_WAIT);
+                (node, "chose a replica to promote")
+            }
+        };
         if self.node.as_ref() == Some(&node) && !matches!(self.phase, Phase::Connecting(_)) {
             return;
         }
+        tracing::info!(
+            "Sentinel {what}: {node}; the store's connection moves there{}",
+            self.node
+                .as_ref()
+                .map(|old| format!(" from {old}"))
+                .unwrap_or_default()
+        );
         self.hint = Some(node);
         match self.phase {
             Phase::Up(_) => {
@@ -882,6 +930,10 @@ impl Driver {
     /// except those already answered (timed out) or given up.
     fn up(&mut self, (stream, node): Opened, now: Instant) {
         self.phase = Phase::Up(stream);
+        if self.hint.as_ref() == Some(&node) {
+            // The promoted replica answers as master.
+            self.only_hint_until = None;
+        }
         self.node = Some(node);
         self.commands_out = 0;
         self.backoff = MIN_BACKOFF;
@@ -1023,8 +1075,8 @@ impl Future for Driver {
             // Never ends (it reconnects by itself); woken with the driver.
             let _ = w.as_mut().poll(cx);
             let announced = this.announced.lock().take();
-            if let Some(node) = announced {
-                this.master_announced(node);
+            if let Some(announce) = announced {
+                this.master_announced(announce, now);
             }
         }
         // Connection first, then replies: a new connection's socket must be
@@ -1188,7 +1240,11 @@ pub(super) fn server_error(message: &str) -> StoreError {
 
 /// Opens a connection as `config` says: to the server, or to the master the
 /// first answering sentinel names (a replica refuses).
-async fn open(config: &Config, hint: Option<&HostPort>) -> Result<Opened, StoreError> {
+async fn open(
+    config: &Config,
+    hint: Option<&HostPort>,
+    only_hint: bool,
+) -> Result<Opened, StoreError> {
     match &config.target {
         Target::Direct(node) => Ok((handshake(node, config, false).await?, node.clone())),
         Target::Sentinel { sentinels, master } => {
@@ -1199,6 +1255,12 @@ async fn open(config: &Config, hint: Option<&HostPort>) -> Result<Opened, StoreE
                 // Sentinel that has not heard of it yet.
                 match handshake(node, config, true).await {
                     Ok(stream) => return Ok((stream, node.clone())),
+                    Err(e) if only_hint => {
+                        return Err(StoreError::new(
+                            e.kind(),
+                            format!("waiting for the promotion of {node} ({e})"),
+                        ));
+                    }
                     Err(e) => failures.push(format!("announced master {node}: {e}")),
                 }
             }
@@ -1374,48 +1436,52 @@ async fn master_of(
     }
 }
 
-/// Follows the Sentinels' `+switch-master` announcements for `master`,
-/// forever: subscribed on one Sentinel at a time (the next one after a
-/// failure, with the connection's backoff), asking it for the master after
-/// each new subscription (an announcement may have been missed meanwhile),
-/// and sending a `PING` after each quiet second (a Sentinel that stopped
-/// answering is left). Each master learnt goes to `announced`.
+/// Follows every Sentinel's announcements for `master`, forever: one
+/// subscription per Sentinel (a failover's leader is the first to know,
+/// and only it tells `+selected-slave`), each re-made after a failure with
+/// the connection's backoff and kept alive by a `PING` after each quiet
+/// second (a Sentinel that stopped answering is left). What they tell
+/// goes to `announced`, the latest winning.
 async fn watch(
     sentinels: Vec<HostPort>,
     master: String,
     timeout: Duration,
-    announced: Arc<Mutex<Option<HostPort>>>,
+    announced: Arc<Mutex<Option<Announce>>>,
 ) {
-    let mut backoff = MIN_BACKOFF;
-    for sentinel in sentinels.iter().cycle() {
-        if let Ok(mut stream) = subscribe(sentinel, timeout).await {
-            if let Ok(node) = master_of(sentinel, &master, timeout).await {
-                *announced.lock() = Some(node);
+    let each = sentinels.into_iter().map(|sentinel| {
+        let (master, announced) = (master.clone(), Arc::clone(&announced));
+        async move {
+            let mut backoff = MIN_BACKOFF;
+            loop {
+                if let Ok(mut stream) = subscribe(&sentinel, timeout).await {
+                    backoff = MIN_BACKOFF;
+                    follow(&mut stream, &master, timeout, &announced).await;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
-            backoff = MIN_BACKOFF;
-            follow(&mut stream, &master, timeout, &announced).await;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
+    });
+    futures_util::future::join_all(each).await;
 }
 
-/// A connection to `sentinel` subscribed to `+switch-master`.
+/// The channels [`watch`] follows.
+const CHANNELS: [&[u8]; 2] = [b"+switch-master", b"+selected-slave"];
+
+/// A connection to `sentinel` subscribed to [`CHANNELS`].
 async fn subscribe(sentinel: &HostPort, timeout: Duration) -> Result<TcpStream, StoreError> {
     let mut stream = tcp(sentinel, timeout).await?;
     let mut request = Vec::new();
-    resp::command(&mut request, &[b"SUBSCRIBE", b"+switch-master"]);
-    match exchange(&mut stream, sentinel, &request, 1, timeout)
-        .await?
-        .pop()
-    {
-        Some(Reply::Other(Value::Array(a)))
-            if a.first().and_then(Value::text) == Some("subscribe") =>
-        {
-            Ok(stream)
+    resp::command(&mut request, &[b"SUBSCRIBE", CHANNELS[0], CHANNELS[1]]);
+    let replies = exchange(&mut stream, sentinel, &request, CHANNELS.len(), timeout).await?;
+    for reply in replies {
+        match reply {
+            Reply::Other(Value::Array(a))
+                if a.first().and_then(Value::text) == Some("subscribe") => {}
+            other => return Err(protocol(format!("SUBSCRIBE answered {other:?}"))),
         }
-        other => Err(protocol(format!("SUBSCRIBE answered {other:?}"))),
     }
+    Ok(stream)
 }
 
 /// Reads announcements until the Sentinel fails: closes, answers garbage,
@@ -1424,7 +1490,7 @@ async fn follow(
     stream: &mut TcpStream,
     master: &str,
     timeout: Duration,
-    announced: &Mutex<Option<HostPort>>,
+    announced: &Mutex<Option<Announce>>,
 ) {
     const QUIET: Duration = Duration::from_secs(1);
     let mut buf = Vec::with_capacity(512);
@@ -1450,8 +1516,8 @@ async fn follow(
             match resp::parse(&buf[at..]) {
                 Ok(Some((reply, used))) => {
                     at += used;
-                    if let Some(node) = switched_to(&reply, master) {
-                        *announced.lock() = Some(node);
+                    if let Some(announce) = announcement(&reply, master) {
+                        *announced.lock() = Some(announce);
                     }
                 }
                 Ok(None) => break,
@@ -1465,24 +1531,33 @@ async fn follow(
     }
 }
 
-/// The new master a `+switch-master` message names, if it is about
-/// `master`: the message's payload is "NAME OLD-IP OLD-PORT NEW-IP NEW-PORT".
-fn switched_to(reply: &Reply, master: &str) -> Option<HostPort> {
+/// What a Sentinel's message says of `master`, if anything:
+/// `+switch-master` "NAME OLD-IP OLD-PORT NEW-IP NEW-PORT", or
+/// `+selected-slave` "slave IP:PORT IP PORT @ NAME MASTER-IP MASTER-PORT".
+fn announcement(reply: &Reply, master: &str) -> Option<Announce> {
     let Reply::Other(Value::Array(m)) = reply else {
         return None;
     };
     let [kind, channel, payload] = m.as_slice() else {
         return None;
     };
-    if kind.text() != Some("message") || channel.text() != Some("+switch-master") {
+    if kind.text() != Some("message") {
         return None;
     }
     let words: Vec<&str> = payload.text()?.split_whitespace().collect();
-    match words.as_slice() {
-        [name, _, _, host, port] if *name == master => Some(HostPort {
-            host: (*host).to_owned(),
+    let node = |host: &str, port: &str| {
+        Some(HostPort {
+            host: host.to_owned(),
             port: port.parse().ok()?,
-        }),
+        })
+    };
+    match (channel.text()?, words.as_slice()) {
+        ("+switch-master", [name, _, _, host, port]) if *name == master => {
+            node(host, port).map(Announce::Master)
+        }
+        ("+selected-slave", ["slave", _, host, port, "@", name, _, _]) if *name == master => {
+            node(host, port).map(Announce::Promoting)
+        }
         _ => None,
     }
 }
@@ -1491,41 +1566,63 @@ fn switched_to(reply: &Reply, master: &str) -> Option<HostPort> {
 mod tests {
     use super::*;
 
-    fn message(payload: &str) -> Reply {
+    fn message(channel: &str, payload: &str) -> Reply {
         let mut raw = Vec::new();
         resp::command(
             &mut raw,
-            &[b"message", b"+switch-master", payload.as_bytes()],
+            &[b"message", channel.as_bytes(), payload.as_bytes()],
         );
         resp::parse(&raw).expect("RESP").expect("complete").0
     }
 
+    fn node(host: &str, port: u16) -> HostPort {
+        HostPort {
+            host: host.to_owned(),
+            port,
+        }
+    }
+
     #[test]
-    fn a_switch_names_the_new_master_of_ours_only() {
-        let ours = message("mymaster 127.0.0.1 7001 127.0.0.2 7002");
+    fn announcements_about_our_master_only() {
+        let switch = message("+switch-master", "mymaster 127.0.0.1 7001 127.0.0.2 7002");
         assert_eq!(
-            switched_to(&ours, "mymaster"),
-            Some(HostPort {
-                host: "127.0.0.2".to_owned(),
-                port: 7002
-            })
+            announcement(&switch, "mymaster"),
+            Some(Announce::Master(node("127.0.0.2", 7002)))
         );
-        // Another master's switch, or a message that is not one.
-        assert_eq!(switched_to(&ours, "other"), None);
-        for payload in [
-            "mymaster 127.0.0.1 7001 127.0.0.2",
-            "mymaster 127.0.0.1 7001 127.0.0.2 notaport",
-            "",
+        let selected = message(
+            "+selected-slave",
+            "slave 127.0.0.3:7003 127.0.0.3 7003 @ mymaster 127.0.0.1 7001",
+        );
+        assert_eq!(
+            announcement(&selected, "mymaster"),
+            Some(Announce::Promoting(node("127.0.0.3", 7003)))
+        );
+        // Another master's, a short or unreadable payload, another
+        // channel, or a pong: nothing.
+        assert_eq!(announcement(&switch, "other"), None);
+        assert_eq!(announcement(&selected, "other"), None);
+        for (channel, payload) in [
+            ("+switch-master", "mymaster 127.0.0.1 7001 127.0.0.2"),
+            (
+                "+switch-master",
+                "mymaster 127.0.0.1 7001 127.0.0.2 notaport",
+            ),
+            ("+switch-master", ""),
+            (
+                "+selected-slave",
+                "slave 127.0.0.3:7003 127.0.0.3 7003 mymaster 127.0.0.1 7001",
+            ),
+            ("+sdown", "master mymaster 127.0.0.1 7001"),
         ] {
             assert_eq!(
-                switched_to(&message(payload), "mymaster"),
+                announcement(&message(channel, payload), "mymaster"),
                 None,
-                "{payload:?}"
+                "{channel} {payload:?}"
             );
         }
         let mut raw = Vec::new();
         resp::command(&mut raw, &[b"pong", b""]);
         let pong = resp::parse(&raw).expect("RESP").expect("complete").0;
-        assert_eq!(switched_to(&pong, "mymaster"), None);
+        assert_eq!(announcement(&pong, "mymaster"), None);
     }
 }
