@@ -641,13 +641,7 @@ impl<S: Store> ResilientLimiter<S> {
                 "circuit breaker open after repeated store failures",
             ));
         }
-        let ping = inner.limiter.store().ping();
-        let result = match inner.timeout {
-            Some(t) => tokio::time::timeout(t, ping)
-                .await
-                .unwrap_or_else(|_| Err(timed_out(t, "PING"))),
-            None => ping.await,
-        };
+        let result = inner.within("PING", inner.limiter.store().ping()).await;
         if result.is_ok() {
             inner.store_answered();
             if inner.refusing.load(Ordering::Relaxed) {
@@ -660,19 +654,10 @@ impl<S: Store> ResilientLimiter<S> {
                         .limiter
                         .store()
                         .heartbeat(&inner.id, every * HEARTBEAT_INTERVALS);
-                    let outcome = match inner.timeout {
-                        Some(t) => tokio::time::timeout(t, beat)
-                            .await
-                            .unwrap_or_else(|_| Err(timed_out(t, "heartbeat"))),
-                        None => beat.await,
-                    };
-                    match outcome {
-                        Ok(_) => {
-                            inner.refusing.store(false, Ordering::Relaxed);
-                            *inner.refused.lock() = None;
-                        }
+                    match inner.within("heartbeat", beat).await {
+                        Ok(_) => inner.set_refused(None),
                         Err(e) if e.kind() != StoreErrorKind::Timeout => {
-                            *inner.refused.lock() = Some(e);
+                            inner.set_refused(Some(e));
                         }
                         Err(_) => {}
                     }
@@ -697,6 +682,28 @@ fn timed_out(t: Duration, what: &str) -> StoreError {
 }
 
 impl<S: Store> Inner<S> {
+    /// `call`, failed as a timeout (naming `what`) past the store timeout,
+    /// if there is one.
+    async fn within<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match self.timeout {
+            Some(t) => tokio::time::timeout(t, call)
+                .await
+                .unwrap_or_else(|_| Err(timed_out(t, what))),
+            None => call.await,
+        }
+    }
+
+    /// Notes a heartbeat's refusal (`None`: writes go through): while one
+    /// is noted, the store is not ready.
+    fn set_refused(&self, refused: Option<StoreError>) {
+        self.refusing.store(refused.is_some(), Ordering::Relaxed);
+        *self.refused.lock() = refused;
+    }
+
     /// Counts each pair (rule `index[n]` for pair `n`) under its rule with
     /// its own answer.
     fn count(&self, index: &[usize], multi: &MultiDecision) {
@@ -725,13 +732,9 @@ impl<S: Store> Inner<S> {
         }
         // An in-process store is not timed (see `Store::in_process`).
         let started = (!self.limiter.store().in_process()).then(Instant::now);
-        let call = self.limiter.store().check_all(checks, None);
-        let result = match self.timeout {
-            Some(t) => tokio::time::timeout(t, call)
-                .await
-                .unwrap_or_else(|_| Err(timed_out(t, "check"))),
-            None => call.await,
-        };
+        let result = self
+            .within("check", self.limiter.store().check_all(checks, None))
+            .await;
         if let Some(started) = started {
             self.meters
                 .latency()
@@ -743,8 +746,7 @@ impl<S: Store> Inner<S> {
                 // A check went through: whatever the last heartbeat met
                 // is over.
                 if self.refusing.load(Ordering::Relaxed) {
-                    self.refusing.store(false, Ordering::Relaxed);
-                    *self.refused.lock() = None;
+                    self.set_refused(None);
                 }
             }
             Err(e) => {
@@ -936,8 +938,7 @@ async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
         let beat = tokio::time::timeout(bound, inner.limiter.store().heartbeat(&inner.id, ttl));
         match beat.await {
             Ok(Ok(Some(n))) => {
-                inner.refusing.store(false, Ordering::Relaxed);
-                *inner.refused.lock() = None;
+                inner.set_refused(None);
                 let old = inner.live.swap(n, Ordering::AcqRel);
                 if old != n {
                     #[allow(clippy::cast_precision_loss)]
@@ -954,8 +955,7 @@ async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
             Ok(Err(e)) => {
                 tracing::debug!("heartbeat failed: {e}");
                 let refused = e.kind() != StoreErrorKind::Timeout;
-                *inner.refused.lock() = refused.then_some(e);
-                inner.refusing.store(refused, Ordering::Relaxed);
+                inner.set_refused(refused.then_some(e));
             }
             Err(_) => tracing::debug!("heartbeat timed out after {bound:?}"),
         }
