@@ -508,8 +508,7 @@ type Opened = (TcpStream, HostPort);
 /// What a Sentinel told (see [`watch`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Announce {
-    /// `+switch-master`, or the answer to `get-master-addr-by-name`: the
-    /// master is this node.
+    /// `+switch-master`: the master is this node.
     Master(HostPort),
     /// `+selected-slave`: the failover leader chose this replica and is
     /// about to promote it. The old master takes writes until the
@@ -536,7 +535,6 @@ enum Phase {
 struct Driver {
     shared: Arc<Shared>,
     timeout: Duration,
-    sentinel: bool,
     phase: Phase,
     /// Stop writing: the master was demoted or moved (Sentinel). Once every
     /// written request is answered, the connection is replaced; the reason.
@@ -545,8 +543,9 @@ struct Driver {
     node: Option<HostPort>,
     /// Sentinel: the master last announced, tried first on reconnection.
     hint: Option<HostPort>,
-    /// Sentinel: follows `+switch-master` (see [`watch`]), polled with the
-    /// driver; what it learns arrives in `announced`.
+    /// Sentinel (and only then `Some`): follows the Sentinels' announcements
+    /// (see [`watch`]), polled with the driver; what it learns arrives in
+    /// `announced`.
     watch: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     announced: Arc<Mutex<Option<Announce>>>,
     /// Sentinel: until then, connect only to `hint` (a replica being
@@ -597,13 +596,16 @@ impl Driver {
             }
             _ => None,
         };
-        let mut driver = Self {
-            sentinel: watch.is_some(),
+        let (phase, node) = match opened {
+            Some((stream, node)) => (Phase::Up(stream), Some(node)),
+            None => (Phase::Idle, None),
+        };
+        Self {
             shared,
             timeout,
-            phase: Phase::Idle,
+            phase,
             draining: None,
-            node: None,
+            node,
             hint: None,
             watch,
             announced,
@@ -625,12 +627,7 @@ impl Driver {
             last_reply: Instant::now(),
             wakers: Vec::new(),
             ints: Vec::new(),
-        };
-        if let Some((stream, node)) = opened {
-            driver.phase = Phase::Up(stream);
-            driver.node = Some(node);
         }
-        driver
     }
 
     fn wake_callers(&mut self) {
@@ -713,7 +710,7 @@ impl Driver {
                 };
                 let n = sent.replies_to as usize;
                 let mut answer = |slot: u32, reply: Result<Reply, StoreError>| {
-                    if self.sentinel
+                    if self.watch.is_some()
                         && matches!(&reply, Ok(Reply::Error(e)) if e.starts_with("READONLY"))
                     {
                         self.draining = Some("the master was demoted to a replica");
