@@ -268,6 +268,19 @@ fn until_admitted(s: &Tollgate, rule: &str, key: &str) -> common::Resp {
     }
 }
 
+/// `/readyz` until it is a 503, for at most 5 s; that answer.
+fn until_not_ready(s: &Tollgate) -> common::Resp {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = get(s.api(), "/readyz");
+        if r.status == 503 {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "still ready: {}", r.text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `SCRIPT FLUSH`, then Redis killed and restarted empty: the running
 /// server answers every check in time throughout (503 under `deny` while
 /// Redis is gone), and decides through Redis again without a restart.
@@ -366,15 +379,7 @@ fn a_store_that_refuses_writes_is_not_ready() {
     let s = Tollgate::start(&config(&replica.url()), &["--http", "127.0.0.1:0"]);
     let r = check(&s, "strict", "k");
     assert_eq!(r.status, 503, "{}", r.text());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let r = loop {
-        let r = get(s.api(), "/readyz");
-        if r.status == 503 {
-            break r;
-        }
-        assert!(Instant::now() < deadline, "still ready: {}", r.text());
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let r = until_not_ready(&s);
     assert!(r.text().contains("READONLY"), "{}", r.text());
 }
 
@@ -388,11 +393,7 @@ fn a_store_that_takes_writes_again_is_ready_at_once() {
     let config = config(&replica.url()).replace("heartbeat = \"100ms\"", "heartbeat = \"1h\"");
     assert!(config.contains("heartbeat = \"1h\""));
     let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while get(s.api(), "/readyz").status != 503 {
-        assert!(Instant::now() < deadline, "a replica is ready");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until_not_ready(&s);
     let ok = replica.command(&["REPLICAOF", "NO", "ONE"]);
     assert_eq!(ok.as_text().as_deref(), Some("OK"));
     let r = get(s.api(), "/readyz");
