@@ -168,7 +168,12 @@ impl Api {
         }
         // Read as JSON whatever the Content-Type says (`curl -d` sends a
         // form type); a body that does not parse names the type it came as.
-        let content_type = req.headers().get(CONTENT_TYPE).cloned();
+        // Kept only when not JSON: the usual check copies nothing.
+        let other_type = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .filter(|ct| !is_json(ct))
+            .cloned();
         let body = match read_body(req).await {
             Ok(b) => b,
             Err(res) => return res,
@@ -176,7 +181,7 @@ impl Api {
         let parsed = match parse_check(&body) {
             Ok(p) => p,
             Err(e) => {
-                let e = match content_type.filter(|ct| !is_json(ct)) {
+                let e = match other_type {
                     Some(ct) => format!(
                         "{e} (the body is read as JSON; it came as Content-Type {:?})",
                         String::from_utf8_lossy(ct.as_bytes())
