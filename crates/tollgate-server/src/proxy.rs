@@ -305,10 +305,8 @@ impl Proxy {
                 };
                 self.upstream_trouble(kind, &e.to_string());
                 return with_headers(
-                    problem(
+                    about_blank(
                         StatusCode::BAD_GATEWAY,
-                        "about:blank",
-                        "Bad Gateway",
                         &format!("The upstream {} {detail}.", self.upstream),
                     ),
                     extra,
@@ -320,10 +318,8 @@ impl Proxy {
                     &format!("no response within {:?}", self.response_timeout),
                 );
                 return with_headers(
-                    problem(
+                    about_blank(
                         StatusCode::GATEWAY_TIMEOUT,
-                        "about:blank",
-                        "Gateway Timeout",
                         &format!(
                             "The upstream {} did not answer within {:?}.",
                             self.upstream, self.response_timeout
@@ -338,10 +334,8 @@ impl Proxy {
             // asked for cannot be relayed.
             self.upstream_trouble("other", "101 Switching Protocols to no upgrade request");
             return with_headers(
-                problem(
+                about_blank(
                     StatusCode::BAD_GATEWAY,
-                    "about:blank",
-                    "Bad Gateway",
                     &format!(
                         "The upstream {} switched protocols unasked; upgrades are not proxied.",
                         self.upstream
@@ -387,6 +381,17 @@ fn full(s: String) -> ProxyBody {
 /// The non-standard `Proxy` request field (see [`Proxy::forward`]).
 const PROXY: HeaderName = HeaderName::from_static("proxy");
 
+/// A problem of the `about:blank` type, whose title is the status's own
+/// phrase (RFC 9457 §4.2.1).
+fn about_blank(status: StatusCode, detail: &str) -> Response<String> {
+    problem(
+        status,
+        "about:blank",
+        status.canonical_reason().unwrap_or("Error"),
+        detail,
+    )
+}
+
 /// An answer made here with the check's headers (`extra`) added: a request
 /// that took quota says so even when the upstream failed it.
 fn with_headers(res: Response<String>, extra: &HeaderMap) -> Response<ProxyBody> {
@@ -410,19 +415,10 @@ fn add_headers(headers: &mut HeaderMap, extra: &HeaderMap) {
 /// host would let a rule keyed by `host` count one host while the upstream
 /// serves another.
 fn refuse(req: &Request<Incoming>) -> Option<Response<String>> {
-    let bad = |detail: &str| {
-        Some(problem(
-            StatusCode::BAD_REQUEST,
-            "about:blank",
-            "Bad Request",
-            detail,
-        ))
-    };
+    let bad = |detail: &str| Some(about_blank(StatusCode::BAD_REQUEST, detail));
     if req.method() == Method::CONNECT {
-        return Some(problem(
+        return Some(about_blank(
             StatusCode::NOT_IMPLEMENTED,
-            "about:blank",
-            "Not Implemented",
             "CONNECT (a tunnel) is not proxied; send the request itself.",
         ));
     }
