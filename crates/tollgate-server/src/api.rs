@@ -15,9 +15,10 @@
 //!   [`MAX_BODY`] bytes (413).
 //! * When the store fails and the policy answers, the answer carries
 //!   `"degraded": true`. Under `allow` it is a 200 with
-//!   `tollgate-degraded: store-unavailable` and no RateLimit headers
-//!   (nothing was decided, as in the tower layer); its body reads as for an
-//!   untouched key (`remaining` = capacity - cost, `reset_after_ms` 0).
+//!   `tollgate-degraded: store-unavailable` and `RateLimit-Policy` but no
+//!   `RateLimit` (nothing was decided, as in the tower layer: the quota is
+//!   known, what remains is not); its body reads as for an untouched key
+//!   (`remaining` = capacity - cost, `reset_after_ms` 0).
 //!   Under `local` the in-process fallback decides, with RateLimit headers
 //!   and `tollgate-degraded: local`.
 //! * A multi-rule answer always has `"checks"`, one object per pair, in
@@ -51,7 +52,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, MultiDecision};
-use tollgate_tower::headers::{HeaderOptions, PolicyCache, insert_headers};
+use tollgate_tower::headers::{HeaderOptions, PolicyCache, insert_headers, insert_policy};
 use tollgate_tower::response::{DEGRADED_STORE_UNAVAILABLE, TOLLGATE_DEGRADED};
 
 use crate::config::OnError;
@@ -964,10 +965,18 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
     };
     let mut res = bytes_response(status, answer_body(req, multi, verdict.degraded.is_some()));
     match verdict.degraded {
-        // Nothing was decided: no RateLimit headers (as the tower layer).
+        // Nothing was decided: the rules' policies, no `RateLimit` (what
+        // remains is unknown), as the tower layer and the proxy.
         Some(OnError::Allow) => {
-            res.headers_mut()
-                .insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
+            let pairs: Vec<_> = req
+                .pairs
+                .iter()
+                .zip(&multi.decisions)
+                .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
+                .collect();
+            let headers = res.headers_mut();
+            insert_policy(headers, &pairs);
+            headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
         }
         degraded => {
             let retry = if multi.allowed {

@@ -40,7 +40,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule};
 use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_FOR};
-use tollgate_tower::headers::{HeaderOptions, insert_headers};
+use tollgate_tower::headers::{HeaderOptions, insert_headers, insert_policy};
 use tollgate_tower::key::KeyExtractor;
 use tollgate_tower::response::{
     DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED, problem,
@@ -226,7 +226,9 @@ impl Proxy {
             .collect();
         let mut extra = HeaderMap::new();
         match verdict.degraded {
+            // Nothing was decided: the policies, no `RateLimit`.
             Some(OnError::Allow) => {
+                insert_policy(&mut extra, &pairs);
                 extra.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
             }
             degraded => {

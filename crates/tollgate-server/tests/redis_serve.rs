@@ -118,13 +118,18 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.json()["error"].as_str().expect("error").contains("store"));
     assert_eq!(r.header("retry-after"), Some("1"));
-    // allow: admitted, marked, no RateLimit headers (nothing was decided).
+    // allow: admitted, marked; the rule's policy but no `RateLimit`
+    // (nothing was decided: what remains is unknown).
     let r = check(&s, "open", "k");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["degraded"], true);
     assert_eq!(r.json()["allowed"], true);
     assert_eq!(r.header("tollgate-degraded"), Some("store-unavailable"));
     assert!(r.header("ratelimit").is_none());
+    assert_eq!(
+        r.header("ratelimit-policy"),
+        Some(format!("\"open\";q={};w=3600", r.json()["limit"]).as_str())
+    );
     // local: an in-process limiter with the quota divided by the live
     // replicas (4/2).
     let statuses: Vec<u16> = (0..3).map(|_| check(&s, "fallback", "k").status).collect();
@@ -348,6 +353,54 @@ fn a_redis_down_at_start_is_served_by_the_policies_until_it_comes_up() {
     assert_eq!(r.json()["remaining"], 3);
     assert_eq!(get(s.api(), "/readyz").status, 200);
     assert!(redis.keys_without_ttl().is_empty());
+}
+
+/// The proxy over a Redis that is down, every rule `allow`: requests go
+/// upstream marked degraded, with each rule's `RateLimit-Policy` (the
+/// quotas are known) and no `RateLimit` (what remains is not).
+#[test]
+fn the_proxy_passes_requests_on_with_the_policies_while_the_store_is_down() {
+    let redis = RedisServer::start();
+    redis.kill();
+    let up = start_upstream();
+    let upstream = format!("http://{}", up.addr);
+    let config = format!(
+        r#"
+[store]
+url = "{}"
+timeout = "100ms"
+on_error = "allow"
+
+[[rules]]
+name = "per_path"
+algorithm = "gcra"
+limit = 4
+period = "1m"
+key = "path"
+
+[[rules]]
+name = "per_ip"
+algorithm = "fixed_window"
+limit = 100
+period = "1h"
+key = "client_ip"
+"#,
+        redis.url()
+    );
+    let s = Tollgate::start(
+        &config,
+        &["--proxy", "127.0.0.1:0", "--upstream", upstream.as_str()],
+    );
+    for _ in 0..6 {
+        let r = request(s.proxy(), "GET", "/a", &[], b"");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.header("tollgate-degraded"), Some("store-unavailable"));
+        assert_eq!(
+            r.header("ratelimit-policy"),
+            Some(r#""per_path";q=4;w=60, "per_ip";q=100;w=3600"#)
+        );
+        assert!(r.header("ratelimit").is_none());
+    }
 }
 
 /// A Redis that answers and refuses (a wrong password) is a bad config,

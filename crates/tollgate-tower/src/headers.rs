@@ -122,6 +122,16 @@ pub fn insert_headers(
     insert_rest(headers, rules, retry_after, options);
 }
 
+/// Writes `RateLimit-Policy` alone, for an answer nothing decided (the store
+/// failed and the `allow` policy let it through): each rule's quota is
+/// still known, what remains is not, so there is no `RateLimit`.
+pub fn insert_policy(headers: &mut HeaderMap, rules: &[(&Rule, &Decision)]) {
+    if rules.is_empty() {
+        return;
+    }
+    headers.insert(RATELIMIT_POLICY, value(policy_value(rules.iter().copied())));
+}
+
 /// Each rule's `RateLimit-Policy` value for answers about that rule alone,
 /// made once instead of on every answer.
 ///

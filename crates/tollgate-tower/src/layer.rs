@@ -12,7 +12,7 @@ use tollgate::{Check, Decision, Error, Limiter, MAX_KEY_LEN, MultiDecision, Rule
 use tower_layer::Layer;
 
 use crate::extract::{ClientIpConfig, KeyError, MissingKey};
-use crate::headers::{HeaderOptions, insert_headers};
+use crate::headers::{HeaderOptions, insert_headers, insert_policy};
 use crate::key::KeyExtractor;
 use crate::response::{
     DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED,
@@ -27,7 +27,7 @@ use crate::service::RateLimit;
 pub enum OnStoreError {
     /// Let it through (fail open, the default of [`RateLimitLayer::new`])
     /// and mark the response with `tollgate-degraded: store-unavailable`;
-    /// no RateLimit headers, since nothing was decided.
+    /// `RateLimit-Policy` but no `RateLimit`, since nothing was decided.
     #[default]
     Allow,
     /// Refuse it (fail closed): `503 Service Unavailable`, `Retry-After: 1`
@@ -113,8 +113,9 @@ pub enum Verdict {
     Admit {
         /// `RateLimit-Policy` and `RateLimit` (and legacy ones if
         /// configured), plus `tollgate-degraded: local` when the local
-        /// fallback decided; or only `tollgate-degraded: store-unavailable`
-        /// when the store failed under [`OnStoreError::Allow`]. Add them
+        /// fallback decided; or `RateLimit-Policy` and
+        /// `tollgate-degraded: store-unavailable` when the store failed
+        /// under [`OnStoreError::Allow`]. Add them
         /// replacing any of the same name:
         /// `response.headers_mut().extend(headers)`.
         headers: HeaderMap,
@@ -515,10 +516,20 @@ impl<S: Store> Shared<S> {
         match answer {
             Ok(verdict) => {
                 let multi = verdict.multi;
+                let all = self.limiter.rules();
+                let pairs: Vec<(&Rule, &Decision)> = self
+                    .rules
+                    .iter()
+                    .zip(&multi.decisions)
+                    .map(|(rule, d)| (&all[rule.index], d))
+                    .collect();
                 let local = match verdict.degraded {
-                    // Nothing was decided: no RateLimit headers.
+                    // Nothing was decided: the rules' policies (their
+                    // quotas are known), no `RateLimit` (what remains is
+                    // not).
                     Some(OnError::Allow) => {
                         let mut headers = HeaderMap::new();
+                        insert_policy(&mut headers, &pairs);
                         headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
                         return Verdict::Admit {
                             headers,
@@ -527,13 +538,6 @@ impl<S: Store> Shared<S> {
                     }
                     degraded => degraded.is_some(),
                 };
-                let all = self.limiter.rules();
-                let pairs: Vec<(&Rule, &Decision)> = self
-                    .rules
-                    .iter()
-                    .zip(&multi.decisions)
-                    .map(|(rule, d)| (&all[rule.index], d))
-                    .collect();
                 if multi.allowed {
                     let mut headers = HeaderMap::new();
                     insert_headers(&mut headers, &pairs, None, self.header_options);

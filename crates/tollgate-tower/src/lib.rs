@@ -81,7 +81,8 @@
 //! limiter applies one policy to every rule and no timeout of its own.
 //!
 //! [`OnStoreError::Allow`] (the default of `new`) lets the request through
-//! with `tollgate-degraded: store-unavailable` and no RateLimit headers;
+//! with `tollgate-degraded: store-unavailable` and `RateLimit-Policy` but no
+//! `RateLimit` (the quota is known, what remains is not);
 //! [`OnStoreError::Deny`] answers `503` with `Retry-After: 1` and a
 //! problem+json body; [`OnStoreError::Local`] decides with the in-process
 //! fallback (each rule's quota divided by the live replicas), with the
