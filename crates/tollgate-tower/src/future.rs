@@ -14,8 +14,8 @@ use crate::layer::{Verdict, VerdictFuture};
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): waits for
     /// the limiter's verdict, then either answers by itself (429, 503,
-    /// 400) or calls the inner service and adds the RateLimit headers to
-    /// its response.
+    /// 400) or waits for the inner service to be ready, calls it and adds
+    /// the RateLimit headers to its response.
     pub struct ResponseFuture<I, ReqB>
     where
         I: Service<Request<ReqB>>,
@@ -35,6 +35,10 @@ pin_project! {
             verdict: VerdictFuture,
             call: Option<(I, Request<ReqB>)>,
         },
+        Readying {
+            call: Option<(I, Request<ReqB>)>,
+            headers: Option<HeaderMap>,
+        },
         Calling {
             #[pin]
             future: I::Future,
@@ -47,11 +51,11 @@ impl<I, ReqB> ResponseFuture<I, ReqB>
 where
     I: Service<Request<ReqB>>,
 {
-    pub(crate) fn new(verdict: VerdictFuture, ready: I, req: Request<ReqB>) -> Self {
+    pub(crate) fn new(verdict: VerdictFuture, inner: I, req: Request<ReqB>) -> Self {
         Self {
             state: State::Deciding {
                 verdict,
-                call: Some((ready, req)),
+                call: Some((inner, req)),
             },
         }
     }
@@ -64,6 +68,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Deciding { .. } => "deciding",
+            State::Readying { .. } => "waiting for the inner service",
             State::Calling { .. } => "calling",
         };
         f.debug_struct("ResponseFuture")
@@ -85,20 +90,28 @@ where
             match this.state.as_mut().project() {
                 StateProj::Deciding { verdict, call } => match ready!(verdict.as_mut().poll(cx)) {
                     Verdict::Admit { headers, .. } => {
-                        let (mut inner, req) =
-                            call.take().expect("ResponseFuture polled after completion");
-                        let future = inner.call(req);
-                        this.state.set(State::Calling {
-                            future,
+                        let call = call.take();
+                        this.state.set(State::Readying {
+                            call,
                             headers: Some(headers),
                         });
                     }
                     Verdict::Respond { response, .. } => {
-                        // Drop the reserved inner service and the request now.
+                        // Drop the inner service's clone and the request now.
                         *call = None;
                         return Poll::Ready(Ok(response.map(ResB::from)));
                     }
                 },
+                StateProj::Readying { call, headers } => {
+                    let (inner, _) = call
+                        .as_mut()
+                        .expect("ResponseFuture polled after completion");
+                    ready!(inner.poll_ready(cx))?;
+                    let (mut inner, req) = call.take().expect("checked above");
+                    let future = inner.call(req);
+                    let headers = headers.take();
+                    this.state.set(State::Calling { future, headers });
+                }
                 StateProj::Calling { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(headers) = headers.take() {

@@ -187,8 +187,10 @@ impl<S> Clone for Shared<S> {
 /// Every clone of the layer and of the services it makes shares ONE
 /// [`Limiter`] (an [`Arc`]), so a limit of 5 admits 5 requests however many
 /// times axum or hyper clone the service (tower's own `RateLimit` keeps its
-/// state per clone: axum#2634). The decision is made in `call`, never in
-/// `poll_ready`, which only asks the inner service.
+/// state per clone: axum#2634). The decision is made in `call`, before the
+/// inner service is asked whether it is ready (`poll_ready` is always
+/// ready): a denied request is answered without waiting for the inner
+/// service's capacity, an admitted one waits for it in its response future.
 ///
 /// An admitted request goes to the inner service, and its response gets
 /// `RateLimit-Policy` and `RateLimit` with one member per rule. A denied one

@@ -8,7 +8,8 @@
 //! own [`KeyExtractor`](key::KeyExtractor) (`client_ip`, `header:NAME`,
 //! `path`, `method`, `host`, joined with `+`), all-or-nothing in one
 //! [`Limiter::check_all`](tollgate::Limiter::check_all) made in `call`
-//! (never backpressure in `poll_ready`). Admitted: the inner service's
+//! before the inner service is asked whether it is ready, so a denial never
+//! waits for the inner service's capacity. Admitted: the inner service's
 //! response gets `RateLimit-Policy` and `RateLimit`. Denied: `429` with those
 //! headers, `Retry-After` and an `application/problem+json` body.
 //!

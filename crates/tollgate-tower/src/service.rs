@@ -14,11 +14,14 @@ use crate::layer::RateLimitLayer;
 /// cheap (an [`Arc`](std::sync::Arc) and the inner service's clone) and
 /// every clone shares one [`Limiter`].
 ///
-/// `poll_ready` only asks the inner service: a rate-limited request is
-/// answered with 429, never held back by backpressure. `call` moves the
-/// inner service that was polled ready into the response future and keeps
-/// a fresh clone for the next call (tower's clone-and-swap), so the ready
-/// one is the one called once the check admits the request.
+/// The check comes first, the inner service's readiness second:
+/// `poll_ready` is always ready, and `call` decides at once. A request the
+/// limit refuses is answered (429) without waiting for the inner service,
+/// so an over-limit client's requests never queue for capacity (a
+/// `ConcurrencyLimit` or `Buffer` inside) ahead of admitted ones. An
+/// admitted request's response future takes a clone of the inner service,
+/// waits for it to be ready (tower's contract: `poll_ready` before
+/// `call`), then calls it.
 ///
 /// The response body `ResB` must be `From<String>` to carry a 429, 503 or
 /// 400 problem+json body: axum's `Body`, `http_body_util::Full<Bytes>` and
@@ -84,14 +87,14 @@ where
     type Error = I::Error;
     type Future = ResponseFuture<I, ReqB>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The inner service is asked in the response future, and only for
+        // an admitted request.
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let fresh = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, fresh);
         let verdict = self.layer.shared().decide(&req);
-        ResponseFuture::new(verdict, ready, req)
+        ResponseFuture::new(verdict, self.inner.clone(), req)
     }
 }

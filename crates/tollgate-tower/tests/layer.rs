@@ -108,7 +108,7 @@ fn poll_once<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
 }
 
 #[tokio::test]
-async fn readiness_is_the_inner_services_and_the_ready_one_is_called() {
+async fn a_limited_request_is_answered_without_waiting_for_the_inner_service() {
     let (limiter, _clock) = limiter([rule("r", Algorithm::Gcra, 1, HOUR)]);
     let gate = Arc::new(AtomicBool::new(false));
     let mut svc = RateLimitLayer::new(limiter, [("r", key("path"))])
@@ -118,25 +118,26 @@ async fn readiness_is_the_inner_services_and_the_ready_one_is_called() {
             polled_ready: false,
         });
     let mut cx = Context::from_waker(Waker::noop());
-    // Not ready while the inner is not...
-    assert!(svc.poll_ready(&mut cx).is_pending());
-    gate.store(true, Ordering::SeqCst);
+    // The check comes first: the layer is ready while the inner is not.
     assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
-    // ...and the inner that was polled ready is the one called: `Gated`
-    // panics otherwise.
-    let mut fut = svc.call(Request::new(String::new()));
-    let Poll::Ready(Ok(first)) = poll_once(Pin::new(&mut fut)) else {
-        panic!("memory store answers at once");
-    };
-    assert_eq!(first.status(), StatusCode::OK);
-    // The limit is exhausted, yet the service is still ready: a limited
-    // request is answered 429, never held back in poll_ready.
+    let mut admitted = svc.call(Request::new(String::new()));
+    // Admitted, so it waits for the inner service to be ready...
+    assert!(poll_once(Pin::new(&mut admitted)).is_pending());
+    // ...while a request over the limit is answered at once.
     assert!(matches!(svc.poll_ready(&mut cx), Poll::Ready(Ok(()))));
-    let mut fut = svc.call(Request::new(String::new()));
-    let Poll::Ready(Ok(second)) = poll_once(Pin::new(&mut fut)) else {
-        panic!("memory store answers at once");
+    let mut limited = svc.call(Request::new(String::new()));
+    let Poll::Ready(Ok(second)) = poll_once(Pin::new(&mut limited)) else {
+        panic!("a 429 does not wait for the inner service");
     };
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    // Once the inner is ready, the admitted one is called (`Gated` panics
+    // if called without having been polled ready).
+    gate.store(true, Ordering::SeqCst);
+    let Poll::Ready(Ok(first)) = poll_once(Pin::new(&mut admitted)) else {
+        panic!("the inner service is ready");
+    };
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.headers().contains_key("ratelimit"));
 }
 
 #[tokio::test]
