@@ -9,6 +9,7 @@ use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use crate::headers::merge_into;
 use crate::layer::{Verdict, VerdictFuture};
 
 pin_project! {
@@ -115,7 +116,7 @@ where
                 StateProj::Calling { future, headers } => {
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(headers) = headers.take() {
-                        response.headers_mut().extend(headers);
+                        merge_into(response.headers_mut(), headers);
                     }
                     return Poll::Ready(Ok(response));
                 }

@@ -132,6 +132,29 @@ pub fn insert_policy(headers: &mut HeaderMap, rules: &[(&Rule, &Decision)]) {
     headers.insert(RATELIMIT_POLICY, value(policy_value(rules.iter().copied())));
 }
 
+/// Adds a check's fields (`ours`) to a response's `headers`. The two list
+/// fields, `RateLimit-Policy` and `RateLimit`, get our members after the
+/// response's own (a second field line is the same list continued, RFC
+/// 9110 §5.3): behind a second layer, or an application that sets its own,
+/// every policy shows. Any other field the response already has is kept:
+/// an inner layer's `Retry-After` and legacy fields on its 429 speak for
+/// the rule that denied.
+pub(crate) fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
+    let mut last: Option<HeaderName> = None;
+    for (name, value) in ours {
+        // `None`: another value of the field before it.
+        if let Some(name) = name {
+            last = Some(name);
+        }
+        let Some(name) = &last else { continue };
+        if name == RATELIMIT || name == RATELIMIT_POLICY {
+            headers.append(name.clone(), value);
+        } else if !headers.contains_key(name) {
+            headers.insert(name.clone(), value);
+        }
+    }
+}
+
 /// Each rule's `RateLimit-Policy` value for answers about that rule alone,
 /// made once instead of on every answer.
 ///

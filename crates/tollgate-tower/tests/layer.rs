@@ -648,3 +648,55 @@ async fn the_service_is_ready_at_once_when_limited() {
         assert_eq!(r.status(), expected);
     }
 }
+
+/// The field lines of `name`, joined as one list (RFC 9110 §5.3).
+fn joined(r: &Response<String>, name: &str) -> Vec<common::Member> {
+    r.headers()
+        .get_all(name)
+        .iter()
+        .flat_map(common::members)
+        .collect()
+}
+
+/// A layer inside another (a route's limit under a global one): each
+/// answer shows both rules' members, and the inner layer's 429 keeps its
+/// `Retry-After` and the denying rule's state.
+#[tokio::test]
+async fn stacked_layers_show_every_rule() {
+    let (limiter, _clock) = limiter([
+        rule("global", Algorithm::FixedWindow, 100, HOUR),
+        rule("login", Algorithm::FixedWindow, 1, HOUR),
+    ]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let inner = RateLimitLayer::new(limiter.clone(), [("login", key("path"))]).expect("layer");
+    let outer = RateLimitLayer::new(limiter, [("global", key("path"))]).expect("layer");
+    let svc = outer.layer(inner.layer(ok_service(calls.clone())));
+
+    let r = send(&svc, Request::new(String::new())).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        joined(&r, "ratelimit"),
+        [
+            member("login", &[("r", 0), ("t", 3600)]),
+            member("global", &[("r", 99), ("t", 3600)]),
+        ]
+    );
+    let r = send(&svc, Request::new(String::new())).await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        joined(&r, "ratelimit-policy"),
+        [
+            member("login", &[("q", 1), ("w", 3600)]),
+            member("global", &[("q", 100), ("w", 3600)]),
+        ]
+    );
+    assert_eq!(
+        joined(&r, "ratelimit"),
+        [
+            member("login", &[("r", 0), ("t", 3600)]),
+            member("global", &[("r", 98), ("t", 3600)]),
+        ]
+    );
+    assert_eq!(r.headers()[RETRY_AFTER], "3600");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
