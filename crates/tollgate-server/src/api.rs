@@ -44,7 +44,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ALLOW, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -823,11 +823,18 @@ where
     B: Body<Data = Bytes>,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    // A body not read to its end leaves the connection mid-request: say it
+    // closes (RFC 9110 §15.5.14; hyper then closes it after the answer).
+    let closing = |mut res: Response<ApiBody>| {
+        res.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+        res
+    };
     let too_large = || {
-        error(
+        closing(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body is larger than {MAX_BODY} bytes"),
-        )
+        ))
     };
     let declared = req
         .headers()
@@ -867,10 +874,10 @@ where
                     }
                 }),
                 Err(_) => {
-                    return Err(error(
+                    return Err(closing(error(
                         StatusCode::REQUEST_TIMEOUT,
                         format!("request body not received within {BODY_TIMEOUT:?}"),
-                    ));
+                    )));
                 }
             }
         }

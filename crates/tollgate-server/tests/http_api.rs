@@ -258,6 +258,8 @@ fn body_size_media_type_method_and_path() {
     let r = post_json(s.api(), "/v1/check", &big);
     assert_eq!(r.status, 413, "{}", r.text());
     assert!(r.json()["error"].as_str().expect("error").contains("65536"));
+    // The rest of the body is not read: the connection closes.
+    assert_eq!(r.header("connection"), Some("close"));
     // The Content-Type does not matter (`curl -d` says form): a JSON body
     // is decided; one that is not JSON is a 400 naming the type it came as.
     let r = request(
