@@ -424,20 +424,65 @@ fn refuse(req: &Request<Incoming>) -> Option<Response<String>> {
             "CONNECT (a tunnel) is not proxied; send the request itself.",
         ));
     }
+    let uri = req.uri();
+    if uri == "*" && req.method() != Method::OPTIONS {
+        return bad("Only OPTIONS may have the request target *.");
+    }
+    if let Some(authority) = uri.authority() {
+        // Absolute form (`http://host/path`): its authority is the host.
+        if uri
+            .scheme_str()
+            .is_none_or(|s| !s.eq_ignore_ascii_case("http") && !s.eq_ignore_ascii_case("https"))
+        {
+            return bad(&format!(
+                "The request target {uri} is not an http URL or a path (only CONNECT has the authority form)."
+            ));
+        }
+        if !is_host_port(authority) {
+            return bad(&format!(
+                "The request target's authority {authority} is not a host[:port]."
+            ));
+        }
+    }
     let mut hosts = req.headers().get_all(header::HOST).iter();
     let host = hosts.next();
     if hosts.next().is_some() {
         return bad("The request has more than one Host header field.");
     }
     match host {
-        None if req.version() >= Version::HTTP_11 && req.uri().authority().is_none() => {
+        None if req.version() >= Version::HTTP_11 && uri.authority().is_none() => {
             bad("The HTTP/1.1 request has no Host header field.")
         }
-        Some(v) if !v.is_empty() && Authority::try_from(v.as_bytes()).is_err() => bad(&format!(
-            "The Host header field {:?} is not a host[:port].",
-            String::from_utf8_lossy(v.as_bytes())
-        )),
+        Some(v)
+            if !v.is_empty()
+                && !Authority::try_from(v.as_bytes()).is_ok_and(|a| is_host_port(&a)) =>
+        {
+            bad(&format!(
+                "The Host header field {:?} is not a host[:port].",
+                String::from_utf8_lossy(v.as_bytes())
+            ))
+        }
         _ => None,
+    }
+}
+
+/// Whether `a` is `host[:port]` (RFC 9110 §7.2): no userinfo (which would
+/// reach the upstream's Host, and make a `host` key a new bucket per name
+/// before the `@`), and a port, if any, of 1 to 5 digits within 0..65535
+/// (not `-1`, `+80` or empty).
+fn is_host_port(a: &Authority) -> bool {
+    let text = a.as_str();
+    if text.contains('@') {
+        return false;
+    }
+    match text.get(a.host().len()..) {
+        Some("") => true,
+        Some(rest) => rest.strip_prefix(':').is_some_and(|port| {
+            !port.is_empty()
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && port.parse::<u16>().is_ok()
+        }),
+        None => false,
     }
 }
 
@@ -478,7 +523,7 @@ fn hop_by_hop_index_of(name: &HeaderName) -> Option<usize> {
 }
 
 /// Drops the hop-by-hop fields (RFC 9110 §7.6.1): those `Connection`
-/// names, and the fixed list.
+/// names (but never `Host` or `Content-Length`), and the fixed list.
 ///
 /// Built for the common cases — none at all, or `Connection: keep-alive` /
 /// `close` (nginx sends one on every response) — with no allocation: one
@@ -501,7 +546,14 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         for value in &headers.get_all(header::CONNECTION) {
             let Ok(value) = value.to_str() else { continue };
             for token in value.split(',').map(str::trim) {
-                if token.is_empty() || hop_by_hop_index(token).is_some() {
+                // A field every recipient needs is never a connection
+                // option (RFC 9110 §7.6.1): `Connection: Host` must not
+                // send the upstream an HTTP/1.1 request without a Host.
+                if token.is_empty()
+                    || hop_by_hop_index(token).is_some()
+                    || token.eq_ignore_ascii_case("host")
+                    || token.eq_ignore_ascii_case("content-length")
+                {
                     continue;
                 }
                 if headers.contains_key(token)
@@ -548,6 +600,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_host_is_a_host_and_a_port() {
+        for good in [
+            "a.example",
+            "a.example:80",
+            "127.0.0.1:8080",
+            "[::1]",
+            "[::1]:443",
+            "a:65535",
+        ] {
+            let a = Authority::try_from(good).expect(good);
+            assert!(is_host_port(&a), "{good}");
+        }
+        for bad in [
+            "u@a.example",
+            "u:pw@a.example:80",
+            "a:-1",
+            "a:+80",
+            "a:",
+            "a:65536",
+            "a:8o",
+        ] {
+            let ok = Authority::try_from(bad).is_ok_and(|a| is_host_port(&a));
+            assert!(!ok, "{bad}");
+        }
+    }
+
+    #[test]
     fn hop_by_hop_fields_go() {
         let mut h = HeaderMap::new();
         for (k, v) in [
@@ -588,6 +667,20 @@ mod tests {
             left.sort_unstable();
             assert_eq!(left, ["content-type", "x-absent-not"], "{value:?}");
         }
+        // `Connection` cannot take away what every hop needs.
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("Host, content-length, x-gone"),
+        );
+        h.insert(header::HOST, HeaderValue::from_static("a.example"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+        h.insert("x-gone", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
+        left.sort_unstable();
+        assert_eq!(left, ["content-length", "host"]);
+
         // A listed name in another case than the field's.
         let mut h = HeaderMap::new();
         h.insert(header::CONNECTION, HeaderValue::from_static("X-Secret"));

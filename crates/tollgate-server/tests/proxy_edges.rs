@@ -123,6 +123,38 @@ fn ambiguous_hosts_and_connect_are_refused_before_any_check() {
             400,
             "not a host",
         ),
+        // Userinfo and odd ports would each be a new bucket of a `host`
+        // rule, and userinfo would reach the upstream's Host.
+        (
+            "GET /a HTTP/1.1\r\nHost: u@a.example\r\nConnection: close\r\n\r\n",
+            400,
+            "not a host",
+        ),
+        (
+            "GET /a HTTP/1.1\r\nHost: a.example:-1\r\nConnection: close\r\n\r\n",
+            400,
+            "not a host",
+        ),
+        (
+            "GET http://user:pw@a.example/p HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+            400,
+            "not a host",
+        ),
+        (
+            "GET ftp://a.example/p HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+            400,
+            "not an http URL",
+        ),
+        (
+            "GET a.example:80 HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+            400,
+            "authority form",
+        ),
+        (
+            "GET * HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n",
+            400,
+            "Only OPTIONS",
+        ),
         (
             "CONNECT 127.0.0.1:1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\nConnection: close\r\n\r\n",
             501,
@@ -138,6 +170,13 @@ fn ambiguous_hosts_and_connect_are_refused_before_any_check() {
         up.heads.lock().expect("lock").is_empty(),
         "nothing reached the upstream"
     );
+    // `Connection` cannot name Host away: the upstream still gets it.
+    let r = send_raw(
+        s.proxy(),
+        "GET /h HTTP/1.1\r\nHost: h.example\r\nConnection: Host, close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("host: h.example\r\n"), "{}", r.text());
     // HTTP/1.0 may come without a Host: forwarded, with the upstream's.
     let r = send_raw(s.proxy(), "GET /old HTTP/1.0\r\n\r\n");
     assert_eq!(r.status, 200, "{}", r.text());
