@@ -19,18 +19,21 @@
 //! sees as many connections as there are requests in flight, plus the idle
 //! ones. An idle connection is not watched: one the upstream has closed is
 //! noticed when it is taken, and replaced; a request that could not be
-//! written to a reused connection at all is sent once more, on a new one.
+//! written to a reused connection at all is sent once more, on a new one,
+//! and so is a bodiless idempotent one the reused connection failed before
+//! its answer (the upstream closed it as idle while the request went out).
 //! A response body dropped before its end (the client went away) closes
 //! its connection.
 
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use http_body::Body as _;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::client::conn::http1;
@@ -42,12 +45,12 @@ use tokio::net::TcpStream;
 /// several moves on the way out (they cost 5,800 instructions a proxied
 /// request, inline).
 struct Link {
-    send: http1::SendRequest<Incoming>,
+    send: http1::SendRequest<Outgoing>,
     /// `None` once the driver has finished (the connection closed or
     /// failed): dropped then, so a request still queued for it is handed
     /// back (hyper returns it with a "canceled" error) instead of waiting
     /// for an answer that cannot come.
-    conn: Option<http1::Connection<TokioIo<TcpStream>, Incoming>>,
+    conn: Option<http1::Connection<TokioIo<TcpStream>, Outgoing>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -74,6 +77,106 @@ impl Link {
     /// by the upstream since the last use is seen.
     fn usable(&mut self, cx: &mut Context<'_>) -> bool {
         !self.drive(cx) && self.send.is_ready()
+    }
+}
+
+/// What a forwarded request's body has done so far, shared between the
+/// body (which notes it) and the proxy (which reads it): the upstream's
+/// time to answer counts from when the body last moved, so an upload that
+/// takes longer than the response timeout is not cut off while it moves.
+#[derive(Debug)]
+pub struct Upload {
+    base: Instant,
+    /// Milliseconds after `base` when a part of the body last went out.
+    moved_ms: AtomicU64,
+    /// Reading the client's body failed (it was malformed, or the client
+    /// went away): not the upstream's doing.
+    failed: AtomicBool,
+}
+
+impl Upload {
+    /// A record starting now.
+    #[must_use]
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            base: Instant::now(),
+            moved_ms: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+        })
+    }
+
+    fn moved(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.moved_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// When the body last moved (when the record was made, if never).
+    #[must_use]
+    pub fn last_moved(&self) -> Instant {
+        self.base + Duration::from_millis(self.moved_ms.load(Ordering::Relaxed))
+    }
+
+    /// Whether reading the client's body failed.
+    #[must_use]
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
+
+/// A forwarded request's body: the client's, noting its progress in an
+/// [`Upload`], or none at all (a bodiless request sent again).
+#[derive(Debug)]
+pub struct Outgoing {
+    inner: Option<Incoming>,
+    upload: Arc<Upload>,
+}
+
+impl Outgoing {
+    /// The client's body, its progress noted in `upload`.
+    #[must_use]
+    pub fn new(body: Incoming, upload: Arc<Upload>) -> Self {
+        Self {
+            inner: Some(body),
+            upload,
+        }
+    }
+
+    fn empty(upload: Arc<Upload>) -> Self {
+        Self {
+            inner: None,
+            upload,
+        }
+    }
+}
+
+impl http_body::Body for Outgoing {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = std::task::ready!(Pin::new(inner).poll_frame(cx));
+        match &frame {
+            Some(Ok(_)) | None => this.upload.moved(),
+            Some(Err(_)) => this.upload.failed.store(true, Ordering::Relaxed),
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
     }
 }
 
@@ -191,6 +294,12 @@ async fn connect(authority: &str, connect_timeout: Duration) -> Result<Box<Link>
 /// from the same connection, which goes back to `pool` when the body has
 /// ended.
 ///
+/// A request goes out at most twice, the second time on a new connection:
+/// when it could not be written to a reused connection at all, or when it
+/// is bodiless and idempotent (RFC 9110 §9.2.2) and the reused connection
+/// failed before the answer — the upstream closed it as idle while the
+/// request was on its way, which no pool timeout can rule out.
+///
 /// # Errors
 /// No connection could be opened, or the connection failed before the
 /// response head.
@@ -199,7 +308,7 @@ pub async fn send(
     authority: &str,
     connect_timeout: Duration,
     body_idle_timeout: Duration,
-    mut req: Request<Incoming>,
+    mut req: Request<Outgoing>,
 ) -> Result<Response<LinkedBody>, LinkError> {
     let mut retried = false;
     loop {
@@ -213,6 +322,8 @@ pub async fn send(
             Some(link) => link,
             None => connect(authority, connect_timeout).await?,
         };
+        let mut again = (!fresh && idempotent(req.method()) && req.body().is_end_stream())
+            .then(|| bodiless_copy(&req));
         let mut sent = std::pin::pin!(link.send.try_send_request(req));
         let result = poll_fn(|cx| {
             link.drive(cx);
@@ -228,17 +339,41 @@ pub async fn send(
                     stall: None,
                 }));
             }
-            Err(mut e) => match e.take_message() {
+            Err(mut e) => match (e.take_message(), again.take()) {
                 // Not written at all to a reused connection (it closed as
                 // the request came): once more, on a new connection.
-                Some(back) if !fresh && !retried => {
+                (Some(back), _) if !fresh => {
                     req = back;
+                    retried = true;
+                }
+                // Written, and the reused connection failed before the
+                // answer: a bodiless idempotent request goes once more.
+                (None, Some(copy)) => {
+                    req = copy;
                     retried = true;
                 }
                 _ => return Err(LinkError::Failed(e.into_error())),
             },
         }
     }
+}
+
+/// Methods a client may send twice to the same effect (RFC 9110 §9.2.2).
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// `req` again, for a request without a body.
+fn bodiless_copy(req: &Request<Outgoing>) -> Request<Outgoing> {
+    let mut copy = Request::new(Outgoing::empty(Arc::clone(&req.body().upload)));
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    copy
 }
 
 /// An idle connection of `pool` that is still open and ready for a

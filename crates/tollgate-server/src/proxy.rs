@@ -30,17 +30,20 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
 use http::uri::Authority;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule};
 use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_FOR};
-use tollgate_tower::headers::{HeaderOptions, insert_headers, insert_policy};
+use tollgate_tower::headers::{
+    HeaderOptions, RATELIMIT, RATELIMIT_POLICY, insert_headers, insert_policy,
+};
 use tollgate_tower::key::KeyExtractor;
 use tollgate_tower::response::{
     DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED, problem,
@@ -50,7 +53,7 @@ use tollgate_tower::response::{
 use crate::api::DEGRADED_LOCAL;
 use crate::config::{Config, OnError, OnMissingKey};
 use crate::gate::{Gate, Refusal, Throttle};
-use crate::link::{LinkError, LinkPool, LinkedBody};
+use crate::link::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
 use crate::upstream::Upstream;
 
 /// The body of a proxied response: the upstream's, streamed, or one made
@@ -287,20 +290,55 @@ impl Proxy {
         if self.append_forwarded_for {
             append_forwarded_for(&mut parts.headers, peer);
         }
-        let upstream_req = Request::from_parts(parts, body);
-        let sent = tokio::time::timeout(
+        if !body.is_end_stream()
+            && body.size_hint().exact().is_none()
+            && !parts.headers.contains_key(header::CONTENT_LENGTH)
+        {
+            // A body of unknown length goes on chunked, whatever the method:
+            // hyper's client sends a GET, HEAD or OPTIONS without a framing
+            // field as bodiless, dropping it.
+            parts.headers.insert(
+                header::TRANSFER_ENCODING,
+                HeaderValue::from_static("chunked"),
+            );
+        }
+        let upload = Upload::new();
+        let upstream_req = Request::from_parts(parts, Outgoing::new(body, Arc::clone(&upload)));
+        let mut sent = std::pin::pin!(crate::link::send(
+            &self.links,
+            &self.address,
+            self.connect_timeout,
             self.response_timeout,
-            crate::link::send(
-                &self.links,
-                &self.address,
-                self.connect_timeout,
-                self.response_timeout,
-                upstream_req,
-            ),
-        );
-        let mut res = match sent.await {
-            Ok(Ok(res)) => res.map(Either::Left),
-            Ok(Err(e)) => {
+            upstream_req,
+        ));
+        // The upstream has `response_timeout` from when the request body
+        // last moved (its end, or the head for a bodiless request): an
+        // upload that takes longer is not cut off while it moves.
+        let answer = loop {
+            let due = upload.last_moved() + self.response_timeout;
+            match tokio::time::timeout_at(due.into(), sent.as_mut()).await {
+                Ok(answer) => break Some(answer),
+                Err(_) if upload.last_moved() + self.response_timeout <= Instant::now() => {
+                    break None;
+                }
+                Err(_) => {}
+            }
+        };
+        let mut res = match answer {
+            Some(Ok(res)) => res.map(Either::Left),
+            Some(Err(_)) if upload.failed() => {
+                // The client's body could not be read (malformed chunks, or
+                // the client went away): the client's doing, not the
+                // upstream's; nothing is counted against the upstream.
+                return with_headers(
+                    about_blank(
+                        StatusCode::BAD_REQUEST,
+                        "The request body could not be read to its end.",
+                    ),
+                    extra,
+                );
+            }
+            Some(Err(e)) => {
                 let (kind, detail) = match e {
                     LinkError::Connect(_) => ("connect", "could not be reached"),
                     LinkError::Failed(_) => ("other", "failed to answer"),
@@ -314,7 +352,7 @@ impl Proxy {
                     extra,
                 );
             }
-            Err(_) => {
+            None => {
                 self.upstream_trouble(
                     "timeout",
                     &format!("no response within {:?}", self.response_timeout),
@@ -402,11 +440,17 @@ fn with_headers(res: Response<String>, extra: &HeaderMap) -> Response<ProxyBody>
     res
 }
 
-/// Sets every field of `extra` on `headers`, replacing fields of the same
-/// name (an upstream's own RateLimit fields give way to the check's).
+/// Sets every field of `extra` on `headers`. `RateLimit-Policy` and
+/// `RateLimit` get the check's members after the upstream's own (a second
+/// field line of the same list, RFC 9110 §5.3: a client sees the upstream's
+/// limits and tollgate's); any other field replaces the upstream's.
 fn add_headers(headers: &mut HeaderMap, extra: &HeaderMap) {
     for (name, value) in extra {
-        headers.insert(name, value.clone());
+        if name == RATELIMIT || name == RATELIMIT_POLICY {
+            headers.append(name, value.clone());
+        } else {
+            headers.insert(name, value.clone());
+        }
     }
 }
 
