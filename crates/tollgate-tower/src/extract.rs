@@ -405,7 +405,7 @@ impl KeyExtractor {
                         return Err(KeyError::Missing(part.clone()));
                     }
                 }
-                KeyPart::Path => push_escaped(&mut key, uri.path().as_bytes()),
+                KeyPart::Path => push_escaped(&mut key, &normalize_path(uri.path().as_bytes())),
                 KeyPart::Method => push_escaped(&mut key, method.as_str().as_bytes()),
                 KeyPart::Host => match host(uri, headers) {
                     Some(host) => {
@@ -449,6 +449,71 @@ fn host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a [u8]> {
 }
 
 /// Appends `value` with `%` as `%25` and `+` as `%2B`.
+/// A path as the upstream most likely resolves it, so that spellings of one
+/// path share one bucket (`/%6cogin`, `/./login`, `/x/../login`,
+/// `//login` are all `/login`): the equivalences of RFC 3986 §6.2.2 (a
+/// percent-encoded unreserved character is that character; the hex digits
+/// of the other percent-encodings in upper case; dot segments removed,
+/// §5.2.4), and runs of `/` merged (as nginx does by default; merging can
+/// only join buckets, never split one). The path is returned as it is when
+/// none of this applies (no `%`, no `/.`, no `//`), without a copy.
+#[must_use]
+pub fn normalize_path(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    let plain = !path.contains(&b'%') && !path.windows(2).any(|w| w == b"/." || w == b"//");
+    if plain {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    // Percent-encodings first (`%2E` is a dot, and then a dot segment).
+    let mut decoded = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        let b = path[i];
+        if b == b'%'
+            && let (Some(h), Some(l)) = (
+                path.get(i + 1).and_then(|c| (*c as char).to_digit(16)),
+                path.get(i + 2).and_then(|c| (*c as char).to_digit(16)),
+            )
+        {
+            let c = u8::try_from(h * 16 + l).unwrap_or(0);
+            if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+                decoded.push(c);
+            } else {
+                decoded.push(b'%');
+                decoded.push(path[i + 1].to_ascii_uppercase());
+                decoded.push(path[i + 2].to_ascii_uppercase());
+            }
+            i += 3;
+        } else {
+            decoded.push(b);
+            i += 1;
+        }
+    }
+    // Then segments: empty ones (merged slashes) and `.` go, `..` takes
+    // the one before it (never above the root).
+    let absolute = decoded.first() == Some(&b'/');
+    let trailing = decoded.len() > 1
+        && (decoded.ends_with(b"/") || decoded.ends_with(b"/.") || decoded.ends_with(b"/.."));
+    let mut kept: Vec<&[u8]> = Vec::new();
+    for segment in decoded.split(|&b| b == b'/') {
+        match segment {
+            b"" | b"." => {}
+            b".." => {
+                kept.pop();
+            }
+            s => kept.push(s),
+        }
+    }
+    let mut out = Vec::with_capacity(decoded.len());
+    if absolute {
+        out.push(b'/');
+    }
+    out.extend_from_slice(&kept.join(&b'/'));
+    if trailing && !kept.is_empty() {
+        out.push(b'/');
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 fn push_escaped(out: &mut Vec<u8>, value: &[u8]) {
     for &b in value {
         match b {
@@ -465,6 +530,41 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().expect("test address")
+    }
+
+    #[test]
+    fn spellings_of_one_path_are_one_path() {
+        for (path, want) in [
+            ("/login", "/login"),
+            ("/%6cogin", "/login"),
+            ("/%6Cogin", "/login"),
+            ("//login", "/login"),
+            ("/./login", "/login"),
+            ("/x/../login", "/login"),
+            ("/../../login", "/login"),
+            ("/a/%2e%2e/login", "/login"),
+            ("/a/b/..", "/a/"),
+            ("/a/./", "/a/"),
+            ("/", "/"),
+            ("/..", "/"),
+            ("/a%2fb", "/a%2Fb"),
+            ("/a%2Fb", "/a%2Fb"),
+            ("/%zz", "/%zz"),
+            ("/100%", "/100%"),
+            ("/login/", "/login/"),
+            ("/login;", "/login;"),
+            ("/a.b/c..d", "/a.b/c..d"),
+        ] {
+            assert_eq!(
+                String::from_utf8_lossy(&normalize_path(path.as_bytes())),
+                want,
+                "{path}"
+            );
+        }
+        assert!(matches!(
+            normalize_path(b"/api/v1/users"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     fn xff(lines: &[&str]) -> HeaderMap {

@@ -700,3 +700,32 @@ async fn stacked_layers_show_every_rule() {
     assert_eq!(r.headers()[RETRY_AFTER], "3600");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+/// A `path` key is the path as the upstream resolves it: another spelling
+/// of a path that used its quota is not a new bucket.
+#[tokio::test]
+async fn spellings_of_a_path_share_its_bucket() {
+    let (limiter, _clock) = limiter([rule("per_path", Algorithm::FixedWindow, 1, HOUR)]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::new(limiter, [("per_path", key("path"))])
+        .expect("layer")
+        .layer(ok_service(calls.clone()));
+    let at = |path: &str| Request::get(path).body(String::new()).expect("request");
+    assert_eq!(send(&svc, at("/login")).await.status(), StatusCode::OK);
+    for other in [
+        "/%6cogin",
+        "//login",
+        "/./login",
+        "/x/../login",
+        "/login?next=/",
+    ] {
+        assert_eq!(
+            send(&svc, at(other)).await.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "{other}"
+        );
+    }
+    // A different path is a different bucket.
+    assert_eq!(send(&svc, at("/login/")).await.status(), StatusCode::OK);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
