@@ -124,27 +124,28 @@ impl Upload {
 }
 
 /// A forwarded request's body: the client's, noting its progress in an
-/// [`Upload`], or none at all (a bodiless request sent again).
+/// [`Upload`] (a bodiless request needs none), or none at all (a bodiless
+/// request sent again).
 #[derive(Debug)]
 pub struct Outgoing {
     inner: Option<Incoming>,
-    upload: Arc<Upload>,
+    upload: Option<Arc<Upload>>,
 }
 
 impl Outgoing {
     /// The client's body, its progress noted in `upload`.
     #[must_use]
-    pub fn new(body: Incoming, upload: Arc<Upload>) -> Self {
+    pub fn new(body: Incoming, upload: Option<Arc<Upload>>) -> Self {
         Self {
             inner: Some(body),
             upload,
         }
     }
 
-    fn empty(upload: Arc<Upload>) -> Self {
+    fn empty() -> Self {
         Self {
             inner: None,
-            upload,
+            upload: None,
         }
     }
 }
@@ -162,9 +163,11 @@ impl http_body::Body for Outgoing {
             return Poll::Ready(None);
         };
         let frame = std::task::ready!(Pin::new(inner).poll_frame(cx));
-        match &frame {
-            Some(Ok(_)) | None => this.upload.moved(),
-            Some(Err(_)) => this.upload.failed.store(true, Ordering::Relaxed),
+        if let Some(upload) = &this.upload {
+            match &frame {
+                Some(Ok(_)) | None => upload.moved(),
+                Some(Err(_)) => upload.failed.store(true, Ordering::Relaxed),
+            }
         }
         Poll::Ready(frame)
     }
@@ -240,13 +243,15 @@ impl LinkPool {
     }
 
     /// The most recently used idle connection, if one is younger than the
-    /// idle timeout (older ones are closed on the way).
-    fn take(&self) -> Option<Box<Link>> {
+    /// idle timeout (older ones are closed on the way), and how long it was
+    /// idle.
+    fn take(&self) -> Option<(Box<Link>, Duration)> {
         let now = Instant::now();
         let mut idle = self.lock();
         while let Some((link, since)) = idle.pop() {
-            if now.saturating_duration_since(since) < self.idle_timeout {
-                return Some(link);
+            let idled = now.saturating_duration_since(since);
+            if idled < self.idle_timeout {
+                return Some((link, idled));
             }
             // The oldest are at the front: drop every expired one.
             let expired = idle
@@ -296,9 +301,10 @@ async fn connect(authority: &str, connect_timeout: Duration) -> Result<Box<Link>
 ///
 /// A request goes out at most twice, the second time on a new connection:
 /// when it could not be written to a reused connection at all, or when it
-/// is bodiless and idempotent (RFC 9110 §9.2.2) and the reused connection
-/// failed before the answer — the upstream closed it as idle while the
-/// request was on its way, which no pool timeout can rule out.
+/// is bodiless and idempotent (RFC 9110 §9.2.2) and the reused connection,
+/// idle for [`IDLE_CLOSE_SUSPECT`] or more, failed before the answer — the
+/// upstream closed it as idle while the request was on its way, which no
+/// pool timeout can rule out.
 ///
 /// # Errors
 /// No connection could be opened, or the connection failed before the
@@ -318,12 +324,16 @@ pub async fn send(
             take_usable(pool).await
         };
         let fresh = reused.is_none();
-        let mut link = match reused {
-            Some(link) => link,
-            None => connect(authority, connect_timeout).await?,
+        let (mut link, idled) = match reused {
+            Some(reused) => reused,
+            None => (connect(authority, connect_timeout).await?, Duration::ZERO),
         };
-        let mut again = (!fresh && idempotent(req.method()) && req.body().is_end_stream())
-            .then(|| bodiless_copy(&req));
+        // Only a connection idle long enough for the upstream to close it
+        // as idle can be closed under the request: under load connections
+        // are reused within microseconds, and no copy is made.
+        let mut again =
+            (idled >= IDLE_CLOSE_SUSPECT && idempotent(req.method()) && req.body().is_end_stream())
+                .then(|| bodiless_copy(&req));
         let mut sent = std::pin::pin!(link.send.try_send_request(req));
         let result = poll_fn(|cx| {
             link.drive(cx);
@@ -358,6 +368,12 @@ pub async fn send(
     }
 }
 
+/// How long a pooled connection must have been idle before the upstream
+/// may be closing it as idle (keep-alive timeouts are seconds: gunicorn 2,
+/// Node and Apache 5, nginx 75), so that a bodiless idempotent request on
+/// it is kept for a second try.
+const IDLE_CLOSE_SUSPECT: Duration = Duration::from_millis(100);
+
 /// Methods a client may send twice to the same effect (RFC 9110 §9.2.2).
 fn idempotent(method: &Method) -> bool {
     matches!(
@@ -368,7 +384,7 @@ fn idempotent(method: &Method) -> bool {
 
 /// `req` again, for a request without a body.
 fn bodiless_copy(req: &Request<Outgoing>) -> Request<Outgoing> {
-    let mut copy = Request::new(Outgoing::empty(Arc::clone(&req.body().upload)));
+    let mut copy = Request::new(Outgoing::empty());
     *copy.method_mut() = req.method().clone();
     *copy.uri_mut() = req.uri().clone();
     *copy.version_mut() = req.version();
@@ -378,10 +394,10 @@ fn bodiless_copy(req: &Request<Outgoing>) -> Request<Outgoing> {
 
 /// An idle connection of `pool` that is still open and ready for a
 /// request; the closed ones met on the way are dropped.
-async fn take_usable(pool: &LinkPool) -> Option<Box<Link>> {
-    while let Some(mut link) = pool.take() {
+async fn take_usable(pool: &LinkPool) -> Option<(Box<Link>, Duration)> {
+    while let Some((mut link, idled)) = pool.take() {
         if poll_fn(|cx| Poll::Ready(link.usable(cx))).await {
-            return Some(link);
+            return Some((link, idled));
         }
     }
     None

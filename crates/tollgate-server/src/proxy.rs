@@ -302,31 +302,37 @@ impl Proxy {
                 HeaderValue::from_static("chunked"),
             );
         }
-        let upload = Upload::new();
-        let upstream_req = Request::from_parts(parts, Outgoing::new(body, Arc::clone(&upload)));
-        let mut sent = std::pin::pin!(crate::link::send(
+        // The upstream has `response_timeout` from when the request body
+        // last moved (its end; the head for a bodiless request): an upload
+        // that takes longer is not cut off while it moves.
+        let upload = (!body.is_end_stream()).then(Upload::new);
+        let upstream_req = Request::from_parts(parts, Outgoing::new(body, upload.clone()));
+        let sent = crate::link::send(
             &self.links,
             &self.address,
             self.connect_timeout,
             self.response_timeout,
             upstream_req,
-        ));
-        // The upstream has `response_timeout` from when the request body
-        // last moved (its end, or the head for a bodiless request): an
-        // upload that takes longer is not cut off while it moves.
-        let answer = loop {
-            let due = upload.last_moved() + self.response_timeout;
-            match tokio::time::timeout_at(due.into(), sent.as_mut()).await {
-                Ok(answer) => break Some(answer),
-                Err(_) if upload.last_moved() + self.response_timeout <= Instant::now() => {
-                    break None;
+        );
+        let answer = match &upload {
+            None => tokio::time::timeout(self.response_timeout, sent).await.ok(),
+            Some(upload) => {
+                let mut sent = std::pin::pin!(sent);
+                loop {
+                    let due = upload.last_moved() + self.response_timeout;
+                    match tokio::time::timeout_at(due.into(), sent.as_mut()).await {
+                        Ok(answer) => break Some(answer),
+                        Err(_) if upload.last_moved() + self.response_timeout <= Instant::now() => {
+                            break None;
+                        }
+                        Err(_) => {}
+                    }
                 }
-                Err(_) => {}
             }
         };
         let mut res = match answer {
             Some(Ok(res)) => res.map(Either::Left),
-            Some(Err(_)) if upload.failed() => {
+            Some(Err(_)) if upload.as_ref().is_some_and(|u| u.failed()) => {
                 // The client's body could not be read (malformed chunks, or
                 // the client went away): the client's doing, not the
                 // upstream's; nothing is counted against the upstream.

@@ -218,9 +218,13 @@ fn a_pooled_connection_closed_under_a_request_is_retried_only_when_safe() {
     let up = upstream();
     let s = proxy_to(&up);
     let mut c = connect(s.proxy());
-    // The first request opens upstream connection 0; the second reuses it,
+    // The first request opens upstream connection 0; the second reuses it
+    // after 150 ms idle (long enough for an upstream to close it as idle),
     // and the upstream closes it unanswered: a GET goes again, on a new one.
-    for _ in 0..2 {
+    for i in 0..2 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
         c.write_all(b"GET /close-second HTTP/1.1\r\nHost: h\r\n\r\n")
             .expect("write");
         let r = read_response(&mut c);
@@ -241,6 +245,7 @@ fn a_pooled_connection_closed_under_a_request_is_retried_only_when_safe() {
     );
 
     // A POST in the same spot may have been acted on: a 502, not sent again.
+    std::thread::sleep(Duration::from_millis(150));
     c.write_all(b"POST /close-second HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx")
         .expect("write");
     let r = read_response(&mut c);
