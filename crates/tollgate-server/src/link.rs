@@ -302,7 +302,7 @@ async fn connect(authority: &str, connect_timeout: Duration) -> Result<Box<Link>
 /// A request goes out at most twice, the second time on a new connection:
 /// when it could not be written to a reused connection at all, or when it
 /// is bodiless and idempotent (RFC 9110 §9.2.2) and the reused connection,
-/// idle for [`IDLE_CLOSE_SUSPECT`] or more, failed before the answer — the
+/// idle for 100 ms or more, failed before the answer — the
 /// upstream closed it as idle while the request was on its way, which no
 /// pool timeout can rule out.
 ///
