@@ -962,6 +962,19 @@ fn answer_body(req: &CheckRequest<'_>, multi: &MultiDecision, degraded: bool) ->
     out
 }
 
+/// Each pair's rule with its decision, in request order.
+fn rule_pairs<'a>(
+    api: &'a Api,
+    req: &CheckRequest<'_>,
+    multi: &'a MultiDecision,
+) -> Vec<(&'a tollgate::Rule, &'a Decision)> {
+    req.pairs
+        .iter()
+        .zip(&multi.decisions)
+        .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
+        .collect()
+}
+
 fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiBody> {
     let multi = &verdict.multi;
     let deciding = multi.decision();
@@ -975,14 +988,8 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
         // Nothing was decided: the rules' policies, no `RateLimit` (what
         // remains is unknown), as the tower layer and the proxy.
         Some(OnError::Allow) => {
-            let pairs: Vec<_> = req
-                .pairs
-                .iter()
-                .zip(&multi.decisions)
-                .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
-                .collect();
             let headers = res.headers_mut();
-            insert_policy(headers, &pairs);
+            insert_policy(headers, &rule_pairs(api, req, multi));
             headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
         }
         degraded => {
@@ -1001,13 +1008,12 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
                         .insert_headers(headers, i, rule, d, retry, api.headers);
                 }
             } else {
-                let pairs: Vec<_> = req
-                    .pairs
-                    .iter()
-                    .zip(&multi.decisions)
-                    .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
-                    .collect();
-                insert_headers(res.headers_mut(), &pairs, retry, api.headers);
+                insert_headers(
+                    res.headers_mut(),
+                    &rule_pairs(api, req, multi),
+                    retry,
+                    api.headers,
+                );
             }
             if degraded.is_some() {
                 res.headers_mut()

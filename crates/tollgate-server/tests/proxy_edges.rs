@@ -2,13 +2,19 @@
 //! any check (`CONNECT`, an ambiguous or missing `Host`), the host of an
 //! absolute-form request, `OPTIONS *`, and upstreams that misbehave (a
 //! body that stops half-way, `Content-Length` beside `Transfer-Encoding`,
-//! an HTTP/1.0 status line, an unasked `101`). The upstream here is raw TCP,
-//! so it can send what a well-behaved server would not.
+//! an HTTP/1.0 status line, an unasked `101`); and request bodies and
+//! pooled connections: an upload that outlasts the response timeout while
+//! it moves, a `GET` with a chunked body, a malformed client body (the
+//! client's fault, not the upstream's), a pooled connection the upstream
+//! closes as a request arrives (a bodiless idempotent request goes once
+//! more; a `POST` never does), and an upstream's own RateLimit fields. The
+//! upstreams here are raw TCP, so they can send what a well-behaved server
+//! would not and close exactly when a test says.
 
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -86,12 +92,13 @@ fn raw_upstream() -> RawUpstream {
     RawUpstream { addr, heads }
 }
 
-fn proxy_to(up: &RawUpstream) -> Tollgate {
-    let upstream = format!("http://{}", up.addr);
-    Tollgate::start(
-        CONFIG,
-        &["--proxy", "127.0.0.1:0", "--upstream", upstream.as_str()],
-    )
+/// `tollgate serve --proxy` in front of the upstream at `upstream`, with
+/// `more` flags.
+fn proxy_to(upstream: SocketAddr, more: &[&str]) -> Tollgate {
+    let upstream = format!("http://{upstream}");
+    let mut args = vec!["--proxy", "127.0.0.1:0", "--upstream", upstream.as_str()];
+    args.extend_from_slice(more);
+    Tollgate::start(CONFIG, &args)
 }
 
 /// Sends `raw` bytes as they are and reads the answer to the end.
@@ -106,7 +113,7 @@ fn send_raw(addr: SocketAddr, raw: &str) -> Resp {
 #[test]
 fn ambiguous_hosts_and_connect_are_refused_before_any_check() {
     let up = raw_upstream();
-    let s = proxy_to(&up);
+    let s = proxy_to(up.addr, &[]);
     for (raw, status, says) in [
         (
             "GET /a HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n",
@@ -190,7 +197,7 @@ fn ambiguous_hosts_and_connect_are_refused_before_any_check() {
 #[test]
 fn an_absolute_form_target_is_the_host_keyed_and_sent() {
     let up = raw_upstream();
-    let s = proxy_to(&up);
+    let s = proxy_to(up.addr, &[]);
     let r = send_raw(
         s.proxy(),
         "GET http://a1.example/p HTTP/1.1\r\nHost: victim.example\r\nConnection: close\r\n\r\n",
@@ -225,7 +232,7 @@ fn an_absolute_form_target_is_the_host_keyed_and_sent() {
 #[test]
 fn misbehaving_upstreams_are_bounded_and_reframed() {
     let up = raw_upstream();
-    let s = proxy_to(&up);
+    let s = proxy_to(up.addr, &[]);
 
     // A body that stops half-way: the client's connection is closed once
     // nothing came for response_timeout (500 ms), not left hanging.
@@ -272,4 +279,237 @@ fn misbehaving_upstreams_are_bounded_and_reframed() {
     );
     assert_eq!(r.status, 502, "{}", r.text());
     assert!(r.header("ratelimit").is_some());
+}
+
+/// A keep-alive upstream: reads each request with its body (by
+/// `Content-Length` or chunked) and answers `<method> <target> <body>`,
+/// except `/close-second`, which on the second request of a connection is
+/// read and then left unanswered (the connection closed), and `/rl`, which
+/// answers with RateLimit fields of its own. Keeps `(connection number,
+/// request line)` of every request read.
+struct KeepAliveUpstream {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<(usize, String)>>>,
+}
+
+fn keepalive_upstream() -> KeepAliveUpstream {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for (n, conn) in listener.incoming().enumerate() {
+            let Ok(conn) = conn else { continue };
+            let log = Arc::clone(&log);
+            std::thread::spawn(move || serve_keepalive(n, conn, &log));
+        }
+    });
+    KeepAliveUpstream { addr, seen }
+}
+
+fn serve_keepalive(n: usize, mut conn: TcpStream, log: &Mutex<Vec<(usize, String)>>) {
+    let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+    for nth in 1.. {
+        let Some((line, headers)) = read_head(&mut reader) else {
+            return;
+        };
+        let body = read_body(&mut reader, &headers);
+        log.lock().expect("lock").push((n, line.clone()));
+        let mut parts = line.split(' ');
+        let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        if target == "/close-second" && nth == 2 {
+            return;
+        }
+        let extra = if target == "/rl" {
+            "RateLimit-Policy: \"up\";q=5;w=1\r\nRateLimit: \"up\";r=4;t=1\r\n"
+        } else {
+            ""
+        };
+        let text = format!("{method} {target} {}", String::from_utf8_lossy(&body));
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\n{extra}Content-Length: {}\r\n\r\n{text}",
+            text.len()
+        );
+        if conn.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+/// A request line and its header fields (names lowercase).
+fn read_head(reader: &mut impl BufRead) -> Option<(String, Vec<(String, String)>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        if h == "\r\n" {
+            break;
+        }
+        let (k, v) = h.split_once(':')?;
+        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+    }
+    Some((line.trim_end().to_owned(), headers))
+}
+
+fn read_body(reader: &mut impl BufRead, headers: &[(String, String)]) -> Vec<u8> {
+    let field = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v);
+    let mut body = Vec::new();
+    if field("transfer-encoding").is_some_and(|v| v.contains("chunked")) {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).expect("chunk size");
+            let size = usize::from_str_radix(size.trim(), 16).expect("hex size");
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).expect("chunk");
+            body.extend_from_slice(&chunk[..size]);
+            if size == 0 {
+                return body;
+            }
+        }
+    }
+    if let Some(len) = field("content-length") {
+        body.resize(len.parse().expect("length"), 0);
+        reader.read_exact(&mut body).expect("body");
+    }
+    body
+}
+
+/// Reads one response (with a `Content-Length` body) from `c`.
+fn read_response(c: &mut TcpStream) -> Resp {
+    let mut raw = Vec::new();
+    let mut byte = [0u8];
+    while !raw.ends_with(b"\r\n\r\n") {
+        c.read_exact(&mut byte).expect("head");
+        raw.push(byte[0]);
+    }
+    let head = parse_response(&raw);
+    let len: usize = head
+        .header("content-length")
+        .map_or(0, |v| v.parse().expect("length"));
+    let mut body = vec![0; len];
+    c.read_exact(&mut body).expect("body");
+    raw.extend_from_slice(&body);
+    parse_response(&raw)
+}
+
+#[test]
+fn an_upload_that_moves_outlasts_the_response_timeout() {
+    let up = keepalive_upstream();
+    let s = proxy_to(up.addr, &[]);
+    // Ten bytes over about 1.5 s, three times the response timeout.
+    let mut c = connect(s.proxy());
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n")
+        .expect("head");
+    for b in b"0123456789" {
+        std::thread::sleep(Duration::from_millis(150));
+        c.write_all(&[*b]).expect("byte");
+    }
+    let r = read_response(&mut c);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "POST /up 0123456789");
+
+    // A GET with a chunked body keeps its body.
+    c.write_all(
+        b"GET /g HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    )
+    .expect("chunked GET");
+    let r = read_response(&mut c);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "GET /g abc");
+}
+
+#[test]
+fn a_malformed_client_body_is_the_clients_fault() {
+    let up = keepalive_upstream();
+    let s = proxy_to(up.addr, &["--http", "127.0.0.1:0"]);
+    let mut c = connect(s.proxy());
+    c.write_all(
+        b"POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\nZZ\r\n",
+    )
+    .expect("write");
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let r = parse_response(&raw);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("could not be read"), "{}", r.text());
+    let metrics = common::get(s.api(), "/metrics").text();
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("tollgate_upstream_errors_total") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_pooled_connection_closed_under_a_request_is_retried_only_when_safe() {
+    let up = keepalive_upstream();
+    let s = proxy_to(up.addr, &[]);
+    let mut c = connect(s.proxy());
+    // The first request opens upstream connection 0; the second reuses it
+    // after 150 ms idle (long enough for an upstream to close it as idle),
+    // and the upstream closes it unanswered: a GET goes again, on a new one.
+    for i in 0..2 {
+        if i > 0 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        c.write_all(b"GET /close-second HTTP/1.1\r\nHost: h\r\n\r\n")
+            .expect("write");
+        let r = read_response(&mut c);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.text(), "GET /close-second ");
+    }
+    let conns: Vec<usize> = up
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(
+        conns,
+        [0, 0, 1],
+        "the second GET was sent twice, the second time on a new connection"
+    );
+
+    // A POST in the same spot may have been acted on: a 502, not sent again.
+    std::thread::sleep(Duration::from_millis(150));
+    c.write_all(b"POST /close-second HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx")
+        .expect("write");
+    let r = read_response(&mut c);
+    assert_eq!(r.status, 502, "{}", r.text());
+    let posts = up
+        .seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|(_, line)| line.starts_with("POST"))
+        .count();
+    assert_eq!(posts, 1);
+}
+
+#[test]
+fn an_upstreams_own_ratelimit_fields_are_kept_and_ours_added() {
+    let up = keepalive_upstream();
+    let s = proxy_to(up.addr, &[]);
+    let mut c = connect(s.proxy());
+    c.write_all(b"GET /rl HTTP/1.1\r\nHost: h\r\n\r\n")
+        .expect("write");
+    let r = read_response(&mut c);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.headers_named("ratelimit-policy"),
+        ["\"up\";q=5;w=1", "\"per_host\";q=100;w=3600"]
+    );
+    let rl = r.headers_named("ratelimit");
+    assert_eq!(rl.len(), 2, "{rl:?}");
+    assert_eq!(rl[0], "\"up\";r=4;t=1");
+    // (A fixed window ends on the hour: `t` is what is left of it.)
+    assert!(rl[1].starts_with("\"per_host\";r=99;t="), "{rl:?}");
 }
