@@ -348,6 +348,14 @@ fn rules_health_ready_and_metrics() {
         r#"{"checks":[{"rule":"per_user","key":"mm"},{"rule":"per_ip","key":"m"}]}"#,
     );
     assert_eq!(r.status, 429, "{}", r.text());
+    // One (rule, key) named three times is one check, of cost 3.
+    let r = post_json(
+        s.api(),
+        "/v1/check",
+        r#"{"checks":[{"rule":"wide","key":"dup"},{"rule":"wide","key":"dup"},{"rule":"wide","key":"dup"}]}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["remaining"], 2, "{}", r.text());
     let r = get(s.api(), "/metrics");
     assert_eq!(r.status, 200);
     assert!(
@@ -364,13 +372,14 @@ fn rules_health_ready_and_metrics() {
         "tollgate_checks_total{rule=\"per_ip\",outcome=\"allowed\"} 1",
         "tollgate_checks_total{rule=\"per_ip\",outcome=\"denied\"} 2",
         "tollgate_checks_total{rule=\"per_user\",outcome=\"denied_by_other\"} 1",
+        "tollgate_checks_total{rule=\"wide\",outcome=\"allowed\"} 1\n",
         "# TYPE tollgate_store_latency_seconds histogram",
         // Registered, and empty: in-process checks are not timed.
         "tollgate_store_latency_seconds_bucket{le=\"0.001\"} 0",
         "tollgate_store_latency_seconds_count 0",
         "tollgate_store_errors_total{kind=\"timeout\"} 0",
         "tollgate_failure_policy_total{policy=\"deny\"} 0",
-        "tollgate_memory_store_keys 1",
+        "tollgate_memory_store_keys 2",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }

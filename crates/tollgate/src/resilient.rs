@@ -614,7 +614,7 @@ impl<S: Store> ResilientLimiter<S> {
         self.start_heartbeat();
         match self.inner.call_store(resolved).await {
             Ok(multi) => {
-                self.inner.count(index, &multi);
+                self.inner.count(resolved, index, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: None,
@@ -681,6 +681,16 @@ fn timed_out(t: Duration, what: &str) -> StoreError {
     )
 }
 
+/// Whether pair `n` (rule `index[n]`) repeats the (rule, key) of an
+/// earlier pair of the same check.
+fn named_before(checks: &[KeyCheck<'_>], index: &[usize], n: usize) -> bool {
+    n > 0
+        && (0..n).any(|m| {
+            index.get(m) == index.get(n)
+                && checks.get(m).map(|c| c.key) == checks.get(n).map(|c| c.key)
+        })
+}
+
 impl<S: Store> Inner<S> {
     /// `call`, failed as a timeout (naming `what`) past the store timeout,
     /// if there is one.
@@ -705,10 +715,14 @@ impl<S: Store> Inner<S> {
     }
 
     /// Counts each pair (rule `index[n]` for pair `n`) under its rule with
-    /// its own answer.
-    fn count(&self, index: &[usize], multi: &MultiDecision) {
+    /// its own answer; a (rule, key) named again in the same check is one
+    /// check (the store decides it once, with the costs added).
+    fn count(&self, checks: &[KeyCheck<'_>], index: &[usize], multi: &MultiDecision) {
         let rules = self.limiter.rules();
-        for (&i, d) in index.iter().zip(&multi.decisions) {
+        for (n, (&i, d)) in index.iter().zip(&multi.decisions).enumerate() {
+            if named_before(checks, index, n) {
+                continue;
+            }
             // A pair that would have admitted, in a check another pair
             // denied, consumed nothing: not an admission.
             let outcome = match (d.allowed, multi.allowed) {
@@ -815,14 +829,16 @@ impl<S: Store> Inner<S> {
         });
         match policy {
             OnError::Deny => {
-                for (&i, c) in index.iter().zip(checks) {
-                    self.meters.count(i, c.rule.name(), 2);
+                for (n, (&i, c)) in index.iter().zip(checks).enumerate() {
+                    if !named_before(checks, index, n) {
+                        self.meters.count(i, c.rule.name(), 2);
+                    }
                 }
                 Err(Refusal::Unavailable(error.clone()))
             }
             OnError::Local => {
                 let multi = self.check_locally(checks, index).await?;
-                self.count(index, &multi);
+                self.count(checks, index, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Local),
@@ -843,7 +859,7 @@ impl<S: Store> Inner<S> {
                     })
                     .collect();
                 let multi = MultiDecision::from_decisions(decisions);
-                self.count(index, &multi);
+                self.count(checks, index, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Allow),
