@@ -30,7 +30,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
@@ -41,9 +41,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule};
 use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_FOR};
-use tollgate_tower::headers::{
-    HeaderOptions, RATELIMIT, RATELIMIT_POLICY, insert_headers, insert_policy,
-};
+use tollgate_tower::headers::{HeaderOptions, insert_headers, insert_policy, is_list_field};
 use tollgate_tower::key::KeyExtractor;
 use tollgate_tower::response::{
     DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED, problem,
@@ -290,7 +288,8 @@ impl Proxy {
         if self.append_forwarded_for {
             append_forwarded_for(&mut parts.headers, peer);
         }
-        if !body.is_end_stream()
+        let has_body = !body.is_end_stream();
+        if has_body
             && body.size_hint().exact().is_none()
             && !parts.headers.contains_key(header::CONTENT_LENGTH)
         {
@@ -305,7 +304,7 @@ impl Proxy {
         // The upstream has `response_timeout` from when the request body
         // last moved (its end; the head for a bodiless request): an upload
         // that takes longer is not cut off while it moves.
-        let upload = (!body.is_end_stream()).then(Upload::new);
+        let upload = has_body.then(Upload::new);
         let upstream_req = Request::from_parts(parts, Outgoing::new(body, upload.clone()));
         let sent = crate::link::send(
             &self.links,
@@ -322,9 +321,11 @@ impl Proxy {
                     let due = upload.last_moved() + self.response_timeout;
                     match tokio::time::timeout_at(due.into(), sent.as_mut()).await {
                         Ok(answer) => break Some(answer),
-                        Err(_) if upload.last_moved() + self.response_timeout <= Instant::now() => {
+                        // Nothing moved since: the deadline stands.
+                        Err(_) if upload.last_moved() + self.response_timeout <= due => {
                             break None;
                         }
+                        // The body moved meanwhile: a later deadline.
                         Err(_) => {}
                     }
                 }
@@ -452,7 +453,7 @@ fn with_headers(res: Response<String>, extra: &HeaderMap) -> Response<ProxyBody>
 /// limits and tollgate's); any other field replaces the upstream's.
 fn add_headers(headers: &mut HeaderMap, extra: &HeaderMap) {
     for (name, value) in extra {
-        if name == RATELIMIT || name == RATELIMIT_POLICY {
+        if is_list_field(name) {
             headers.append(name, value.clone());
         } else {
             headers.insert(name, value.clone());

@@ -132,6 +132,14 @@ pub fn insert_policy(headers: &mut HeaderMap, rules: &[(&Rule, &Decision)]) {
     headers.insert(RATELIMIT_POLICY, value(policy_value(rules.iter().copied())));
 }
 
+/// Whether `name` is one of the two list fields (`RateLimit-Policy`,
+/// `RateLimit`) that a second field line continues (RFC 9110 §5.3): a
+/// response that has them gets a check's members appended, not replaced.
+#[must_use]
+pub fn is_list_field(name: &HeaderName) -> bool {
+    name == RATELIMIT || name == RATELIMIT_POLICY
+}
+
 /// Adds a check's fields (`ours`) to a response's `headers`. The two list
 /// fields, `RateLimit-Policy` and `RateLimit`, get our members after the
 /// response's own (a second field line is the same list continued, RFC
@@ -147,7 +155,7 @@ pub(crate) fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
             last = Some(name);
         }
         let Some(name) = &last else { continue };
-        if name == RATELIMIT || name == RATELIMIT_POLICY {
+        if is_list_field(name) {
             headers.append(name.clone(), value);
         } else if !headers.contains_key(name) {
             headers.insert(name.clone(), value);

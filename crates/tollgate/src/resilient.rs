@@ -681,14 +681,15 @@ fn timed_out(t: Duration, what: &str) -> StoreError {
     )
 }
 
-/// Whether pair `n` (rule `index[n]`) repeats the (rule, key) of an
-/// earlier pair of the same check.
-fn named_before(checks: &[KeyCheck<'_>], index: &[usize], n: usize) -> bool {
-    n > 0
-        && (0..n).any(|m| {
-            index.get(m) == index.get(n)
-                && checks.get(m).map(|c| c.key) == checks.get(n).map(|c| c.key)
-        })
+/// Whether pair `n` repeats the (rule, key) of an earlier pair of the same
+/// check (rules are told apart by name, as the stores merge them).
+fn named_before(checks: &[KeyCheck<'_>], n: usize) -> bool {
+    let (Some(this), Some(earlier)) = (checks.get(n), checks.get(..n)) else {
+        return false;
+    };
+    earlier
+        .iter()
+        .any(|c| c.key == this.key && c.rule.name() == this.rule.name())
 }
 
 impl<S: Store> Inner<S> {
@@ -720,7 +721,7 @@ impl<S: Store> Inner<S> {
     fn count(&self, checks: &[KeyCheck<'_>], index: &[usize], multi: &MultiDecision) {
         let rules = self.limiter.rules();
         for (n, (&i, d)) in index.iter().zip(&multi.decisions).enumerate() {
-            if named_before(checks, index, n) {
+            if named_before(checks, n) {
                 continue;
             }
             // A pair that would have admitted, in a check another pair
@@ -830,7 +831,7 @@ impl<S: Store> Inner<S> {
         match policy {
             OnError::Deny => {
                 for (n, (&i, c)) in index.iter().zip(checks).enumerate() {
-                    if !named_before(checks, index, n) {
+                    if !named_before(checks, n) {
                         self.meters.count(i, c.rule.name(), 2);
                     }
                 }
