@@ -22,6 +22,7 @@ pub mod api;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod envoy;
 pub mod gate;
 pub mod inline;
 pub mod link;

@@ -1,0 +1,5 @@
+//! The Envoy rate limit service (`--grpc`): envoyproxy/ratelimit YAML
+//! configs loaded unchanged ([`limits`]), their descriptor limits enforced
+//! as tollgate rules with the same store and semantics as every other rule.
+
+pub mod limits;
