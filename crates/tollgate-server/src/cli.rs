@@ -35,7 +35,8 @@ pub enum Command {
 /// [--proxy ADDR --upstream URL] [--envoy-config FILE.yaml ...]`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// The TOML config file (rules, `[store]`, `[http]`, `[proxy]`).
+    /// The TOML config file (rules, `[store]`, `[http]`, `[proxy]`);
+    /// optional with `--grpc`.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The store; overrides `[store] url`.
@@ -44,8 +45,8 @@ pub struct ServeArgs {
     /// Serve the HTTP API on this IP:PORT; overrides `[http] listen`.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
-    /// The Envoy rate limit gRPC service. Not supported yet: giving it makes
-    /// `serve` fail with a message saying so.
+    /// Serve the Envoy rate limit service (gRPC `ShouldRateLimit`) on this
+    /// IP:PORT, with the limits of the `--envoy-config` files.
     #[arg(long, value_name = "ADDR")]
     pub grpc: Option<String>,
     /// Serve the reverse proxy on this IP:PORT; overrides `[proxy] listen`.
@@ -55,7 +56,7 @@ pub struct ServeArgs {
     /// overrides `[proxy] upstream`.
     #[arg(long, value_name = "URL")]
     pub upstream: Option<String>,
-    /// envoyproxy/ratelimit YAML files. Not supported yet.
+    /// envoyproxy/ratelimit YAML files (one domain each) for `--grpc`.
     #[arg(long = "envoy-config", value_name = "FILE.yaml")]
     pub envoy_config: Vec<PathBuf>,
 }
@@ -66,8 +67,7 @@ pub struct ValidateArgs {
     /// The TOML config file.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
-    /// envoyproxy/ratelimit YAML files. Not supported yet: giving one makes
-    /// `validate` fail with a message saying so.
+    /// envoyproxy/ratelimit YAML files to check too.
     #[arg(long = "envoy-config", value_name = "FILE.yaml")]
     pub envoy_config: Vec<PathBuf>,
 }

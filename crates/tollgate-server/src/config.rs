@@ -38,6 +38,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::{Algorithm, Rule, RuleSpec};
@@ -45,6 +46,7 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::cidr::Cidr;
+use crate::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
 use crate::upstream::Upstream;
@@ -242,7 +244,25 @@ pub struct Config {
     pub http: HttpConfig,
     /// `[proxy]`.
     pub proxy: ProxyConfig,
+    /// Not in the TOML file: the envoyproxy/ratelimit YAML files of
+    /// `--envoy-config` (empty without them).
+    pub envoy: EnvoyConfig,
 }
+
+/// The Envoy rate limit configs, loaded once and shared.
+#[derive(Debug, Clone, Default)]
+pub struct EnvoyConfig(pub Arc<EnvoyLimits>);
+
+impl PartialEq for EnvoyConfig {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.domains() == other.0.domains()
+                && self.0.rules() == other.0.rules()
+                && self.0.limits().eq(other.0.limits()))
+    }
+}
+
+impl Eq for EnvoyConfig {}
 
 /// One problem in a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -593,6 +613,7 @@ impl<'a> Checker<'a> {
             rules: rules?,
             http: http?,
             proxy: proxy?,
+            envoy: EnvoyConfig::default(),
         })
     }
 

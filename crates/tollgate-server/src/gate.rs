@@ -54,8 +54,14 @@ impl Gate {
             .collect();
         // In process: nothing to time out.
         let timeout = (!store.in_process()).then_some(config.store.timeout);
-        let limiter = Limiter::new(store, config.rules.iter().map(|r| r.rule.clone()))
-            .map_err(|e| e.to_string())?;
+        // The config's rules, then the Envoy configs' (the gRPC service
+        // finds them at the end).
+        let rules = config
+            .rules
+            .iter()
+            .map(|r| r.rule.clone())
+            .chain(config.envoy.0.rules().iter().cloned());
+        let limiter = Limiter::new(store, rules).map_err(|e| e.to_string())?;
         let mut builder = ResilientLimiter::builder(limiter)
             .timeout(timeout)
             .on_error(config.store.on_error)
@@ -73,7 +79,7 @@ impl Gate {
         })
     }
 
-    /// The rules, in config order.
+    /// The rules: the config's in file order, then the Envoy configs'.
     #[must_use]
     pub fn rules(&self) -> &[Rule] {
         self.limiter.rules()

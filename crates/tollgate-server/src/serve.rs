@@ -3,9 +3,13 @@
 //! does the serving.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use crate::cli::ServeArgs;
-use crate::config::{Config, DEFAULT_HTTP_LISTEN, parse_listen};
+use crate::config::{
+    Config, DEFAULT_HTTP_LISTEN, EnvoyConfig, HttpConfig, ProxyConfig, StoreConfig, parse_listen,
+};
+use crate::envoy::limits::EnvoyLimits;
 use crate::store_url::StoreUrl;
 use crate::upstream::Upstream;
 
@@ -19,28 +23,54 @@ pub struct Plan {
     pub http: Option<SocketAddr>,
     /// The reverse proxy's address, if it is served.
     pub proxy: Option<SocketAddr>,
+    /// The Envoy rate limit service's address, if it is served.
+    pub grpc: Option<SocketAddr>,
 }
 
 /// Lays the flags over the config file. The HTTP API is served at
 /// `--http`, else `[http] listen`, else — when no front door is named at
 /// all — at 127.0.0.1:8080. The proxy is served at `--proxy`, else
-/// `[proxy] listen`, and needs an upstream.
+/// `[proxy] listen`, and needs an upstream. The Envoy rate limit service
+/// is served at `--grpc`, with the limits of every `--envoy-config` file;
+/// with `--grpc`, `--config` is optional.
 ///
 /// # Errors
 /// A message for the user: the config's problems, a bad flag, a front
-/// door that is not supported yet, a proxy without an upstream.
+/// Envoy config's problems, a proxy without an upstream.
 pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
-    if args.grpc.is_some() || !args.envoy_config.is_empty() {
+    let grpc = args
+        .grpc
+        .as_deref()
+        .map(|s| parse_listen(s).map_err(|e| format!("--grpc: {e}")))
+        .transpose()?;
+    if grpc.is_none() && !args.envoy_config.is_empty() {
         return Err(
-            "--grpc and --envoy-config (the Envoy rate limit service) are not supported yet; \
-             serve the HTTP API (--http) or the reverse proxy (--proxy)"
-                .to_owned(),
+            "--envoy-config is for the Envoy rate limit service: add --grpc ADDR".to_owned(),
         );
     }
-    let Some(path) = &args.config else {
-        return Err("no rules: pass --config FILE (see examples/tollgate.toml)".to_owned());
+    let mut config = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        // The gRPC service takes its limits from --envoy-config alone.
+        None if grpc.is_some() => Config {
+            store: StoreConfig::default(),
+            rules: Vec::new(),
+            http: HttpConfig::default(),
+            proxy: ProxyConfig::default(),
+            envoy: EnvoyConfig::default(),
+        },
+        None => {
+            return Err(
+                "no rules: pass --config FILE (see examples/tollgate.toml), \
+                 or --grpc ADDR with --envoy-config FILE.yaml"
+                    .to_owned(),
+            );
+        }
     };
-    let mut config = Config::load(path).map_err(|e| e.to_string())?;
+    if !args.envoy_config.is_empty() {
+        let taken: Vec<&str> = config.rules.iter().map(|r| r.rule.name()).collect();
+        let limits = EnvoyLimits::load(&args.envoy_config, &taken).map_err(|e| e.to_string())?;
+        config.envoy = EnvoyConfig(Arc::new(limits));
+    }
     if let Some(url) = &args.store {
         config.store.url = url
             .parse::<StoreUrl>()
@@ -69,13 +99,14 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
                 .to_owned(),
         );
     }
-    if http.is_none() && proxy.is_none() {
+    if http.is_none() && proxy.is_none() && grpc.is_none() {
         http = Some(DEFAULT_HTTP_LISTEN);
     }
     Ok(Plan {
         config,
         http,
         proxy,
+        grpc,
     })
 }
 
@@ -154,10 +185,67 @@ mod tests {
     }
 
     #[test]
+    fn grpc_alone_opens_no_api_and_needs_no_config() {
+        use clap::Parser;
+        let argv = ["tollgate", "serve", "--grpc", "127.0.0.1:0"];
+        let crate::cli::Command::Serve(a) = crate::cli::Cli::parse_from(argv).command else {
+            panic!("not serve");
+        };
+        let p = plan(&a).expect("plan");
+        assert_eq!(p.grpc, Some("127.0.0.1:0".parse().expect("addr")));
+        assert_eq!(p.http, None);
+        assert!(p.config.rules.is_empty());
+        let argv = ["tollgate", "serve"];
+        let crate::cli::Command::Serve(a) = crate::cli::Cli::parse_from(argv).command else {
+            panic!("not serve");
+        };
+        let err = plan(&a).expect_err("no rules");
+        assert!(err.contains("--config FILE"), "{err}");
+    }
+
+    #[test]
+    fn envoy_rules_come_after_the_config_and_avoid_its_names() {
+        let f =
+            config_file("[[rules]]\nname='envoy.d.k'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n");
+        let y = tempfile::NamedTempFile::new().expect("temp file");
+        std::fs::write(
+            y.path(),
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n",
+        )
+        .expect("write");
+        let path = y.path().to_str().expect("utf-8 path");
+        let p = plan(&args(
+            f.path(),
+            &["--grpc", "127.0.0.1:0", "--envoy-config", path],
+        ))
+        .expect("plan");
+        let rules = p.config.envoy.0.rules();
+        assert_eq!(rules.len(), 1);
+        assert_ne!(rules[0].name(), "envoy.d.k");
+        assert!(
+            rules[0].name().starts_with("envoy.d.k"),
+            "{}",
+            rules[0].name()
+        );
+        assert_eq!(rules[0].limit(), 5);
+        assert_eq!(rules[0].period(), std::time::Duration::from_secs(60));
+    }
+
+    #[test]
     fn clear_refusals() {
         let f = config_file(RULE);
         for (extra, why) in [
-            (&["--grpc", "127.0.0.1:1"][..], "not supported yet"),
+            (&["--envoy-config", "x.yaml"][..], "add --grpc ADDR"),
+            (&["--grpc", "example.com:1"], "--grpc: "),
+            (
+                &[
+                    "--grpc",
+                    "127.0.0.1:1",
+                    "--envoy-config",
+                    "/nonexistent/x.yaml",
+                ],
+                "/nonexistent/x.yaml: cannot read",
+            ),
             (&["--proxy", "127.0.0.1:1"], "needs an upstream"),
             (&["--upstream", "http://a:1"], "add --proxy"),
             (

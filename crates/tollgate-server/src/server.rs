@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -34,10 +35,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 use tollgate_tower::headers::HeaderOptions;
+use tonic::transport::server::TcpIncoming;
 
 use crate::api::Api;
 use crate::check::open_store;
 use crate::config::Config;
+use crate::envoy::service::EnvoyService;
 use crate::gate::Gate;
 use crate::inline::Inline;
 use crate::proxy::Proxy;
@@ -62,6 +65,9 @@ pub struct Listeners {
     pub http: Option<TcpListener>,
     /// The reverse proxy (needs `[proxy] upstream`).
     pub proxy: Option<TcpListener>,
+    /// The Envoy rate limit service (gRPC, HTTP/2), over the config's
+    /// Envoy limits.
+    pub grpc: Option<TcpListener>,
 }
 
 /// Serves the front doors on `listeners` with `config` until `shutdown`
@@ -76,8 +82,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     config: Config,
 ) -> Result<(), String> {
-    if listeners.http.is_none() && listeners.proxy.is_none() {
-        return Err("nothing to serve: no HTTP API or proxy listener".to_owned());
+    if listeners.http.is_none() && listeners.proxy.is_none() && listeners.grpc.is_none() {
+        return Err("nothing to serve: no HTTP API, proxy or gRPC listener".to_owned());
     }
     let proxy_upstream = match (&listeners.proxy, &config.proxy.upstream) {
         (Some(_), None) => {
@@ -161,6 +167,49 @@ pub async fn run(
                 })
             },
         ));
+    }
+    if let Some(listener) = listeners.grpc {
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let limits = Arc::clone(&config.envoy.0);
+        let service = EnvoyService::new(Arc::clone(&gate), Arc::clone(&limits))?;
+        let domains = limits.domains();
+        if domains.is_empty() {
+            tracing::warn!(
+                "Envoy rate limit service: no --envoy-config loaded; every descriptor is answered OK"
+            );
+        }
+        tracing::info!(
+            "Envoy rate limit service (gRPC) listening on {addr} (domains {}; store {})",
+            if domains.is_empty() {
+                "none".to_owned()
+            } else {
+                domains.join(", ")
+            },
+            config.store.url
+        );
+        let stop = stop_rx.clone();
+        doors.spawn(async move {
+            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let served = tonic::transport::Server::builder()
+                .add_service(RateLimitServiceServer::new(service))
+                .serve_with_incoming_shutdown(incoming, stopped(stop.clone()));
+            // Envoy keeps its HTTP/2 connections open: past the drain
+            // time, stop waiting for them.
+            let give_up = async {
+                stopped(stop).await;
+                tracing::info!("Envoy rate limit service: stopped accepting; draining");
+                tokio::time::sleep(DRAIN_TIMEOUT).await;
+            };
+            tokio::select! {
+                served = served => match served {
+                    Ok(()) => tracing::info!("Envoy rate limit service: drained"),
+                    Err(e) => tracing::error!("Envoy rate limit service failed: {e}"),
+                },
+                () = give_up => tracing::warn!(
+                    "Envoy rate limit service: requests still in flight after {DRAIN_TIMEOUT:?}; closing them"
+                ),
+            }
+        });
     }
     drop(stop_rx);
     while let Some(done) = doors.join_next().await {

@@ -2,37 +2,30 @@
 
 use std::fmt;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::cli::ValidateArgs;
-use crate::config::{Config, ConfigErrors, format_duration};
+use crate::config::{Config, ConfigErrors, EnvoyConfig, format_duration};
+use crate::envoy::limits::EnvoyLimits;
 
-/// Why `validate` failed: the config's problems and/or Envoy config files,
-/// which are not supported yet.
+/// Why `validate` failed: the config's problems and the Envoy config
+/// files' problems.
 #[derive(Debug)]
 pub struct ValidateError {
     /// The config file as named on the command line.
     pub file: String,
     /// The config's problems, if any.
     pub config: Option<ConfigErrors>,
-    /// `--envoy-config` files given (not supported yet).
-    pub envoy_configs: Vec<PathBuf>,
+    /// The `--envoy-config` files' problems, if any.
+    pub envoy: Option<ConfigErrors>,
 }
 
 impl fmt::Display for ValidateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut count = 0;
-        if let Some(errors) = &self.config {
+        for errors in [&self.config, &self.envoy].into_iter().flatten() {
             writeln!(f, "{errors}")?;
             count += errors.errors.len();
-        }
-        for path in &self.envoy_configs {
-            writeln!(
-                f,
-                "{}: --envoy-config: Envoy rate limit configs are not supported yet",
-                path.display()
-            )?;
-            count += 1;
         }
         let s = if count == 1 { "" } else { "s" };
         write!(f, "{}: invalid, {count} problem{s}", self.file)
@@ -41,22 +34,31 @@ impl fmt::Display for ValidateError {
 
 impl std::error::Error for ValidateError {}
 
-/// Validates the config named in `args` and returns it.
+/// Validates the config named in `args`, and its `--envoy-config` files,
+/// and returns the config (with the Envoy limits in `envoy`).
 ///
 /// # Errors
-/// Every problem in the config, and any `--envoy-config` given.
+/// Every problem in the config and in each Envoy config file.
 pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
     let loaded = Config::load(&args.config);
-    let (config, errors) = match loaded {
-        Ok(c) => (Some(c), None),
-        Err(e) => (None, Some(e)),
+    let taken: Vec<&str> = match &loaded {
+        Ok(c) => c.rules.iter().map(|r| r.rule.name()).collect(),
+        Err(_) => Vec::new(),
     };
-    match config {
-        Some(config) if args.envoy_config.is_empty() => Ok(config),
-        _ => Err(ValidateError {
+    let envoy = if args.envoy_config.is_empty() {
+        Ok(EnvoyLimits::default())
+    } else {
+        EnvoyLimits::load(&args.envoy_config, &taken)
+    };
+    match (loaded, envoy) {
+        (Ok(mut config), Ok(limits)) => {
+            config.envoy = EnvoyConfig(Arc::new(limits));
+            Ok(config)
+        }
+        (config, envoy) => Err(ValidateError {
             file: args.config.display().to_string(),
-            config: errors,
-            envoy_configs: args.envoy_config.clone(),
+            config: config.err(),
+            envoy: envoy.err(),
         }),
     }
 }
@@ -163,6 +165,42 @@ pub fn summary(config: &Config, file: &str) -> String {
             let _ = write!(out, ", key {key}");
         }
         let _ = writeln!(out, ", on_error {}", config.on_error_for(rc));
+    }
+    let envoy = &config.envoy.0;
+    let rules = envoy.rules();
+    for domain in envoy.domains() {
+        let _ = writeln!(out, "envoy domain {domain}");
+    }
+    for limit in envoy.limits() {
+        let _ = write!(out, "envoy limit {}: ", limit.path);
+        match (limit.unit, limit.rule.and_then(|i| rules.get(i))) {
+            (None, _) => {
+                let _ = write!(out, "unlimited");
+            }
+            (Some(unit), Some(rule)) => {
+                let _ = write!(
+                    out,
+                    "{} per {} ({} {})",
+                    limit.requests_per_unit,
+                    unit.as_str(),
+                    rule.algorithm(),
+                    rule.name()
+                );
+            }
+            (Some(unit), None) => {
+                let _ = write!(out, "0 per {} (every request over)", unit.as_str());
+            }
+        }
+        if !limit.name.is_empty() {
+            let _ = write!(out, ", name {}", limit.name);
+        }
+        if !limit.replaces.is_empty() {
+            let _ = write!(out, ", replaces {}", limit.replaces.join(", "));
+        }
+        if limit.shadow_mode {
+            let _ = write!(out, ", shadow_mode");
+        }
+        let _ = writeln!(out);
     }
     out
 }

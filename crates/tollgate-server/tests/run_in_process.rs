@@ -35,6 +35,7 @@ async fn run_serves_until_shutdown_then_returns() {
         Listeners {
             http: Some(listener),
             proxy: None,
+            grpc: None,
         },
         async {
             let _ = stopped.await;
@@ -68,6 +69,7 @@ async fn run_refuses_nothing_to_serve_and_a_proxy_without_upstream() {
         Listeners {
             http: None,
             proxy: Some(listener),
+            grpc: None,
         },
         async {},
         config,

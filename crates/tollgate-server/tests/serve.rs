@@ -160,7 +160,7 @@ fn refusals_before_serving_are_clear() {
     );
 
     for (args, want) in [
-        (&["--grpc", "127.0.0.1:0"][..], "not supported yet"),
+        (&["--envoy-config", "rls.yaml"][..], "add --grpc ADDR"),
         (&["--proxy", "127.0.0.1:0"], "needs an upstream"),
         (
             &["--http", "localhost"],

@@ -507,9 +507,14 @@ fn unreadable_and_garbage_files_fail_without_panicking() {
 }
 
 #[test]
-fn envoy_configs_are_not_supported_yet() {
+fn envoy_configs_are_checked_with_the_config() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("ok.toml"), GOOD).expect("write");
+    std::fs::write(
+        dir.path().join("rls.yaml"),
+        "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n  - key: free\n    rate_limit:\n      unlimited: true\n",
+    )
+    .expect("write");
     let out = run_in(
         dir.path(),
         &[
@@ -520,12 +525,62 @@ fn envoy_configs_are_not_supported_yet() {
             "rls.yaml",
         ],
     );
-    assert_eq!(out.code, Some(1));
-    assert_eq!(
-        out.stderr,
-        "rls.yaml: --envoy-config: Envoy rate limit configs are not supported yet\n\
-         ok.toml: invalid, 1 problem\n"
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("envoy domain edge\n"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains(
+            "envoy limit edge.path_/login: 5 per minute (fixed_window envoy.edge.path__login)\n"
+        ),
+        "{}",
+        out.stdout
     );
+    assert!(
+        out.stdout.contains("envoy limit edge.free: unlimited\n"),
+        "{}",
+        out.stdout
+    );
+
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "domain: edge\ndescriptors:\n  - key: path\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 5\n  - key: path\n    bogus: 1\n",
+    )
+    .expect("write");
+    let out = run_in(
+        dir.path(),
+        &[
+            "validate",
+            "--config",
+            "ok.toml",
+            "--envoy-config",
+            "bad.yaml",
+            "--envoy-config",
+            "nope.yaml",
+        ],
+    );
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("bad.yaml:5: ")
+            && l.contains("unit")
+            && l.contains("fortnight")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("bad.yaml:8: ") && l.contains("bogus")),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("nope.yaml") && l.contains("cannot read")),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stderr.ends_with("problems\n"), "{}", out.stderr);
 }
 
 #[test]

@@ -3,3 +3,4 @@
 //! as tollgate rules with the same store and semantics as every other rule.
 
 pub mod limits;
+pub mod service;

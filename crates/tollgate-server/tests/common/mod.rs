@@ -32,6 +32,8 @@ pub struct Tollgate {
     pub http: Option<SocketAddr>,
     /// The proxy's address, when served.
     pub proxy: Option<SocketAddr>,
+    /// The Envoy rate limit service's address, when served.
+    pub grpc: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
     _dir: tempfile::TempDir,
 }
@@ -100,16 +102,21 @@ impl Tollgate {
             }
         });
         let wants_proxy = args.contains(&"--proxy");
-        let wants_http = args.contains(&"--http") || !wants_proxy;
+        let wants_grpc = args.contains(&"--grpc");
+        let wants_http = args.contains(&"--http") || !(wants_proxy || wants_grpc);
         let mut server = Tollgate {
             child,
             http: None,
             proxy: None,
+            grpc: None,
             log,
             _dir: dir,
         };
         let deadline = Instant::now() + START_TIMEOUT;
-        while (wants_http && server.http.is_none()) || (wants_proxy && server.proxy.is_none()) {
+        while (wants_http && server.http.is_none())
+            || (wants_proxy && server.proxy.is_none())
+            || (wants_grpc && server.grpc.is_none())
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(line) => {
@@ -118,6 +125,11 @@ impl Tollgate {
                     }
                     if let Some(a) = addr_after(&line, "reverse proxy listening on http://") {
                         server.proxy = Some(a);
+                    }
+                    if let Some(a) =
+                        addr_after(&line, "Envoy rate limit service (gRPC) listening on ")
+                    {
+                        server.grpc = Some(a);
                     }
                 }
                 Err(_) => panic!(
@@ -137,6 +149,11 @@ impl Tollgate {
     /// The proxy's address.
     pub fn proxy(&self) -> SocketAddr {
         self.proxy.expect("the proxy is served")
+    }
+
+    /// The Envoy rate limit service's address.
+    pub fn grpc(&self) -> SocketAddr {
+        self.grpc.expect("the gRPC service is served")
     }
 
     /// Everything it logged so far.

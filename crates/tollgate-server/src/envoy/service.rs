@@ -1,0 +1,360 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over a
+//! [`Gate`]: each request descriptor is matched to its limit in the
+//! envoyproxy/ratelimit config ([`EnvoyLimits::find`]) and the matched
+//! limits are decided together, all-or-nothing, with the same store,
+//! failure policy and metrics as every other rule.
+//!
+//! What a request gets, descriptor by descriptor, in order:
+//!
+//! * no limit matches (unknown domain, no node, or the limit was replaced
+//!   by another matched limit's `replaces`): `OK`, no `current_limit`;
+//! * an `unlimited` limit: `OK`, `limit_remaining` `u32::MAX`;
+//! * a limit: its decision. The request's enforced limits are one
+//!   all-or-nothing check: if any is over, none consumes (a denied request
+//!   takes no quota, unlike the reference service, which counts every
+//!   descriptor of a denied request). `requests_per_unit: 0` is always over.
+//! * a `shadow_mode` limit: counted (and in the metrics as it decides) but
+//!   always `OK`. It consumes only when the request is admitted, each shadow
+//!   limit on its own; on a denied request it is only read.
+//!
+//! `hits_addend` is the cost: the descriptor's own when set (0 reads without
+//! consuming), else the request's, where 0 means 1. A store that fails
+//! under `on_error = "deny"` answers `OVER_LIMIT` for every enforced limit
+//! (as the user chose), not a gRPC error that Envoy's own
+//! `failure_mode_deny: false` would turn into an admission. A bad request
+//! (empty domain, no descriptors, a descriptor without entries, too many
+//! descriptors, a key too long, `is_negative_hits`) is `INVALID_ARGUMENT`
+//! naming the problem.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as CurrentLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tollgate::{Check, Decision};
+
+use crate::envoy::limits::{EnvoyLimits, Limit, Unit, store_key};
+use crate::gate::{Gate, Refusal, Throttle};
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 64;
+
+/// The Envoy rate limit service.
+#[derive(Debug)]
+pub struct EnvoyService {
+    gate: Arc<Gate>,
+    limits: Arc<EnvoyLimits>,
+    /// Where the Envoy rules start in the gate's rule list.
+    first_rule: usize,
+    overrides_log: Throttle,
+}
+
+/// One descriptor's limit, as the request resolved it.
+#[derive(Debug, Clone, Copy)]
+enum Plan<'a> {
+    /// No limit applies.
+    None,
+    /// `unlimited: true`.
+    Unlimited,
+    /// `requests_per_unit: 0`: always over.
+    Zero(&'a Limit),
+    /// A limit the store decides, with this cost.
+    Counted(&'a Limit, usize, u64),
+}
+
+impl EnvoyService {
+    /// The service over `gate`, whose rules end with `limits`' rules (in
+    /// their order).
+    ///
+    /// # Errors
+    /// When the gate does not hold `limits`' rules at its end.
+    pub fn new(gate: Arc<Gate>, limits: Arc<EnvoyLimits>) -> Result<Self, String> {
+        let rules = gate.rules();
+        let envoy = limits.rules();
+        let Some(first_rule) = rules.len().checked_sub(envoy.len()) else {
+            return Err("the gate holds fewer rules than the Envoy config".to_owned());
+        };
+        if rules[first_rule..] != *envoy {
+            return Err("the gate's rules do not end with the Envoy config's".to_owned());
+        }
+        Ok(Self {
+            gate,
+            limits,
+            first_rule,
+            overrides_log: Throttle::new(Duration::from_secs(1)),
+        })
+    }
+
+    /// The domains served.
+    #[must_use]
+    pub fn limits(&self) -> &EnvoyLimits {
+        &self.limits
+    }
+
+    /// Decides one request (the gRPC method without its transport).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming what is wrong with the request.
+    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        let plans = self.plan(req)?;
+        let keys: Vec<String> = req
+            .descriptors
+            .iter()
+            .map(|d| store_key(&entries(d)))
+            .collect();
+
+        let mut statuses: Vec<DescriptorStatus> = plans
+            .iter()
+            .map(|p| match p {
+                Plan::None | Plan::Counted(..) => DescriptorStatus {
+                    code: Code::Ok.into(),
+                    ..DescriptorStatus::default()
+                },
+                Plan::Unlimited => DescriptorStatus {
+                    code: Code::Ok.into(),
+                    limit_remaining: u32::MAX,
+                    ..DescriptorStatus::default()
+                },
+                Plan::Zero(limit) => DescriptorStatus {
+                    code: if limit.shadow_mode {
+                        Code::Ok
+                    } else {
+                        Code::OverLimit
+                    }
+                    .into(),
+                    current_limit: Some(current(limit)),
+                    limit_remaining: 0,
+                    duration_until_reset: limit.unit.map(|u| to_window_end(u.seconds())),
+                    ..DescriptorStatus::default()
+                },
+            })
+            .collect();
+        let zero_enforced = plans
+            .iter()
+            .any(|p| matches!(p, Plan::Zero(l) if !l.shadow_mode));
+
+        // The enforced limits: one all-or-nothing check (read only when a
+        // zero limit already denies the request).
+        let enforced: Vec<usize> = (0..plans.len())
+            .filter(|&i| matches!(plans[i], Plan::Counted(l, ..) if !l.shadow_mode))
+            .collect();
+        let mut admitted = !zero_enforced;
+        if !enforced.is_empty() {
+            let checks: Vec<Check<'_>> = enforced
+                .iter()
+                .filter_map(|&i| match plans[i] {
+                    Plan::Counted(_, rule, cost) => {
+                        Some(self.check(rule, cost, &keys[i], zero_enforced))
+                    }
+                    _ => None,
+                })
+                .collect();
+            match self.gate.check_all(&checks).await {
+                Ok(verdict) => {
+                    admitted &= verdict.multi.allowed;
+                    for (&i, d) in enforced.iter().zip(&verdict.multi.decisions) {
+                        statuses[i] = status(plans[i], d, d.allowed);
+                    }
+                }
+                Err(Refusal::Invalid(e)) => {
+                    return Err(tonic::Status::invalid_argument(e.to_string()));
+                }
+                Err(Refusal::Unavailable(_)) => {
+                    // `on_error = "deny"`: the user's choice stands.
+                    admitted = false;
+                    for &i in &enforced {
+                        if let Plan::Counted(limit, ..) = plans[i] {
+                            statuses[i] = DescriptorStatus {
+                                code: Code::OverLimit.into(),
+                                current_limit: Some(current(limit)),
+                                ..DescriptorStatus::default()
+                            };
+                        }
+                    }
+                }
+            }
+        }
+
+        // Shadow limits: each on its own, consuming only if the request
+        // goes through; always OK.
+        for i in 0..plans.len() {
+            let Plan::Counted(limit, rule, cost) = plans[i] else {
+                continue;
+            };
+            if !limit.shadow_mode {
+                continue;
+            }
+            let check = self.check(rule, cost, &keys[i], !admitted);
+            match self.gate.check_all(std::slice::from_ref(&check)).await {
+                Ok(verdict) => statuses[i] = status(plans[i], verdict.decision(), true),
+                Err(Refusal::Invalid(e)) => {
+                    return Err(tonic::Status::invalid_argument(e.to_string()));
+                }
+                Err(Refusal::Unavailable(_)) => {
+                    statuses[i] = DescriptorStatus {
+                        code: Code::Ok.into(),
+                        current_limit: Some(current(limit)),
+                        ..DescriptorStatus::default()
+                    };
+                }
+            }
+        }
+
+        Ok(RateLimitResponse {
+            overall_code: if admitted { Code::Ok } else { Code::OverLimit }.into(),
+            statuses,
+            ..RateLimitResponse::default()
+        })
+    }
+
+    /// Each descriptor's limit and cost, `replaces` applied.
+    fn plan<'a>(&'a self, req: &RateLimitRequest) -> Result<Vec<Plan<'a>>, tonic::Status> {
+        if req.domain.is_empty() {
+            return Err(tonic::Status::invalid_argument(
+                "rate limit domain must not be empty",
+            ));
+        }
+        if req.descriptors.is_empty() {
+            return Err(tonic::Status::invalid_argument(
+                "rate limit descriptor list must not be empty",
+            ));
+        }
+        if req.descriptors.len() > MAX_DESCRIPTORS {
+            return Err(tonic::Status::invalid_argument(format!(
+                "{} descriptors in one request; at most {MAX_DESCRIPTORS}",
+                req.descriptors.len()
+            )));
+        }
+        let mut found = Vec::with_capacity(req.descriptors.len());
+        for (i, d) in req.descriptors.iter().enumerate() {
+            if d.entries.is_empty() {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "descriptors[{i}] has no entries"
+                )));
+            }
+            if d.entries.len() > MAX_ENTRIES {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "descriptors[{i}] has {} entries; at most {MAX_ENTRIES}",
+                    d.entries.len()
+                )));
+            }
+            if d.is_negative_hits {
+                return Err(tonic::Status::invalid_argument(format!(
+                    "descriptors[{i}].is_negative_hits: giving quota back is not supported"
+                )));
+            }
+            if d.limit.is_some() {
+                self.overrides_log.report(|suppressed| {
+                    tracing::warn!(
+                        "Envoy rate limit service: a descriptor carries a limit override; \
+                         overrides are not supported, the config's limit applies \
+                         ({suppressed} more since the last report)"
+                    );
+                });
+            }
+            let cost = match &d.hits_addend {
+                Some(h) => h.value,
+                None if req.hits_addend == 0 => 1,
+                None => u64::from(req.hits_addend),
+            };
+            found.push((self.limits.find(&req.domain, &entries(d)), cost));
+        }
+        let replaced: HashSet<&str> = found
+            .iter()
+            .filter_map(|(l, _)| *l)
+            .flat_map(|l| l.replaces.iter().map(String::as_str))
+            .collect();
+        Ok(found
+            .into_iter()
+            .map(|(limit, cost)| match limit {
+                None => Plan::None,
+                Some(l) if !l.name.is_empty() && replaced.contains(l.name.as_str()) => Plan::None,
+                Some(l) if l.unlimited => Plan::Unlimited,
+                Some(l) => match l.rule {
+                    Some(r) => Plan::Counted(l, self.first_rule + r, cost),
+                    None => Plan::Zero(l),
+                },
+            })
+            .collect())
+    }
+
+    /// The check of gate rule `rule` for `key`; `read_only` reads without
+    /// consuming.
+    fn check<'a>(&'a self, rule: usize, cost: u64, key: &'a str, read_only: bool) -> Check<'a> {
+        let name = self.gate.rules()[rule].name();
+        Check::new(name, key.as_bytes()).cost(if read_only { 0 } else { cost })
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for EnvoyService {
+    async fn should_rate_limit(
+        &self,
+        request: tonic::Request<RateLimitRequest>,
+    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
+        self.decide(request.get_ref())
+            .await
+            .map(tonic::Response::new)
+    }
+}
+
+/// A descriptor's entries as (key, value) pairs.
+fn entries(d: &RateLimitDescriptor) -> Vec<(&str, &str)> {
+    d.entries
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect()
+}
+
+/// The limit as a status's `current_limit`.
+fn current(limit: &Limit) -> CurrentLimit {
+    CurrentLimit {
+        name: limit.name.clone(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: limit.unit.map_or(0, Unit::proto),
+    }
+}
+
+/// A counted limit's status from its decision; `ok` overrides the code
+/// (shadow mode, and a pair that would have admitted in a denied check).
+fn status(plan: Plan<'_>, d: &Decision, ok: bool) -> DescriptorStatus {
+    let Plan::Counted(limit, ..) = plan else {
+        return DescriptorStatus::default();
+    };
+    let ok = ok || limit.shadow_mode;
+    DescriptorStatus {
+        code: if ok { Code::Ok } else { Code::OverLimit }.into(),
+        current_limit: Some(current(limit)),
+        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(proto_duration(d.reset_after)),
+        ..DescriptorStatus::default()
+    }
+}
+
+/// A `google.protobuf.Duration`.
+fn proto_duration(d: Duration) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// Time to the end of the current `unit_secs` window on the wall clock (the
+/// reference service's windows), for limits the store never sees.
+fn to_window_end(unit_secs: u64) -> ProtoDuration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let unit = Duration::from_secs(unit_secs.max(1));
+    let into =
+        Duration::from_nanos(u64::try_from(now.as_nanos() % unit.as_nanos()).unwrap_or_default());
+    proto_duration(unit.saturating_sub(into))
+}

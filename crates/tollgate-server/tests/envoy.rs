@@ -1,0 +1,465 @@
+//! The Envoy rate limit service end to end: the real binary with `--grpc`
+//! and `--envoy-config`, called over gRPC as Envoy calls it
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`), on the
+//! memory store and on a real redis-server.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::Tollgate;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use redis_harness::RedisServer;
+use tonic::transport::Channel;
+
+/// The TOML side: the store, and one HTTP rule (the TOML config needs one).
+fn toml(store: &str) -> String {
+    format!(
+        "[store]\nurl = \"{store}\"\ntimeout = \"2s\"\n\n\
+         [[rules]]\nname = \"http_rule\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n"
+    )
+}
+
+const RLS: &str = "\
+domain: rl
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+  - key: path
+    value: /admin
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: path
+    value: /api*
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: client
+    value: acme
+    descriptors:
+      - key: path
+        rate_limit:
+          unit: hour
+          requests_per_unit: 1
+  - key: plan
+    value: base
+    rate_limit:
+      name: base
+      unit: hour
+      requests_per_unit: 1
+  - key: plan
+    value: premium
+    rate_limit:
+      name: premium
+      unit: hour
+      requests_per_unit: 100
+      replaces:
+        - name: base
+  - key: free
+    rate_limit:
+      unlimited: true
+  - key: blocked
+    rate_limit:
+      unit: second
+      requests_per_unit: 0
+  - key: trial
+    shadow_mode: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 1
+  - key: bulk
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      algorithm: gcra
+";
+
+/// A running service and a tokio runtime to call it from.
+struct Rls {
+    server: Tollgate,
+    rt: tokio::runtime::Runtime,
+    client: RateLimitServiceClient<Channel>,
+    _dir: tempfile::TempDir,
+}
+
+fn yaml_file(text: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rls.yaml");
+    std::fs::write(&path, text).expect("write yaml");
+    (dir, path)
+}
+
+impl Rls {
+    fn start(store: &str, yaml: &str) -> Rls {
+        let (dir, path) = yaml_file(yaml);
+        let path = path.to_str().expect("utf-8 path").to_owned();
+        let server = Tollgate::start(
+            &toml(store),
+            &["--grpc", "127.0.0.1:0", "--envoy-config", path.as_str()],
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let client = rt.block_on(connect(server.grpc()));
+        Rls {
+            server,
+            rt,
+            client,
+            _dir: dir,
+        }
+    }
+
+    fn call(&mut self, req: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        let client = &mut self.client;
+        self.rt
+            .block_on(client.should_rate_limit(req))
+            .map(tonic::Response::into_inner)
+    }
+
+    fn ok(&mut self, req: RateLimitRequest) -> RateLimitResponse {
+        self.call(req).expect("ShouldRateLimit")
+    }
+}
+
+async fn connect(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
+    RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect")
+}
+
+fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+fn one(entries: &[(&str, &str)]) -> RateLimitRequest {
+    req("rl", vec![desc(entries)])
+}
+
+fn code(c: i32) -> Code {
+    Code::try_from(c).expect("a known code")
+}
+
+/// (code, requests_per_unit, unit, remaining) of a status with a limit.
+fn limited(s: &DescriptorStatus) -> (Code, u32, Unit, u32) {
+    let l = s.current_limit.as_ref().expect("current_limit");
+    (
+        code(s.code),
+        l.requests_per_unit,
+        Unit::try_from(l.unit).expect("unit"),
+        s.limit_remaining,
+    )
+}
+
+fn unlimited_ok(s: &DescriptorStatus) -> bool {
+    code(s.code) == Code::Ok && s.current_limit.is_none()
+}
+
+#[test]
+fn a_key_only_descriptor_counts_each_value_on_its_own() {
+    let mut rls = Rls::start("memory", RLS);
+    for left in [2, 1, 0] {
+        let r = rls.ok(one(&[("user", "alice")]));
+        assert_eq!(code(r.overall_code), Code::Ok);
+        assert_eq!(limited(&r.statuses[0]), (Code::Ok, 3, Unit::Minute, left));
+        let reset = r.statuses[0].duration_until_reset.expect("reset");
+        assert!(
+            reset.seconds <= 60 && (reset.seconds > 0 || reset.nanos > 0),
+            "{reset:?}"
+        );
+    }
+    let r = rls.ok(one(&[("user", "alice")]));
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::OverLimit, 3, Unit::Minute, 0)
+    );
+    // Another value is another counter.
+    let r = rls.ok(one(&[("user", "bob")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 3, Unit::Minute, 2));
+}
+
+#[test]
+fn values_wildcards_and_nesting_pick_the_limit() {
+    let mut rls = Rls::start("memory", RLS);
+    // An exact value.
+    assert_eq!(
+        rls.ok(one(&[("path", "/admin")])).overall_code,
+        Code::Ok as i32
+    );
+    let r = rls.ok(one(&[("path", "/admin")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::OverLimit, 1, Unit::Hour, 0));
+    // A prefix wildcard: every matching value counts on its own key.
+    for _ in 0..2 {
+        assert_eq!(
+            rls.ok(one(&[("path", "/api/v1")])).overall_code,
+            Code::Ok as i32
+        );
+    }
+    let r = rls.ok(one(&[("path", "/api/v1")]));
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::OverLimit, 2, Unit::Minute, 0)
+    );
+    let r = rls.ok(one(&[("path", "/api/v2")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 2, Unit::Minute, 1));
+    // No node for this value and no key-only default: no limit, ever.
+    for _ in 0..5 {
+        let r = rls.ok(one(&[("path", "/other")]));
+        assert_eq!(code(r.overall_code), Code::Ok);
+        assert!(unlimited_ok(&r.statuses[0]), "{r:?}");
+    }
+    // Nested: client=acme then any path.
+    let r = rls.ok(one(&[("client", "acme"), ("path", "/x")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 1, Unit::Hour, 0));
+    let r = rls.ok(one(&[("client", "acme"), ("path", "/x")]));
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    // Stopping above the limited level, going past it, or another client:
+    // no limit.
+    for entries in [
+        &[("client", "acme")][..],
+        &[("client", "acme"), ("path", "/x"), ("extra", "1")],
+        &[("client", "other"), ("path", "/x")],
+        &[("user", "carol"), ("more", "1")],
+    ] {
+        let r = rls.ok(one(entries));
+        assert_eq!(code(r.overall_code), Code::Ok, "{entries:?}");
+        assert!(unlimited_ok(&r.statuses[0]), "{entries:?}: {r:?}");
+    }
+    // An unknown domain limits nothing.
+    let r = rls.ok(req("nope", vec![desc(&[("path", "/admin")])]));
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert!(unlimited_ok(&r.statuses[0]));
+}
+
+#[test]
+fn a_denied_request_consumes_nothing_from_its_other_limits() {
+    let mut rls = Rls::start("memory", RLS);
+    let both = || {
+        req(
+            "rl",
+            vec![desc(&[("path", "/admin")]), desc(&[("user", "dave")])],
+        )
+    };
+    let r = rls.ok(both());
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert_eq!(limited(&r.statuses[1]), (Code::Ok, 3, Unit::Minute, 2));
+    for _ in 0..3 {
+        let r = rls.ok(both());
+        assert_eq!(code(r.overall_code), Code::OverLimit);
+        assert_eq!(limited(&r.statuses[0]), (Code::OverLimit, 1, Unit::Hour, 0));
+        // Would have admitted; not consumed.
+        assert_eq!(limited(&r.statuses[1]), (Code::Ok, 3, Unit::Minute, 2));
+    }
+    let r = rls.ok(one(&[("user", "dave")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 3, Unit::Minute, 1));
+}
+
+#[test]
+fn hits_addend_is_the_cost() {
+    let mut rls = Rls::start("memory", RLS);
+    let mut r3 = one(&[("bulk", "x")]);
+    r3.hits_addend = 3;
+    let r = rls.ok(r3.clone());
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 5, Unit::Hour, 2));
+    let r = rls.ok(r3);
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    // A descriptor's own hits_addend wins; 0 reads without consuming.
+    let mut peek = desc(&[("bulk", "x")]);
+    peek.hits_addend = Some(UInt64Value { value: 0 });
+    let mut r0 = req("rl", vec![peek]);
+    r0.hits_addend = 9;
+    let r = rls.ok(r0);
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 5, Unit::Hour, 2));
+    // The request's hits_addend 0 means 1.
+    let r = rls.ok(one(&[("bulk", "x")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 5, Unit::Hour, 1));
+}
+
+#[test]
+fn unlimited_zero_shadow_and_replaces() {
+    let mut rls = Rls::start("memory", RLS);
+    for _ in 0..3 {
+        let r = rls.ok(one(&[("free", "x")]));
+        assert_eq!(code(r.statuses[0].code), Code::Ok);
+        assert!(r.statuses[0].current_limit.is_none());
+        assert_eq!(r.statuses[0].limit_remaining, u32::MAX);
+    }
+    let r = rls.ok(one(&[("blocked", "x")]));
+    assert_eq!(code(r.overall_code), Code::OverLimit);
+    assert_eq!(
+        limited(&r.statuses[0]),
+        (Code::OverLimit, 0, Unit::Second, 0)
+    );
+    // Shadow mode: counted, reported, never enforced.
+    let r = rls.ok(one(&[("trial", "t")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 1, Unit::Hour, 0));
+    let r = rls.ok(one(&[("trial", "t")]));
+    assert_eq!(code(r.overall_code), Code::Ok);
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 1, Unit::Hour, 0));
+    // `premium` replaces `base` when both match: base is neither counted
+    // nor reported.
+    for _ in 0..3 {
+        let r = rls.ok(req(
+            "rl",
+            vec![desc(&[("plan", "base")]), desc(&[("plan", "premium")])],
+        ));
+        assert_eq!(code(r.overall_code), Code::Ok);
+        assert!(unlimited_ok(&r.statuses[0]), "{r:?}");
+        assert_eq!(code(r.statuses[1].code), Code::Ok);
+    }
+    let r = rls.ok(one(&[("plan", "base")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 1, Unit::Hour, 0));
+}
+
+#[test]
+fn bad_requests_are_invalid_argument_naming_the_problem() {
+    let mut rls = Rls::start("memory", RLS);
+    let mut negative = desc(&[("user", "x")]);
+    negative.is_negative_hits = true;
+    let long = "v".repeat(5000);
+    let cases = vec![
+        (req("", vec![desc(&[("user", "x")])]), "domain"),
+        (req("rl", vec![]), "descriptor list must not be empty"),
+        (req("rl", vec![desc(&[])]), "descriptors[0] has no entries"),
+        (req("rl", vec![desc(&[("user", "x")]); 65]), "at most 64"),
+        (req("rl", vec![negative]), "is_negative_hits"),
+        (req("rl", vec![desc(&[("user", long.as_str())])]), "key"),
+    ];
+    for (request, why) in cases {
+        let status = rls.call(request).expect_err(why);
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "{why}: {status:?}"
+        );
+        assert!(
+            status.message().contains(why),
+            "{why}: {}",
+            status.message()
+        );
+    }
+    // The service is still there.
+    let r = rls.ok(one(&[("user", "x")]));
+    assert_eq!(code(r.overall_code), Code::Ok);
+}
+
+#[test]
+fn two_replicas_on_one_redis_hold_one_limit() {
+    let redis = RedisServer::start();
+    let mut replicas: Vec<Rls> = (0..2).map(|_| Rls::start(&redis.url(), RLS)).collect();
+    let mut admitted = 0;
+    for i in 0..10 {
+        let r = replicas[i % 2].ok(one(&[("user", "fleet")]));
+        if code(r.overall_code) == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 3, "a limit of 3 per minute across both replicas");
+    // And on the memory store each replica holds its own.
+    let mut local: Vec<Rls> = (0..2).map(|_| Rls::start("memory", RLS)).collect();
+    let mut admitted = 0;
+    for i in 0..10 {
+        let r = local[i % 2].ok(one(&[("user", "fleet")]));
+        if code(r.overall_code) == Code::Ok {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 6, "the memory store: each replica its own 3");
+}
+
+#[test]
+fn sigterm_drains_the_grpc_service_and_exits_zero() {
+    let mut rls = Rls::start("memory", RLS);
+    assert_eq!(rls.ok(one(&[("user", "x")])).overall_code, Code::Ok as i32);
+    rls.server.signal("TERM");
+    // The client stays alive and answers (as Envoy does) while the server
+    // says GOAWAY and closes the connection.
+    let server = &mut rls.server;
+    let status = rls
+        .rt
+        .block_on(async {
+            for _ in 0..100 {
+                if let Some(status) = server.wait_exit(Duration::ZERO) {
+                    return Some(status);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            None
+        })
+        .expect("exits within 10 s of SIGTERM");
+    assert!(status.success(), "{status:?}: {}", rls.server.log());
+    assert!(
+        rls.server.log().contains("Envoy rate limit service"),
+        "{}",
+        rls.server.log()
+    );
+}
+
+#[test]
+fn metrics_count_envoy_limits_by_rule() {
+    let (dir, path) = yaml_file(RLS);
+    let path = path.to_str().expect("utf-8 path").to_owned();
+    let server = Tollgate::start(
+        &toml("memory"),
+        &[
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--envoy-config",
+            path.as_str(),
+        ],
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut client = rt.block_on(connect(server.grpc()));
+    for _ in 0..2 {
+        rt.block_on(client.should_rate_limit(one(&[("path", "/admin")])))
+            .expect("call");
+    }
+    let metrics = String::from_utf8(common::get(server.api(), "/metrics").body).expect("utf-8");
+    let line = |outcome: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("tollgate_checks_total{")
+                    && l.contains("rule=\"envoy.rl.path__admin\"")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_owned())
+    };
+    assert_eq!(line("allowed").as_deref(), Some("1"), "{metrics}");
+    assert_eq!(line("denied").as_deref(), Some("1"), "{metrics}");
+    drop(dir);
+}
