@@ -34,8 +34,8 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
 use tollgate_tower::headers::HeaderOptions;
-use tonic::transport::server::TcpIncoming;
 
 use crate::api::Api;
 use crate::check::open_store;
@@ -189,12 +189,26 @@ pub async fn run(
         );
         let stop = stop_rx.clone();
         doors.spawn(async move {
-            let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+            let (health, health_service) = tonic_health::server::health_reporter();
+            health
+                .set_serving::<RateLimitServiceServer<EnvoyService>>()
+                .await;
+            let incoming = grpc_incoming(listener, stop.clone());
             let served = tonic::transport::Server::builder()
+                .add_service(health_service)
                 .add_service(RateLimitServiceServer::new(service))
-                .serve_with_incoming_shutdown(incoming, stopped(stop.clone()));
-            // Envoy keeps its HTTP/2 connections open: past the drain
-            // time, stop waiting for them.
+                .serve_with_incoming_shutdown(incoming, {
+                    let stop = stop.clone();
+                    async move {
+                    stopped(stop).await;
+                    health
+                        .set_not_serving::<RateLimitServiceServer<EnvoyService>>()
+                        .await;
+                    }
+                });
+            // Envoy keeps its HTTP/2 connections open, and a client that
+            // never reads never takes the GOAWAY: past the drain time,
+            // stop waiting for them.
             let give_up = async {
                 stopped(stop).await;
                 tracing::info!("Envoy rate limit service: stopped accepting; draining");
@@ -206,7 +220,7 @@ pub async fn run(
                     Err(e) => tracing::error!("Envoy rate limit service failed: {e}"),
                 },
                 () = give_up => tracing::warn!(
-                    "Envoy rate limit service: requests still in flight after {DRAIN_TIMEOUT:?}; closing them"
+                    "Envoy rate limit service: connections still open after {DRAIN_TIMEOUT:?}; closing them"
                 ),
             }
         });
@@ -380,6 +394,115 @@ impl Watchdog {
 }
 
 /// Resolves once `stop` is true (or its sender is gone).
+/// The gRPC front door's connections, accepted as [`serve_with`] accepts
+/// the others: at most [`MAX_CONNECTIONS`] at once (past it, new ones wait
+/// in the kernel's backlog), `TCP_NODELAY`, and on an accept error (out of
+/// file descriptors) a log line now and then and a 50 ms pause, not a busy
+/// loop. Ends when `stop` turns true.
+fn grpc_incoming(
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+) -> ReceiverStream<std::io::Result<Limited>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+        let mut shutdown = std::pin::pin!(stopped(stop));
+        let mut accept_errors = 0u64;
+        loop {
+            let permit = tokio::select! {
+                p = Arc::clone(&permits).acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                () = &mut shutdown => break,
+            };
+            let accepted = tokio::select! {
+                r = listener.accept() => r,
+                () = &mut shutdown => break,
+            };
+            match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let conn = Limited {
+                        stream,
+                        _permit: permit,
+                    };
+                    if tx.send(Ok(conn)).await.is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    accept_errors += 1;
+                    if accept_errors.is_power_of_two() {
+                        tracing::warn!(
+                            "Envoy rate limit service: accept failed ({accept_errors} so far): {e}"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+pin_project_lite::pin_project! {
+    /// A gRPC connection holding its place under [`MAX_CONNECTIONS`].
+    struct Limited {
+        #[pin]
+        stream: tokio::net::TcpStream,
+        _permit: tokio::sync::OwnedSemaphorePermit,
+    }
+}
+
+impl tonic::transport::server::Connected for Limited {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for Limited {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.project().stream.poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Limited {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().stream.poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.project().stream.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().stream.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().stream.poll_shutdown(cx)
+    }
+}
+
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }

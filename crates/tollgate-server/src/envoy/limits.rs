@@ -213,8 +213,8 @@ impl EnvoyLimits {
         let mut loader = Loader::new(taken);
         for path in files {
             let file = path.display().to_string();
-            match std::fs::read(path) {
-                Err(e) => loader.file_error(&file, None, format!("cannot read: {e}")),
+            match read_config(path) {
+                Err(e) => loader.file_error(&file, None, e),
                 Ok(bytes) => match String::from_utf8(bytes) {
                     Ok(text) => loader.file(&file, &text),
                     Err(e) => {
@@ -315,9 +315,38 @@ impl EnvoyLimits {
     }
 }
 
+/// The most bytes of an Envoy config file.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A config file's bytes: a regular file (a FIFO would block, a device
+/// never end) of at most [`MAX_FILE_BYTES`].
+fn read_config(path: &std::path::Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err("cannot read: not a regular file".to_owned());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(format!(
+            "the file is larger than {} MiB",
+            MAX_FILE_BYTES / (1024 * 1024)
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The store key for a request descriptor matched to a limit: its entries
 /// as `key=value` joined by `;`, with `\`, `;` and `=` escaped by a `\`.
-/// Injective: two different entry lists never give the same string.
+/// Injective: two different entry lists never give the same string. A key
+/// that would be longer than [`tollgate::MAX_KEY_LEN`] (a long header
+/// value) becomes `;sha256=` and the SHA-256 of its long form: a request
+/// cannot escape its limits by being long, and since no short key starts
+/// with a bare `;`, a short key never names a long key's counter.
 ///
 /// ```
 /// use tollgate_server::envoy::limits::store_key;
@@ -336,6 +365,17 @@ pub fn store_key(entries: &[(&str, &str)]) -> String {
         escape(key, &mut out);
         out.push('=');
         escape(value, &mut out);
+    }
+    if out.len() > tollgate::MAX_KEY_LEN {
+        use sha2::Digest as _;
+        use std::fmt::Write as _;
+        let digest = sha2::Sha256::digest(out.as_bytes());
+        let mut short = String::with_capacity(8 + 64);
+        short.push_str(";sha256=");
+        for b in digest {
+            let _ = write!(short, "{b:02x}");
+        }
+        return short;
     }
     out
 }
@@ -657,6 +697,8 @@ impl Loader {
 
     /// Checks one file's text and adds its domain.
     fn file(&mut self, file: &str, text: &str) {
+        // A byte order mark is not part of the YAML (yaml.v2 skips it too).
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         file.clone_into(&mut self.file);
         let start = self.errors.len();
         match read_yaml(text) {
@@ -2378,6 +2420,49 @@ descriptors:
     fn limits_can_be_shared_between_threads() {
         fn shared<T: Send + Sync + 'static>(_: &T) {}
         shared(&ok(MONGO));
+    }
+
+    #[test]
+    fn a_long_store_key_is_its_digest_and_never_a_short_one() {
+        let long = "v".repeat(tollgate::MAX_KEY_LEN);
+        let other = format!("{long}w");
+        let a = store_key(&[("user", long.as_str())]);
+        let b = store_key(&[("user", other.as_str())]);
+        assert!(a.starts_with(";sha256=") && a.len() == 8 + 64, "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, store_key(&[("user", long.as_str())]));
+        // Escaping can push a key over the limit: 3,000 `;` escape to 6,000.
+        let semis = ";".repeat(3000);
+        assert!(store_key(&[("user", semis.as_str())]).starts_with(";sha256="));
+        // No short key starts with a bare `;`, an empty key included.
+        for entries in [&[("", "")][..], &[(";sha256", "x")], &[("", ";sha256=")]] {
+            assert!(!store_key(entries).starts_with(';'), "{entries:?}");
+        }
+        // Just at the limit: kept as it is.
+        let fits = "v".repeat(tollgate::MAX_KEY_LEN - "user=".len());
+        assert_eq!(
+            store_key(&[("user", fits.as_str())]).len(),
+            tollgate::MAX_KEY_LEN
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let yaml = "\u{feff}domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+        let limits = EnvoyLimits::parse(&[("bom.yaml".into(), yaml.into())], &[]).expect("parses");
+        assert_eq!(limits.domains(), vec!["d"]);
+    }
+
+    #[test]
+    fn only_regular_files_of_bounded_size_are_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = EnvoyLimits::load(&[dir.path().to_path_buf()], &[]).expect_err("a directory");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let big = dir.path().join("big.yaml");
+        let f = std::fs::File::create(&big).expect("create");
+        f.set_len(MAX_FILE_BYTES + 1).expect("grow");
+        let err = EnvoyLimits::load(&[big], &[]).expect_err("too big");
+        assert!(err.to_string().contains("larger than 16 MiB"), "{err}");
     }
 
     #[test]

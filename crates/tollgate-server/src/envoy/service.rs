@@ -15,16 +15,21 @@
 //!   descriptor of a denied request). `requests_per_unit: 0` is always over.
 //! * a `shadow_mode` limit: counted (and in the metrics as it decides) but
 //!   always `OK`. It consumes only when the request is admitted, each shadow
-//!   limit on its own; on a denied request it is only read.
+//!   limit on its own (all of them in one round of store calls, after the
+//!   enforced check); on a denied request it is only read.
 //!
 //! `hits_addend` is the cost: the descriptor's own when set (0 reads without
-//! consuming), else the request's, where 0 means 1. A store that fails
-//! under `on_error = "deny"` answers `OVER_LIMIT` for every enforced limit
-//! (as the user chose), not a gRPC error that Envoy's own
-//! `failure_mode_deny: false` would turn into an admission. A bad request
-//! (empty domain, no descriptors, a descriptor without entries, too many
-//! descriptors, a key too long, `is_negative_hits`) is `INVALID_ARGUMENT`
-//! naming the problem.
+//! consuming), else the request's, where 0 means 1. A descriptor whose
+//! store key would pass [`tollgate::MAX_KEY_LEN`] is counted under its
+//! digest ([`store_key`]), never refused: a refusal would be a gRPC error,
+//! which Envoy's default `failure_mode_deny: false` turns into an
+//! admission, so one long header would switch every limit of the request
+//! off. A store that fails under `on_error = "deny"` answers `OVER_LIMIT`
+//! for every enforced limit (as the user chose), not such an error; under
+//! `allow` the statuses are `OK` with no limit or numbers (nothing was
+//! decided). A bad request (empty domain, no descriptors, a descriptor
+//! without entries, too many descriptors or entries, `is_negative_hits`) is
+//! `INVALID_ARGUMENT` naming the problem, before anything is counted.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -37,7 +42,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use tollgate::{Check, Decision};
+use futures_util::future::join_all;
+use tollgate::{Check, Decision, OnError};
 
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit, store_key};
 use crate::gate::{Gate, Refusal, Throttle};
@@ -160,8 +166,13 @@ impl EnvoyService {
             match self.gate.check_all(&checks).await {
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
+                    let guessed = verdict.degraded == Some(OnError::Allow);
                     for (&i, d) in enforced.iter().zip(&verdict.multi.decisions) {
-                        statuses[i] = status(plans[i], d, d.allowed);
+                        // Under `allow` nothing was decided: OK, and no
+                        // numbers the store never gave.
+                        if !guessed {
+                            statuses[i] = status(plans[i], d, d.allowed);
+                        }
                     }
                 }
                 Err(Refusal::Invalid(e)) => {
@@ -183,28 +194,29 @@ impl EnvoyService {
             }
         }
 
-        // Shadow limits: each on its own, consuming only if the request
-        // goes through; always OK.
-        for i in 0..plans.len() {
-            let Plan::Counted(limit, rule, cost) = plans[i] else {
-                continue;
-            };
-            if !limit.shadow_mode {
-                continue;
-            }
-            let check = self.check(rule, cost, &keys[i], !admitted);
-            match self.gate.check_all(std::slice::from_ref(&check)).await {
-                Ok(verdict) => statuses[i] = status(plans[i], verdict.decision(), true),
-                Err(Refusal::Invalid(e)) => {
-                    return Err(tonic::Status::invalid_argument(e.to_string()));
+        // Shadow limits: each on its own, all at once (one store round trip
+        // between them, not one each), consuming only if the request goes
+        // through; always OK. A shadow limit the store cannot decide reads
+        // OK with no numbers: it never fails the request.
+        let shadows: Vec<(usize, Check<'_>)> = (0..plans.len())
+            .filter_map(|i| match plans[i] {
+                Plan::Counted(limit, rule, cost) if limit.shadow_mode => {
+                    Some((i, self.check(rule, cost, &keys[i], !admitted)))
                 }
-                Err(Refusal::Unavailable(_)) => {
-                    statuses[i] = DescriptorStatus {
-                        code: Code::Ok.into(),
-                        current_limit: Some(current(limit)),
-                        ..DescriptorStatus::default()
-                    };
-                }
+                _ => None,
+            })
+            .collect();
+        let decided = join_all(
+            shadows
+                .iter()
+                .map(|(_, check)| self.gate.check_all(std::slice::from_ref(check))),
+        )
+        .await;
+        for ((i, _), result) in shadows.iter().zip(decided) {
+            if let Ok(verdict) = result
+                && verdict.degraded != Some(OnError::Allow)
+            {
+                statuses[*i] = status(plans[*i], verdict.decision(), true);
             }
         }
 
@@ -276,8 +288,10 @@ impl EnvoyService {
             .into_iter()
             .map(|(limit, cost)| match limit {
                 None => Plan::None,
-                Some(l) if !l.name.is_empty() && replaced.contains(l.name.as_str()) => Plan::None,
+                // Unlimited first, as the reference service: a replaced
+                // unlimited limit still reads unlimited.
                 Some(l) if l.unlimited => Plan::Unlimited,
+                Some(l) if !l.name.is_empty() && replaced.contains(l.name.as_str()) => Plan::None,
                 Some(l) => match l.rule {
                     Some(r) => Plan::Counted(l, self.first_rule + r, cost),
                     None => Plan::Zero(l),
