@@ -32,7 +32,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tollgate_tower::headers::HeaderOptions;
@@ -264,33 +264,11 @@ pub async fn serve_with<M, S, B>(
     // make hyper parse every head into a heap buffer instead of its stack
     // array.
     let graceful = GracefulShutdown::new();
-    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let mut accept_errors = 0u64;
+    let mut acceptor = Acceptor::new(&listener, name);
     loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&permits).acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
+        let Some((stream, peer, permit)) = acceptor.next(&mut shutdown).await else {
+            break;
         };
-        let accepted = tokio::select! {
-            r = listener.accept() => r,
-            () = &mut shutdown => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                // Out of file descriptors and the like: back off.
-                accept_errors += 1;
-                if accept_errors.is_power_of_two() {
-                    tracing::warn!("{name}: accept failed ({accept_errors} so far): {e}");
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::default());
         let service = Watched {
             inner: make(peer),
@@ -405,45 +383,73 @@ fn grpc_incoming(
 ) -> ReceiverStream<std::io::Result<Limited>> {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
-        let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         let mut shutdown = std::pin::pin!(stopped(stop));
-        let mut accept_errors = 0u64;
+        let mut acceptor = Acceptor::new(&listener, "Envoy rate limit service");
+        while let Some((stream, _peer, permit)) = acceptor.next(&mut shutdown).await {
+            let conn = Limited {
+                stream,
+                _permit: permit,
+            };
+            if tx.send(Ok(conn)).await.is_err() {
+                break;
+            }
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// Accepts a front door's connections: at most [`MAX_CONNECTIONS`] at once
+/// (past it, new ones wait in the kernel's backlog), `TCP_NODELAY` set; on
+/// an accept error (out of file descriptors and the like) a log line now
+/// and then and a 50 ms pause, never a busy loop.
+struct Acceptor<'a> {
+    listener: &'a TcpListener,
+    name: &'static str,
+    permits: Arc<Semaphore>,
+    errors: u64,
+}
+
+impl<'a> Acceptor<'a> {
+    fn new(listener: &'a TcpListener, name: &'static str) -> Self {
+        Self {
+            listener,
+            name,
+            permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            errors: 0,
+        }
+    }
+
+    /// The next connection with its permit; `None` once `shutdown`
+    /// resolves.
+    async fn next(
+        &mut self,
+        shutdown: &mut Pin<&mut impl Future<Output = ()>>,
+    ) -> Option<(tokio::net::TcpStream, SocketAddr, OwnedSemaphorePermit)> {
         loop {
             let permit = tokio::select! {
-                p = Arc::clone(&permits).acquire_owned() => match p {
-                    Ok(p) => p,
-                    Err(_) => break,
-                },
-                () = &mut shutdown => break,
+                p = Arc::clone(&self.permits).acquire_owned() => p.ok()?,
+                () = shutdown.as_mut() => return None,
             };
             let accepted = tokio::select! {
-                r = listener.accept() => r,
-                () = &mut shutdown => break,
+                r = self.listener.accept() => r,
+                () = shutdown.as_mut() => return None,
             };
             match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let conn = Limited {
-                        stream,
-                        _permit: permit,
-                    };
-                    if tx.send(Ok(conn)).await.is_err() {
-                        break;
-                    }
+                    return Some((stream, peer, permit));
                 }
                 Err(e) => {
-                    accept_errors += 1;
-                    if accept_errors.is_power_of_two() {
-                        tracing::warn!(
-                            "Envoy rate limit service: accept failed ({accept_errors} so far): {e}"
-                        );
+                    self.errors += 1;
+                    if self.errors.is_power_of_two() {
+                        let (name, errors) = (self.name, self.errors);
+                        tracing::warn!("{name}: accept failed ({errors} so far): {e}");
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             }
         }
-    });
-    ReceiverStream::new(rx)
+    }
 }
 
 pin_project_lite::pin_project! {
@@ -451,7 +457,7 @@ pin_project_lite::pin_project! {
     struct Limited {
         #[pin]
         stream: tokio::net::TcpStream,
-        _permit: tokio::sync::OwnedSemaphorePermit,
+        _permit: OwnedSemaphorePermit,
     }
 }
 

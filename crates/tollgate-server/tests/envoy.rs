@@ -603,3 +603,77 @@ fn the_grpc_health_service_reports_serving() {
     });
     assert_eq!(status, vec![ServingStatus::Serving as i32; 2]);
 }
+
+/// Out of file descriptors, the gRPC port backs off and says so instead of
+/// spinning a core (tonic's own acceptor retried at once, forever).
+#[test]
+fn out_of_file_descriptors_the_grpc_port_backs_off() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let (dir, yaml) = yaml_file(RLS);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let script = format!(
+        "ulimit -n 48 && exec \"$0\" serve --grpc 127.0.0.1:{port} --envoy-config {}",
+        yaml.display()
+    );
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_tollgate"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let listening = rx
+        .iter()
+        .take(50)
+        .any(|l| l.contains(&format!("listening on 127.0.0.1:{port}")));
+    assert!(listening, "the gRPC service did not start");
+    // More connections than descriptors: the rest wait in the backlog,
+    // and accept fails with EMFILE.
+    let conns: Vec<_> = (0..80)
+        .filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    assert!(conns.len() >= 60, "{} connections", conns.len());
+    std::thread::sleep(Duration::from_millis(300));
+    let cpu = || {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).expect("stat");
+        let fields: Vec<u64> = stat
+            .rsplit(')')
+            .next()
+            .expect("fields")
+            .split_whitespace()
+            .skip(11)
+            .take(2)
+            .map(|f| f.parse().expect("ticks"))
+            .collect();
+        fields.iter().sum::<u64>()
+    };
+    let before = cpu();
+    std::thread::sleep(Duration::from_secs(2));
+    let ticks = cpu() - before;
+    let log: Vec<String> = rx.try_iter().collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(conns);
+    drop(dir);
+    // A busy loop takes ~200 ticks (2 s of a core at 100 Hz); backing off
+    // takes a few.
+    assert!(ticks < 50, "{ticks} ticks of CPU in 2 s");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("Envoy rate limit service: accept failed")),
+        "{log:?}"
+    );
+}
