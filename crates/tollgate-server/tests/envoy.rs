@@ -112,12 +112,16 @@ fn yaml_file(text: &str) -> (tempfile::TempDir, PathBuf) {
 
 impl Rls {
     fn start(store: &str, yaml: &str) -> Rls {
+        Rls::start_with(&toml(store), yaml, &[])
+    }
+
+    /// With a TOML config of its own and more flags.
+    fn start_with(config: &str, yaml: &str, more: &[&str]) -> Rls {
         let (dir, path) = yaml_file(yaml);
         let path = path.to_str().expect("utf-8 path").to_owned();
-        let server = Tollgate::start(
-            &toml(store),
-            &["--grpc", "127.0.0.1:0", "--envoy-config", path.as_str()],
-        );
+        let mut args = vec!["--grpc", "127.0.0.1:0", "--envoy-config", path.as_str()];
+        args.extend_from_slice(more);
+        let server = Tollgate::start(config, &args);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -434,29 +438,11 @@ fn sigterm_drains_the_grpc_service_and_exits_zero() {
 
 #[test]
 fn metrics_count_envoy_limits_by_rule() {
-    let (dir, path) = yaml_file(RLS);
-    let path = path.to_str().expect("utf-8 path").to_owned();
-    let server = Tollgate::start(
-        &toml("memory"),
-        &[
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--envoy-config",
-            path.as_str(),
-        ],
-    );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let mut client = rt.block_on(connect(server.grpc()));
+    let mut rls = Rls::start_with(&toml("memory"), RLS, &["--http", "127.0.0.1:0"]);
     for _ in 0..2 {
-        rt.block_on(client.should_rate_limit(one(&[("path", "/admin")])))
-            .expect("call");
+        rls.ok(one(&[("path", "/admin")]));
     }
-    let metrics = String::from_utf8(common::get(server.api(), "/metrics").body).expect("utf-8");
+    let metrics = String::from_utf8(common::get(rls.server.api(), "/metrics").body).expect("utf-8");
     let line = |outcome: &str| {
         metrics
             .lines()
@@ -469,7 +455,6 @@ fn metrics_count_envoy_limits_by_rule() {
     };
     assert_eq!(line("allowed").as_deref(), Some("1"), "{metrics}");
     assert_eq!(line("denied").as_deref(), Some("1"), "{metrics}");
-    drop(dir);
 }
 
 #[test]
@@ -520,27 +505,13 @@ fn a_long_value_is_limited_like_any_other_and_cannot_switch_limits_off() {
 fn a_failed_store_answers_by_policy_without_made_up_numbers() {
     for (policy, want) in [("allow", Code::Ok), ("deny", Code::OverLimit)] {
         let redis = RedisServer::start();
-        let (dir, path) = yaml_file(RLS);
-        let path = path.to_str().expect("utf-8 path").to_owned();
         let config = format!(
             "[store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"{policy}\"\n\n\
              [[rules]]\nname = \"http_rule\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n",
             redis.url()
         );
-        let server = Tollgate::start(
-            &config,
-            &["--grpc", "127.0.0.1:0", "--envoy-config", path.as_str()],
-        );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let mut client = rt.block_on(connect(server.grpc()));
-        let mut call = |r: RateLimitRequest| {
-            rt.block_on(client.should_rate_limit(r))
-                .expect("ShouldRateLimit")
-                .into_inner()
-        };
+        let mut rls = Rls::start_with(&config, RLS, &[]);
+        let mut call = |r: RateLimitRequest| rls.ok(r);
         let r = call(one(&[("user", "f")]));
         assert_eq!(limited(&r.statuses[0]), (Code::Ok, 3, Unit::Minute, 2));
         redis.kill();
@@ -571,7 +542,6 @@ fn a_failed_store_answers_by_policy_without_made_up_numbers() {
             // The shadow limit never fails the request.
             assert_eq!(code(r.statuses[1].code), Code::Ok, "{policy}: {r:?}");
         }
-        drop(dir);
     }
 }
 
