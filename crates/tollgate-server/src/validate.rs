@@ -12,7 +12,8 @@ use crate::envoy::limits::EnvoyLimits;
 /// files' problems.
 #[derive(Debug)]
 pub struct ValidateError {
-    /// The config file as named on the command line.
+    /// The file the summary line names: the config file as named on the
+    /// command line, or the first Envoy file at fault when only those are.
     pub file: String,
     /// The config's problems, if any.
     pub config: Option<ConfigErrors>,
@@ -55,11 +56,22 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
             config.envoy = EnvoyConfig(Arc::new(limits));
             Ok(config)
         }
-        (config, envoy) => Err(ValidateError {
-            file: args.config.display().to_string(),
-            config: config.err(),
-            envoy: envoy.err(),
-        }),
+        (config, envoy) => {
+            let config = config.err();
+            let envoy = envoy.err();
+            // The summary names the file at fault: the TOML when it is,
+            // else the first Envoy file with a problem.
+            let file = match (&config, &envoy) {
+                (None, Some(e)) => e.errors.first().map(|e| e.file.clone()),
+                _ => None,
+            }
+            .unwrap_or_else(|| args.config.display().to_string());
+            Err(ValidateError {
+                file,
+                config,
+                envoy,
+            })
+        }
     }
 }
 

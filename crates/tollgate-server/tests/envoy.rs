@@ -647,3 +647,24 @@ fn out_of_file_descriptors_the_grpc_port_backs_off() {
         "{log:?}"
     );
 }
+
+#[test]
+fn the_http_api_sees_the_same_counters_as_envoy() {
+    let mut rls = Rls::start_with(&toml("memory"), RLS, &["--http", "127.0.0.1:0"]);
+    let api = rls.server.api();
+    let rules = String::from_utf8(common::get(api, "/v1/rules").body).expect("utf-8");
+    assert!(rules.contains("\"envoy.rl.user\""), "{rules}");
+    // One of user=erin's 3 through gRPC, one through the API's own check of
+    // the same rule and key, and gRPC sees both.
+    rls.ok(one(&[("user", "erin")]));
+    let r = common::post_json(
+        api,
+        "/v1/check",
+        r#"{"rule":"envoy.rl.user","key":"user=erin"}"#,
+    );
+    assert_eq!(r.status, 200);
+    let body = String::from_utf8(r.body).expect("utf-8");
+    assert!(body.contains("\"remaining\":1"), "{body}");
+    let r = rls.ok(one(&[("user", "erin")]));
+    assert_eq!(limited(&r.statuses[0]), (Code::Ok, 3, Unit::Minute, 0));
+}
