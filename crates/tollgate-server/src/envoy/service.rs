@@ -35,7 +35,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as CurrentLimit,
 };
@@ -64,7 +63,7 @@ pub struct EnvoyService {
 }
 
 /// One descriptor's limit, as the request resolved it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Plan<'a> {
     /// No limit applies.
     None,
@@ -72,8 +71,14 @@ enum Plan<'a> {
     Unlimited,
     /// `requests_per_unit: 0`: always over.
     Zero(&'a Limit),
-    /// A limit the store decides, with this cost.
-    Counted(&'a Limit, usize, u64),
+    /// A limit the store decides: gate rule `rule`, the descriptor's store
+    /// key, and the cost.
+    Counted {
+        limit: &'a Limit,
+        rule: usize,
+        key: String,
+        cost: u64,
+    },
 }
 
 impl EnvoyService {
@@ -99,28 +104,17 @@ impl EnvoyService {
         })
     }
 
-    /// The domains served.
-    #[must_use]
-    pub fn limits(&self) -> &EnvoyLimits {
-        &self.limits
-    }
-
     /// Decides one request (the gRPC method without its transport).
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` naming what is wrong with the request.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
         let plans = self.plan(req)?;
-        let keys: Vec<String> = req
-            .descriptors
-            .iter()
-            .map(|d| store_key(&entries(d)))
-            .collect();
 
         let mut statuses: Vec<DescriptorStatus> = plans
             .iter()
             .map(|p| match p {
-                Plan::None | Plan::Counted(..) => DescriptorStatus {
+                Plan::None | Plan::Counted { .. } => DescriptorStatus {
                     code: Code::Ok.into(),
                     ..DescriptorStatus::default()
                 },
@@ -149,20 +143,9 @@ impl EnvoyService {
 
         // The enforced limits: one all-or-nothing check (read only when a
         // zero limit already denies the request).
-        let enforced: Vec<usize> = (0..plans.len())
-            .filter(|&i| matches!(plans[i], Plan::Counted(l, ..) if !l.shadow_mode))
-            .collect();
+        let (enforced, checks) = self.checks(&plans, false, zero_enforced);
         let mut admitted = !zero_enforced;
         if !enforced.is_empty() {
-            let checks: Vec<Check<'_>> = enforced
-                .iter()
-                .filter_map(|&i| match plans[i] {
-                    Plan::Counted(_, rule, cost) => {
-                        Some(self.check(rule, cost, &keys[i], zero_enforced))
-                    }
-                    _ => None,
-                })
-                .collect();
             match self.gate.check_all(&checks).await {
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
@@ -171,7 +154,7 @@ impl EnvoyService {
                         // Under `allow` nothing was decided: OK, and no
                         // numbers the store never gave.
                         if !guessed {
-                            statuses[i] = status(plans[i], d, d.allowed);
+                            statuses[i] = status(&plans[i], d, d.allowed);
                         }
                     }
                 }
@@ -182,7 +165,7 @@ impl EnvoyService {
                     // `on_error = "deny"`: the user's choice stands.
                     admitted = false;
                     for &i in &enforced {
-                        if let Plan::Counted(limit, ..) = plans[i] {
+                        if let Plan::Counted { limit, .. } = &plans[i] {
                             statuses[i] = DescriptorStatus {
                                 code: Code::OverLimit.into(),
                                 current_limit: Some(current(limit)),
@@ -198,25 +181,18 @@ impl EnvoyService {
         // between them, not one each), consuming only if the request goes
         // through; always OK. A shadow limit the store cannot decide reads
         // OK with no numbers: it never fails the request.
-        let shadows: Vec<(usize, Check<'_>)> = (0..plans.len())
-            .filter_map(|i| match plans[i] {
-                Plan::Counted(limit, rule, cost) if limit.shadow_mode => {
-                    Some((i, self.check(rule, cost, &keys[i], !admitted)))
-                }
-                _ => None,
-            })
-            .collect();
+        let (shadows, checks) = self.checks(&plans, true, !admitted);
         let decided = join_all(
-            shadows
+            checks
                 .iter()
-                .map(|(_, check)| self.gate.check_all(std::slice::from_ref(check))),
+                .map(|check| self.gate.check_all(std::slice::from_ref(check))),
         )
         .await;
-        for ((i, _), result) in shadows.iter().zip(decided) {
+        for (&i, result) in shadows.iter().zip(decided) {
             if let Ok(verdict) = result
                 && verdict.degraded != Some(OnError::Allow)
             {
-                statuses[*i] = status(plans[*i], verdict.decision(), true);
+                statuses[i] = status(&plans[i], verdict.decision(), true);
             }
         }
 
@@ -277,34 +253,66 @@ impl EnvoyService {
                 None if req.hits_addend == 0 => 1,
                 None => u64::from(req.hits_addend),
             };
-            found.push((self.limits.find(&req.domain, &entries(d)), cost));
+            let entries: Vec<(&str, &str)> = d
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect();
+            found.push((self.limits.find(&req.domain, &entries), cost, entries));
         }
         let replaced: HashSet<&str> = found
             .iter()
-            .filter_map(|(l, _)| *l)
+            .filter_map(|(l, ..)| *l)
             .flat_map(|l| l.replaces.iter().map(String::as_str))
             .collect();
         Ok(found
             .into_iter()
-            .map(|(limit, cost)| match limit {
+            .map(|(limit, cost, entries)| match limit {
                 None => Plan::None,
                 // Unlimited first, as the reference service: a replaced
                 // unlimited limit still reads unlimited.
                 Some(l) if l.unlimited => Plan::Unlimited,
                 Some(l) if !l.name.is_empty() && replaced.contains(l.name.as_str()) => Plan::None,
                 Some(l) => match l.rule {
-                    Some(r) => Plan::Counted(l, self.first_rule + r, cost),
+                    // The key only for what the store counts (a long one
+                    // costs a SHA-256).
+                    Some(r) => Plan::Counted {
+                        limit: l,
+                        rule: self.first_rule + r,
+                        key: store_key(&entries),
+                        cost,
+                    },
                     None => Plan::Zero(l),
                 },
             })
             .collect())
     }
 
-    /// The check of gate rule `rule` for `key`; `read_only` reads without
-    /// consuming.
-    fn check<'a>(&'a self, rule: usize, cost: u64, key: &'a str, read_only: bool) -> Check<'a> {
-        let name = self.gate.rules()[rule].name();
-        Check::new(name, key.as_bytes()).cost(if read_only { 0 } else { cost })
+    /// The counted plans in shadow mode (`shadow`) or not, by position,
+    /// with their checks; `read_only` checks read without consuming.
+    fn checks<'a>(
+        &'a self,
+        plans: &'a [Plan<'a>],
+        shadow: bool,
+        read_only: bool,
+    ) -> (Vec<usize>, Vec<Check<'a>>) {
+        plans
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match p {
+                Plan::Counted {
+                    limit,
+                    rule,
+                    key,
+                    cost,
+                } if limit.shadow_mode == shadow => {
+                    let name = self.gate.rules()[*rule].name();
+                    let cost = if read_only { 0 } else { *cost };
+                    Some((i, Check::new(name, key.as_bytes()).cost(cost)))
+                }
+                _ => None,
+            })
+            .unzip()
     }
 }
 
@@ -320,14 +328,6 @@ impl RateLimitService for EnvoyService {
     }
 }
 
-/// A descriptor's entries as (key, value) pairs.
-fn entries(d: &RateLimitDescriptor) -> Vec<(&str, &str)> {
-    d.entries
-        .iter()
-        .map(|e| (e.key.as_str(), e.value.as_str()))
-        .collect()
-}
-
 /// The limit as a status's `current_limit`.
 fn current(limit: &Limit) -> CurrentLimit {
     CurrentLimit {
@@ -339,8 +339,8 @@ fn current(limit: &Limit) -> CurrentLimit {
 
 /// A counted limit's status from its decision; `ok` overrides the code
 /// (shadow mode, and a pair that would have admitted in a denied check).
-fn status(plan: Plan<'_>, d: &Decision, ok: bool) -> DescriptorStatus {
-    let Plan::Counted(limit, ..) = plan else {
+fn status(plan: &Plan<'_>, d: &Decision, ok: bool) -> DescriptorStatus {
+    let Plan::Counted { limit, .. } = plan else {
         return DescriptorStatus::default();
     };
     let ok = ok || limit.shadow_mode;
