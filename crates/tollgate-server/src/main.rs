@@ -107,12 +107,16 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Installs the SIGTERM and SIGINT handlers now, and returns the future
-/// that resolves on the first of them. Installed before the front doors
-/// open: a handler installed only when its future is first polled (as
+/// Installs the signal handlers now, and returns the future that resolves
+/// on the first SIGTERM or SIGINT. Installed before the front doors open: a
+/// handler installed only when its future is first polled (as
 /// `tokio::signal::ctrl_c` is) leaves a window after startup in which a
 /// signal takes its default action and kills the process undrained, with
 /// no exit code.
+///
+/// SIGHUP, SIGUSR1 and SIGUSR2 are logged and ignored: their default action
+/// ends the process, and systemd's reload and logrotate send SIGHUP to
+/// long-running services, which would cut every request in flight.
 #[cfg(unix)]
 fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -121,10 +125,21 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
     };
     let mut int = listen(SignalKind::interrupt(), "SIGINT")?;
     let mut term = listen(SignalKind::terminate(), "SIGTERM")?;
+    let mut hup = listen(SignalKind::hangup(), "SIGHUP")?;
+    let mut usr1 = listen(SignalKind::user_defined1(), "SIGUSR1")?;
+    let mut usr2 = listen(SignalKind::user_defined2(), "SIGUSR2")?;
     Ok(async move {
-        tokio::select! {
-            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        loop {
+            let ignored = tokio::select! {
+                _ = int.recv() => break tracing::info!("SIGINT: shutting down"),
+                _ = term.recv() => break tracing::info!("SIGTERM: shutting down"),
+                _ = hup.recv() => "SIGHUP",
+                _ = usr1.recv() => "SIGUSR1",
+                _ = usr2.recv() => "SIGUSR2",
+            };
+            tracing::warn!(
+                "{ignored}: ignored; tollgate serve reloads nothing on a signal, and stops only on SIGTERM or SIGINT"
+            );
         }
     })
 }

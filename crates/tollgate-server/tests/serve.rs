@@ -1,5 +1,6 @@
 //! `tollgate serve` as a process: one log line per front door, SIGTERM and
-//! SIGINT drain in-flight requests and exit 0, and a busy port, a bad
+//! SIGINT drain in-flight requests and exit 0, SIGHUP, SIGUSR1 and SIGUSR2
+//! are logged and ignored, and a busy port, a bad
 //! config or an unsupported flag exit non-zero with a clear message.
 
 mod common;
@@ -116,6 +117,51 @@ fn sigint_exits_zero_too() {
         200
     );
     s.signal("INT");
+    let status = s.wait_exit(Duration::from_secs(10)).expect("exited");
+    assert_eq!(status.code(), Some(0), "log:\n{}", s.log());
+}
+
+#[test]
+fn hup_usr1_and_usr2_are_logged_and_ignored_with_requests_in_flight() {
+    let up = start_upstream();
+    let upstream = format!("http://{}", up.addr);
+    let mut s = Tollgate::start(
+        CONFIG,
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--proxy",
+            "127.0.0.1:0",
+            "--upstream",
+            upstream.as_str(),
+        ],
+    );
+    let proxy = s.proxy();
+    // In flight through the proxy while the signals arrive.
+    let slow = std::thread::spawn(move || request(proxy, "GET", "/slow?ms=1000", &[], b""));
+    std::thread::sleep(Duration::from_millis(200));
+    for signal in ["HUP", "USR1", "USR2", "HUP"] {
+        s.signal(signal);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let r = slow.join().expect("slow request");
+    assert_eq!((r.status, r.text()), (200, "slow done".to_owned()));
+    // Still serving, on a new connection too.
+    assert_eq!(
+        post_json(s.api(), "/v1/check", r#"{"rule":"r","key":"k"}"#).status,
+        200
+    );
+    assert!(
+        s.wait_exit(Duration::from_millis(100)).is_none(),
+        "exited on a signal"
+    );
+    let log = s.log();
+    for signal in ["SIGHUP", "SIGUSR1", "SIGUSR2"] {
+        assert!(log.contains(&format!("{signal}: ignored")), "{log}");
+    }
+    assert_eq!(log.matches("SIGHUP: ignored").count(), 2, "{log}");
+    // SIGTERM still stops it.
+    s.signal("TERM");
     let status = s.wait_exit(Duration::from_secs(10)).expect("exited");
     assert_eq!(status.code(), Some(0), "log:\n{}", s.log());
 }
