@@ -49,7 +49,10 @@ use crate::cidr::Cidr;
 use crate::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
+use crate::terminal::Escaped;
 use crate::upstream::Upstream;
+
+mod syntax;
 
 /// Default `[store] url`.
 pub const DEFAULT_STORE_URL: &str = "memory";
@@ -278,16 +281,18 @@ pub struct ConfigError {
     pub message: String,
 }
 
+/// Shown escaped ([`Escaped`]): a field or message may quote a config
+/// file's own text, which must not reach the terminal raw.
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.file)?;
+        write!(f, "{}", Escaped(&self.file))?;
         if let Some(line) = self.line {
             write!(f, ":{line}")?;
         }
-        match &self.field {
-            Some(field) => write!(f, ": {field}: {}", self.message),
-            None => write!(f, ": {}", self.message),
+        if let Some(field) = &self.field {
+            write!(f, ": {}", Escaped(field))?;
         }
+        write!(f, ": {}", Escaped(&self.message))
     }
 }
 
@@ -328,7 +333,7 @@ impl Config {
                 message,
             }],
         };
-        let bytes = std::fs::read(path).map_err(|e| one(None, format!("cannot read: {e}")))?;
+        let bytes = crate::config_file::read(path).map_err(|e| one(None, e))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
             let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
@@ -346,15 +351,8 @@ impl Config {
         let mut checker = Checker::new(source, file);
         let (doc, syntax) = DeTable::parse_recoverable(source);
         if !syntax.is_empty() {
-            for e in syntax {
-                let line = e.span().map_or(1, |s| checker.line(s.start));
-                checker.errors.push(ConfigError {
-                    file: file.to_owned(),
-                    line: Some(line),
-                    field: None,
-                    message: format!("TOML syntax error: {}", e.message()),
-                });
-            }
+            let errors = syntax::syntax_errors(source, file, syntax, |at| checker.line(at));
+            checker.errors.extend(errors);
             return Err(checker.finish());
         }
         let config = checker.root(doc.get_ref());

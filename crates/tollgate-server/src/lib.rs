@@ -9,7 +9,8 @@
 //! * [`serve`]: the flags laid over the config file.
 //!
 //! * [`config`]: the TOML config file, validated field by field so
-//!   `validate` reports every problem with its line.
+//!   `validate` reports every problem with its line; [`config_file`] reads
+//!   it (and every Envoy file) only from a regular file of bounded size.
 //! * [`store_url`], [`key`], [`cidr`]: the parsers the config uses for
 //!   store URLs, proxy key extractors and `trusted_proxies`.
 //! * [`validate`] and [`replay`]: the subcommands.
@@ -22,6 +23,7 @@ pub mod api;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod config_file;
 pub mod envoy;
 pub mod gate;
 pub mod inline;
@@ -31,6 +33,7 @@ pub mod proxy;
 pub mod replay;
 pub mod serve;
 pub mod server;
+pub mod terminal;
 pub mod upstream;
 pub mod validate;
 

@@ -9,8 +9,10 @@
 //! rounded up. Each check runs at `t = t_ms * 1000` µs.
 //!
 //! Rows are streamed: memory use does not grow with the trace (only with the
-//! keys the store holds). A bad row stops the replay with its line number;
-//! the rows before it have been written.
+//! keys the store holds), and a row (the header included) may take at most
+//! [`MAX_ROW_BYTES`], so a trace without line ends (`/dev/zero`) is an
+//! error, not a buffer that grows until memory runs out. A bad row stops
+//! the replay with its line number; the rows before it have been written.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -42,6 +44,14 @@ pub const OUTPUT_HEADER: [&str; 8] = [
 /// 265 years after the trace's origin), the latest time every store —
 /// the Redis scripts' doubles included — computes exactly.
 pub const MAX_T_MS: u64 = tollgate::MAX_TIME / 1_000;
+
+/// The most bytes one trace row, its line end included, may take: a key of
+/// [`MAX_KEY_LEN`] bytes with every byte quoted, and the other fields.
+pub const MAX_ROW_BYTES: u64 = 16 * 1024;
+
+/// The CSV reader's own buffer: what it may have read past the row it is
+/// parsing.
+const CSV_BUFFER: usize = 8 * 1024;
 
 /// Checks, admissions and denials of one rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,17 +246,27 @@ fn text<'r>(record: &'r ByteRecord, i: usize, name: &str) -> Result<&'r str, Str
         .map_err(|_| format!("{name} is not valid UTF-8"))
 }
 
-fn whole_number(s: &str) -> Option<u64> {
+/// A field that should hold a whole number and does not.
+enum NotANumber {
+    /// Not digits alone.
+    Malformed,
+    /// Digits, but more than a `u64` holds.
+    TooLarge,
+}
+
+fn whole_number(s: &str) -> Result<u64, NotANumber> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
+        return Err(NotANumber::Malformed);
     }
-    s.parse().ok()
+    s.parse().map_err(|_| NotANumber::TooLarge)
 }
 
 fn parse_row(record: &ByteRecord, has_cost: bool) -> Result<Row<'_>, String> {
     let t_text = text(record, 0, "t_ms")?;
-    let t_ms = whole_number(t_text)
-        .ok_or_else(|| format!("t_ms {t_text:?} is not a whole number of milliseconds"))?;
+    let t_ms = whole_number(t_text).map_err(|e| match e {
+        NotANumber::Malformed => format!("t_ms {t_text:?} is not a whole number of milliseconds"),
+        NotANumber::TooLarge => format!("t_ms {t_text} is too large; the most is {MAX_T_MS}"),
+    })?;
     let rule = text(record, 1, "rule")?;
     let key = field(record, 2);
     if key.len() > MAX_KEY_LEN {
@@ -258,7 +278,10 @@ fn parse_row(record: &ByteRecord, has_cost: bool) -> Result<Row<'_>, String> {
     let cost = if has_cost {
         match text(record, 3, "cost")? {
             "" => 1,
-            c => whole_number(c).ok_or_else(|| format!("cost {c:?} is not a whole number >= 0"))?,
+            c => whole_number(c).map_err(|e| match e {
+                NotANumber::Malformed => format!("cost {c:?} is not a whole number >= 0"),
+                NotANumber::TooLarge => format!("cost {c} is too large; the most is {}", u64::MAX),
+            })?,
         }
     } else {
         1
@@ -290,16 +313,31 @@ pub async fn replay<S: Store>(
     };
     let mut reader = ReaderBuilder::new()
         .has_headers(true)
-        .from_reader(BufReader::with_capacity(1 << 16, trace));
+        .buffer_capacity(CSV_BUFFER)
+        .from_reader(RowBound::new(BufReader::with_capacity(1 << 16, trace)));
+    let csv_error = |e: csv::Error, reader: &csv::Reader<_>| {
+        if RowBound::<()>::is_overrun(&e) {
+            row_error(
+                reader.position().line(),
+                format!(
+                    "the row is longer than {MAX_ROW_BYTES} bytes; a trace is CSV with one \
+                     row per line"
+                ),
+            )
+        } else {
+            csv_error(e, trace_name)
+        }
+    };
     let mut writer = WriterBuilder::new()
         .buffer_capacity(1 << 16)
         .from_writer(out);
     let write_err = io_error("cannot write the output");
 
-    let header = reader
-        .byte_headers()
-        .map_err(|e| csv_error(e, trace_name))?
-        .clone();
+    let header = match reader.byte_headers() {
+        Ok(header) => header.clone(),
+        Err(e) => return Err(csv_error(e, &reader)),
+    };
+    reader.get_mut().row_start = reader.position().byte();
     let names: Vec<&[u8]> = header.iter().map(<[u8]>::trim_ascii).collect();
     let has_cost = match names.as_slice() {
         [b"t_ms", b"rule", b"key"] => false,
@@ -335,8 +373,9 @@ pub async fn replay<S: Store>(
         match reader.read_byte_record(&mut record) {
             Ok(false) => break Ok(()),
             Ok(true) => {}
-            Err(e) => break Err(csv_error(e, trace_name)),
+            Err(e) => break Err(csv_error(e, &reader)),
         }
+        reader.get_mut().row_start = reader.position().byte();
         let line = record.position().map_or(0, csv::Position::line);
         let row = match parse_row(&record, has_cost) {
             Ok(row) => row,
@@ -452,5 +491,55 @@ fn csv_error(e: csv::Error, trace_name: &str) -> ReplayError {
             line,
             message: format!("bad CSV: {other:?}"),
         },
+    }
+}
+
+/// The trace's reader, refusing to read far past the start of the row the
+/// CSV reader is on: the CSV reader buffers a whole record, so without this a
+/// row that never ends would grow without bound.
+struct RowBound<R> {
+    inner: R,
+    /// Bytes read from `inner`.
+    read: u64,
+    /// Where the row being parsed starts (set after each row).
+    row_start: u64,
+}
+
+/// The error [`RowBound`] reads as when a row is too long.
+#[derive(Debug)]
+struct RowTooLong;
+
+impl fmt::Display for RowTooLong {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a row longer than {MAX_ROW_BYTES} bytes")
+    }
+}
+
+impl std::error::Error for RowTooLong {}
+
+impl<R> RowBound<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            read: 0,
+            row_start: 0,
+        }
+    }
+
+    /// Whether `e` is the CSV reader passing on a [`RowTooLong`].
+    fn is_overrun(e: &csv::Error) -> bool {
+        matches!(e.kind(), csv::ErrorKind::Io(io)
+            if io.get_ref().and_then(|inner| inner.downcast_ref::<RowTooLong>()).is_some())
+    }
+}
+
+impl<R: Read> Read for RowBound<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.read - self.row_start > MAX_ROW_BYTES + CSV_BUFFER as u64 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, RowTooLong));
+        }
+        let n = self.inner.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
     }
 }

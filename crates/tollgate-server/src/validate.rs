@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::cli::ValidateArgs;
 use crate::config::{Config, ConfigErrors, EnvoyConfig, format_duration};
 use crate::envoy::limits::EnvoyLimits;
+use crate::terminal::Escaped;
 
 /// Why `validate` failed: the config's problems and the Envoy config
 /// files' problems.
@@ -29,7 +30,7 @@ impl fmt::Display for ValidateError {
             count += errors.errors.len();
         }
         let s = if count == 1 { "" } else { "s" };
-        write!(f, "{}: invalid, {count} problem{s}", self.file)
+        write!(f, "{}: invalid, {count} problem{s}", Escaped(&self.file))
     }
 }
 
@@ -75,7 +76,8 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
     }
 }
 
-/// A short human summary of a valid config: store and one line per rule.
+/// A short human summary of a valid config: store and one line per rule,
+/// with the files' own text [`Escaped`].
 #[must_use]
 pub fn summary(config: &Config, file: &str) -> String {
     let mut out = String::new();
@@ -214,5 +216,9 @@ pub fn summary(config: &Config, file: &str) -> String {
         }
         let _ = writeln!(out);
     }
-    out
+    // Names, keys and values come from the files: escaped line by line.
+    out.lines().fold(String::new(), |mut shown, line| {
+        let _ = writeln!(shown, "{}", Escaped(line));
+        shown
+    })
 }

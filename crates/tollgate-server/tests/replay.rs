@@ -2,6 +2,8 @@
 //! decisions were worked out by hand from SEMANTICS.md (the arithmetic is in
 //! the comments; times in the comments are ms unless marked µs).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -489,7 +491,11 @@ fn bad_rows_name_the_line() {
         ),
         (
             "t_ms,rule,key,cost\n99999999999999999999,fw,k,1\n",
-            "trace.csv:2: t_ms \"99999999999999999999\" is not a whole number of milliseconds",
+            "trace.csv:2: t_ms 99999999999999999999 is too large; the most is 8374751254740",
+        ),
+        (
+            "t_ms,rule,key,cost\n0,fw,k,99999999999999999999\n",
+            "trace.csv:2: cost 99999999999999999999 is too large; the most is 18446744073709551615",
         ),
         (
             // t_ms * 1000 fits a u64, but the algorithms' t + period would not
@@ -660,4 +666,59 @@ fn the_example_replays_with_denials_in_every_algorithm() {
     }
     let rows = stdout(&out);
     assert_eq!(rows.lines().next(), Some(HEADER));
+}
+
+/// Runs `tollgate replay` with `trace` as the `--trace` argument and `input`
+/// on its stdin, failing the test if it has not ended within 30 s (the bug
+/// it guards: a trace without line ends read until memory ran out).
+fn replay_bounded(run: &Run, trace: &str, input: &[u8]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    cmd.arg("replay")
+        .arg("--config")
+        .arg(run.path("tollgate.toml"))
+        .arg("--trace")
+        .arg(trace);
+    common::output_within(cmd, input, std::time::Duration::from_secs(30))
+}
+
+#[test]
+fn a_trace_without_line_ends_is_an_error_not_unbounded_memory() {
+    let run = Run::new();
+    let out = replay_bounded(&run, "/dev/zero", b"");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/dev/zero:1: the row is longer than 16384 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    // The same from a pipe, after good rows.
+    let mut input = b"t_ms,rule,key,cost\n0,fw,k,1\n".to_vec();
+    input.resize(input.len() + 1_000_000, b'x');
+    let out = replay_bounded(&run, "-", &input);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("-:3: the row is longer than 16384 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stdout(&out).contains("0,fw,k,1,true,2,"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn a_trace_far_longer_than_one_row_streams_through_a_pipe() {
+    let run = Run::new();
+    // 20,000 rows, about 400 KB: many times the bound on one row, which
+    // therefore applies to each row, not to the trace.
+    let mut input = String::from("t_ms,rule,key,cost\n");
+    for i in 0..20_000 {
+        input.push_str(&format!("{},fw,key-{i},1\n", i / 10));
+    }
+    let out = replay_bounded(&run, "-", input.as_bytes());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 20_001);
+    assert!(stderr(&out).contains("fw"), "{}", stderr(&out));
 }

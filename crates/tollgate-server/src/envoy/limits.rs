@@ -213,7 +213,7 @@ impl EnvoyLimits {
         let mut loader = Loader::new(taken);
         for path in files {
             let file = path.display().to_string();
-            match read_config(path) {
+            match crate::config_file::read(path) {
                 Err(e) => loader.file_error(&file, None, e),
                 Ok(bytes) => match String::from_utf8(bytes) {
                     Ok(text) => loader.file(&file, &text),
@@ -313,31 +313,6 @@ impl EnvoyLimits {
         }
         answer
     }
-}
-
-/// The most bytes of an Envoy config file.
-pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
-
-/// A config file's bytes: a regular file (a FIFO would block, a device
-/// never end) of at most [`MAX_FILE_BYTES`].
-fn read_config(path: &std::path::Path) -> Result<Vec<u8>, String> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
-    if !meta.is_file() {
-        return Err("cannot read: not a regular file".to_owned());
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "the file is larger than {} MiB",
-            MAX_FILE_BYTES / (1024 * 1024)
-        ));
-    }
-    Ok(bytes)
 }
 
 /// The store key for a request descriptor matched to a limit: its entries
@@ -2460,7 +2435,8 @@ descriptors:
         assert!(err.to_string().contains("not a regular file"), "{err}");
         let big = dir.path().join("big.yaml");
         let f = std::fs::File::create(&big).expect("create");
-        f.set_len(MAX_FILE_BYTES + 1).expect("grow");
+        f.set_len(crate::config_file::MAX_FILE_BYTES + 1)
+            .expect("grow");
         let err = EnvoyLimits::load(&[big], &[]).expect_err("too big");
         assert!(err.to_string().contains("larger than 16 MiB"), "{err}");
     }

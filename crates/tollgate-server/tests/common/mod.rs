@@ -611,3 +611,33 @@ pub fn ratelimit_members(value: &str) -> Vec<(String, Vec<(String, i64)>)> {
         })
         .collect()
 }
+
+/// Runs `cmd` to its exit with `input` on its stdin and its output
+/// captured, and fails the test if it has not exited within `limit`: for
+/// the inputs that once made a subcommand block or read forever.
+pub fn output_within(mut cmd: Command, input: &[u8], limit: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tollgate");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    // Written from a thread: the child may stop reading (and the pipe fill)
+    // before all of it is written.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let pid = child.id();
+    let (done, wait) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output().expect("output"));
+    });
+    let out = wait.recv_timeout(limit).unwrap_or_else(|_| {
+        let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        panic!("{cmd:?} still running after {limit:?}");
+    });
+    let _ = writer.join();
+    out
+}
