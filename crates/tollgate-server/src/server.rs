@@ -259,7 +259,10 @@ pub async fn serve_with<M, S, B>(
     builder
         // The watchdog below instead (no timer per request).
         .header_read_timeout(None)
-        .max_header_size(MAX_HEAD_BYTES);
+        .max_header_size(MAX_HEAD_BYTES)
+        // A client may shut down its sending side once its request is sent
+        // (HTTP/1.0 clients and `curl -T` often do): answer it all the same.
+        .half_close(true);
     // MAX_HEADERS is hyper's own default: setting it (`max_headers`) would
     // make hyper parse every head into a heap buffer instead of its stack
     // array.

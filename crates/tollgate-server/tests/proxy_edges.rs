@@ -18,7 +18,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Resp, Tollgate, connect, parse_response};
+use common::{Resp, Tollgate, connect, half_closed, parse_response, start_upstream};
 
 const CONFIG: &str = r#"
 [proxy]
@@ -512,4 +512,31 @@ fn an_upstreams_own_ratelimit_fields_are_kept_and_ours_added() {
     assert_eq!(rl[0], "\"up\";r=4;t=1");
     // (A fixed window ends on the hour: `t` is what is left of it.)
     assert!(rl[1].starts_with("\"per_host\";r=99;t="), "{rl:?}");
+}
+
+#[test]
+fn a_client_that_stops_sending_after_its_request_is_answered() {
+    // HTTP/1.0 clients, `curl -T` and many load balancers' health checks
+    // shut down their sending side once the request is out; the answer
+    // must still come (it never did: hyper closed at the read side's end).
+    let upstream = start_upstream();
+    let s = proxy_to(upstream.addr, &[]);
+    for version in ["HTTP/1.0", "HTTP/1.1"] {
+        for i in 0..10 {
+            let raw = format!("GET /n{i} {version}\r\nHost: a.test\r\n\r\n");
+            let r = half_closed(s.proxy(), raw.as_bytes());
+            assert_eq!((version, i, r.status), (version, i, 200), "{}", r.text());
+            assert_eq!(r.header("x-upstream"), Some("yes"), "{version} #{i}");
+        }
+    }
+    let body = b"twelve bytes";
+    let raw = format!(
+        "POST /echo HTTP/1.1\r\nHost: a.test\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut raw = raw.into_bytes();
+    raw.extend_from_slice(body);
+    let r = half_closed(s.proxy(), &raw);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, body);
 }

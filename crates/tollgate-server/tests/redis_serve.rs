@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Tollgate, get, post_json, request, serve_output, start_upstream};
+use common::{Tollgate, get, half_closed, post_json, request, serve_output, start_upstream};
 use redis_harness::RedisServer;
 
 fn config(url: &str) -> String {
@@ -86,6 +86,26 @@ fn the_api_on_redis_decides_through_the_scripts() {
     );
     assert!(redis.dbsize() > 0);
     assert!(redis.keys_without_ttl().is_empty());
+}
+
+#[test]
+fn a_client_that_stops_sending_after_its_request_is_answered() {
+    // The check waits on Redis, so the client's end of stream arrives
+    // while the answer is pending: it must not end the exchange.
+    let redis = RedisServer::start();
+    let s = Tollgate::start(&config(&redis.url()), &["--http", "127.0.0.1:0"]);
+    let body = r#"{"rule":"strict","key":"half"}"#;
+    let mut statuses = Vec::new();
+    for version in ["HTTP/1.0", "HTTP/1.1"] {
+        for _ in 0..3 {
+            let raw = format!(
+                "POST /v1/check {version}\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            statuses.push(half_closed(s.api(), raw.as_bytes()).status);
+        }
+    }
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429]);
 }
 
 #[test]

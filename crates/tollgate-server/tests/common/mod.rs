@@ -292,6 +292,20 @@ pub fn request(
     read_response(&mut s)
 }
 
+/// Sends `raw` as it is, then shuts down the sending side (as an HTTP/1.0
+/// client or `curl -T` may once its request is out), and reads the answer
+/// to the end of the connection.
+pub fn half_closed(addr: SocketAddr, raw: &[u8]) -> Resp {
+    let mut s = connect(addr);
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("read timeout");
+    s.write_all(raw).expect("write request");
+    s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    parse_response(&out)
+}
+
 /// `POST path` with a JSON body.
 pub fn post_json(addr: SocketAddr, path: &str, body: &str) -> Resp {
     request(
