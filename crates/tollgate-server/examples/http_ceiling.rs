@@ -75,6 +75,7 @@ async fn main() -> Result<(), String> {
     serve_with(
         listener,
         "HTTP ceiling",
+        tollgate_server::server::SEND_TIMEOUT,
         async {
             let _ = tokio::signal::ctrl_c().await;
         },

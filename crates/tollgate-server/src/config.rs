@@ -74,6 +74,8 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 64;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Default `[proxy] response_timeout`.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `[proxy] send_timeout`.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a check answers when the store fails (`on_error`): the library's
 /// policy, [`tollgate::OnError`].
@@ -215,6 +217,10 @@ pub struct ProxyConfig {
     /// `response_timeout`: the longest wait for the upstream's response
     /// headers before answering 504 (default 60s).
     pub response_timeout: Duration,
+    /// `send_timeout`: a client that takes nothing of a response being
+    /// sent for a whole period of this length has its connection, and the
+    /// upstream's, closed (within one to two periods; default 30s).
+    pub send_timeout: Duration,
     /// `append_forwarded_for`: append the peer's address to
     /// `X-Forwarded-For` on forwarded requests (default false: headers are
     /// forwarded unchanged).
@@ -231,6 +237,7 @@ impl Default for ProxyConfig {
             on_missing_key: OnMissingKey::Empty,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
             append_forwarded_for: false,
         }
     }
@@ -429,6 +436,7 @@ const PROXY_FIELDS: &[&str] = &[
     "on_missing_key",
     "connect_timeout",
     "response_timeout",
+    "send_timeout",
     "append_forwarded_for",
 ];
 
@@ -778,6 +786,9 @@ impl<'a> Checker<'a> {
         }
         if let Some(d) = self.duration(t, path, "response_timeout") {
             proxy.response_timeout = d;
+        }
+        if let Some(d) = self.duration(t, path, "send_timeout") {
+            proxy.send_timeout = d;
         }
         if let Some(b) = self.boolean(t, path, "append_forwarded_for") {
             proxy.append_forwarded_for = b;
@@ -1199,6 +1210,7 @@ ipv6_prefix = 56
 on_missing_key = "skip"
 connect_timeout = "250ms"
 response_timeout = "2m"
+send_timeout = "45s"
 append_forwarded_for = true
 
 [[rules]]
@@ -1224,6 +1236,7 @@ period = "1s"
         assert_eq!(p.on_missing_key, OnMissingKey::Skip);
         assert_eq!(p.connect_timeout, Duration::from_millis(250));
         assert_eq!(p.response_timeout, Duration::from_secs(120));
+        assert_eq!(p.send_timeout, Duration::from_secs(45));
         assert!(p.append_forwarded_for);
         let d = Config::parse(
             "[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n",
@@ -1233,6 +1246,7 @@ period = "1s"
         assert_eq!(d.http, HttpConfig::default());
         assert_eq!(d.proxy.ipv6_prefix, 64);
         assert_eq!(d.proxy.connect_timeout, Duration::from_secs(1));
+        assert_eq!(d.proxy.send_timeout, Duration::from_secs(30));
     }
 
     #[test]

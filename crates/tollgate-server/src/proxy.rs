@@ -20,7 +20,9 @@
 //! An upstream that refuses the connection, or does not accept it within
 //! `[proxy] connect_timeout`, is a 502; one that does not send its response
 //! head within `[proxy] response_timeout`, a 504; a response body from
-//! which nothing arrives for `response_timeout` is cut. Answers made here
+//! which nothing arrives for `response_timeout` is cut; a client that
+//! takes nothing for `[proxy] send_timeout` is closed, and the upstream's
+//! side with it, by the connection's watchdog (`server`). Answers made here
 //! for a checked request carry its RateLimit headers.
 //!
 //! Refused before any check: `CONNECT` (501) and a request whose host is

@@ -8,9 +8,12 @@
 //! door (past it, new connections wait in the kernel's backlog), and a
 //! connection that completes no request head and has no answer in flight
 //! for a whole [`HEAD_TIMEOUT`] period is closed: a slow-loris head, or an
-//! idle keep-alive connection, goes after 10 to 20 seconds.
+//! idle keep-alive connection, goes after 10 to 20 seconds. A client that
+//! takes nothing of an answer being sent for a whole send-timeout period
+//! (a slow reader of a large proxied response) is closed likewise, which
+//! also drops the upstream's side of the exchange.
 //!
-//! That last one is a per-connection watchdog, not hyper's
+//! Both are per-connection watchdogs, not hyper's
 //! `header_read_timeout`: hyper's arms (allocates, registers, cancels) a
 //! timer for every request head, which cost about 4% of a check; the
 //! watchdog's one timer per connection fires every [`HEAD_TIMEOUT`] and
@@ -57,6 +60,10 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_CONNECTIONS: usize = 10_000;
 /// How long shutdown waits for in-flight requests before giving up.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// A connection of the HTTP API whose client takes nothing of an answer
+/// being sent for a whole period of this length is closed (the proxy's is
+/// `[proxy] send_timeout`, by default the same).
+pub const SEND_TIMEOUT: Duration = crate::config::DEFAULT_SEND_TIMEOUT;
 
 /// The front doors' listeners, already bound. At least one is needed.
 #[derive(Debug, Default)]
@@ -138,6 +145,7 @@ pub async fn run(
         doors.spawn(serve_with(
             listener,
             "HTTP API",
+            SEND_TIMEOUT,
             stopped(stop_rx.clone()),
             move |_peer| {
                 let api = Arc::clone(&api);
@@ -151,6 +159,7 @@ pub async fn run(
     if let (Some(listener), Some(upstream)) = (listeners.proxy, proxy_upstream) {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let proxy = Arc::new(Proxy::new(Arc::clone(&gate), &config, upstream)?);
+        let send_timeout = config.proxy.send_timeout;
         tracing::info!(
             "reverse proxy listening on http://{addr}, forwarding to {} (store {})",
             proxy.upstream(),
@@ -159,6 +168,7 @@ pub async fn run(
         doors.spawn(serve_with(
             listener,
             "reverse proxy",
+            send_timeout,
             stopped(stop_rx.clone()),
             move |peer| {
                 let proxy = Arc::clone(&proxy);
@@ -237,12 +247,14 @@ pub async fn run(
 /// Serves one front door on `listener` exactly as [`run`] serves its own
 /// (the same HTTP/1.1 settings, connection limit, head watchdog and drain),
 /// with the service `make` builds for each connection's peer, until
-/// `shutdown` resolves; then drains. For a service of your own behind
+/// `shutdown` resolves; then drains. A client that takes nothing of an
+/// answer for a whole `send_timeout` period is closed. For a service of your own behind
 /// tollgate's connection handling; `examples/http_ceiling.rs` uses it to
 /// measure what the HTTP layer alone costs a check.
 pub async fn serve_with<M, S, B>(
     listener: TcpListener,
     name: &'static str,
+    send_timeout: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
     make: M,
 ) where
@@ -272,9 +284,13 @@ pub async fn serve_with<M, S, B>(
         let Some((stream, peer, permit)) = acceptor.next(&mut shutdown).await else {
             break;
         };
-        let activity = Arc::new(Activity::default());
+        let activity = Arc::new(Activity::new());
         let service = Watched {
             inner: make(peer),
+            activity: Arc::clone(&activity),
+        };
+        let stream = Metered {
+            stream,
             activity: Arc::clone(&activity),
         };
         let conn = builder.serve_connection(TokioIo::new(stream), service);
@@ -286,6 +302,9 @@ pub async fn serve_with<M, S, B>(
             let mut conn = Inline::new(conn);
             let mut watchdog = std::pin::pin!(Watchdog::new(HEAD_TIMEOUT));
             let mut seen = activity.events();
+            // Looks four times per send timeout, so a client that takes
+            // nothing goes within 1.25 of it.
+            let mut send_watch = std::pin::pin!(Watchdog::new(send_timeout / 4));
             loop {
                 tokio::select! {
                     // The connection first: it is what every wake is for,
@@ -307,6 +326,15 @@ pub async fn serve_with<M, S, B>(
                         }
                         seen = now;
                         watchdog.as_mut().rearm();
+                    }
+                    () = send_watch.as_mut().fired() => {
+                        if activity.blocked_for() >= send_timeout {
+                            tracing::debug!(
+                                "{name}: connection from {peer}: the client took nothing written to it for {send_timeout:?}; closing"
+                            );
+                            break;
+                        }
+                        send_watch.as_mut().rearm();
                     }
                 }
             }
@@ -516,18 +544,118 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// What a connection's watchdog watches: how many heads were read and
-/// answers finished, and how many answers are still being sent.
-#[derive(Debug, Default)]
+/// What a connection's watchdogs watch: how many heads were read and
+/// answers finished, how many answers are still being sent, and since when
+/// the client has taken nothing written to it.
+#[derive(Debug)]
 struct Activity {
     events: AtomicU64,
     in_flight: AtomicU64,
+    opened: tokio::time::Instant,
+    /// 0 while the last write to the client went through; else one plus
+    /// the microseconds from `opened` to the first write since then that
+    /// found the client's socket buffer full (the client is not reading).
+    blocked_since: AtomicU64,
 }
 
 impl Activity {
     /// Changes whenever a head is read or an answer finishes.
     fn events(&self) -> u64 {
         self.events.load(Ordering::Acquire)
+    }
+
+    fn new() -> Self {
+        Self {
+            events: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            opened: tokio::time::Instant::now(),
+            blocked_since: AtomicU64::new(0),
+        }
+    }
+
+    /// How long the client has taken nothing written to it (zero unless
+    /// a write is waiting for room in its socket buffer). A slow upstream
+    /// or a slow check leaves nothing to write, so only the client counts.
+    fn blocked_for(&self) -> Duration {
+        match self.blocked_since.load(Ordering::Acquire) {
+            0 => Duration::ZERO,
+            since => self
+                .opened
+                .elapsed()
+                .saturating_sub(Duration::from_micros(since - 1)),
+        }
+    }
+
+    /// Notes how a write to the client went. The clock is read only when a
+    /// write first finds the buffer full, never on the answers' hot path.
+    fn wrote<T>(&self, polled: &Poll<std::io::Result<T>>) {
+        // Only the connection's task writes: a load and a store suffice.
+        let blocked = self.blocked_since.load(Ordering::Relaxed) != 0;
+        match polled {
+            Poll::Ready(Ok(_)) if blocked => self.blocked_since.store(0, Ordering::Release),
+            Poll::Pending if !blocked => {
+                let since =
+                    u64::try_from(self.opened.elapsed().as_micros()).unwrap_or(u64::MAX - 1);
+                self.blocked_since.store(since + 1, Ordering::Release);
+            }
+            _ => {}
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A client's connection, telling its [`Activity`] whether the client
+    /// takes what is written to it.
+    struct Metered {
+        #[pin]
+        stream: tokio::net::TcpStream,
+        activity: Arc<Activity>,
+    }
+}
+
+impl tokio::io::AsyncRead for Metered {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        self.project().stream.poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Metered {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.project();
+        let polled = this.stream.poll_write(cx, buf);
+        this.activity.wrote(&polled);
+        polled
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.project();
+        let polled = this.stream.poll_write_vectored(cx, bufs);
+        this.activity.wrote(&polled);
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().stream.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.project().stream.poll_shutdown(cx)
     }
 }
 

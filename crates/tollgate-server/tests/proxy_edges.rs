@@ -540,3 +540,98 @@ fn a_client_that_stops_sending_after_its_request_is_answered() {
     assert_eq!(r.status, 200);
     assert_eq!(r.body, body);
 }
+
+#[test]
+fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
+    // An upstream that sends 100 MB as fast as the proxy takes it and says
+    // when the proxy stops taking it (the proxy closed its side).
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let upstream = listener.local_addr().expect("addr");
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut conn, _)) = listener.accept() else {
+            return;
+        };
+        let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+        let _ = read_head(&mut reader);
+        let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n");
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut sent = 0usize;
+        while sent < 100_000_000 {
+            match conn.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(_) => break,
+            }
+        }
+        let _ = closed_tx.send((Instant::now(), sent));
+    });
+    let config = CONFIG.replace(
+        "response_timeout = \"500ms\"",
+        "response_timeout = \"500ms\"\nsend_timeout = \"500ms\"",
+    );
+    let upstream = format!("http://{upstream}");
+    let s = Tollgate::start(
+        &config,
+        &["--proxy", "127.0.0.1:0", "--upstream", upstream.as_str()],
+    );
+    let mut c = connect(s.proxy());
+    c.write_all(b"GET /big HTTP/1.1\r\nHost: a.test\r\n\r\n")
+        .expect("write");
+    let mut first = [0u8; 4096];
+    let n = c.read(&mut first).expect("read the head");
+    assert!(first[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &first[..n]);
+    let stopped_reading = Instant::now();
+    // The buffers between the two fill, then the proxy must close both
+    // sides within one to two send timeouts.
+    let (closed_at, sent) = closed_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the proxy still holds the upstream 10 s after its client stopped reading");
+    assert!(sent < 100_000_000, "sent {sent}");
+    assert!(
+        closed_at - stopped_reading < Duration::from_secs(5),
+        "closed {:?} after the client stopped reading",
+        closed_at - stopped_reading
+    );
+    // The client's side is closed too: reading ends well short of 100 MB.
+    let mut rest = Vec::new();
+    let _ = c.read_to_end(&mut rest);
+    assert!(n + rest.len() < 100_000_000, "got {}", n + rest.len());
+}
+
+#[test]
+fn a_slow_steady_reader_is_not_cut_by_the_send_timeout() {
+    let upstream = start_upstream();
+    let config = CONFIG.replace(
+        "response_timeout = \"500ms\"",
+        "response_timeout = \"500ms\"\nsend_timeout = \"1s\"",
+    );
+    let addr = format!("http://{}", upstream.addr);
+    let s = Tollgate::start(
+        &config,
+        &["--proxy", "127.0.0.1:0", "--upstream", addr.as_str()],
+    );
+    let mut c = connect(s.proxy());
+    c.write_all(b"GET /big?n=20000000 HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
+        .expect("write");
+    // 64 KiB every 20 ms for 3 s: far slower than the proxy could send, so
+    // its writes wait on the client again and again, but the client keeps
+    // taking what it is sent and is never cut.
+    let mut raw = Vec::new();
+    let mut piece = vec![0u8; 64 * 1024];
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let n = c.read(&mut piece).expect("read while slow");
+        assert!(n > 0, "closed after {:?}", start.elapsed());
+        raw.extend_from_slice(&piece[..n]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        raw.len() < 20_000_000,
+        "the reader was not slow: {}",
+        raw.len()
+    );
+    c.read_to_end(&mut raw).expect("read the rest");
+    let r = parse_response(&raw);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 20_000_000);
+}

@@ -97,6 +97,7 @@ async fn serve_with_serves_a_callers_service_until_shutdown() {
     let server = tokio::spawn(serve_with(
         listener,
         "test door",
+        tollgate_server::server::SEND_TIMEOUT,
         async {
             let _ = stopped.await;
         },
