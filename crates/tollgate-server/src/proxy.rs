@@ -41,13 +41,13 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, V
 use http_body::Body as _;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule};
+use tollgate::{Check, Decision, Error, Rule};
 use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_FOR};
 use tollgate_tower::headers::{HeaderOptions, insert_headers, insert_policy, is_list_field};
 use tollgate_tower::key::KeyExtractor;
 use tollgate_tower::response::{
-    DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED, problem,
-    store_unavailable, too_many_requests,
+    DEGRADED_STORE_UNAVAILABLE, MISSING_KEY, TOLLGATE_DEGRADED, problem, store_unavailable,
+    too_many_requests,
 };
 
 use crate::api::DEGRADED_LOCAL;
@@ -170,18 +170,6 @@ impl Proxy {
         let mut keys = Vec::with_capacity(self.rules.len());
         for (name, extractor) in &self.rules {
             match extractor.extract(req, Some(client_ip), missing) {
-                Ok(key) if key.len() > MAX_KEY_LEN => {
-                    return Err(Box::new(problem(
-                        StatusCode::BAD_REQUEST,
-                        KEY_TOO_LONG,
-                        "Bad Request",
-                        &format!(
-                            "The request's key for rule \"{name}\" is {} bytes; keys are \
-                             limited to {MAX_KEY_LEN} bytes.",
-                            key.len()
-                        ),
-                    )));
-                }
                 Ok(key) => keys.push((name.as_str(), key)),
                 Err(KeyError::Missing(_)) if self.on_missing_key == OnMissingKey::Skip => {}
                 Err(e) => {

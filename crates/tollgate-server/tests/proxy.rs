@@ -331,6 +331,27 @@ fn missing_key_headers_follow_on_missing_key() {
 }
 
 #[test]
+fn a_long_header_key_is_counted_under_its_digest() {
+    // A key header over 4 KiB used to be a 400, which never reaches the
+    // limit: it is counted like any other key, each long value apart.
+    let up = start_upstream();
+    let s = proxy_to(
+        up.addr,
+        &config(100, "").replace(
+            "limit = 1000\nperiod = \"1s\"",
+            "limit = 2\nperiod = \"1h\"",
+        ),
+    );
+    let long = "k".repeat(tollgate::MAX_KEY_LEN + 1);
+    let other = format!("{}j", "k".repeat(tollgate::MAX_KEY_LEN));
+    let statuses: Vec<u16> = [&long, &long, &long, &other]
+        .iter()
+        .map(|value| request(s.proxy(), "GET", "/", &[("X-Api-Key", value)], b"").status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 429, 200]);
+}
+
+#[test]
 fn a_dead_upstream_is_a_quick_502_and_a_slow_one_a_504() {
     let dead = dead_addr();
     let s = proxy_to(dead, &config(100, ""));

@@ -48,6 +48,15 @@
 //! | `method` | the method, e.g. `GET` |
 //! | `host` | the URI's host (absolute-form or HTTP/2 `:authority`), else the `Host` header's; ASCII-lowercased, without the port and a trailing `.` |
 //!
+//! A key longer than [`tollgate::MAX_KEY_LEN`] (a header value of 4 KiB
+//! and more) is counted under its digest: `%sha256=` and the SHA-256 of
+//! its bytes in lowercase hex, 72 bytes. A client cannot escape its limit
+//! by sending a long value (it would otherwise be refused before any check,
+//! and a 400 is an answer a front door may be configured to pass), each long
+//! value still has its own counter, and since every `%` of a short key is
+//! followed by `25` or `2B`, no short key names a long key's counter. This
+//! is what the Envoy service does with long descriptors.
+//!
 //! A missing header (or host) is keyed by the empty value, never an error:
 //! [`MissingKey::Empty`], the default. [`MissingKey::Reject`] answers
 //! [`KeyError::Missing`] instead for a header or host that is missing or
@@ -422,9 +431,30 @@ impl KeyExtractor {
                 },
             }
         }
-        Ok(key)
+        Ok(fit(key))
     }
 }
+
+/// `key` itself when it fits in [`tollgate::MAX_KEY_LEN`] bytes, else its
+/// digest (see the [module docs](self)).
+fn fit(key: Vec<u8>) -> Vec<u8> {
+    if key.len() <= tollgate::MAX_KEY_LEN {
+        return key;
+    }
+    use sha2::Digest as _;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = sha2::Sha256::digest(&key);
+    let mut short = Vec::with_capacity(LONG_KEY_PREFIX.len() + 64);
+    short.extend_from_slice(LONG_KEY_PREFIX);
+    for b in digest {
+        short.push(HEX[usize::from(b >> 4)]);
+        short.push(HEX[usize::from(b & 0xf)]);
+    }
+    short
+}
+
+/// What a long key's digest follows: a `%` that escaping never writes.
+const LONG_KEY_PREFIX: &[u8] = b"%sha256=";
 
 /// The request's host without the port: the URI's, else the `Host`
 /// header's. `None` when neither names one.
@@ -707,6 +737,30 @@ mod tests {
         assert_ne!(k1, k2);
         assert_eq!(k1, b"x%2By+");
         assert_eq!(k2, b"x+y");
+    }
+
+    #[test]
+    fn a_long_key_is_its_digest_and_no_short_key_names_it() {
+        let k: KeyExtractor = "header:x-api-key".parse().expect("valid");
+        let key_of = |value: &str| {
+            let r = req(Request::get("/").header("x-api-key", value));
+            k.extract(&r, None, MissingKey::Empty).expect("key")
+        };
+        let fits = "k".repeat(tollgate::MAX_KEY_LEN);
+        assert_eq!(key_of(&fits), fits.as_bytes());
+        let long = "k".repeat(tollgate::MAX_KEY_LEN + 1);
+        let digest = key_of(&long);
+        assert_eq!(digest.len(), 8 + 64);
+        assert!(digest.starts_with(b"%sha256="), "{digest:?}");
+        assert_eq!(key_of(&long), digest, "the same value, the same counter");
+        let other = format!("{}j", "k".repeat(tollgate::MAX_KEY_LEN));
+        assert_ne!(key_of(&other), digest, "each long value its own counter");
+        // A short value spelling the digest is escaped: another counter.
+        let spelled = String::from_utf8(digest.clone()).expect("ascii");
+        assert_ne!(key_of(&spelled), digest);
+        // Escaping that makes a key long is counted in the length.
+        let grows = "%".repeat(tollgate::MAX_KEY_LEN / 3 + 1);
+        assert!(key_of(&grows).starts_with(b"%sha256="));
     }
 
     #[test]

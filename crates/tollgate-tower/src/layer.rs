@@ -126,7 +126,7 @@ pub enum Verdict {
     /// Answer `response` instead: 429 (denied, by the store or the local
     /// fallback), 503 (store failed under [`OnStoreError::Deny`]), 400
     /// (missing key under
-    /// [`MissingKey::Reject`], key too long) or 500 (no peer address for a
+    /// [`MissingKey::Reject`]) or 500 (no peer address for a
     /// `client_ip` key).
     #[non_exhaustive]
     Respond {
@@ -496,9 +496,6 @@ impl<S: Store> Shared<S> {
                 }
                 Err(e) => return Err(Box::new(internal(&e.to_string()))),
             };
-            if key.len() > MAX_KEY_LEN {
-                return Err(Box::new(key_too_long(&rule.name, key.len())));
-            }
             keys.push(key);
         }
         Ok(keys)
@@ -564,9 +561,9 @@ impl<S: Store> Shared<S> {
                 }
             }
             Err(Refusal::Unavailable(_)) => Verdict::respond(store_unavailable()),
-            Err(Refusal::Invalid(Error::KeyTooLong { len })) => {
-                Verdict::respond(key_too_long("", len))
-            }
+            // Extracted keys are never too long (long ones are digests);
+            // a store may still refuse one.
+            Err(Refusal::Invalid(Error::KeyTooLong { len })) => Verdict::respond(key_too_long(len)),
             // Unknown rules and empty checks are refused when the layer is
             // built; anything else is a bug, not the client's fault.
             Err(e) => Verdict::respond(internal(&e.to_string())),
@@ -574,15 +571,9 @@ impl<S: Store> Shared<S> {
     }
 }
 
-fn key_too_long(rule: &str, len: usize) -> Response<String> {
-    let detail = if rule.is_empty() {
-        format!("The request's key is {len} bytes; keys are limited to {MAX_KEY_LEN} bytes.")
-    } else {
-        format!(
-            "The request's key for rule \"{rule}\" is {len} bytes; keys are limited to \
-             {MAX_KEY_LEN} bytes."
-        )
-    };
+fn key_too_long(len: usize) -> Response<String> {
+    let detail =
+        format!("The request's key is {len} bytes; keys are limited to {MAX_KEY_LEN} bytes.");
     problem(
         StatusCode::BAD_REQUEST,
         KEY_TOO_LONG,
