@@ -43,6 +43,11 @@ impl GcraRules {
 
     /// `rule`'s class, recorded if new (or [`UNKNOWN_CLASS`] when full).
     pub(super) fn class_of(&mut self, rule: &Rule) -> u16 {
+        // The usual case, a few configured rules: a pointer comparison each
+        // is cheaper than hashing the shape (multi-rule checks come here).
+        if let Some(class) = self.rules.iter().take(4).position(|r| r.same(rule)) {
+            return u16::try_from(class).unwrap_or(UNKNOWN_CLASS);
+        }
         let shape = (rule.tau_micros(), rule.interval_micros());
         if let Some(&class) = self.by_shape.get(&shape) {
             return class;
