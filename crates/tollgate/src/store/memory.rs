@@ -30,9 +30,10 @@
 //!   shard except those the current check wrote, so the guarantee is:
 //!   **no exhausted key is evicted while its shard holds a key that is not
 //!   exhausted** (other than the ones just written), and no key that is not
-//!   exhausted is evicted while a less used one is held. (The share is
-//!   measured at the eviction time, so a drained bucket counts as little
-//!   used however busy it was.) A flood of fresh keys therefore evicts
+//!   exhausted is evicted while a less used one is in its shard. (The
+//!   share is measured at the eviction time, so a drained bucket counts as
+//!   little used however busy it was; the promise is per shard, as keys
+//!   are spread over shards by fingerprint.) A flood of fresh keys evicts
 //!   fresh keys, not the abuser's exhausted ones; only when a shard holds
 //!   nothing but exhausted keys does one get its quota back early. Sliding-
 //!   log entries over their cap evict log keys in the same order.
