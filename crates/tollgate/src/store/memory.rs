@@ -384,22 +384,15 @@ impl GcraTable {
     /// The state of `fp`, a key of `rule`, inserted as 0 (an empty GCRA
     /// state) if not held; the key's class becomes `rule`'s.
     fn get_or_insert(&mut self, fp: Fp, rule: &Rule) -> &mut AtomicU64 {
-        // Grow first: growing forgets the rules no key names yet.
-        self.reserve_one();
         let class = self.rules.class_of(rule);
         self.insert(Self::with_class(fp, class))
     }
 
-    /// Grows if one more key would make the table more than 4/5 full.
-    fn reserve_one(&mut self) {
+    /// The slot of `fp` (class bits included), inserted if not held.
+    fn insert(&mut self, fp: Fp) -> &mut AtomicU64 {
         if (self.len + 1) * 5 > self.slots.len() * 4 {
             self.rebuild((self.slots.len() * 2).max(8), |_, _| true);
         }
-    }
-
-    /// The slot of `fp` (class bits included), inserted if not held.
-    fn insert(&mut self, fp: Fp) -> &mut AtomicU64 {
-        self.reserve_one();
         let mask = self.slots.len() - 1;
         let mut i = self.start(fp);
         while !Self::same(self.slots[i].fp, fp) && !Self::same(self.slots[i].fp, EMPTY) {
@@ -426,6 +419,28 @@ impl GcraTable {
         let dropped = self.iter().filter(|&(fp, tat)| !keep(fp, tat)).count();
         if dropped > 0 {
             self.rebuild(self.slots.len(), keep);
+            self.forget_unused_rules();
+        }
+    }
+
+    /// Forgets the rules no key names any more, renumbering the classes.
+    /// (Not part of `rebuild`: growing runs inside an insert, whose class
+    /// may not be in a slot yet.)
+    fn forget_unused_rules(&mut self) {
+        let mut used = vec![false; self.rules.len()];
+        for slot in &self.slots {
+            if let Some(u) = used.get_mut(usize::from(Self::class(slot.fp))) {
+                *u = !Self::same(slot.fp, EMPTY) || *u;
+            }
+        }
+        if let Some(renumber) = self.rules.retain(&used) {
+            for slot in &mut self.slots {
+                if !Self::same(slot.fp, EMPTY) {
+                    let class = usize::from(Self::class(slot.fp));
+                    let class = renumber.get(class).copied().unwrap_or(UNKNOWN_CLASS);
+                    slot.fp = Self::with_class(slot.fp, class);
+                }
+            }
         }
     }
 
@@ -441,31 +456,17 @@ impl GcraTable {
         }
     }
 
-    /// Moves the kept keys to `size` new slots, and forgets the rules no
-    /// key names any more.
+    /// Moves the kept keys to `size` new slots, classes unchanged.
     fn rebuild(&mut self, size: usize, mut keep: impl FnMut(Fp, Micros) -> bool) {
         let old = std::mem::replace(
             &mut self.slots,
             (0..size).map(|_| GcraSlot::empty()).collect(),
         );
         self.len = 0;
-        let mut used = vec![false; self.rules.len()];
         for mut slot in old {
             let tat = *slot.tat.get_mut();
             if !Self::same(slot.fp, EMPTY) && keep(slot.fp, tat) {
-                if let Some(u) = used.get_mut(usize::from(Self::class(slot.fp))) {
-                    *u = true;
-                }
                 *self.insert(slot.fp).get_mut() = tat;
-            }
-        }
-        if let Some(renumber) = self.rules.retain(&used) {
-            for slot in &mut self.slots {
-                if !Self::same(slot.fp, EMPTY) {
-                    let class = usize::from(Self::class(slot.fp));
-                    let class = renumber.get(class).copied().unwrap_or(UNKNOWN_CLASS);
-                    slot.fp = Self::with_class(slot.fp, class);
-                }
             }
         }
     }
