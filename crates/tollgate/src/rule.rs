@@ -389,6 +389,12 @@ impl Rule {
         cost.saturating_mul(self.0.interval)
     }
 
+    /// Whether `other` is this very rule (a clone of it), not merely an
+    /// equal one: a pointer comparison.
+    pub(crate) fn same(&self, other: &Rule) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
     /// The spec this rule was built from.
     #[must_use]
     pub fn spec(&self) -> RuleSpec {

@@ -465,3 +465,81 @@ async fn expired_leases_go_back_and_shrink_the_next() {
     assert_eq!(store.redis_calls(), 4);
     assert_no_key_without_ttl(&server);
 }
+
+/// A full local shard forgets first the entries whose loss costs least:
+/// those holding no leased units (a denial remembered, a lease spent out)
+/// before those holding unspent units, which would be lost until Redis
+/// refills. Forgetting a remembered denial admits nothing: Redis, the
+/// authority, still denies the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_fresh_keys_forgets_entries_without_units_first() {
+    let server = RedisServer::start();
+    let clock = FakeClock::new();
+    let options = HybridOptions {
+        batch: Some(10),
+        lease: Duration::from_secs(3600),
+        // 16 local shards of 10 entries
+        max_keys: 160,
+        ..HybridOptions::default()
+    };
+    let store = HybridStore::with_clock(redis(&server).await, options, clock);
+    let rule = RuleSpec::new("r", Algorithm::Gcra, 100, Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let key = |name: &str, i: u32| format!("{name}-{i}").into_bytes();
+    // Holders: a lease of 10 units, 9 unspent.
+    for i in 0..16 {
+        assert!(
+            store
+                .check(&rule, &key("holder", i), 1, None)
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    // Exhausted keys, their denial remembered locally.
+    for i in 0..4 {
+        assert!(
+            store
+                .check(&rule, &key("abuser", i), 100, None)
+                .await
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            !store
+                .check(&rule, &key("abuser", i), 1, None)
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    // The flood: fresh keys spending their whole capacity, no units left.
+    for i in 0..1_000 {
+        assert!(
+            store
+                .check(&rule, &key("fresh", i), 100, None)
+                .await
+                .unwrap()
+                .allowed
+        );
+        assert!(store.local_keys() <= 160);
+    }
+    let calls = store.redis_calls();
+    for i in 0..16 {
+        let d = store
+            .check(&rule, &key("holder", i), 1, None)
+            .await
+            .unwrap();
+        assert!(d.allowed, "holder {i}");
+    }
+    assert_eq!(store.redis_calls(), calls, "every holder kept its lease");
+    for i in 0..4 {
+        let d = store
+            .check(&rule, &key("abuser", i), 1, None)
+            .await
+            .unwrap();
+        assert!(!d.allowed, "exhausted key {i} admitted");
+    }
+    assert_no_key_without_ttl(&server);
+}

@@ -122,8 +122,9 @@ fn idle_keys_are_dropped_before_live_ones() {
     }
 }
 
-/// With no idle key to drop, a full shard evicts the live keys nearest to
-/// reset, never more than an eighth of it at once, and keeps the rest.
+/// With no idle key to drop and every key exhausted (limit 1), a full
+/// shard evicts the keys nearest to reset, never more than an eighth of it
+/// at once, and keeps the rest.
 #[test]
 fn live_keys_nearest_reset_are_evicted_first() {
     let clock = FakeClock::new();
@@ -152,8 +153,8 @@ fn live_keys_nearest_reset_are_evicted_first() {
     }
 }
 
-/// Sliding-log entries past the cap evict the log keys nearest to reset;
-/// other keys are not touched for it.
+/// Sliding-log entries past the cap evict log keys (all equally used here:
+/// the ones nearest to reset); other keys are not touched for it.
 #[test]
 fn log_entries_stay_under_their_cap() {
     let clock = FakeClock::new();

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::Usage;
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -51,6 +52,23 @@ pub fn check(
             start,
             count: after,
         },
+    )
+}
+
+/// How much of the limit `state` holds at `t`: its count if it is the
+/// count of `t`'s window, else nothing.
+#[must_use]
+pub fn usage(rule: &Rule, state: FixedWindowState, t: Micros) -> Usage {
+    let (decision, seen) = check(rule, Some(state), t, 1);
+    let count = if decision.allowed {
+        seen.count - 1
+    } else {
+        seen.count
+    };
+    Usage::of(
+        u128::from(count),
+        u128::from(rule.limit()),
+        !decision.allowed,
     )
 }
 

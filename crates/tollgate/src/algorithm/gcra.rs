@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use super::Usage;
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -38,6 +39,14 @@ pub fn check(rule: &Rule, state: Option<GcraState>, t: Micros, cost: u64) -> (De
         retry_after: (!allowed && fits).then(|| Duration::from_micros(new_tat - tau - t)),
     };
     (decision, GcraState { tat: stored })
+}
+
+/// How much of the burst `state` holds at `t`: `tat - t` of `tau`.
+#[must_use]
+pub fn usage(rule: &Rule, state: GcraState, t: Micros) -> Usage {
+    let exhausted = !check(rule, Some(state), t, 1).0.allowed;
+    let used = state.tat.saturating_sub(t);
+    Usage::of(u128::from(used), u128::from(rule.tau_micros()), exhausted)
 }
 
 #[cfg(test)]

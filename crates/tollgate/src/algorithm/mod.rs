@@ -25,12 +25,14 @@ pub mod gcra;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
+mod usage;
 
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;
 pub use sliding_log::SlidingLog;
 pub use sliding_window::SlidingWindowState;
 pub use token_bucket::TokenBucketState;
+pub use usage::Usage;
 
 use crate::decision::Decision;
 use crate::rule::{Algorithm, Rule};
@@ -71,6 +73,24 @@ impl KeyState {
             KeyState::FixedWindow(s) => Some(s.start + period),
             KeyState::SlidingWindow(s) => Some(s.start + 2 * period),
             KeyState::SlidingLog(log) => log.newest().map(|n| n + period),
+        }
+    }
+
+    /// How much of `rule`'s limit this state holds at `t`, and whether it
+    /// is exhausted then: what forgetting it would hand back to the key.
+    /// `Empty`, or a state of another algorithm than the rule's, holds
+    /// nothing.
+    #[must_use]
+    pub fn usage(&self, rule: &Rule, t: Micros) -> Usage {
+        match (rule.algorithm(), self) {
+            (Algorithm::Gcra, KeyState::Gcra(s)) => gcra::usage(rule, *s, t),
+            (Algorithm::TokenBucket, KeyState::TokenBucket(s)) => token_bucket::usage(rule, *s, t),
+            (Algorithm::FixedWindow, KeyState::FixedWindow(s)) => fixed_window::usage(rule, *s, t),
+            (Algorithm::SlidingWindow, KeyState::SlidingWindow(s)) => {
+                sliding_window::usage(rule, *s, t)
+            }
+            (Algorithm::SlidingLog, KeyState::SlidingLog(log)) => sliding_log::usage(rule, log, t),
+            _ => Usage::NONE,
         }
     }
 

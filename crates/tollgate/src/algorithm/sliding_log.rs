@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use super::Usage;
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -119,6 +120,15 @@ pub fn check(rule: &Rule, log: &SlidingLog, t: Micros, cost: u64) -> Decision {
         reset_after: Duration::from_micros(newest.map_or(0, |n| n + period - t)),
         retry_after: retry_after.map(Duration::from_micros),
     }
+}
+
+/// How much of the limit `log` holds at `t`: the units of its entries
+/// still counting.
+#[must_use]
+pub fn usage(rule: &Rule, log: &SlidingLog, t: Micros) -> Usage {
+    let (_, used) = log.live(rule.period_micros(), t);
+    let exhausted = !check(rule, log, t, 1).allowed;
+    Usage::of(u128::from(used), u128::from(rule.limit()), exhausted)
 }
 
 #[cfg(test)]

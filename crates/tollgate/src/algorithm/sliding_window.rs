@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::Usage;
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -86,6 +87,21 @@ pub fn check(
             curr: after,
         },
     )
+}
+
+/// How much of the limit `state` holds at `t`: the weighted count the
+/// check compares with the limit.
+#[must_use]
+pub fn usage(rule: &Rule, state: SlidingWindowState, t: Micros) -> Usage {
+    let period = rule.period_micros();
+    let limit = rule.limit();
+    let w = t / period;
+    let elapsed = t - w * period;
+    let (prev, curr) = counts(Some(state), w * period, period);
+    let p = u128::from(period);
+    let used = u128::from(prev) * (p - u128::from(elapsed)) + u128::from(curr) * p;
+    let exhausted = !fits(period, limit, elapsed, prev, curr, 1);
+    Usage::of(used, u128::from(limit) * p, exhausted)
 }
 
 /// The smallest `d` such that the same check at `t + d` is admitted with no

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::Usage;
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -55,6 +56,17 @@ pub fn check(
             last,
         },
     )
+}
+
+/// How much of the bucket `state` has drawn at `t`: the credit missing
+/// from a full bucket, of `tau`.
+#[must_use]
+pub fn usage(rule: &Rule, state: TokenBucketState, t: Micros) -> Usage {
+    let tau = rule.tau_micros();
+    // the refill `check` applies, without taking the unit it asks for
+    let credit = tau.min(state.credit.saturating_add(t.saturating_sub(state.last)));
+    let exhausted = !check(rule, Some(state), t, 1).0.allowed;
+    Usage::of(u128::from(tau - credit), u128::from(tau), exhausted)
 }
 
 #[cfg(test)]

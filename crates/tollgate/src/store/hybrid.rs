@@ -50,6 +50,7 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
+use crate::algorithm::Usage;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
@@ -253,6 +254,17 @@ impl Entry {
         }
     }
 
+    /// What forgetting this entry loses, to order evictions: its leased
+    /// units not spent yet (current, or waiting to be given back) as a
+    /// share of the rule's capacity (see [`Usage`]). A remembered denial
+    /// holds none: Redis still has the key's state.
+    fn stake(&self) -> u64 {
+        let held = self
+            .units
+            .saturating_add(self.give_back.map_or(0, |g| g.units));
+        Usage::of(u128::from(held), u128::from(self.rule.capacity()), false).stake()
+    }
+
     /// Whether forgetting this entry changes nothing.
     fn is_dead(&self, now: Micros) -> bool {
         self.inflight.is_none()
@@ -408,23 +420,30 @@ impl HybridStore {
 
 impl Inner {
     /// `p`'s entry in its locked shard, created when missing. A full shard
-    /// first forgets dead entries, then the least recently used eighth of
-    /// those without a lease in flight (their unspent units are lost until
-    /// the Redis state refills).
+    /// first forgets dead entries, then an eighth of those without a lease
+    /// in flight, what costs least to forget first: the fewest leased units
+    /// at stake (as a share of the rule's capacity), then the least
+    /// recently used. Forgetting an entry admits nothing Redis would deny
+    /// (Redis holds every key's state); it loses the entry's unspent units
+    /// until the Redis state refills, and a remembered denial costs one
+    /// Redis call to learn again.
     fn entry<'s>(&self, shard: &'s mut Shard, p: &Pair<'_>, now: Micros) -> &'s mut Entry {
         if shard.len() >= self.shard_cap && !shard.contains_key(&p.hash) {
             shard.retain(|_, e| !e.is_dead(now));
             if shard.len() >= self.shard_cap {
-                let mut ages: Vec<Micros> = shard
-                    .values()
-                    .filter(|e| e.inflight.is_none())
-                    .map(|e| e.last_used)
+                let mut ranks: Vec<(u64, Micros, u128)> = shard
+                    .iter()
+                    .filter(|(_, e)| e.inflight.is_none())
+                    .map(|(&hash, e)| (e.stake(), e.last_used, hash))
                     .collect();
-                let n = (self.shard_cap / 8).max(1).min(ages.len());
+                let n = (self.shard_cap / 8).max(1).min(ranks.len());
                 if n > 0 {
-                    let (_, cut, _) = ages.select_nth_unstable(n - 1);
-                    let cut = *cut;
-                    shard.retain(|_, e| e.inflight.is_some() || e.last_used > cut);
+                    if n < ranks.len() {
+                        ranks.select_nth_unstable(n - 1);
+                    }
+                    for &(_, _, hash) in &ranks[..n] {
+                        shard.remove(&hash);
+                    }
                 }
             }
         }

@@ -13,20 +13,40 @@
 //! * Bounded: at most `max_keys` keys (and `max_log_entries` sliding-log
 //!   entries). A shard that goes over its share first drops every key that
 //!   is back to its empty/full state (forgetting them changes no decision);
-//!   if that leaves less than an eighth of its share free, it also evicts the
-//!   live keys nearest to that state until an eighth is free. The scan is
-//!   thus paid once per eighth of a shard of new keys, never once per key,
-//!   even when keys expire exactly as fast as new ones arrive. Under a flood
-//!   of distinct keys beyond the cap the store forgets the keys closest to
-//!   reset, erring towards admission, and memory stays bounded. A key's own
-//!   sliding log is never cut: the log cap may be exceeded by the entries of
-//!   the keys the current check wrote (at most their rules' `limit` each).
+//!   if that leaves less than an eighth of its share free, it also evicts
+//!   live keys until an eighth is free. The scan is thus paid once per
+//!   eighth of a shard of new keys, never once per key, even when keys
+//!   expire exactly as fast as new ones arrive. Memory stays bounded under
+//!   any flood of distinct keys. A key's own sliding log is never cut: the
+//!   log cap may be exceeded by the entries of the keys the current check
+//!   wrote (at most their rules' `limit` each).
+//! * What is evicted is what costs least to forget (`evict.rs`). A key's
+//!   stake is the share of its rule's limit its state holds at the
+//!   eviction time ([`KeyState::usage`]): what forgetting it hands back. A
+//!   key is *exhausted* when a check of cost 1 would be denied. Keys go in
+//!   the order: not exhausted before exhausted; among those, the least used
+//!   first, ties to the key whose state ends soonest; among exhausted keys,
+//!   the one whose state ends soonest. The candidates are every key of the
+//!   shard except those the current check wrote, so the guarantee is:
+//!   **no exhausted key is evicted while its shard holds a key that is not
+//!   exhausted** (other than the ones just written), and no key that is not
+//!   exhausted is evicted while a less used one is in its shard. (The
+//!   share is measured at the eviction time, so a drained bucket counts as
+//!   little used however busy it was; the promise is per shard, as keys
+//!   are spread over shards by fingerprint.) A flood of fresh keys evicts
+//!   fresh keys, not the abuser's exhausted ones; only when a shard holds
+//!   nothing but exhausted keys does one get its quota back early. Sliding-
+//!   log entries over their cap evict log keys in the same order.
 //!
 //! GCRA keys live in a table of their own: open addressing over 24-byte
 //! slots holding the fingerprint next to the state, at most 4/5 full, so a
 //! held key is found in one cache line and an idle key costs 30 to 60 bytes,
-//! whatever the key's length. The other algorithms' states are boxed, in a
-//! general hash map.
+//! whatever the key's length. The table compares 112 of the fingerprint's
+//! bits; the other 16 number the key's rule (its "class", written when the
+//! key is created or checked under the exclusive lock, never by the
+//! compare-and-swap), so eviction can weigh a `tat` against its rule. The
+//! other algorithms' states are boxed, with their rule, in a general hash
+//! map.
 //!
 //! The hot path is not generic: [`MemoryStore::check_sync`] calls into code
 //! compiled once in this crate (the clock behind a `&dyn Clock`), where the
@@ -55,6 +75,10 @@ use crate::error::StoreError;
 use crate::rule::{Algorithm, Rule};
 use crate::store::{KeyCheck, Store};
 use crate::time::{Clock, Micros, MonotonicClock};
+
+mod evict;
+
+use evict::{GcraRules, UNKNOWN_CLASS};
 
 /// Default cap on keys held.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -195,8 +219,9 @@ impl Sip13 {
     }
 
     /// The hash of `fingerprint_input(name, key)`, computed from the parts;
-    /// never [`EMPTY`]: that one fingerprint becomes (0, 1), which then
-    /// shares a key's state with one other input in 2^128, as any
+    /// never [`EMPTY`], not even in the 112 bits a [`GcraTable`] compares:
+    /// the 2^16 fingerprints that are would become (0, 2^16), which then
+    /// shares a key's state with a few other inputs in 2^128, as any
     /// collision would.
     #[inline(always)]
     fn fingerprint(&self, name: &[u8], key: &[u8]) -> Fp {
@@ -228,21 +253,30 @@ impl Sip13 {
         Self::round(&mut v);
         Self::round(&mut v);
         let fp = Fp(h1, v[0] ^ v[1] ^ v[2] ^ v[3]);
-        if fp == EMPTY { Fp(0, 1) } else { fp }
+        if GcraTable::same(fp, EMPTY) {
+            Fp(0, 1 << CLASS_BITS)
+        } else {
+            fp
+        }
     }
 }
 
-/// State of a non-GCRA key and when it is back to empty.
+/// State of a non-GCRA key, when it is back to empty, and the rule it was
+/// last written under (eviction weighs the state against it).
 #[derive(Debug)]
 struct Slot {
     state: KeyState,
     expires: Micros,
+    rule: Rule,
 }
 
 impl Slot {
     /// Applies an admitted check and refreshes `expires`; returns the change
     /// in sliding-log entries.
     fn commit(&mut self, rule: &Rule, t: Micros, cost: u64) -> isize {
+        if !self.rule.same(rule) {
+            self.rule = rule.clone();
+        }
         let before = self.state.log_entries();
         algorithm::commit(rule, &mut self.state, t, cost);
         self.expires = self.state.expires_at(rule).unwrap_or(0);
@@ -258,7 +292,14 @@ fn entries_delta(before: usize, after: usize) -> isize {
 /// (see `Sip13::fingerprint`).
 const EMPTY: Fp = Fp(0, 0);
 
-/// One key of a [`GcraTable`]: its fingerprint and its `tat`, 24 bytes.
+/// The low bits of a [`GcraSlot`]'s second fingerprint word hold the key's
+/// rule class (see [`GcraRules`]) instead of fingerprint bits: the slot
+/// stays 24 bytes, and 112 bits still tell keys apart.
+const CLASS_BITS: u32 = 16;
+
+/// One key of a [`GcraTable`]: its fingerprint, with its rule class in the
+/// low [`CLASS_BITS`] (written only when the key is inserted or checked
+/// under the exclusive lock), and its `tat`: 24 bytes.
 #[derive(Debug)]
 struct GcraSlot {
     fp: Fp,
@@ -286,11 +327,30 @@ struct GcraTable {
     /// Empty, or a power of two of slots.
     slots: Box<[GcraSlot]>,
     len: usize,
+    /// The rules the slots' classes name.
+    rules: GcraRules,
 }
 
 impl GcraTable {
     fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether two fingerprints name the same key here: equal but for the
+    /// class bits.
+    #[inline]
+    fn same(a: Fp, b: Fp) -> bool {
+        a.0 == b.0 && (a.1 ^ b.1) >> CLASS_BITS == 0
+    }
+
+    /// The class bits of a slot's fingerprint.
+    fn class(fp: Fp) -> u16 {
+        u16::try_from(fp.1 & ((1 << CLASS_BITS) - 1)).unwrap_or(UNKNOWN_CLASS)
+    }
+
+    /// `fp` with `class` in its class bits.
+    fn with_class(fp: Fp, class: u16) -> Fp {
+        Fp(fp.0, (fp.1 >> CLASS_BITS << CLASS_BITS) | u64::from(class))
     }
 
     /// Where `fp`'s probe starts: the low bits of its first word (the shard
@@ -311,38 +371,45 @@ impl GcraTable {
         let mut i = self.start(fp);
         loop {
             let slot = &self.slots[i];
-            if slot.fp == fp {
+            if Self::same(slot.fp, fp) {
                 return Some(&slot.tat);
             }
-            if slot.fp == EMPTY {
+            if Self::same(slot.fp, EMPTY) {
                 return None;
             }
             i = (i + 1) & mask;
         }
     }
 
-    /// The state of `fp`, inserted as 0 (an empty GCRA state) if not held.
-    fn get_or_insert(&mut self, fp: Fp) -> &mut AtomicU64 {
+    /// The state of `fp`, a key of `rule`, inserted as 0 (an empty GCRA
+    /// state) if not held; the key's class becomes `rule`'s.
+    fn get_or_insert(&mut self, fp: Fp, rule: &Rule) -> &mut AtomicU64 {
+        let class = self.rules.class_of(rule);
+        self.insert(Self::with_class(fp, class))
+    }
+
+    /// The slot of `fp` (class bits included), inserted if not held.
+    fn insert(&mut self, fp: Fp) -> &mut AtomicU64 {
         if (self.len + 1) * 5 > self.slots.len() * 4 {
             self.rebuild((self.slots.len() * 2).max(8), |_, _| true);
         }
         let mask = self.slots.len() - 1;
         let mut i = self.start(fp);
-        while self.slots[i].fp != fp && self.slots[i].fp != EMPTY {
+        while !Self::same(self.slots[i].fp, fp) && !Self::same(self.slots[i].fp, EMPTY) {
             i = (i + 1) & mask;
         }
-        if self.slots[i].fp == EMPTY {
-            self.slots[i].fp = fp;
+        if Self::same(self.slots[i].fp, EMPTY) {
             self.len += 1;
         }
+        self.slots[i].fp = fp;
         &mut self.slots[i].tat
     }
 
-    /// Every key held and its `tat`.
+    /// Every key held (class bits included) and its `tat`.
     fn iter(&mut self) -> impl Iterator<Item = (Fp, Micros)> + '_ {
         self.slots
             .iter_mut()
-            .filter(|s| s.fp != EMPTY)
+            .filter(|s| !Self::same(s.fp, EMPTY))
             .map(|s| (s.fp, *s.tat.get_mut()))
     }
 
@@ -352,6 +419,28 @@ impl GcraTable {
         let dropped = self.iter().filter(|&(fp, tat)| !keep(fp, tat)).count();
         if dropped > 0 {
             self.rebuild(self.slots.len(), keep);
+            self.forget_unused_rules();
+        }
+    }
+
+    /// Forgets the rules no key names any more, renumbering the classes.
+    /// (Not part of `rebuild`: growing runs inside an insert, whose class
+    /// may not be in a slot yet.)
+    fn forget_unused_rules(&mut self) {
+        let mut used = vec![false; self.rules.len()];
+        for slot in &self.slots {
+            if let Some(u) = used.get_mut(usize::from(Self::class(slot.fp))) {
+                *u = !Self::same(slot.fp, EMPTY) || *u;
+            }
+        }
+        if let Some(renumber) = self.rules.retain(&used) {
+            for slot in &mut self.slots {
+                if !Self::same(slot.fp, EMPTY) {
+                    let class = usize::from(Self::class(slot.fp));
+                    let class = renumber.get(class).copied().unwrap_or(UNKNOWN_CLASS);
+                    slot.fp = Self::with_class(slot.fp, class);
+                }
+            }
         }
     }
 
@@ -367,7 +456,7 @@ impl GcraTable {
         }
     }
 
-    /// Moves the kept keys to `size` new slots.
+    /// Moves the kept keys to `size` new slots, classes unchanged.
     fn rebuild(&mut self, size: usize, mut keep: impl FnMut(Fp, Micros) -> bool) {
         let old = std::mem::replace(
             &mut self.slots,
@@ -376,8 +465,8 @@ impl GcraTable {
         self.len = 0;
         for mut slot in old {
             let tat = *slot.tat.get_mut();
-            if slot.fp != EMPTY && keep(slot.fp, tat) {
-                *self.get_or_insert(slot.fp).get_mut() = tat;
+            if !Self::same(slot.fp, EMPTY) && keep(slot.fp, tat) {
+                *self.insert(slot.fp).get_mut() = tat;
             }
         }
     }
@@ -427,60 +516,6 @@ impl Table {
     fn remove_other(&mut self, fp: Fp) {
         if let Some(mut slot) = self.other.remove(&fp) {
             *self.log_entries.get_mut() -= slot.get_mut().state.log_entries();
-        }
-    }
-
-    /// Evicts `n` keys (fewer if fewer are evictable), those nearest to
-    /// reset first, never one in `protect`.
-    fn evict_keys(&mut self, n: usize, protect: &[Fp]) {
-        let mut candidates: Vec<(Micros, Fp)> = Vec::with_capacity(self.len());
-        candidates.extend(
-            self.gcra
-                .iter()
-                .filter(|(fp, _)| !protect.contains(fp))
-                .map(|(fp, tat)| (tat, fp)),
-        );
-        candidates.extend(
-            self.other
-                .iter_mut()
-                .filter(|(fp, _)| !protect.contains(fp))
-                .map(|(fp, slot)| (slot.get_mut().expires, *fp)),
-        );
-        let n = n.min(candidates.len());
-        if n == 0 {
-            return;
-        }
-        if n < candidates.len() {
-            candidates.select_nth_unstable(n - 1);
-        }
-        let mut evicted: Vec<Fp> = candidates[..n].iter().map(|c| c.1).collect();
-        evicted.sort_unstable();
-        self.gcra
-            .retain(|fp, _| evicted.binary_search(&fp).is_err());
-        for fp in evicted {
-            self.remove_other(fp);
-        }
-    }
-
-    /// Evicts sliding-log keys, those nearest to reset first, never one in
-    /// `protect`, until at most `target` entries are held (or no candidate
-    /// is left).
-    fn evict_log_entries(&mut self, target: usize, protect: &[Fp]) {
-        let mut candidates: Vec<(Micros, Fp)> = self
-            .other
-            .iter_mut()
-            .filter_map(|(fp, slot)| {
-                let slot = slot.get_mut();
-                let eligible = !protect.contains(fp) && slot.state.log_entries() > 0;
-                eligible.then_some((slot.expires, *fp))
-            })
-            .collect();
-        candidates.sort_unstable();
-        for (_, fp) in candidates {
-            if *self.log_entries.get_mut() <= target {
-                break;
-            }
-            self.remove_other(fp);
         }
     }
 }
@@ -800,12 +835,12 @@ impl Core {
         if over_keys {
             let low = self.shard_cap - self.shard_cap / 8;
             if table.len() > low {
-                table.evict_keys(table.len() - low, protect);
+                table.evict_keys(table.len() - low, protect, t);
             }
         }
         if *table.log_entries.get_mut() > self.shard_log_cap {
             let low = self.shard_log_cap - self.shard_log_cap / 8;
-            table.evict_log_entries(low, protect);
+            table.evict_log_entries(low, protect, t);
         }
     }
 
@@ -892,7 +927,7 @@ impl Core {
     /// creating the key if needed.
     fn commit_locked(table: &mut Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
-            let cell = table.gcra.get_or_insert(fp);
+            let cell = table.gcra.get_or_insert(fp, rule);
             let (decision, next) = gcra::check(
                 rule,
                 Some(GcraState {
@@ -910,6 +945,7 @@ impl Core {
             Box::new(Mutex::new(Slot {
                 state: KeyState::Empty,
                 expires: 0,
+                rule: rule.clone(),
             }))
         });
         let slot = slot.get_mut();
@@ -1117,16 +1153,17 @@ mod tests {
 
     #[test]
     fn gcra_table_finds_inserts_grows_and_drops() {
+        let r = rule("r");
         let mut table = GcraTable::default();
         assert!(table.get(Fp(1, 1)).is_none());
         // Colliding starts (same low bits) probe on; many keys force growth.
         let fps: Vec<Fp> = (1..=1000u64).map(|i| Fp(i << 40 | 5, i)).collect();
         for (i, &fp) in fps.iter().enumerate() {
-            *table.get_or_insert(fp).get_mut() = i as u64 + 100;
+            *table.get_or_insert(fp, &r).get_mut() = i as u64 + 100;
             assert_eq!(table.len(), i + 1);
             assert!(table.len() * 5 <= table.slots.len() * 4);
         }
-        *table.get_or_insert(fps[7]).get_mut() += 0;
+        *table.get_or_insert(fps[7], &r).get_mut() += 0;
         assert_eq!(table.len(), 1000);
         for (i, &fp) in fps.iter().enumerate() {
             let tat = table.get(fp).map(|c| c.load(Ordering::Relaxed));
