@@ -106,7 +106,7 @@ pub struct StoreConfig {
     pub heartbeat: Duration,
     /// `hybrid = true`: the hybrid store over the Redis `url`, with
     /// `replicas`, `max_keys`, `hybrid_batch` and `hybrid_lease` (default
-    /// 1s); `None` when off. See the README, "Hybrid mode".
+    /// 1s); `None` when off. See `docs/hybrid.md`.
     pub hybrid: Option<tollgate::store::hybrid::HybridOptions>,
 }
 
@@ -219,7 +219,8 @@ pub struct ProxyConfig {
     pub response_timeout: Duration,
     /// `send_timeout`: a client that takes nothing of a response being
     /// sent for a whole period of this length has its connection, and the
-    /// upstream's, closed (within one to two periods; default 30s).
+    /// upstream's, closed (checked four times a period, so within 1.25
+    /// periods; default 30s).
     pub send_timeout: Duration,
     /// `append_forwarded_for`: append the peer's address to
     /// `X-Forwarded-For` on forwarded requests (default false: headers are

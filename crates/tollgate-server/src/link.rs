@@ -11,7 +11,7 @@
 //! connection is a wake of the task already running, which
 //! [`crate::inline::Inline`] turns into a second poll on the spot.
 //! Measured with `bench/http.sh`: about 10% more proxied requests a second
-//! (see the README).
+//! (see `bench/README.md`).
 //!
 //! The pool holds at most `max_idle` idle connections (the most recently
 //! used is used first), each for at most `idle_timeout`; a connection is in

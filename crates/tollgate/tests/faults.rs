@@ -545,7 +545,7 @@ async fn a_hung_cluster_master_is_bounded() {
     let v = until_store_answers(&limiter, "strict", "k", Duration::from_secs(10)).await;
     // Checks written to the frozen master before the breaker opened ran
     // when it woke, though the policy had answered them: the error is
-    // towards denial (README, "Failure modes").
+    // towards denial (`docs/failure-modes.md`).
     eprintln!("after SIGCONT: {v:?}");
     assert!(v.decision().remaining <= 2);
     assert_all_keys_expire(&cluster.keys_without_ttl());

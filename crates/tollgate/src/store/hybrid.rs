@@ -5,7 +5,7 @@
 //! would) and spends them locally; when Redis has nothing to lease, the
 //! replica remembers until when asking again is worthless and denies
 //! locally until then. Redis is called far less than once per check; the
-//! price is a bounded error, derived in the README ("Hybrid mode"):
+//! price is a bounded error, derived in `docs/hybrid.md`:
 //!
 //! * **over-admission**: in any interval, at most the units the replicas
 //!   held at its start: at most `replicas × batch`, and at most what was
