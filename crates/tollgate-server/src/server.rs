@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -41,6 +40,7 @@ use crate::api::Api;
 use crate::check::open_store;
 use crate::config::Config;
 use crate::envoy::service::EnvoyService;
+use crate::envoy::wire::RateLimitServer;
 use crate::gate::Gate;
 use crate::inline::Inline;
 use crate::proxy::Proxy;
@@ -57,6 +57,8 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_CONNECTIONS: usize = 10_000;
 /// How long shutdown waits for in-flight requests before giving up.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest `ShouldRateLimit` request read (tonic's default).
+pub const MAX_GRPC_MESSAGE: usize = 4 * 1024 * 1024;
 
 /// The front doors' listeners, already bound. At least one is needed.
 #[derive(Debug, Default)]
@@ -191,18 +193,18 @@ pub async fn run(
         doors.spawn(async move {
             let (health, health_service) = tonic_health::server::health_reporter();
             health
-                .set_serving::<RateLimitServiceServer<EnvoyService>>()
+                .set_serving::<RateLimitServer>()
                 .await;
             let incoming = grpc_incoming(listener, stop.clone());
             let served = tonic::transport::Server::builder()
                 .add_service(health_service)
-                .add_service(RateLimitServiceServer::new(service))
+                .add_service(RateLimitServer::new(service, MAX_GRPC_MESSAGE))
                 .serve_with_incoming_shutdown(incoming, {
                     let stop = stop.clone();
                     async move {
                     stopped(stop).await;
                     health
-                        .set_not_serving::<RateLimitServiceServer<EnvoyService>>()
+                        .set_not_serving::<RateLimitServer>()
                         .await;
                     }
                 });

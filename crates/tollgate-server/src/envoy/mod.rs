@@ -4,3 +4,4 @@
 
 pub mod limits;
 pub mod service;
+pub mod wire;
