@@ -1,6 +1,6 @@
 //! `tollgate serve` as a library function: [`run`] takes listeners that are
 //! already bound, a shutdown future and the config, and serves until the
-//! future resolves, then drains (mini-redis's shape; STYLE.md #9).
+//! future resolves, then drains (mini-redis's shape).
 //!
 //! Connections are HTTP/1.1 (hyper). Limits on what a client can make the
 //! server hold: request heads of at most [`MAX_HEAD_BYTES`] and
@@ -10,7 +10,18 @@
 //! for a whole [`HEAD_TIMEOUT`] period is closed: a slow-loris head, or an
 //! idle keep-alive connection, goes after 10 to 20 seconds.
 //!
-//! That last one is a per-connection watchdog, not hyper's
+//! The gRPC port (the Envoy rate limit service) is HTTP/2 (tonic), with
+//! the same connection cap and acceptor, and per connection at most
+//! [`MAX_GRPC_STREAMS`] streams, requests of at most [`MAX_GRPC_MESSAGE`]
+//! bytes, header lists of at most [`MAX_GRPC_HEADER_LIST`] bytes, and a
+//! request body that has not ended [`GRPC_BODY_TIMEOUT`] after the call
+//! started reading it answered `DEADLINE_EXCEEDED` (its stream ends). On
+//! shutdown it stops accepting and sends GOAWAY on every connection at
+//! once; calls in flight are answered, or cut at their body bound; the
+//! port is done when every connection has closed, or [`DRAIN_TIMEOUT`]
+//! after shutdown began.
+//!
+//! The HTTP head bound is a per-connection watchdog, not hyper's
 //! `header_read_timeout`: hyper's arms (allocates, registers, cancels) a
 //! timer for every request head, which cost about 4% of a check; the
 //! watchdog's one timer per connection fires every [`HEAD_TIMEOUT`] and
@@ -39,6 +50,7 @@ use tollgate_tower::headers::HeaderOptions;
 use crate::api::Api;
 use crate::check::open_store;
 use crate::config::Config;
+use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::service::EnvoyService;
 use crate::envoy::wire::RateLimitServer;
 use crate::gate::Gate;
@@ -57,8 +69,31 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_CONNECTIONS: usize = 10_000;
 /// How long shutdown waits for in-flight requests before giving up.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
-/// The longest `ShouldRateLimit` request read (tonic's default).
-pub const MAX_GRPC_MESSAGE: usize = 4 * 1024 * 1024;
+/// The most streams (calls) one gRPC connection may have open at once,
+/// advertised as `SETTINGS_MAX_CONCURRENT_STREAMS` (past it the client
+/// waits or opens another connection, as Envoy does). Envoy multiplexes a
+/// worker's calls on one connection; at 20,000 calls/s and 3 ms each that
+/// is about 60 in flight, so 256 leaves room while bounding what one
+/// connection can make the server hold (see [`MAX_GRPC_MESSAGE`]).
+pub const MAX_GRPC_STREAMS: u32 = 256;
+/// The longest gRPC request message read; a longer one is refused
+/// (`OUT_OF_RANGE`) on its length prefix, before its bytes are read.
+/// tonic reserves a message's declared length as soon as it reads the
+/// prefix, so this times [`MAX_GRPC_STREAMS`] (about 18 MiB with the 8 KiB
+/// read buffer each stream has) is what one connection can make the server
+/// hold. A `ShouldRateLimit` request is a domain and a few descriptors,
+/// well under 1 KiB; 64 KiB holds a descriptor carrying a header as long as
+/// Envoy's default limit for all headers together (60 KiB).
+pub const MAX_GRPC_MESSAGE: usize = 64 * 1024;
+/// The most bytes of one gRPC request's header list (hyper's default,
+/// pinned: Envoy's calls carry a handful of short headers).
+pub const MAX_GRPC_HEADER_LIST: u32 = 16 * 1024;
+/// A gRPC request whose body has not ended this long after the call
+/// started waiting for it is answered `DEADLINE_EXCEEDED` and its stream
+/// ends (reset): as the HTTP ports' [`HEAD_TIMEOUT`], a client cannot hold
+/// a stream open by never finishing its request. Deciding is not bounded
+/// by it (the store's own timeout bounds that).
+pub const GRPC_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The front doors' listeners, already bound. At least one is needed.
 #[derive(Debug, Default)]
@@ -192,12 +227,18 @@ pub async fn run(
         let stop = stop_rx.clone();
         doors.spawn(async move {
             let (health, health_service) = tonic_health::server::health_reporter();
-            health
-                .set_serving::<RateLimitServer>()
-                .await;
+            health.set_serving::<RateLimitServer>().await;
             let incoming = grpc_incoming(listener, stop.clone());
             let served = tonic::transport::Server::builder()
-                .add_service(health_service)
+                .max_concurrent_streams(MAX_GRPC_STREAMS)
+                .http2_max_header_list_size(MAX_GRPC_HEADER_LIST)
+                // A stream needs no more than its one message in flight.
+                .initial_stream_window_size(u32::try_from(MAX_GRPC_MESSAGE).unwrap_or(u32::MAX))
+                .initial_connection_window_size(1024 * 1024)
+                .layer(BodyDeadlineLayer {
+                    timeout: GRPC_BODY_TIMEOUT,
+                })
+                .add_service(health_service.max_decoding_message_size(MAX_GRPC_MESSAGE))
                 .add_service(RateLimitServer::new(service, MAX_GRPC_MESSAGE))
                 .serve_with_incoming_shutdown(incoming, {
                     let stop = stop.clone();
@@ -373,7 +414,6 @@ impl Watchdog {
     }
 }
 
-/// Resolves once `stop` is true (or its sender is gone).
 /// The gRPC front door's connections, accepted as [`serve_with`] accepts
 /// the others: at most [`MAX_CONNECTIONS`] at once (past it, new ones wait
 /// in the kernel's backlog), `TCP_NODELAY`, and on an accept error (out of
@@ -511,6 +551,7 @@ impl tokio::io::AsyncWrite for Limited {
     }
 }
 
+/// Resolves once `stop` is true (or its sender is gone).
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }

@@ -7,6 +7,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::Tollgate;
@@ -33,6 +34,12 @@ descriptors:
       unit: hour
       requests_per_unit: 1
 ";
+
+/// The server's advertised stream limit, request size limit and request
+/// body bound (`MAX_GRPC_STREAMS`, `MAX_GRPC_MESSAGE`, `GRPC_BODY_TIMEOUT`).
+const STREAMS: usize = 256;
+const MAX_MESSAGE: usize = 64 * 1024;
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -253,4 +260,175 @@ fn a_value_that_is_not_utf8_is_counted_and_the_other_limits_still_apply() {
             "{a:?}"
         );
     });
+}
+
+/// A gRPC frame's first bytes: a length prefix claiming `len` bytes and
+/// none of them.
+fn prefix_only(len: usize) -> Bytes {
+    let mut out = vec![0];
+    out.extend_from_slice(&u32::try_from(len).expect("small").to_be_bytes());
+    Bytes::from(out)
+}
+
+/// Waits up to `limit` for a stream's end, whatever it is: an answer, a
+/// reset, a closed connection. `None` when it is still open.
+async fn ended_within(
+    response: h2::client::ResponseFuture,
+    limit: Duration,
+) -> Option<Result<Answer, h2::Error>> {
+    tokio::time::timeout(limit, answer(response)).await.ok()
+}
+
+#[test]
+fn the_grpc_port_advertises_a_stream_limit_and_refuses_oversized_requests_at_once() {
+    let (server, _dir) = start();
+    let addr = server.grpc();
+    runtime().block_on(async {
+        let mut c = h2_connect(addr).await;
+        let user: [(&[u8], &[u8]); 1] = [(b"user", b"a")];
+        let a = call(&mut c, addr, &request(b"rl", &[&user])).await;
+        assert_eq!(a.status.as_deref(), Some("0"), "{a:?}");
+        // The server's SETTINGS are in by the first answer.
+        assert_eq!(c.current_max_send_streams(), STREAMS);
+
+        // A request longer than the limit is refused on its length prefix,
+        // without waiting for (or holding memory for) its bytes.
+        let (response, mut send) = open(&mut c, addr).await.expect("open");
+        send.send_data(prefix_only(MAX_MESSAGE + 1), false)
+            .expect("send");
+        let a = ended_within(response, Duration::from_secs(2))
+            .await
+            .expect("refused at once")
+            .expect("an answer");
+        assert_eq!(a.status.as_deref(), Some("11"), "OUT_OF_RANGE: {a:?}");
+
+        // As many streams as advertised, each holding the most a stream
+        // can make the server hold, and the connection still serves.
+        let rss_before = server.peak_rss_kib();
+        let mut held = Vec::new();
+        for _ in 0..STREAMS - 1 {
+            let (response, mut send) = open(&mut c, addr).await.expect("open");
+            send.send_data(prefix_only(MAX_MESSAGE), false)
+                .expect("send");
+            held.push((response, send));
+        }
+        let a = call(&mut c, addr, &request(b"rl", &[&user])).await;
+        assert_eq!(a.status.as_deref(), Some("0"), "{a:?}");
+        let grown = server.peak_rss_kib().saturating_sub(rss_before);
+        // 255 streams x (64 KiB message + 8 KiB buffer) is about 18 MiB.
+        assert!(grown < 40 * 1024, "{grown} KiB for {STREAMS} streams");
+        drop(held);
+    });
+}
+
+#[test]
+fn a_request_body_that_never_ends_is_cut_at_the_body_bound() {
+    let (server, _dir) = start();
+    let addr = server.grpc();
+    runtime().block_on(async {
+        let mut c = h2_connect(addr).await;
+        let started = Instant::now();
+        // Headers only; headers and part of a message.
+        let (headers_only, _keep_a) = open(&mut c, addr).await.expect("open");
+        let (partial, mut send) = open(&mut c, addr).await.expect("open");
+        send.send_data(prefix_only(100), false).expect("send");
+        let _keep_b = send;
+        for response in [headers_only, partial] {
+            let left = (BODY_TIMEOUT + Duration::from_secs(3)).saturating_sub(started.elapsed());
+            let end = ended_within(response, left).await;
+            let took = started.elapsed();
+            let end = end.unwrap_or_else(|| panic!("still open after {took:?}"));
+            assert!(
+                took >= BODY_TIMEOUT - Duration::from_millis(500),
+                "{took:?}: {end:?}"
+            );
+            if let Ok(a) = &end {
+                assert_eq!(a.status.as_deref(), Some("4"), "DEADLINE_EXCEEDED: {a:?}");
+            }
+        }
+        // The connection still serves.
+        let user: [(&[u8], &[u8]); 1] = [(b"user", b"b")];
+        let a = call(&mut c, addr, &request(b"rl", &[&user])).await;
+        assert_eq!(a.status.as_deref(), Some("0"), "{a:?}");
+    });
+}
+
+/// SIGTERM: GOAWAY at once and no new connections; a request already on
+/// its way is answered; a body that never ends is cut at its body bound,
+/// not at the signal and not 30 s later; then the process exits 0.
+#[test]
+fn sigterm_answers_what_arrives_and_cuts_what_never_does_at_the_body_bound() {
+    let (mut server, _dir) = start();
+    let addr = server.grpc();
+    let rt = runtime();
+    let mut c = rt.block_on(h2_connect(addr));
+    let started = Instant::now();
+    let mut stuck = Vec::new();
+    for _ in 0..20 {
+        let (response, mut send) = rt.block_on(open(&mut c, addr)).expect("open");
+        send.send_data(prefix_only(100), false).expect("send");
+        stuck.push((response, send));
+    }
+    let user: [(&[u8], &[u8]); 1] = [(b"user", b"c")];
+    let whole = grpc_frame(&request(b"rl", &[&user]));
+    let (late, mut late_send) = rt.block_on(open(&mut c, addr)).expect("open");
+    late_send.send_data(whole.slice(..4), false).expect("send");
+    // The client's connection task runs only inside `block_on`: sleep there.
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
+
+    server.signal("TERM");
+    let signalled = Instant::now();
+    // The client's connection task runs only inside `block_on`: sleep there.
+    rt.block_on(async { tokio::time::sleep(Duration::from_millis(500)).await });
+    // No new connection, and no new stream on this one (GOAWAY).
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "a new connection after SIGTERM"
+    );
+    let refused = rt.block_on(async {
+        let Ok((response, mut send)) = open(&mut c, addr).await else {
+            return Ok(());
+        };
+        send.send_data(whole.clone(), true).expect("send");
+        match ended_within(response, Duration::from_secs(2)).await {
+            Some(Err(e)) => {
+                let _ = e;
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    });
+    assert_eq!(
+        refused,
+        Ok(()),
+        "a new stream after GOAWAY: {}",
+        server.log()
+    );
+    // The rest of a request already on its way: answered.
+    late_send.send_data(whole.slice(4..), true).expect("send");
+    let a = rt
+        .block_on(ended_within(late, Duration::from_secs(2)))
+        .expect("answered while draining")
+        .expect("an answer");
+    assert_eq!(a.status.as_deref(), Some("0"), "{a:?}");
+    assert!(
+        server.wait_exit(Duration::ZERO).is_none(),
+        "exited with streams open"
+    );
+    // The bodies that never end: cut at their bound.
+    for (response, _send) in stuck {
+        let left = (BODY_TIMEOUT + Duration::from_secs(3)).saturating_sub(started.elapsed());
+        let end = rt.block_on(ended_within(response, left));
+        let took = started.elapsed();
+        assert!(end.is_some(), "still open {took:?} after it started");
+        assert!(
+            took >= BODY_TIMEOUT - Duration::from_millis(500),
+            "cut {:?} after SIGTERM: {end:?}",
+            signalled.elapsed()
+        );
+    }
+    let status = server
+        .wait_exit(Duration::from_secs(3))
+        .unwrap_or_else(|| panic!("still running; log:\n{}", server.log()));
+    assert!(status.success(), "{status:?}");
 }

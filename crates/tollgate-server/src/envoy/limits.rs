@@ -1,6 +1,5 @@
 //! envoyproxy/ratelimit YAML config files, loaded unchanged, and the lookup
-//! of a request descriptor in them (CONTRACT.md, "Envoy rate limit
-//! service").
+//! of a request descriptor in them (README, "The Envoy rate limit service").
 //!
 //! Each file names one `domain` and a tree of `descriptors`; a node may
 //! carry a `rate_limit`. [`EnvoyLimits::parse`] checks every file field by

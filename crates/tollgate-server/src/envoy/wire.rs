@@ -110,7 +110,7 @@ pub struct RateLimitServer {
 
 impl RateLimitServer {
     /// The service over `inner`, refusing requests longer than
-    /// `max_decoding_message_size` bytes (`RESOURCE_EXHAUSTED`) before
+    /// `max_decoding_message_size` bytes (`OUT_OF_RANGE`) before
     /// reading them.
     #[must_use]
     pub fn new(inner: EnvoyService, max_decoding_message_size: usize) -> Self {
