@@ -13,7 +13,7 @@
 //! The gRPC port (the Envoy rate limit service) is HTTP/2 (tonic), with
 //! the same connection cap and acceptor, and per connection at most
 //! [`MAX_GRPC_STREAMS`] streams, requests of at most [`MAX_GRPC_MESSAGE`]
-//! bytes, header lists of at most [`MAX_GRPC_HEADER_LIST`] bytes, and a
+//! bytes (a longer one is denied unread), header lists of at most [`MAX_GRPC_HEADER_LIST`] bytes, and a
 //! request body that has not ended [`GRPC_BODY_TIMEOUT`] after the call
 //! started reading it answered `DEADLINE_EXCEEDED` (its stream ends). On
 //! shutdown it stops accepting and sends GOAWAY on every connection at
@@ -76,8 +76,9 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// is about 60 in flight, so 256 leaves room while bounding what one
 /// connection can make the server hold (see [`MAX_GRPC_MESSAGE`]).
 pub const MAX_GRPC_STREAMS: u32 = 256;
-/// The longest gRPC request message read; a longer one is refused
-/// (`OUT_OF_RANGE`) on its length prefix, before its bytes are read.
+/// The longest gRPC request message read; a longer `ShouldRateLimit` is
+/// answered `OVER_LIMIT` on its length prefix, unread (an error would be
+/// an admission to Envoy; see [`crate::envoy::wire`]).
 /// tonic reserves a message's declared length as soon as it reads the
 /// prefix, so this times [`MAX_GRPC_STREAMS`] (about 18 MiB with the 8 KiB
 /// read buffer each stream has) is what one connection can make the server

@@ -280,7 +280,7 @@ async fn ended_within(
 }
 
 #[test]
-fn the_grpc_port_advertises_a_stream_limit_and_refuses_oversized_requests_at_once() {
+fn the_grpc_port_advertises_a_stream_limit_and_denies_oversized_requests_unread() {
     let (server, _dir) = start();
     let addr = server.grpc();
     runtime().block_on(async {
@@ -291,16 +291,22 @@ fn the_grpc_port_advertises_a_stream_limit_and_refuses_oversized_requests_at_onc
         // The server's SETTINGS are in by the first answer.
         assert_eq!(c.current_max_send_streams(), STREAMS);
 
-        // A request longer than the limit is refused on its length prefix,
-        // without waiting for (or holding memory for) its bytes.
+        // A request longer than the limit is answered on its length prefix,
+        // without waiting for (or holding memory for) its bytes: OVER_LIMIT,
+        // not an error (which Envoy would take as an admission).
         let (response, mut send) = open(&mut c, addr).await.expect("open");
         send.send_data(prefix_only(MAX_MESSAGE + 1), false)
             .expect("send");
         let a = ended_within(response, Duration::from_secs(2))
             .await
-            .expect("refused at once")
+            .expect("answered at once")
             .expect("an answer");
-        assert_eq!(a.status.as_deref(), Some("11"), "OUT_OF_RANGE: {a:?}");
+        assert_eq!(a.status.as_deref(), Some("0"), "{a:?}");
+        assert_eq!(codes(&a), (Code::OverLimit, vec![]), "{a:?}");
+        // Sent whole, too.
+        let long = vec![b'v'; MAX_MESSAGE];
+        let a = call(&mut c, addr, &request(b"rl", &[&[(b"user", &long)]])).await;
+        assert_eq!(codes(&a), (Code::OverLimit, vec![]), "{a:?}");
 
         // As many streams as advertised, each holding the most a stream
         // can make the server hold, and the connection still serves.
