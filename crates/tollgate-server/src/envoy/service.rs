@@ -28,10 +28,10 @@
 //! matched and counted like any other, by its bytes ([`EnvoyLimits::find`],
 //! [`store_key`]): such a value never equals a configured value but can
 //! match a wildcard or key-only node, and each distinct byte string has its
-//! own counter, apart from every UTF-8 string's. A store that fails under `on_error = "deny"` answers `OVER_LIMIT`
-//! for every enforced limit (as the user chose), not such an error; under
-//! `allow` the statuses are `OK` with no limit or numbers (nothing was
-//! decided). A bad request (empty domain, no descriptors, a descriptor
+//! own counter, apart from every UTF-8 string's. A store that fails under
+//! `on_error = "deny"` answers `OVER_LIMIT` for every enforced limit (as
+//! the user chose), not such an error; under `allow` the statuses are `OK`
+//! with no limit or numbers (nothing was decided). A bad request (empty domain, no descriptors, a descriptor
 //! without entries, too many descriptors or entries, `is_negative_hits`) is
 //! `INVALID_ARGUMENT` naming the problem, before anything is counted; so is
 //! a domain that is not UTF-8 (domains come from Envoy's config, never from
