@@ -1,6 +1,6 @@
 //! `tollgate serve` as a library function: [`run`] takes listeners that are
 //! already bound, a shutdown future and the config, and serves until the
-//! future resolves, then drains (mini-redis's shape; STYLE.md #9).
+//! future resolves, then drains (mini-redis's shape).
 //!
 //! Connections are HTTP/1.1 (hyper). Limits on what a client can make the
 //! server hold: request heads of at most [`MAX_HEAD_BYTES`] and
@@ -13,7 +13,18 @@
 //! (a slow reader of a large proxied response) is closed likewise, which
 //! also drops the upstream's side of the exchange.
 //!
-//! Both are per-connection watchdogs, not hyper's
+//! The gRPC port (the Envoy rate limit service) is HTTP/2 (tonic), with
+//! the same connection cap and acceptor, and per connection at most
+//! [`MAX_GRPC_STREAMS`] streams, requests of at most [`MAX_GRPC_MESSAGE`]
+//! bytes (a longer one is denied unread), header lists of at most [`MAX_GRPC_HEADER_LIST`] bytes, and a
+//! request body that has not ended [`GRPC_BODY_TIMEOUT`] after the call
+//! started reading it answered `DEADLINE_EXCEEDED` (its stream ends). On
+//! shutdown it stops accepting and sends GOAWAY on every connection at
+//! once; calls in flight are answered, or cut at their body bound; the
+//! port is done when every connection has closed, or [`DRAIN_TIMEOUT`]
+//! after shutdown began.
+//!
+//! The HTTP head and send bounds are per-connection watchdogs, not hyper's
 //! `header_read_timeout`: hyper's arms (allocates, registers, cancels) a
 //! timer for every request head, which cost about 4% of a check; the
 //! watchdog's one timer per connection fires every [`HEAD_TIMEOUT`] and
@@ -28,7 +39,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -43,7 +53,9 @@ use tollgate_tower::headers::HeaderOptions;
 use crate::api::Api;
 use crate::check::open_store;
 use crate::config::Config;
+use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::service::EnvoyService;
+use crate::envoy::wire::RateLimitServer;
 use crate::gate::Gate;
 use crate::inline::Inline;
 use crate::proxy::Proxy;
@@ -64,6 +76,32 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// being sent for a whole period of this length is closed (the proxy's is
 /// `[proxy] send_timeout`, by default the same).
 pub const SEND_TIMEOUT: Duration = crate::config::DEFAULT_SEND_TIMEOUT;
+/// The most streams (calls) one gRPC connection may have open at once,
+/// advertised as `SETTINGS_MAX_CONCURRENT_STREAMS` (past it the client
+/// waits or opens another connection, as Envoy does). Envoy multiplexes a
+/// worker's calls on one connection; at 20,000 calls/s and 3 ms each that
+/// is about 60 in flight, so 256 leaves room while bounding what one
+/// connection can make the server hold (see [`MAX_GRPC_MESSAGE`]).
+pub const MAX_GRPC_STREAMS: u32 = 256;
+/// The longest gRPC request message read; a longer `ShouldRateLimit` is
+/// answered `OVER_LIMIT` on its length prefix, unread (an error would be
+/// an admission to Envoy; see [`crate::envoy::wire`]).
+/// tonic reserves a message's declared length as soon as it reads the
+/// prefix, so this times [`MAX_GRPC_STREAMS`] (about 18 MiB with the 8 KiB
+/// read buffer each stream has) is what one connection can make the server
+/// hold. A `ShouldRateLimit` request is a domain and a few descriptors,
+/// well under 1 KiB; 64 KiB holds a descriptor carrying a header as long as
+/// Envoy's default limit for all headers together (60 KiB).
+pub const MAX_GRPC_MESSAGE: usize = 64 * 1024;
+/// The most bytes of one gRPC request's header list (hyper's default,
+/// pinned: Envoy's calls carry a handful of short headers).
+pub const MAX_GRPC_HEADER_LIST: u32 = 16 * 1024;
+/// A gRPC request whose body has not ended this long after the call
+/// started waiting for it is answered `DEADLINE_EXCEEDED` and its stream
+/// ends (reset): as the HTTP ports' [`HEAD_TIMEOUT`], a client cannot hold
+/// a stream open by never finishing its request. Deciding is not bounded
+/// by it (the store's own timeout bounds that).
+pub const GRPC_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The front doors' listeners, already bound. At least one is needed.
 #[derive(Debug, Default)]
@@ -200,19 +238,25 @@ pub async fn run(
         let stop = stop_rx.clone();
         doors.spawn(async move {
             let (health, health_service) = tonic_health::server::health_reporter();
-            health
-                .set_serving::<RateLimitServiceServer<EnvoyService>>()
-                .await;
+            health.set_serving::<RateLimitServer>().await;
             let incoming = grpc_incoming(listener, stop.clone());
             let served = tonic::transport::Server::builder()
-                .add_service(health_service)
-                .add_service(RateLimitServiceServer::new(service))
+                .max_concurrent_streams(MAX_GRPC_STREAMS)
+                .http2_max_header_list_size(MAX_GRPC_HEADER_LIST)
+                // A stream needs no more than its one message in flight.
+                .initial_stream_window_size(u32::try_from(MAX_GRPC_MESSAGE).unwrap_or(u32::MAX))
+                .initial_connection_window_size(1024 * 1024)
+                .layer(BodyDeadlineLayer {
+                    timeout: GRPC_BODY_TIMEOUT,
+                })
+                .add_service(health_service.max_decoding_message_size(MAX_GRPC_MESSAGE))
+                .add_service(RateLimitServer::new(service, MAX_GRPC_MESSAGE))
                 .serve_with_incoming_shutdown(incoming, {
                     let stop = stop.clone();
                     async move {
                     stopped(stop).await;
                     health
-                        .set_not_serving::<RateLimitServiceServer<EnvoyService>>()
+                        .set_not_serving::<RateLimitServer>()
                         .await;
                     }
                 });
@@ -402,7 +446,6 @@ impl Watchdog {
     }
 }
 
-/// Resolves once `stop` is true (or its sender is gone).
 /// The gRPC front door's connections, accepted as [`serve_with`] accepts
 /// the others: at most [`MAX_CONNECTIONS`] at once (past it, new ones wait
 /// in the kernel's backlog), `TCP_NODELAY`, and on an accept error (out of
@@ -540,6 +583,7 @@ impl tokio::io::AsyncWrite for Limited {
     }
 }
 
+/// Resolves once `stop` is true (or its sender is gone).
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }

@@ -1,6 +1,5 @@
 //! envoyproxy/ratelimit YAML config files, loaded unchanged, and the lookup
-//! of a request descriptor in them (CONTRACT.md, "Envoy rate limit
-//! service").
+//! of a request descriptor in them (README, "The Envoy rate limit service").
 //!
 //! Each file names one `domain` and a tree of `descriptors`; a node may
 //! carry a `rate_limit`. [`EnvoyLimits::parse`] checks every file field by
@@ -177,8 +176,9 @@ pub struct Limit {
 #[derive(Debug, Clone, Default)]
 struct Level {
     nodes: Vec<Node>,
-    /// `key` or `key_value` -> index into `nodes`.
-    by_composite: HashMap<String, usize>,
+    /// `key` or `key_value` -> index into `nodes`. Bytes, so a request's
+    /// entries need not be UTF-8 to be looked up.
+    by_composite: HashMap<Box<[u8]>, usize>,
     /// Wildcard nodes in config order: (`key_` + the value without its
     /// trailing `*`, index into `nodes`).
     wildcards: Vec<(String, usize)>,
@@ -279,24 +279,35 @@ impl EnvoyLimits {
     /// goes on among the node's children, and ends at a node without any.
     /// So a request deeper than the config, or one that stops above a
     /// limited leaf, gets no limit.
+    ///
+    /// Keys and values are compared as bytes (as the reference service's Go
+    /// strings are), so entries that are not UTF-8 (header values Envoy
+    /// copied) are matched too: such a value never equals a configured
+    /// value (those are UTF-8), but a wildcard prefix or a key-only node
+    /// can match it; such a key matches nothing.
     #[must_use]
-    pub fn find(&self, domain: &str, entries: &[(&str, &str)]) -> Option<&Limit> {
+    pub fn find<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+    ) -> Option<&Limit> {
         let mut level = self.domains.get(domain)?;
         let mut answer = None;
-        let mut composite = String::new();
-        for (i, &(key, value)) in entries.iter().enumerate() {
+        let mut composite = Vec::new();
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let key = key.as_ref();
             composite.clear();
-            composite.push_str(key);
-            composite.push('_');
-            composite.push_str(value);
+            composite.extend_from_slice(key);
+            composite.push(b'_');
+            composite.extend_from_slice(value.as_ref());
             let index = level
                 .by_composite
-                .get(&composite)
+                .get(composite.as_slice())
                 .or_else(|| {
                     level
                         .wildcards
                         .iter()
-                        .find(|(prefix, _)| composite.starts_with(prefix.as_str()))
+                        .find(|(prefix, _)| composite.starts_with(prefix.as_bytes()))
                         .map(|(_, index)| index)
                 })
                 .or_else(|| level.by_composite.get(key));
@@ -316,8 +327,12 @@ impl EnvoyLimits {
 }
 
 /// The store key for a request descriptor matched to a limit: its entries
-/// as `key=value` joined by `;`, with `\`, `;` and `=` escaped by a `\`.
-/// Injective: two different entry lists never give the same string. A key
+/// as `key=value` joined by `;`, with `\`, `;` and `=` escaped by a `\`,
+/// and each byte that is not part of valid UTF-8 written `\xHH` (lower-case
+/// hex; a bare `\x` never occurs otherwise, so such a key never names a
+/// valid string's counter, and it stays readable and usable on the HTTP
+/// API). Injective: two different entry lists never give the same string.
+/// A key
 /// that would be longer than [`tollgate::MAX_KEY_LEN`] (a long header
 /// value) becomes `;sha256=` and the SHA-256 of its long form: a request
 /// cannot escape its limits by being long, and since no short key starts
@@ -328,18 +343,22 @@ impl EnvoyLimits {
 ///
 /// assert_eq!(store_key(&[("database", "users"), ("collection", "foo")]), "database=users;collection=foo");
 /// assert_eq!(store_key(&[("a", "b;c")]), r"a=b\;c");
+/// assert_eq!(store_key(&[(&b"user"[..], &b"\xff\xfe"[..])]), r"user=\xff\xfe");
 /// ```
 #[must_use]
-pub fn store_key(entries: &[(&str, &str)]) -> String {
-    let len = entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+pub fn store_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(entries: &[(K, V)]) -> String {
+    let len = entries
+        .iter()
+        .map(|(k, v)| k.as_ref().len() + v.as_ref().len() + 2)
+        .sum();
     let mut out = String::with_capacity(len);
     for (i, (key, value)) in entries.iter().enumerate() {
         if i > 0 {
             out.push(';');
         }
-        escape(key, &mut out);
+        escape(key.as_ref(), &mut out);
         out.push('=');
-        escape(value, &mut out);
+        escape(value.as_ref(), &mut out);
     }
     if out.len() > tollgate::MAX_KEY_LEN {
         use sha2::Digest as _;
@@ -355,12 +374,21 @@ pub fn store_key(entries: &[(&str, &str)]) -> String {
     out
 }
 
-fn escape(s: &str, out: &mut String) {
-    for c in s.chars() {
-        if matches!(c, '\\' | ';' | '=') {
-            out.push('\\');
+fn escape(s: &[u8], out: &mut String) {
+    // One chunk, all valid, for a UTF-8 string.
+    for chunk in s.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if matches!(c, '\\' | ';' | '=') {
+                out.push('\\');
+            }
+            out.push(c);
         }
-        out.push(c);
+        for b in chunk.invalid() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\x");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
     }
 }
 
@@ -952,7 +980,7 @@ impl Loader {
                 None => String::new(),
             };
             let path = format!("{parent}{composite}");
-            let duplicate = key.is_some() && level.by_composite.contains_key(&composite);
+            let duplicate = key.is_some() && level.by_composite.contains_key(composite.as_bytes());
             if duplicate {
                 self.error(
                     item.line,
@@ -987,7 +1015,9 @@ impl Loader {
                     let key = key.as_deref().unwrap_or_default();
                     level.wildcards.push((format!("{key}_{prefix}"), index));
                 }
-                level.by_composite.insert(composite, index);
+                level
+                    .by_composite
+                    .insert(composite.into_bytes().into_boxed_slice(), index);
             }
         }
     }
@@ -2443,7 +2473,7 @@ descriptors:
 
     #[test]
     fn store_key_is_readable_and_injective() {
-        assert_eq!(store_key(&[]), "");
+        assert_eq!(store_key::<&str, &str>(&[]), "");
         assert_eq!(store_key(&[("database", "users")]), "database=users");
         assert_eq!(store_key(&[("a", "b"), ("c", "d")]), "a=b;c=d");
         let cases: &[&[(&str, &str)]] = &[
@@ -2467,38 +2497,80 @@ descriptors:
     }
 
     /// Decodes a store key (the test's proof of injectivity).
-    fn decode(key: &str) -> Vec<(String, String)> {
+    fn decode(key: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut entries = Vec::new();
         if key.is_empty() {
             return entries;
         }
-        let (mut k, mut v, mut in_value, mut escaped) =
-            (String::new(), String::new(), false, false);
-        for c in key.chars() {
+        let (mut k, mut v, mut in_value) = (Vec::new(), Vec::new(), false);
+        let mut chars = key.chars();
+        while let Some(c) = chars.next() {
             let target = if in_value { &mut v } else { &mut k };
             match c {
-                _ if escaped => {
-                    target.push(c);
-                    escaped = false;
-                }
-                '\\' => escaped = true,
+                '\\' => match chars.next() {
+                    Some('x') => {
+                        let hex: String = chars.by_ref().take(2).collect();
+                        target.push(u8::from_str_radix(&hex, 16).expect("hex"));
+                    }
+                    Some(c @ ('\\' | ';' | '=')) => target.push(c as u8),
+                    other => panic!("bad escape {other:?} in {key}"),
+                },
                 '=' => in_value = true,
                 ';' => {
                     entries.push((std::mem::take(&mut k), std::mem::take(&mut v)));
                     in_value = false;
                 }
-                _ => target.push(c),
+                _ => target.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
             }
         }
         entries.push((k, v));
         entries
     }
 
+    #[test]
+    fn bytes_that_are_not_utf8_are_escaped_apart_from_any_string() {
+        let key = |v: &[u8]| store_key(&[(&b"user"[..], v)]);
+        assert_eq!(key(b"\xff\xfe"), r"user=\xff\xfe");
+        assert_eq!(key(b"a\xc3"), r"user=a\xc3");
+        let values: [&[u8]; 6] = [
+            b"\xff\xfe",
+            b"\xff\xfd",
+            "\u{fffd}\u{fffd}".as_bytes(),
+            "\u{ff}\u{fe}".as_bytes(),
+            br"\xff\xfe",
+            b"\xff\xfe\xff",
+        ];
+        let keys: HashSet<String> = values.iter().map(|v| key(v)).collect();
+        assert_eq!(keys.len(), values.len(), "{keys:?}");
+        // Long ones are hashed like any other long key.
+        let long = [b'\xff'; tollgate::MAX_KEY_LEN];
+        assert!(key(&long).starts_with(";sha256="));
+        // Matching compares bytes: a wildcard prefix or a key-only node
+        // matches such a value, a value never does.
+        let limits = ok(
+            "domain: d\ndescriptors:\n  - key: a\n    value: x*\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n",
+        );
+        let rpu = |k: &[u8], v: &[u8]| limits.find("d", &[(k, v)]).map(|l| l.requests_per_unit);
+        assert_eq!(rpu(b"a", b"x\xff"), Some(1));
+        assert_eq!(rpu(b"a", b"\xff"), None);
+        assert_eq!(rpu(b"b", b"\xff"), Some(2));
+        assert_eq!(rpu(b"b\xff", b"v"), None);
+    }
+
     proptest::proptest! {
         #[test]
         fn store_key_decodes_back(entries in proptest::collection::vec(("[a=;\\\\é]{0,4}", "[a=;\\\\é]{0,4}"), 0..4)) {
             let borrowed: Vec<(&str, &str)> = entries.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            proptest::prop_assert_eq!(decode(&store_key(&borrowed)), entries);
+            let bytes: Vec<(Vec<u8>, Vec<u8>)> = entries.iter().map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes())).collect();
+            proptest::prop_assert_eq!(decode(&store_key(&borrowed)), bytes);
+        }
+
+        #[test]
+        fn store_key_of_any_bytes_decodes_back(entries in proptest::collection::vec((
+            proptest::collection::vec(proptest::sample::select(vec![b'a', b'x', b'=', b';', b'\\', 0xc3, 0xa9, 0xff]), 0..5),
+            proptest::collection::vec(proptest::sample::select(vec![b'a', b'x', b'=', b';', b'\\', 0xc3, 0xa9, 0xff]), 0..5),
+        ), 0..4)) {
+            proptest::prop_assert_eq!(decode(&store_key(&entries)), entries);
         }
 
         #[test]

@@ -2,5 +2,7 @@
 //! configs loaded unchanged ([`limits`]), their descriptor limits enforced
 //! as tollgate rules with the same store and semantics as every other rule.
 
+pub mod deadline;
 pub mod limits;
 pub mod service;
+pub mod wire;

@@ -24,27 +24,33 @@
 //! digest ([`store_key`]), never refused: a refusal would be a gRPC error,
 //! which Envoy's default `failure_mode_deny: false` turns into an
 //! admission, so one long header would switch every limit of the request
-//! off. A store that fails under `on_error = "deny"` answers `OVER_LIMIT`
-//! for every enforced limit (as the user chose), not such an error; under
-//! `allow` the statuses are `OK` with no limit or numbers (nothing was
-//! decided). A bad request (empty domain, no descriptors, a descriptor
+//! off. A value (or key) that is not UTF-8, as a header value may be, is
+//! matched and counted like any other, by its bytes ([`EnvoyLimits::find`],
+//! [`store_key`]): such a value never equals a configured value but can
+//! match a wildcard or key-only node, and each distinct byte string has its
+//! own counter, apart from every UTF-8 string's. A store that fails under
+//! `on_error = "deny"` answers `OVER_LIMIT` for every enforced limit (as
+//! the user chose), not such an error; under `allow` the statuses are `OK`
+//! with no limit or numbers (nothing was decided). A bad request (empty domain, no descriptors, a descriptor
 //! without entries, too many descriptors or entries, `is_negative_hits`) is
-//! `INVALID_ARGUMENT` naming the problem, before anything is counted.
+//! `INVALID_ARGUMENT` naming the problem, before anything is counted; so is
+//! a domain that is not UTF-8 (domains come from Envoy's config, never from
+//! a client, and name a config's `domain`, which is UTF-8).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as CurrentLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures_util::future::join_all;
 use tollgate::{Check, Decision, OnError};
 
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit, store_key};
+use crate::envoy::wire::RateLimitRequest;
 use crate::gate::{Gate, Refusal, Throttle};
 
 /// The most descriptors one request may carry.
@@ -210,6 +216,11 @@ impl EnvoyService {
                 "rate limit domain must not be empty",
             ));
         }
+        let Ok(domain) = std::str::from_utf8(&req.domain) else {
+            return Err(tonic::Status::invalid_argument(
+                "rate limit domain is not valid UTF-8",
+            ));
+        };
         if req.descriptors.is_empty() {
             return Err(tonic::Status::invalid_argument(
                 "rate limit descriptor list must not be empty",
@@ -253,12 +264,12 @@ impl EnvoyService {
                 None if req.hits_addend == 0 => 1,
                 None => u64::from(req.hits_addend),
             };
-            let entries: Vec<(&str, &str)> = d
+            let entries: Vec<(&[u8], &[u8])> = d
                 .entries
                 .iter()
-                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .map(|e| (e.key.as_slice(), e.value.as_slice()))
                 .collect();
-            found.push((self.limits.find(&req.domain, &entries), cost, entries));
+            found.push((self.limits.find(domain, &entries), cost, entries));
         }
         let replaced: HashSet<&str> = found
             .iter()
@@ -313,18 +324,6 @@ impl EnvoyService {
                 _ => None,
             })
             .unzip()
-    }
-}
-
-#[tonic::async_trait]
-impl RateLimitService for EnvoyService {
-    async fn should_rate_limit(
-        &self,
-        request: tonic::Request<RateLimitRequest>,
-    ) -> Result<tonic::Response<RateLimitResponse>, tonic::Status> {
-        self.decide(request.get_ref())
-            .await
-            .map(tonic::Response::new)
     }
 }
 
