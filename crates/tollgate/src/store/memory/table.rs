@@ -23,6 +23,7 @@ pub(super) struct Slot {
 impl Slot {
     /// Applies an admitted check and refreshes `expires`; returns the change
     /// in sliding-log entries.
+    #[inline] // called from check.rs, another codegen unit: keep it inlined there
     pub(super) fn commit(&mut self, rule: &Rule, t: Micros, cost: u64) -> isize {
         if !self.rule.same(rule) {
             self.rule = rule.clone();
