@@ -1,17 +1,24 @@
 //! The circuit breaker: stops calling a store that failed several times
 //! in a row.
 
+use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::{Clock, Micros};
 
 /// Stops hammering a dead store: after `threshold` consecutive failures,
 /// checks skip the store for `open_for`; then one probe goes through (or a
 /// heartbeat or readiness check answers), and success closes the breaker.
-#[derive(Debug)]
+/// Its time comes from a [`Clock`] (the real one in a limiter, a fake one
+/// in tests).
 pub(super) struct Breaker {
     threshold: u32,
     pub(super) open_for: Duration,
-    start: Instant,
+    clock: Arc<dyn Clock>,
+    /// The clock's time when the breaker was made.
+    start: Micros,
     pub(super) failures: AtomicU64,
     /// Milliseconds since `start` until which the breaker is open; 0 when
     /// closed.
@@ -21,20 +28,35 @@ pub(super) struct Breaker {
     probe_at: AtomicU64,
 }
 
+impl fmt::Debug for Breaker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breaker")
+            .field("threshold", &self.threshold)
+            .field("open_for", &self.open_for)
+            .field("start", &self.start)
+            .field("failures", &self.failures)
+            .field("open_until", &self.open_until)
+            .field("probe_at", &self.probe_at)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Breaker {
-    pub(super) fn new(threshold: u32, open_for: Duration) -> Self {
+    pub(super) fn new(threshold: u32, open_for: Duration, clock: Arc<dyn Clock>) -> Self {
         Self {
             threshold,
             open_for,
-            start: Instant::now(),
+            start: clock.now(),
+            clock,
             failures: AtomicU64::new(0),
             open_until: AtomicU64::new(0),
             probe_at: AtomicU64::new(0),
         }
     }
 
+    /// Whole milliseconds since `start`.
     fn now_ms(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.clock.now().saturating_sub(self.start) / 1_000
     }
 
     fn open_for_ms(&self) -> u64 {
@@ -120,9 +142,19 @@ impl Breaker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::FakeClock;
+
+    /// A breaker on a fake clock, and the clock.
+    fn breaker(threshold: u32, open_for: Duration) -> (Breaker, FakeClock) {
+        let clock = FakeClock::at(1_000_000);
+        (
+            Breaker::new(threshold, open_for, Arc::new(clock.clone())),
+            clock,
+        )
+    }
     #[test]
     fn breaker_opens_after_threshold_probes_once_and_closes() {
-        let b = Breaker::new(5, Duration::from_millis(30));
+        let (b, clock) = breaker(5, Duration::from_millis(30));
         for _ in 0..4 {
             assert!(!b.failure());
             assert!(b.allow());
@@ -131,13 +163,13 @@ mod tests {
         assert!(!b.failure(), "in-flight failures do not open it again");
         assert!(!b.allow());
         assert!(b.is_open());
-        std::thread::sleep(Duration::from_millis(40));
+        clock.advance(Duration::from_millis(40));
         assert!(!b.is_open());
         assert!(b.allow(), "one probe");
         assert!(!b.allow(), "only one probe at a time");
         assert!(b.failure(), "a failed probe opens it again");
         assert!(!b.allow());
-        std::thread::sleep(Duration::from_millis(40));
+        clock.advance(Duration::from_millis(40));
         assert!(b.allow(), "the next probe");
         assert!(b.success(), "its success closes the breaker");
         assert!(!b.success());
@@ -147,18 +179,18 @@ mod tests {
 
     #[test]
     fn an_abandoned_probe_does_not_keep_the_breaker_open() {
-        let b = Breaker::new(1, Duration::from_millis(20));
+        let (b, clock) = breaker(1, Duration::from_millis(20));
         assert!(b.failure());
-        std::thread::sleep(Duration::from_millis(25));
+        clock.advance(Duration::from_millis(25));
         assert!(b.allow(), "probe, then its caller gives up");
         assert!(!b.allow());
-        std::thread::sleep(Duration::from_millis(25));
+        clock.advance(Duration::from_millis(25));
         assert!(b.allow(), "another probe after a further cool-down");
     }
 
     #[test]
     fn a_zero_threshold_never_opens() {
-        let b = Breaker::new(0, Duration::from_secs(1));
+        let (b, _clock) = breaker(0, Duration::from_secs(1));
         for _ in 0..100 {
             assert!(!b.failure());
         }

@@ -15,6 +15,7 @@ use crate::limiter::Limiter;
 use crate::rule::RuleError;
 use crate::store::Store;
 use crate::store::memory::DEFAULT_MAX_KEYS;
+use crate::time::{Clock, MonotonicClock};
 
 /// Builds a [`ResilientLimiter`]; see [`ResilientLimiter::builder`].
 #[derive(Debug)]
@@ -129,12 +130,19 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
         #[allow(clippy::cast_precision_loss)]
         ::metrics::gauge!(metric::LIVE_REPLICAS).set(self.replicas as f64);
+        // The breaker's cool-down and the latency metric: real time.
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
                 limiter: self.limiter,
                 policies,
                 timeout: self.timeout,
-                breaker: Breaker::new(self.breaker_threshold, self.breaker_open_for),
+                breaker: Breaker::new(
+                    self.breaker_threshold,
+                    self.breaker_open_for,
+                    Arc::clone(&clock),
+                ),
+                clock,
                 trouble: Throttle::new(Duration::from_secs(1)),
                 breaker_log: Throttle::new(Duration::from_secs(1)),
                 live: AtomicU64::new(self.replicas),

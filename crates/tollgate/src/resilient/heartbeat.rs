@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::{HEARTBEAT_INTERVALS, Inner, metric};
 use crate::error::StoreErrorKind;
 use crate::store::Store;
+use crate::time::{Clock, MonotonicClock};
 
 /// The heartbeat task: every `every`, tells the store this replica lives
 /// and learns how many do. Ends when the limiter is gone, or at once when
@@ -55,8 +56,7 @@ pub(super) fn replica_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
-    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(t.as_nanos());
-    }
+    // Microseconds since the Unix epoch (0 if the wall clock is before it).
+    h.write_u64(MonotonicClock::new().now());
     format!("{:016x}", h.finish())
 }

@@ -54,7 +54,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -64,6 +64,7 @@ use crate::limiter::{Check, Limiter};
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Store};
+use crate::time::Clock;
 
 /// Default store timeout: the longest a check waits on the store.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
@@ -109,6 +110,8 @@ struct Inner<S> {
     policies: Vec<OnError>,
     timeout: Option<Duration>,
     breaker: Breaker,
+    /// The breaker's clock, also timing store calls for the latency metric.
+    clock: Arc<dyn Clock>,
     trouble: Throttle,
     breaker_log: Throttle,
     /// Live replicas, last known.
@@ -456,14 +459,13 @@ impl<S: Store> Inner<S> {
             ));
         }
         // An in-process store is not timed (see `Store::in_process`).
-        let started = (!self.limiter.store().in_process()).then(Instant::now);
+        let started = (!self.limiter.store().in_process()).then(|| self.clock.now());
         let result = self
             .within("check", self.limiter.store().check_all(checks, None))
             .await;
         if let Some(started) = started {
-            self.meters
-                .latency()
-                .record(started.elapsed().as_secs_f64());
+            let took = Duration::from_micros(self.clock.now().saturating_sub(started));
+            self.meters.latency().record(took.as_secs_f64());
         }
         match &result {
             Ok(_) => {

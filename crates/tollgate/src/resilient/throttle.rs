@@ -1,7 +1,9 @@
 //! [`Throttle`]: lets a log line through at most once per period.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::{Clock, Micros, MonotonicClock};
 
 /// Lets an event through at most once per period, counting the rest: for
 /// logs that must not flood.
@@ -19,7 +21,9 @@ use std::time::{Duration, Instant};
 /// ```
 #[derive(Debug)]
 pub struct Throttle {
-    start: Instant,
+    clock: MonotonicClock,
+    /// The clock's time when the throttle was made.
+    start: Micros,
     every_ms: u64,
     /// Milliseconds since `start` before which reports are suppressed.
     next: AtomicU64,
@@ -30,8 +34,10 @@ impl Throttle {
     /// At most one report per `every`.
     #[must_use]
     pub fn new(every: Duration) -> Self {
+        let clock = MonotonicClock::new();
         Self {
-            start: Instant::now(),
+            clock,
+            start: clock.now(),
             every_ms: u64::try_from(every.as_millis()).unwrap_or(1000),
             next: AtomicU64::new(0),
             suppressed: AtomicU64::new(0),
@@ -41,7 +47,7 @@ impl Throttle {
     /// Calls `report` with the number of events suppressed since the last
     /// report, unless one was made less than the period ago.
     pub fn report(&self, report: impl FnOnce(u64)) {
-        let now = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let now = self.clock.now().saturating_sub(self.start) / 1_000;
         let next = self.next.load(Ordering::Acquire);
         if now >= next
             && self

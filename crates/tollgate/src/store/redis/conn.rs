@@ -284,7 +284,7 @@ impl Conn {
         let link = match opened {
             Some(_) => Link::Up,
             None => Link::Down {
-                retry_at: Instant::now(),
+                retry_at: io_now(),
                 cause: unavailable("not connected yet"),
             },
         };
@@ -427,10 +427,10 @@ impl<E: FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part> Call<'_, E> {
         match &st.link {
             Link::Up | Link::Connecting => {}
             Link::Down { retry_at, cause } => {
-                if Instant::now() < *retry_at {
+                if io_now() < *retry_at {
                     return Poll::Ready(Err(unavailable(format!(
                         "not connected, next attempt in {:?} (last failure: {cause})",
-                        retry_at.saturating_duration_since(Instant::now())
+                        retry_at.saturating_duration_since(io_now())
                     ))));
                 }
                 st.link = Link::Connecting;
@@ -624,7 +624,7 @@ impl Driver {
             yielded: false,
             commands_out: 0,
             backoff: MIN_BACKOFF,
-            last_reply: Instant::now(),
+            last_reply: io_now(),
             wakers: Vec::new(),
             ints: Vec::new(),
         }
@@ -878,9 +878,7 @@ impl Driver {
         self.shared.state.lock().set_link(Link::Connecting);
         let shared = self.shared.clone();
         let hint = self.hint.clone();
-        let only_hint = self
-            .only_hint_until
-            .is_some_and(|until| Instant::now() < until);
+        let only_hint = self.only_hint_until.is_some_and(|until| io_now() < until);
         self.phase = Phase::Connecting(Box::pin(async move {
             open(&shared.config, hint.as_ref(), only_hint).await
         }));
@@ -1067,7 +1065,7 @@ impl Future for Driver {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.get_mut();
-        let now = Instant::now();
+        let now = io_now();
         if let Some(w) = &mut this.watch {
             // Never ends (it reconnects by itself); woken with the driver.
             let _ = w.as_mut().poll(cx);
@@ -1557,6 +1555,18 @@ fn announcement(reply: &Reply, master: &str) -> Option<Announce> {
         }
         _ => None,
     }
+}
+
+/// The real time, for the connection's I/O timers only (reconnect backoff,
+/// read deadlines, how long a node stays a hint): they measure the network,
+/// which a fake clock does not drive. Decisions never see it: a Redis store
+/// takes its time from the server.
+#[allow(
+    clippy::disallowed_methods,
+    reason = "I/O timers run on real time, not on the limiter's clock"
+)]
+fn io_now() -> Instant {
+    Instant::now()
 }
 
 #[cfg(test)]
