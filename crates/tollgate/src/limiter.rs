@@ -188,7 +188,8 @@ impl<S: Store> Limiter<S> {
         Ok(self.store.check(rule, key, cost, at).await?)
     }
 
-    /// Checks several (rule, key) pairs all-or-nothing (SEMANTICS.md).
+    /// Checks several (rule, key) pairs all-or-nothing (docs/semantics.md,
+    /// "Several rules in one check").
     ///
     /// # Errors
     /// No pairs, an unknown rule, a key too long, or the store failed.

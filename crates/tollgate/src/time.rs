@@ -51,7 +51,8 @@ pub trait Clock: Send + Sync + 'static {
 /// The real clock: microseconds since the Unix epoch, read from the wall
 /// clock once, when the clock is created, and advanced from then on by the
 /// monotonic clock. So fixed windows (`floor(t / period)`) line up with the
-/// wall clock's minutes, hours and days, as SEMANTICS.md has them, and time
+/// wall clock's minutes, hours and days, as docs/semantics.md ("Time")
+/// has them, and time
 /// still never goes backwards when the wall clock is stepped (NTP, an
 /// operator) while the process runs.
 #[derive(Debug, Clone, Copy)]
