@@ -1,4 +1,6 @@
 //! The conformance kit: one set of cases that every [`Store`] must pass.
+//! Built with the cargo feature `conformance` (for a store's tests, not for
+//! production builds).
 //!
 //! docs/semantics.md defines every decision exactly. [`run`] replays scripted
 //! and seeded-random traces of checks through a store's [`Store::check`]

@@ -34,6 +34,7 @@
 #![deny(clippy::disallowed_methods)]
 
 pub mod algorithm;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 mod decision;
 mod error;
