@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Envoy rate limit service under load: `tollgate serve --grpc` on the
 # memory store and on a local redis-server (started here), driven by
-# crates/tollgate-server/examples/grpc_load.rs (CONCURRENCY callers over one
+# bench/tools/grpc_load.rs (CONCURRENCY callers over one
 # HTTP/2 connection, as Envoy multiplexes its calls), for an admitted and a
 # denied limit, one hot key and 10k keys. Prints one line per target.
 #

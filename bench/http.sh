@@ -23,9 +23,8 @@
 #      load. At 64 closed-loop connections wrk sends as fast as the slowest
 #      part answers, so there a proxy's p99 is mostly its throughput
 #      (queueing: 64 / req/s), not the time it adds to a request;
-#   6. the HTTP ceiling of a check (crates/tollgate-server/examples/
-#      http_ceiling.rs): POST /v1/check on tollgate's own connection
-#      handling, the body read as the API reads it, every request answered
+#   6. the HTTP ceiling of a check (bench/tools/http_ceiling.rs): POST
+#      /v1/check on tollgate's own connection handling, the body read as the API reads it, every request answered
 #      with the constant bytes of an admitted check (no parsing, no
 #      decision): what a check costs over HTTP/1.1 before it does anything.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The hybrid store vs the plain Redis store vs the memory store, in ONE run
-# against ONE redis-server started here (crates/tollgate/examples/hybrid_bench.rs):
+# against ONE redis-server started here (bench/tools/hybrid_bench.rs):
 #   1. latency p50/p99 of one check, one sequential caller: memory, Redis,
 #      hybrid, and what Redis adds over memory;
 #   2. checks/s at 64 concurrent tasks (1 worker thread) and Redis calls per

@@ -6,7 +6,7 @@
 #   2. tollgate's RedisStore doing GCRA checks, 64 concurrent tasks on a
 #      current-thread tokio runtime in one process, over one pipelined
 #      connection (concurrent checks batched into shared script runs)
-#      (crates/tollgate/examples/redis_load.rs): rps, latency p50/p99, and
+#      (bench/tools/redis_load.rs): rps, latency p50/p99, and
 #      the client's CPU per check (user + system, all threads);
 #   3. redis-server's own cost per check in each run: its CPU time (user +
 #      system, from /proc) over the run divided by the checks, and INFO

@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+# the library builds without its optional features (no Redis)
+cargo check -p tollgate --no-default-features
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 # lib, bins, integration tests, examples and doc tests (benches are built by clippy)
 cargo test --workspace --all-features

@@ -1,6 +1,8 @@
 //! The conformance kit: one set of cases that every [`Store`] must pass.
+//! Built with the cargo feature `conformance` (for a store's tests, not for
+//! production builds).
 //!
-//! SEMANTICS.md defines every decision exactly. [`run`] replays scripted
+//! docs/semantics.md defines every decision exactly. [`run`] replays scripted
 //! and seeded-random traces of checks through a store's [`Store::check`]
 //! and [`Store::check_all`] with explicit times (`at = Some(t)`) and compares
 //! every field of every answer with the pure reference:
@@ -35,7 +37,7 @@
 //! * Keys are `"{name}@{namespace}/{case}"`: run each namespace once per
 //!   store (a second run in the same namespace finds the first run's state).
 //! * GCRA and token bucket rules have a whole number of microseconds per
-//!   unit (`period / limit`), where SEMANTICS.md requires exact decisions;
+//!   unit (`period / limit`), where docs/semantics.md requires exact decisions;
 //!   every rule keeps `limit * period` below 2^53 (the Lua bound for the
 //!   sliding window); sliding-log limits are at most 20.
 //! * No (rule, key) pair appears twice in one multi-rule check.
@@ -118,7 +120,7 @@ impl fmt::Display for Report {
     }
 }
 
-/// The first answer of the store that differs from SEMANTICS.md.
+/// The first answer of the store that differs from docs/semantics.md.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     /// The case, e.g. `gcra/drain-and-retry 2 per 1000000us burst 2`.
@@ -377,9 +379,9 @@ impl<S: Store> Driver<'_, S> {
     }
 }
 
-/// SEMANTICS.md: the denying pair with the longest `retry_after` ("never"
-/// longest), or when admitted the pair with the fewest `remaining`; the
-/// first pair on ties.
+/// docs/semantics.md, "Several rules in one check": the denying pair with
+/// the longest `retry_after` ("never" longest), or when admitted the pair
+/// with the fewest `remaining`; the first pair on ties.
 fn deciding(decisions: &[Decision]) -> usize {
     if decisions.iter().all(|d| d.allowed) {
         let fewest = decisions.iter().map(|d| d.remaining).min();

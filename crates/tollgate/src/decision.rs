@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-/// The answer to one check of one (rule, key) pair. See SEMANTICS.md.
+/// The answer to one check of one (rule, key) pair. See docs/semantics.md,
+/// "The decision".
 ///
 /// A denial is not an error: `allowed == false` with `retry_after` set says
 /// when the same check would be admitted; `retry_after == None` on a denial

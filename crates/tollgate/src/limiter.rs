@@ -8,7 +8,7 @@ use crate::error::{Error, WaitError};
 use crate::rule::{Rule, RuleError};
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Store};
-use crate::time::{MAX_TIME, Micros};
+use crate::time::{Clock, MAX_TIME, Micros, TokioClock, duration_to_micros};
 
 /// The longest key accepted, in bytes. Stores hash keys, so this bounds CPU,
 /// not memory.
@@ -188,7 +188,8 @@ impl<S: Store> Limiter<S> {
         Ok(self.store.check(rule, key, cost, at).await?)
     }
 
-    /// Checks several (rule, key) pairs all-or-nothing (SEMANTICS.md).
+    /// Checks several (rule, key) pairs all-or-nothing (docs/semantics.md,
+    /// "Several rules in one check").
     ///
     /// # Errors
     /// No pairs, an unknown rule, a key too long, or the store failed.
@@ -250,7 +251,10 @@ impl<S: Store> Limiter<S> {
         max_wait: Option<Duration>,
     ) -> Result<Decision, WaitError> {
         let key = key.as_ref();
-        let deadline = max_wait.map(|d| tokio::time::Instant::now() + d);
+        // Tokio's time, as the sleeps below are on tokio's timer (and
+        // follow it when a test pauses it).
+        let clock = TokioClock::new();
+        let deadline = max_wait.map(duration_to_micros);
         loop {
             let decision = self.check(rule, key, cost).await?;
             if decision.allowed {
@@ -259,7 +263,8 @@ impl<S: Store> Limiter<S> {
             let Some(retry_after) = decision.retry_after else {
                 return Err(WaitError::Never);
             };
-            if deadline.is_some_and(|d| tokio::time::Instant::now() + retry_after > d) {
+            let wait_ends = clock.now().saturating_add(duration_to_micros(retry_after));
+            if deadline.is_some_and(|d| wait_ends > d) {
                 return Err(WaitError::DeadlineExceeded { retry_after });
             }
             tokio::time::sleep(retry_after).await;

@@ -23,7 +23,7 @@ pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 /// (`burst * period / limit`): 3660 days.
 pub const MAX_BURST_WINDOW: Duration = Duration::from_secs(3660 * 86_400);
 
-/// The five algorithms of SEMANTICS.md.
+/// The five algorithms of docs/semantics.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Algorithm {
@@ -302,11 +302,11 @@ fn validate_name(name: &str) -> Result<(), RuleError> {
 /// token bucket need: the emission interval `T = floor(period / limit)` and
 /// the burst window `tau = burst * T`, both in microseconds; a check of cost
 /// `c` advances the state by `c * T`. When `period / limit` is a whole
-/// number of microseconds this is exactly SEMANTICS.md. Otherwise the rule
+/// number of microseconds this is exactly docs/semantics.md. Otherwise the rule
 /// emits one unit every `floor(period / limit)` µs: a burst is still exactly
 /// `burst` units, and the sustained rate is faster than `limit` per `period`
 /// by less than one part in `T` (3 per second: one per 333,333 µs, 0.0001%
-/// fast) — SEMANTICS.md, Rounding.
+/// fast) — docs/semantics.md, "Rounding and units".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule(Arc<RuleInner>);
 

@@ -1,8 +1,8 @@
-//! Property tests of the five algorithms against SEMANTICS.md.
+//! Property tests of the five algorithms against docs/semantics.md.
 //!
 //! Random rules (including `burst != limit` and `period / limit` that is not
 //! a whole number of microseconds) and random non-decreasing traces of
-//! checks. Each property names the sentence of SEMANTICS.md it guards. The
+//! checks. Each property names the sentence of docs/semantics.md it guards. The
 //! reference models at the bottom are deliberately naive (they scan a `Vec`
 //! of admitted checks, or search for a wait one microsecond at a time) so
 //! that they are obviously right, and are compared field by field.
@@ -496,7 +496,7 @@ fn us(x: u64) -> Duration {
     Duration::from_micros(x)
 }
 
-/// GCRA exactly as SEMANTICS.md writes it, for rules whose `T` is whole;
+/// GCRA exactly as docs/semantics.md writes it, for rules whose `T` is whole;
 /// `T` and `tau` are computed here, not taken from the rule.
 struct GcraRef {
     t: i128,
@@ -807,7 +807,8 @@ fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
     prop::collection::vec((dt, op), 1..50)
 }
 
-/// SEMANTICS.md: "The decision reported is the denying pair with the
+/// docs/semantics.md, "Several rules in one check": "The decision reported
+/// is the denying pair with the
 /// longest retry_after, or, when admitted, the pair with the fewest
 /// remaining"; a pair that can never be admitted counts as longest; ties go
 /// to the first pair.
@@ -899,7 +900,7 @@ proptest! {
     }
 }
 
-/// The deciding index of SEMANTICS.md on hand-made decisions, including
+/// The deciding index of docs/semantics.md on hand-made decisions, including
 /// ties and a "never" pair.
 #[test]
 fn deciding_pair_follows_semantics() {

@@ -74,7 +74,7 @@ pub fn usage(rule: &Rule, state: FixedWindowState, t: Micros) -> Usage {
 
 #[cfg(test)]
 mod tests {
-    //! Expected values by hand from SEMANTICS.md, fixed window:
+    //! Expected values by hand from docs/semantics.md, fixed window:
     //! `w = floor(t / period)`, `remaining = limit - count[w]`,
     //! `reset_after = retry_after = (w + 1) * period - t`.
 

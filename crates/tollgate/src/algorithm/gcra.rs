@@ -51,7 +51,7 @@ pub fn usage(rule: &Rule, state: GcraState, t: Micros) -> Usage {
 
 #[cfg(test)]
 mod tests {
-    //! Expected values are worked out by hand from SEMANTICS.md, GCRA:
+    //! Expected values are worked out by hand from docs/semantics.md, GCRA:
     //! `T = period / limit`, `tau = burst * T`,
     //! `remaining = floor((tau - (stored - t)) / T)`, `reset_after = stored - t`,
     //! `retry_after = new_tat - tau - t`.

@@ -1,4 +1,4 @@
-//! The five algorithms of SEMANTICS.md as pure steps.
+//! The five algorithms of docs/semantics.md as pure steps.
 //!
 //! Each module exposes `check(rule, state, t, cost)`: no I/O, no clock, no
 //! allocation (but for the sliding log's own entries). A denied check never

@@ -133,7 +133,7 @@ pub fn usage(rule: &Rule, log: &SlidingLog, t: Micros) -> Usage {
 
 #[cfg(test)]
 mod tests {
-    //! Expected values by hand from SEMANTICS.md, sliding log, limit 5 per
+    //! Expected values by hand from docs/semantics.md, sliding log, limit 5 per
     //! 1 s (P = 1_000_000): an entry made at `s` counts while `t < s + P`.
 
     use std::time::Duration;

@@ -133,7 +133,7 @@ fn retry_after(period: u64, limit: u64, elapsed: u64, prev: u64, curr: u64, cost
 
 #[cfg(test)]
 mod tests {
-    //! Expected values by hand from SEMANTICS.md, sliding window counter,
+    //! Expected values by hand from docs/semantics.md, sliding window counter,
     //! mostly with limit 10 per 1 s (P = 1_000_000) at t = 5_250_000:
     //! `w = 5`, `elapsed = 250_000`, the previous window weighs `P - e = 750_000`.
     //! Admitted iff `prev * (P - e) + (curr + cost) * P <= 10 * P`.

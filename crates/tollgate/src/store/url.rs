@@ -1,8 +1,9 @@
-//! Store URLs (CONTRACT.md): `memory`, `redis://[user:pass@]host:port[/db]`,
-//! `rediss://…` (TLS), `redis+cluster://host:port[,host:port…]`,
+//! Store URLs (docs/cli.md, "Store URLs"): `memory`,
+//! `redis://[user:pass@]host:port[/db]`, `rediss://…` (TLS),
+//! `redis+cluster://host:port[,host:port…]`,
 //! `redis+sentinel://host:port[,host:port…]/master-name`.
 //!
-//! [`crate::store::redis::RedisStore::connect_to`] opens the Redis ones.
+//! `RedisStore::connect_to` (feature `redis`) opens the Redis ones.
 
 use std::fmt;
 use std::str::FromStr;

@@ -135,7 +135,7 @@ impl Pairs<'_, '_> {
     }
 }
 
-/// The six script arguments of a pair (SEMANTICS.md parameters precomputed
+/// The six script arguments of a pair (docs/semantics.md parameters precomputed
 /// in exact integers; see `prelude.lua`).
 fn push_pair_args(a: &mut impl Args, rule: &Rule, cost: u64) {
     let cost = clamp_cost(rule, cost);
@@ -319,7 +319,7 @@ fn protocol(message: impl Into<String>) -> StoreError {
 }
 
 impl RedisStore {
-    /// Connects to the Redis named by a store URL (CONTRACT.md).
+    /// Connects to the Redis named by a store URL (docs/cli.md, "Store URLs").
     ///
     /// # Errors
     /// A bad URL or prefix, the `memory` URL, or `rediss://` without the

@@ -1,5 +1,5 @@
 -- tollgate: shared prelude of every script. The scripts implement
--- SEMANTICS.md exactly, bit for bit with the Rust algorithms.
+-- docs/semantics.md exactly, bit for bit with the Rust algorithms.
 --
 -- Calling convention (every script):
 --   KEYS[i]   the Redis key of pair i (one key per (rule, key) pair; hash-tagged)

@@ -1,0 +1,187 @@
+//! [`ResilientLimiterBuilder`]: the store timeout, failure policies,
+//! breaker, replicas and heartbeat of a [`ResilientLimiter`].
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::{
+    Breaker, DEFAULT_BREAKER_OPEN_FOR, DEFAULT_BREAKER_THRESHOLD, DEFAULT_HEARTBEAT,
+    DEFAULT_TIMEOUT, Inner, Meters, OnError, ResilientLimiter, Throttle, metric, replica_id,
+};
+use crate::limiter::Limiter;
+use crate::rule::RuleError;
+use crate::store::Store;
+use crate::store::memory::DEFAULT_MAX_KEYS;
+use crate::time::{Clock, MonotonicClock};
+
+/// Builds a [`ResilientLimiter`]; see [`ResilientLimiter::builder`].
+#[derive(Debug)]
+#[must_use]
+pub struct ResilientLimiterBuilder<S> {
+    limiter: Arc<Limiter<S>>,
+    timeout: Option<Duration>,
+    on_error: OnError,
+    rule_on_error: Vec<(String, OnError)>,
+    breaker_threshold: u32,
+    breaker_open_for: Duration,
+    replicas: u64,
+    heartbeat: Option<Duration>,
+    local_max_keys: usize,
+}
+
+impl<S: Store> ResilientLimiterBuilder<S> {
+    /// The builder [`ResilientLimiter::builder`] returns: the defaults.
+    pub(super) fn new(limiter: Arc<Limiter<S>>) -> Self {
+        Self {
+            limiter,
+            timeout: Some(DEFAULT_TIMEOUT),
+            on_error: OnError::Allow,
+            rule_on_error: Vec::new(),
+            breaker_threshold: DEFAULT_BREAKER_THRESHOLD,
+            breaker_open_for: DEFAULT_BREAKER_OPEN_FOR,
+            replicas: 1,
+            heartbeat: Some(DEFAULT_HEARTBEAT),
+            local_max_keys: DEFAULT_MAX_KEYS,
+        }
+    }
+
+    /// The longest a check waits on the store, connection setup and
+    /// reconnection included (default [`DEFAULT_TIMEOUT`]); `None` waits as
+    /// long as the store takes (an in-process store never needs one).
+    pub fn timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.timeout = timeout.into();
+        self
+    }
+
+    /// The failure policy of rules that set none (default
+    /// [`OnError::Allow`]).
+    pub fn on_error(mut self, policy: OnError) -> Self {
+        self.on_error = policy;
+        self
+    }
+
+    /// The failure policy of the rule named `rule`.
+    pub fn rule_on_error(mut self, rule: impl Into<String>, policy: OnError) -> Self {
+        self.rule_on_error.push((rule.into(), policy));
+        self
+    }
+
+    /// Open the circuit breaker after `threshold` consecutive store failures
+    /// (0: never), for `open_for` before one probe (defaults
+    /// [`DEFAULT_BREAKER_THRESHOLD`], [`DEFAULT_BREAKER_OPEN_FOR`]).
+    pub fn breaker(mut self, threshold: u32, open_for: Duration) -> Self {
+        self.breaker_threshold = threshold;
+        self.breaker_open_for = open_for;
+        self
+    }
+
+    /// The replicas assumed to share the store until the first heartbeat
+    /// answers (default 1; at least 1).
+    pub fn replicas(mut self, replicas: u64) -> Self {
+        self.replicas = replicas.max(1);
+        self
+    }
+
+    /// The heartbeat interval (default [`DEFAULT_HEARTBEAT`]; at least
+    /// 10 ms); `None` sends none and keeps [`Self::replicas`] for good.
+    pub fn heartbeat(mut self, every: impl Into<Option<Duration>>) -> Self {
+        self.heartbeat = every.into().map(|d| d.max(Duration::from_millis(10)));
+        self
+    }
+
+    /// The most keys the `local` fallback holds (default
+    /// [`DEFAULT_MAX_KEYS`]).
+    pub fn local_max_keys(mut self, n: usize) -> Self {
+        self.local_max_keys = n;
+        self
+    }
+
+    /// The limiter. Inside a tokio runtime the heartbeat task starts at
+    /// once; outside one, at the first check.
+    ///
+    /// # Errors
+    /// A policy given for a rule the limiter does not have (field
+    /// `on_error`).
+    pub fn build(self) -> Result<ResilientLimiter<S>, RuleError> {
+        let rule_count = self.limiter.rules().len();
+        let mut policies = vec![self.on_error; rule_count];
+        for (name, policy) in &self.rule_on_error {
+            let Some(i) = self.limiter.rule_index(name) else {
+                return Err(RuleError {
+                    field: "on_error",
+                    message: format!("on_error given for {name:?}, which is not a rule"),
+                });
+            };
+            policies[i] = *policy;
+        }
+        // Zero series, so dashboards see them before the first failure.
+        for kind in ["timeout", "unavailable", "protocol", "circuit_open"] {
+            ::metrics::counter!(metric::STORE_ERRORS, "kind" => kind).increment(0);
+        }
+        for policy in ["allow", "deny", "local"] {
+            ::metrics::counter!(metric::FAILURE_POLICY, "policy" => policy).increment(0);
+        }
+        ::metrics::counter!(metric::BREAKER_OPENED).increment(0);
+        // Registered up front: with the memory store nothing is recorded.
+        let _ = ::metrics::histogram!(metric::STORE_LATENCY);
+        ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
+        #[allow(clippy::cast_precision_loss)]
+        ::metrics::gauge!(metric::LIVE_REPLICAS).set(self.replicas as f64);
+        // The breaker's cool-down and the latency metric: real time.
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        let limiter = ResilientLimiter {
+            inner: Arc::new(Inner {
+                limiter: self.limiter,
+                policies,
+                timeout: self.timeout,
+                breaker: Breaker::new(
+                    self.breaker_threshold,
+                    self.breaker_open_for,
+                    Arc::clone(&clock),
+                ),
+                clock,
+                trouble: Throttle::new(Duration::from_secs(1)),
+                breaker_log: Throttle::new(Duration::from_secs(1)),
+                live: AtomicU64::new(self.replicas),
+                id: replica_id(),
+                heartbeat: self.heartbeat,
+                local: OnceLock::new(),
+                local_max_keys: self.local_max_keys,
+                refused: parking_lot::Mutex::new(None),
+                refusing: std::sync::atomic::AtomicBool::new(false),
+                meters: Meters::new(rule_count),
+            }),
+            task: Mutex::new(None),
+            started: AtomicBool::new(false),
+        };
+        limiter.start_heartbeat();
+        Ok(limiter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rule::{Algorithm, RuleSpec};
+    use crate::store::memory::MemoryStore;
+    #[test]
+    fn unknown_rules_in_policies_are_refused() {
+        let limiter = Limiter::new(
+            MemoryStore::new(),
+            [
+                RuleSpec::new("a", Algorithm::Gcra, 1, Duration::from_secs(1))
+                    .build()
+                    .expect("rule"),
+            ],
+        )
+        .expect("limiter");
+        let err = ResilientLimiter::builder(limiter)
+            .rule_on_error("b", OnError::Deny)
+            .build()
+            .expect_err("unknown rule");
+        assert_eq!(err.field, "on_error");
+    }
+}

@@ -1,0 +1,68 @@
+//! The metric names (recorded through the `metrics` facade; install any
+//! recorder, e.g. `metrics-exporter-prometheus`, to see them), and the
+//! handles the limiter keeps to them.
+
+use std::sync::OnceLock;
+
+/// Counter, labels `rule`, `outcome` (`allowed`, `denied`, `error`,
+/// `denied_by_other`): one per (rule, key) pair checked, with that
+/// pair's own answer; `error` when the store failed and the policy
+/// refused; `denied_by_other` for a pair that would have admitted in a
+/// multi-rule check another pair denied (it consumed nothing).
+pub const CHECKS: &str = "tollgate_checks_total";
+/// Histogram, seconds: the time the store took per check (success or
+/// failure; not recorded for calls the open breaker skipped, nor for
+/// an in-process store, see [`crate::Store::in_process`]).
+pub const STORE_LATENCY: &str = "tollgate_store_latency_seconds";
+/// Counter, label `kind` (`timeout`, `unavailable`, `protocol`,
+/// `circuit_open`): failed store calls, and calls skipped while the
+/// circuit breaker is open.
+pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
+/// Counter, label `policy` (`allow`, `deny`, `local`): checks the
+/// failure policy answered instead of the store.
+pub const FAILURE_POLICY: &str = "tollgate_failure_policy_total";
+/// Counter: times the circuit breaker opened.
+pub const BREAKER_OPENED: &str = "tollgate_circuit_breaker_opened_total";
+/// Gauge: 1 while the circuit breaker is open, else 0.
+pub const BREAKER_OPEN: &str = "tollgate_circuit_breaker_open";
+/// Gauge: the live replicas sharing the store, as last learned from
+/// the heartbeat (the configured count before the first one).
+pub const LIVE_REPLICAS: &str = "tollgate_live_replicas";
+
+/// Metric handles, registered at first use and kept: `counter!` with a
+/// rule label builds its key (two allocations) and looks it up in the
+/// recorder on every call, which is a tenth of a memory-store check.
+/// Install the metrics recorder before the first check.
+pub(super) struct Meters {
+    /// Per rule (the limiter's order): allowed, denied, error,
+    /// denied_by_other.
+    checks: Vec<[OnceLock<::metrics::Counter>; 4]>,
+    latency: OnceLock<::metrics::Histogram>,
+}
+
+impl Meters {
+    pub(super) fn new(rules: usize) -> Self {
+        Self {
+            checks: (0..rules).map(|_| Default::default()).collect(),
+            latency: OnceLock::new(),
+        }
+    }
+
+    pub(super) fn latency(&self) -> &::metrics::Histogram {
+        self.latency
+            .get_or_init(|| ::metrics::histogram!(STORE_LATENCY))
+    }
+
+    /// Counts one pair of rule `i` (named `name`) under `outcome`
+    /// (0 allowed, 1 denied, 2 error, 3 denied by another pair).
+    pub(super) fn count(&self, i: usize, name: &str, outcome: usize) {
+        const LABELS: [&str; 4] = ["allowed", "denied", "error", "denied_by_other"];
+        let Some(slot) = self.checks.get(i).and_then(|c| c.get(outcome)) else {
+            return;
+        };
+        slot.get_or_init(
+            || ::metrics::counter!(CHECKS, "rule" => name.to_owned(), "outcome" => LABELS[outcome]),
+        )
+        .increment(1);
+    }
+}

@@ -1,0 +1,609 @@
+//! A [`Limiter`] that survives its store: [`ResilientLimiter`].
+//!
+//! A shared store can be slow, down, failing over or flushed. The
+//! [`ResilientLimiter`] wraps a [`Limiter`] and makes sure that
+//!
+//! * **no check waits longer than the store timeout** (connection setup and
+//!   reconnection included: the whole call is bounded, whatever the store
+//!   does inside it);
+//! * past it, **the failure policy** of the rules checked answers
+//!   ([`OnError`]): `allow` admits and marks the answer degraded, `deny`
+//!   refuses ([`Refusal::Unavailable`]), `local` decides with an in-process
+//!   limiter holding each rule's quota divided by the number of live
+//!   replicas;
+//! * **a circuit breaker** stops calling a store that failed several times in
+//!   a row: for a cool-down every check goes straight to the policy, then
+//!   one probe goes through, and the breaker closes by itself once the store
+//!   answers;
+//! * every store failure, policy answer and breaker opening is **counted**
+//!   through the [`metrics`](https://docs.rs/metrics) facade (names in
+//!   [`metric`]) and **logged** through `tracing`, at most once a second.
+//!
+//! **Live replicas.** Each `ResilientLimiter` has a random id and, when its
+//! store is shared ([`Store::heartbeat`] answers a count: the Redis store),
+//! a background task sends a heartbeat every interval (default 1 s) and
+//! learns how many replicas beat within the last three intervals. Before the
+//! first answer, and while the store is down, the last known count is used
+//! (initially [`ResilientLimiterBuilder::replicas`]). The task stops when the
+//! `ResilientLimiter` is dropped.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::resilient::{OnError, ResilientLimiter};
+//! use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let limiter = Limiter::new(MemoryStore::new(), [
+//!     RuleSpec::new("per_user", Algorithm::Gcra, 2, Duration::from_secs(60)).build()?,
+//! ])?;
+//! let limiter = ResilientLimiter::builder(limiter)
+//!     .timeout(Duration::from_millis(50))
+//!     .on_error(OnError::Local)
+//!     .replicas(4)
+//!     .build()?;
+//!
+//! let verdict = limiter.check("per_user", "alice", 1).await?;
+//! assert!(verdict.multi.allowed);
+//! assert_eq!(verdict.degraded, None); // the store answered
+//! assert_eq!(limiter.live_replicas(), 4); // a memory store has no fleet
+//! assert!(limiter.ready().await.is_ok());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use crate::decision::{Decision, MultiDecision};
+use crate::error::{Error, StoreError, StoreErrorKind};
+use crate::limiter::{Check, Limiter};
+use crate::rule::Rule;
+use crate::store::memory::MemoryStore;
+use crate::store::{KeyCheck, Store};
+use crate::time::Clock;
+
+/// Default store timeout: the longest a check waits on the store.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default number of consecutive store failures that open the breaker.
+pub const DEFAULT_BREAKER_THRESHOLD: u32 = 5;
+/// Default time an open breaker skips the store before one probe.
+pub const DEFAULT_BREAKER_OPEN_FOR: Duration = Duration::from_secs(1);
+/// Default interval between two heartbeats of a replica.
+pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
+/// A heartbeat counts this many intervals.
+pub const HEARTBEAT_INTERVALS: u32 = 3;
+
+mod breaker;
+mod builder;
+mod heartbeat;
+mod local;
+pub mod metric;
+mod policy;
+mod throttle;
+
+use breaker::Breaker;
+pub use builder::ResilientLimiterBuilder;
+use heartbeat::{heartbeat, replica_id};
+use local::Local;
+pub use local::local_share;
+use metric::Meters;
+pub use policy::{OnError, Refusal, Verdict};
+pub use throttle::Throttle;
+
+/// A [`Limiter`] with a store timeout, a failure policy per rule, a circuit
+/// breaker, an in-process fallback sized by the live replicas, metrics and
+/// rate-limited logs. See the [module](self) docs.
+pub struct ResilientLimiter<S = MemoryStore> {
+    inner: Arc<Inner<S>>,
+    /// The heartbeat task, aborted on drop.
+    task: Mutex<Option<tokio::task::AbortHandle>>,
+    started: AtomicBool,
+}
+
+struct Inner<S> {
+    limiter: Arc<Limiter<S>>,
+    /// Per rule, in the limiter's order.
+    policies: Vec<OnError>,
+    timeout: Option<Duration>,
+    breaker: Breaker,
+    /// The breaker's clock, also timing store calls for the latency metric.
+    clock: Arc<dyn Clock>,
+    trouble: Throttle,
+    breaker_log: Throttle,
+    /// Live replicas, last known.
+    live: AtomicU64,
+    id: String,
+    heartbeat: Option<Duration>,
+    /// The `local` fallback, made at its first use.
+    local: OnceLock<Local>,
+    local_max_keys: usize,
+    meters: Meters,
+    /// The last heartbeat's refusal (not a timeout): a store that answers
+    /// `PING` but refuses writes (a replica, out of memory) is not ready.
+    refused: parking_lot::Mutex<Option<StoreError>>,
+    /// Whether `refused` holds one (read on every check, without the lock).
+    refusing: std::sync::atomic::AtomicBool,
+}
+
+impl<S: Store> fmt::Debug for ResilientLimiter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("ResilientLimiter")
+            .field(
+                "rules",
+                &i.limiter.rules().iter().map(Rule::name).collect::<Vec<_>>(),
+            )
+            .field("policies", &i.policies)
+            .field("timeout", &i.timeout)
+            .field("replica", &i.id)
+            .field("live_replicas", &i.live.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Drop for ResilientLimiter<S> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+impl<S> ResilientLimiter<S> {
+    /// The wrapped limiter.
+    #[must_use]
+    pub fn limiter(&self) -> &Arc<Limiter<S>> {
+        &self.inner.limiter
+    }
+
+    /// The failure policy of the rule named `name` (`None` if unknown).
+    #[must_use]
+    pub fn policy(&self, name: &str) -> Option<OnError> {
+        self.inner
+            .limiter
+            .rule_index(name)
+            .map(|i| self.inner.policies[i])
+    }
+
+    /// The store timeout.
+    #[must_use]
+    pub fn timeout(&self) -> Option<Duration> {
+        self.inner.timeout
+    }
+
+    /// This replica's random id (its member in the heartbeat set).
+    #[must_use]
+    pub fn replica_id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The live replicas sharing the store, as last learned.
+    #[must_use]
+    pub fn live_replicas(&self) -> u64 {
+        self.inner.live.load(Ordering::Acquire)
+    }
+
+    /// Whether the circuit breaker is open (checks skip the store).
+    #[must_use]
+    pub fn breaker_open(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+}
+
+impl<S: Store> ResilientLimiter<S> {
+    /// A builder over `limiter` (a [`Limiter`] or an `Arc` of one) with the
+    /// defaults: timeout [`DEFAULT_TIMEOUT`], every rule `allow`, breaker
+    /// after [`DEFAULT_BREAKER_THRESHOLD`] failures for
+    /// [`DEFAULT_BREAKER_OPEN_FOR`], 1 replica until a heartbeat (every
+    /// [`DEFAULT_HEARTBEAT`]) says otherwise.
+    pub fn builder(limiter: impl Into<Arc<Limiter<S>>>) -> ResilientLimiterBuilder<S> {
+        ResilientLimiterBuilder::new(limiter.into())
+    }
+
+    /// The store.
+    #[must_use]
+    pub fn store(&self) -> &S {
+        self.inner.limiter.store()
+    }
+
+    /// The rules, in order.
+    #[must_use]
+    pub fn rules(&self) -> &[Rule] {
+        self.inner.limiter.rules()
+    }
+
+    /// The rule named `name`.
+    #[must_use]
+    pub fn rule(&self, name: &str) -> Option<&Rule> {
+        self.inner.limiter.rule(name)
+    }
+
+    /// The position of the rule named `name` in [`ResilientLimiter::rules`].
+    #[must_use]
+    pub fn rule_index(&self, name: &str) -> Option<usize> {
+        self.inner.limiter.rule_index(name)
+    }
+
+    /// Starts the heartbeat task if it is not running, there is one to run
+    /// and a tokio runtime to run it on.
+    fn start_heartbeat(&self) {
+        let Some(every) = self.inner.heartbeat else {
+            return;
+        };
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let task = runtime.spawn(heartbeat(weak, every));
+        *self.task.lock() = Some(task.abort_handle());
+    }
+
+    /// Checks `key` under `rule`, consuming `cost` units when admitted.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::check_all`].
+    pub async fn check(
+        &self,
+        rule: &str,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Verdict, Refusal> {
+        self.check_all(&[Check::new(rule, key.as_ref()).cost(cost)])
+            .await
+    }
+
+    /// Checks every pair all-or-nothing; on a store failure the strictest
+    /// policy among the pairs' rules answers.
+    ///
+    /// # Errors
+    /// [`Refusal::Invalid`] for a bad request (no pairs, unknown rule, key
+    /// too long); [`Refusal::Unavailable`] when the store failed and the
+    /// policy is `deny`.
+    pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<Verdict, Refusal> {
+        self.check_all_as(checks, None).await
+    }
+
+    /// Like [`ResilientLimiter::check_all`], with `policy` (when given)
+    /// answering a store failure instead of the rules' own: for a front
+    /// door that sets one policy for everything it checks.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::check_all`].
+    pub async fn check_all_as(
+        &self,
+        checks: &[Check<'_>],
+        policy: Option<OnError>,
+    ) -> Result<Verdict, Refusal> {
+        // Each pair's rule is looked up once, here; one pair (the common
+        // case) needs no vector.
+        let rules = self.inner.limiter.rules();
+        let invalid = Refusal::Invalid;
+        match checks {
+            [] => Err(invalid(Error::NoChecks)),
+            [c] => {
+                let i = self.inner.limiter.resolve_index(c).map_err(invalid)?;
+                let resolved = [KeyCheck {
+                    rule: &rules[i],
+                    key: c.key,
+                    cost: c.cost,
+                }];
+                self.decide(&resolved, &[i], policy).await
+            }
+            _ => {
+                let mut index = Vec::with_capacity(checks.len());
+                let mut resolved = Vec::with_capacity(checks.len());
+                for c in checks {
+                    let i = self.inner.limiter.resolve_index(c).map_err(invalid)?;
+                    index.push(i);
+                    resolved.push(KeyCheck {
+                        rule: &rules[i],
+                        key: c.key,
+                        cost: c.cost,
+                    });
+                }
+                self.decide(&resolved, &index, policy).await
+            }
+        }
+    }
+
+    /// Decides valid checks, resolved to `resolved` (rule `index[n]` for
+    /// pair `n`).
+    async fn decide(
+        &self,
+        resolved: &[KeyCheck<'_>],
+        index: &[usize],
+        policy: Option<OnError>,
+    ) -> Result<Verdict, Refusal> {
+        self.start_heartbeat();
+        match self.inner.call_store(resolved).await {
+            Ok(multi) => {
+                self.inner.count(resolved, index, &multi);
+                Ok(Verdict {
+                    multi,
+                    degraded: None,
+                })
+            }
+            Err(e) => self.inner.on_store_error(resolved, index, &e, policy).await,
+        }
+    }
+
+    /// Whether the store answers: not while the breaker is open, else a
+    /// [`Store::ping`] within the timeout (which, once the cool-down is
+    /// over, also serves as the breaker's probe); and, on a shared store,
+    /// not while the last heartbeat's write was refused (a server that
+    /// answers `PING` as a replica, or out of memory, fails every check).
+    ///
+    /// # Errors
+    /// Why the store is not ready.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.start_heartbeat();
+        let inner = &self.inner;
+        if inner.breaker.is_open() {
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "circuit breaker open after repeated store failures",
+            ));
+        }
+        let result = inner.within("PING", inner.limiter.store().ping()).await;
+        if result.is_ok() {
+            inner.store_answered();
+            if inner.refusing.load(Ordering::Relaxed) {
+                // The last heartbeat's write was refused: try one now, so a
+                // store that takes writes again is ready at once, not at the
+                // next heartbeat (an instance out of rotation gets no
+                // checks to tell it).
+                if let Some(every) = inner.heartbeat {
+                    let beat = inner
+                        .limiter
+                        .store()
+                        .heartbeat(&inner.id, every * HEARTBEAT_INTERVALS);
+                    match inner.within("heartbeat", beat).await {
+                        Ok(_) => inner.set_refused(None),
+                        Err(e) if e.kind() != StoreErrorKind::Timeout => {
+                            inner.set_refused(Some(e));
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+            if let Some(e) = inner.refused.lock().clone() {
+                return Err(StoreError::new(
+                    e.kind(),
+                    format!("PING answered, but the last heartbeat's write was refused ({e})"),
+                ));
+            }
+        }
+        result
+    }
+}
+
+fn timed_out(t: Duration, what: &str) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Timeout,
+        format!("no {what} answer within {t:?}"),
+    )
+}
+
+/// Whether pair `n` repeats the (rule, key) of an earlier pair of the same
+/// check (rules are told apart by name, as the stores merge them).
+fn named_before(checks: &[KeyCheck<'_>], n: usize) -> bool {
+    let (Some(this), Some(earlier)) = (checks.get(n), checks.get(..n)) else {
+        return false;
+    };
+    earlier
+        .iter()
+        .any(|c| c.key == this.key && c.rule.name() == this.rule.name())
+}
+
+impl<S: Store> Inner<S> {
+    /// `call`, failed as a timeout (naming `what`) past the store timeout,
+    /// if there is one.
+    async fn within<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        match self.timeout {
+            Some(t) => tokio::time::timeout(t, call)
+                .await
+                .unwrap_or_else(|_| Err(timed_out(t, what))),
+            None => call.await,
+        }
+    }
+
+    /// Notes a heartbeat's refusal (`None`: writes go through): while one
+    /// is noted, the store is not ready.
+    fn set_refused(&self, refused: Option<StoreError>) {
+        self.refusing.store(refused.is_some(), Ordering::Relaxed);
+        *self.refused.lock() = refused;
+    }
+
+    /// Counts each pair (rule `index[n]` for pair `n`) under its rule with
+    /// its own answer; a (rule, key) named again in the same check is one
+    /// check (the store decides it once, with the costs added).
+    fn count(&self, checks: &[KeyCheck<'_>], index: &[usize], multi: &MultiDecision) {
+        let rules = self.limiter.rules();
+        for (n, (&i, d)) in index.iter().zip(&multi.decisions).enumerate() {
+            if named_before(checks, n) {
+                continue;
+            }
+            // A pair that would have admitted, in a check another pair
+            // denied, consumed nothing: not an admission.
+            let outcome = match (d.allowed, multi.allowed) {
+                (true, true) => 0,
+                (false, _) => 1,
+                (true, false) => 3,
+            };
+            self.meters.count(i, rules[i].name(), outcome);
+        }
+    }
+
+    /// One call to the store, bounded by the timeout and gated by the
+    /// breaker.
+    async fn call_store(&self, checks: &[KeyCheck<'_>]) -> Result<MultiDecision, StoreError> {
+        if !self.breaker.allow() {
+            ::metrics::counter!(metric::STORE_ERRORS, "kind" => "circuit_open").increment(1);
+            return Err(StoreError::new(
+                StoreErrorKind::Unavailable,
+                "circuit breaker open after repeated store failures",
+            ));
+        }
+        // An in-process store is not timed (see `Store::in_process`).
+        let started = (!self.limiter.store().in_process()).then(|| self.clock.now());
+        let result = self
+            .within("check", self.limiter.store().check_all(checks, None))
+            .await;
+        if let Some(started) = started {
+            let took = Duration::from_micros(self.clock.now().saturating_sub(started));
+            self.meters.latency().record(took.as_secs_f64());
+        }
+        match &result {
+            Ok(_) => {
+                self.store_answered();
+                // A check went through: whatever the last heartbeat met
+                // is over.
+                if self.refusing.load(Ordering::Relaxed) {
+                    self.set_refused(None);
+                }
+            }
+            Err(e) => {
+                let kind = match e.kind() {
+                    StoreErrorKind::Timeout => "timeout",
+                    StoreErrorKind::Unavailable => "unavailable",
+                    _ => "protocol",
+                };
+                ::metrics::counter!(metric::STORE_ERRORS, "kind" => kind).increment(1);
+                if self.breaker.failure() {
+                    ::metrics::counter!(metric::BREAKER_OPENED).increment(1);
+                    ::metrics::gauge!(metric::BREAKER_OPEN).set(1.0);
+                    let open_for = self.breaker.open_for;
+                    // Since the last success: the threshold when it first
+                    // opens, more when a probe fails and it opens again.
+                    let failed = self.breaker.failures.load(Ordering::Acquire);
+                    self.breaker_log.report(|suppressed| {
+                        let more = if suppressed > 0 {
+                            format!(" (opened {suppressed} more times since the last report)")
+                        } else {
+                            String::new()
+                        };
+                        tracing::warn!(
+                            "circuit breaker open: the store failed {failed} times in a row \
+                             ({e}); skipping it for {open_for:?}{more}"
+                        );
+                    });
+                }
+            }
+        }
+        result
+    }
+
+    /// The store answered (a check, a probe or a heartbeat).
+    fn store_answered(&self) {
+        if self.breaker.success() {
+            ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
+            tracing::info!("store answering again; circuit breaker closed");
+        }
+    }
+
+    /// The policy answers a check the store failed (`checks` resolved,
+    /// rule `index[n]` for pair `n`).
+    async fn on_store_error(
+        &self,
+        checks: &[KeyCheck<'_>],
+        index: &[usize],
+        error: &StoreError,
+        policy: Option<OnError>,
+    ) -> Result<Verdict, Refusal> {
+        let policy = policy.unwrap_or_else(|| {
+            index
+                .iter()
+                .map(|&i| self.policies[i])
+                .max_by_key(|p| p.strictness())
+                .unwrap_or_default()
+        });
+        ::metrics::counter!(metric::FAILURE_POLICY, "policy" => policy.as_str()).increment(1);
+        self.trouble.report(|suppressed| {
+            let more = if suppressed > 0 {
+                format!(" ({suppressed} more store failures since the last report)")
+            } else {
+                String::new()
+            };
+            tracing::warn!("store trouble: {error}; answering with on_error = {policy}{more}");
+        });
+        match policy {
+            OnError::Deny => {
+                for (n, (&i, c)) in index.iter().zip(checks).enumerate() {
+                    if !named_before(checks, n) {
+                        self.meters.count(i, c.rule.name(), 2);
+                    }
+                }
+                Err(Refusal::Unavailable(error.clone()))
+            }
+            OnError::Local => {
+                let multi = self.check_locally(checks, index).await?;
+                self.count(checks, index, &multi);
+                Ok(Verdict {
+                    multi,
+                    degraded: Some(OnError::Local),
+                })
+            }
+            OnError::Allow => {
+                let decisions = checks
+                    .iter()
+                    .map(|c| {
+                        let capacity = c.rule.capacity();
+                        Decision {
+                            allowed: true,
+                            limit: capacity,
+                            remaining: capacity.saturating_sub(c.cost),
+                            reset_after: Duration::ZERO,
+                            retry_after: None,
+                        }
+                    })
+                    .collect();
+                let multi = MultiDecision::from_decisions(decisions);
+                self.count(checks, index, &multi);
+                Ok(Verdict {
+                    multi,
+                    degraded: Some(OnError::Allow),
+                })
+            }
+        }
+    }
+
+    /// The in-process decision: every rule's quota divided by the live
+    /// replicas.
+    async fn check_locally(
+        &self,
+        checks: &[KeyCheck<'_>],
+        index: &[usize],
+    ) -> Result<MultiDecision, Refusal> {
+        let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
+        let replicas = self.live.load(Ordering::Acquire).max(1);
+        let shares = local.shares(replicas, self.limiter.rules());
+        let resolved: Vec<KeyCheck<'_>> = checks
+            .iter()
+            .zip(index)
+            .map(|(c, &i)| KeyCheck {
+                rule: &shares[i],
+                key: c.key,
+                cost: c.cost,
+            })
+            .collect();
+        local
+            .store
+            .check_all(&resolved, None)
+            .await
+            .map_err(Refusal::Unavailable)
+    }
+}

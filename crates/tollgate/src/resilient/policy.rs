@@ -1,0 +1,126 @@
+//! What a check answers when the store fails ([`OnError`]), and what a
+//! check returns: a [`Verdict`] or a [`Refusal`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::decision::{Decision, MultiDecision};
+use crate::error::{Error, StoreError};
+
+/// What a check answers when the store fails (`on_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnError {
+    /// Admit the request (fail open) and mark the answer degraded. The
+    /// default.
+    #[default]
+    Allow,
+    /// Refuse the request (fail closed): [`Refusal::Unavailable`].
+    Deny,
+    /// Decide with an in-process limiter holding the rule's quota divided
+    /// by the number of live replicas.
+    Local,
+}
+
+impl OnError {
+    /// The name used in config files.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnError::Allow => "allow",
+            OnError::Deny => "deny",
+            OnError::Local => "local",
+        }
+    }
+
+    /// How strict the policy is: of several rules in one check, the
+    /// strictest policy answers (deny, then local, then allow).
+    pub(super) fn strictness(self) -> u8 {
+        match self {
+            OnError::Allow => 0,
+            OnError::Local => 1,
+            OnError::Deny => 2,
+        }
+    }
+}
+
+impl fmt::Display for OnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OnError {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "allow" => Ok(OnError::Allow),
+            "deny" => Ok(OnError::Deny),
+            "local" => Ok(OnError::Local),
+            _ => Err(format!(
+                "unknown on_error {s:?}; expected allow, deny or local"
+            )),
+        }
+    }
+}
+
+/// A decided check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The combined decision (one pair for a single check).
+    pub multi: MultiDecision,
+    /// `Some(policy)` when the store failed and the failure policy
+    /// (`allow` or `local`) answered instead. Under `allow` nothing was
+    /// decided: every pair reads admitted with its full capacity.
+    pub degraded: Option<OnError>,
+}
+
+impl Verdict {
+    /// The deciding pair's decision.
+    #[must_use]
+    pub fn decision(&self) -> &Decision {
+        self.multi.decision()
+    }
+}
+
+/// Why a check was not decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The request is at fault: unknown rule, key too long, no pairs.
+    Invalid(Error),
+    /// The store failed (or the breaker is open) and the failure policy is
+    /// `deny`.
+    Unavailable(StoreError),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Invalid(e) => e.fmt(f),
+            Refusal::Unavailable(e) => write!(f, "{e} (on_error = deny)"),
+        }
+    }
+}
+
+impl std::error::Error for Refusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Refusal::Invalid(e) => Some(e),
+            Refusal::Unavailable(e) => Some(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn policies_parse_and_print() {
+        for p in [OnError::Allow, OnError::Deny, OnError::Local] {
+            assert_eq!(p.as_str().parse::<OnError>(), Ok(p));
+        }
+        assert!("open".parse::<OnError>().is_err());
+    }
+}
