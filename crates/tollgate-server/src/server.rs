@@ -93,9 +93,15 @@ pub const MAX_GRPC_STREAMS: u32 = 256;
 /// well under 1 KiB; 64 KiB holds a descriptor carrying a header as long as
 /// Envoy's default limit for all headers together (60 KiB).
 pub const MAX_GRPC_MESSAGE: usize = 64 * 1024;
-/// The most bytes of one gRPC request's header list (hyper's default,
-/// pinned: Envoy's calls carry a handful of short headers).
-pub const MAX_GRPC_HEADER_LIST: u32 = 16 * 1024;
+/// The most bytes of one gRPC request's header list. Envoy's calls carry a
+/// handful of short headers of its own, plus the tracing context it
+/// propagates from the client's request (`traceparent`, `tracestate`,
+/// `x-b3-*`), which a client can make as long as Envoy lets client headers
+/// be: 60 KiB by default. A longer list is refused by HTTP/2 itself with a
+/// 431 that Envoy takes as a failed call, and so, with its default
+/// `failure_mode_deny: false`, as an admission; 64 KiB keeps that out of a
+/// client's reach under Envoy's default limits.
+pub const MAX_GRPC_HEADER_LIST: u32 = 64 * 1024;
 /// A gRPC request whose body has not ended this long after the call
 /// started waiting for it is answered `DEADLINE_EXCEEDED` and its stream
 /// ends (reset): as the HTTP ports' [`HEAD_TIMEOUT`], a client cannot hold

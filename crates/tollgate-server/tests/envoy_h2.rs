@@ -125,13 +125,24 @@ type Stream = (h2::client::ResponseFuture, h2::SendStream<Bytes>);
 
 /// Opens a `ShouldRateLimit` stream: headers sent, the body left open.
 async fn open(client: &mut SendRequest<Bytes>, addr: SocketAddr) -> Result<Stream, h2::Error> {
-    let req = http::Request::builder()
+    open_with(client, addr, &[]).await
+}
+
+/// [`open`] with more request headers.
+async fn open_with(
+    client: &mut SendRequest<Bytes>,
+    addr: SocketAddr,
+    headers: &[(&str, &str)],
+) -> Result<Stream, h2::Error> {
+    let mut req = http::Request::builder()
         .method("POST")
         .uri(format!("http://{addr}{METHOD}"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .expect("request");
+        .header("te", "trailers");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let req = req.body(()).expect("request");
     let mut ready = client.clone().ready().await?;
     let stream = ready.send_request(req, false)?;
     *client = ready;
@@ -443,4 +454,31 @@ fn sigterm_answers_what_arrives_and_cuts_what_never_does_at_the_body_bound() {
         .wait_exit(Duration::from_secs(3))
         .unwrap_or_else(|| panic!("still running; log:\n{}", server.log()));
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_call_carrying_a_clients_long_trace_headers_is_decided() {
+    // Envoy propagates the client's tracing context into its call, and a
+    // client may send up to 60 KiB of headers through a default Envoy: a
+    // call that long must be decided, not refused by HTTP/2 (a 431, which
+    // Envoy takes as a failure and, by default, as an admission).
+    let (server, _dir) = start();
+    let addr = server.grpc();
+    runtime().block_on(async {
+        let mut c = h2_connect(addr).await;
+        let tracestate = format!("k={}", "v".repeat(59 * 1024));
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let headers = [
+            ("traceparent", traceparent),
+            ("tracestate", tracestate.as_str()),
+        ];
+        let user: [(&[u8], &[u8]); 1] = [(b"user", b"traced")];
+        for want in [Code::Ok, Code::OverLimit] {
+            let (response, mut send) = open_with(&mut c, addr, &headers).await.expect("open");
+            send.send_data(grpc_frame(&request(b"rl", &[&user])), true)
+                .expect("send");
+            let a = answer(response).await.expect("an answer, not a refusal");
+            assert_eq!(codes(&a), (want, vec![(want, 0)]), "{a:?}");
+        }
+    });
 }
