@@ -180,3 +180,58 @@ fn the_least_used_keys_go_first() {
         }
     }
 }
+
+/// A store already full of exhausted keys: each new key must evict one of
+/// them, and they all end together (one fixed window). The one forgotten
+/// must not be chosen by a fixed order of the keys: keys that survived
+/// earlier evictions would then rank last for good, and every newly
+/// exhausted key (an abuser's) would be the first to get its quota back.
+/// Newly exhausted keys are forgotten no more often than old ones.
+#[test]
+fn keys_exhausted_last_are_not_forgotten_first() {
+    let clock = FakeClock::new();
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .shards(1)
+        .max_keys(1_000)
+        .build();
+    let cheap = rule("cheap", Algorithm::FixedWindow, 1, HOUR);
+    let per_key = rule("per_key", Algorithm::FixedWindow, 5, HOUR);
+    for i in 0..3_000 {
+        clock.advance_micros(1);
+        assert!(store.check_sync(&cheap, &key("old", i), 1, None).allowed);
+    }
+    let old_held = |store: &MemoryStore<FakeClock>| {
+        (0..3_000)
+            .filter(|&i| store.check_sync(&cheap, &key("old", i), 0, None).remaining == 0)
+            .count()
+    };
+    let before = old_held(&store);
+    for i in 0..300 {
+        for _ in 0..5 {
+            clock.advance_micros(1);
+            assert!(store.check_sync(&per_key, &key("new", i), 1, None).allowed);
+        }
+    }
+    let new_held = (0..300)
+        .filter(|&i| {
+            store
+                .check_sync(&per_key, &key("new", i), 0, None)
+                .remaining
+                == 0
+        })
+        .count();
+    let old_lost = 1.0 - old_held(&store) as f64 / before as f64;
+    let new_lost = 1.0 - new_held as f64 / 300.0;
+    eprintln!(
+        "newly exhausted keys lost {:.1}%, older ones {:.1}%",
+        new_lost * 100.0,
+        old_lost * 100.0
+    );
+    assert!(
+        new_lost <= old_lost + 0.2,
+        "newly exhausted keys lost {:.0}%, older ones {:.0}%",
+        new_lost * 100.0,
+        old_lost * 100.0
+    );
+}
