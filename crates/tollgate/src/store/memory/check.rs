@@ -122,12 +122,12 @@ impl Core {
     /// The shard of a fingerprint: the top bits of its second word (tables
     /// use the first).
     #[inline]
-    pub(super) fn shard_index(&self, fp: Fp) -> usize {
+    fn shard_index(&self, fp: Fp) -> usize {
         usize::try_from(fp.1.checked_shr(64 - self.shard_bits).unwrap_or(0)).unwrap_or(0)
     }
 
     /// Makes room after inserting, keeping `protect` (the keys just written).
-    pub(super) fn enforce_caps(&self, table: &mut Table, t: Micros, protect: &[Fp]) {
+    fn enforce_caps(&self, table: &mut Table, t: Micros, protect: &[Fp]) {
         let over_keys = table.len() > self.shard_cap;
         let over_logs = *table.log_entries.get_mut() > self.shard_log_cap;
         if !over_keys && !over_logs {
@@ -158,13 +158,7 @@ impl Core {
     /// The GCRA path: a held key is one compare-and-swap under the shared
     /// lock; its decision is computed after the lock is released.
     #[inline]
-    pub(super) fn check_gcra(
-        &self,
-        rule: &Rule,
-        key: &[u8],
-        cost: u64,
-        when: When<'_>,
-    ) -> Decision {
+    fn check_gcra(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Decision {
         let fp = self.fingerprint(rule, key);
         let shard = &self.shards[self.shard_index(fp)];
         let table = shard.0.read();
@@ -180,13 +174,7 @@ impl Core {
 
     /// The other algorithms: a held key is updated under its own mutex,
     /// under the shared lock.
-    pub(super) fn check_other(
-        &self,
-        rule: &Rule,
-        key: &[u8],
-        cost: u64,
-        when: When<'_>,
-    ) -> Decision {
+    fn check_other(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Decision {
         let fp = self.fingerprint(rule, key);
         let shard = &self.shards[self.shard_index(fp)];
         let t = {
@@ -217,7 +205,7 @@ impl Core {
     /// decided again, `when`, under the exclusive lock: another check may
     /// have created it meanwhile).
     #[cold]
-    pub(super) fn create(
+    fn create(
         &self,
         shard: &Shard,
         rule: &Rule,
@@ -239,13 +227,7 @@ impl Core {
 
     /// Decides and commits one check holding the shard exclusively,
     /// creating the key if needed.
-    pub(super) fn commit_locked(
-        table: &mut Table,
-        rule: &Rule,
-        fp: Fp,
-        t: Micros,
-        cost: u64,
-    ) -> Decision {
+    fn commit_locked(table: &mut Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
             let cell = table.gcra.get_or_insert(fp, rule);
             let (decision, next) = gcra::check(
@@ -279,13 +261,7 @@ impl Core {
 
     /// Evaluates one check against the current state of an exclusively held
     /// shard, changing nothing.
-    pub(super) fn evaluate_locked(
-        table: &Table,
-        rule: &Rule,
-        fp: Fp,
-        t: Micros,
-        cost: u64,
-    ) -> Decision {
+    fn evaluate_locked(table: &Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
             let tat = table.gcra.get(fp).map(|c| GcraState {
                 tat: c.load(Ordering::Acquire),

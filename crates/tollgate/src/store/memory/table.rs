@@ -35,7 +35,7 @@ impl Slot {
     }
 }
 
-pub(super) fn entries_delta(before: usize, after: usize) -> isize {
+fn entries_delta(before: usize, after: usize) -> isize {
     isize::try_from(after).unwrap_or(isize::MAX) - isize::try_from(before).unwrap_or(isize::MAX)
 }
 
@@ -91,14 +91,14 @@ impl GcraTable {
     }
 
     /// `fp` with `class` in its class bits.
-    pub(super) fn with_class(fp: Fp, class: u16) -> Fp {
+    fn with_class(fp: Fp, class: u16) -> Fp {
         Fp(fp.0, (fp.1 >> CLASS_BITS << CLASS_BITS) | u64::from(class))
     }
 
     /// Where `fp`'s probe starts: the low bits of its first word (the shard
     /// index is taken from the second).
     #[inline]
-    pub(super) fn start(&self, fp: Fp) -> usize {
+    fn start(&self, fp: Fp) -> usize {
         let mask = self.slots.len() - 1;
         usize::try_from(fp.0 & mask as u64).unwrap_or(mask)
     }
@@ -168,7 +168,7 @@ impl GcraTable {
     /// Forgets the rules no key names any more, renumbering the classes.
     /// (Not part of `rebuild`: growing runs inside an insert, whose class
     /// may not be in a slot yet.)
-    pub(super) fn forget_unused_rules(&mut self) {
+    fn forget_unused_rules(&mut self) {
         let mut used = vec![false; self.rules.len()];
         for slot in &self.slots {
             if let Some(u) = used.get_mut(usize::from(Self::class(slot.fp))) {

@@ -166,7 +166,8 @@ impl RedisStore {
         };
         let mut retried = false;
         loop {
-            let encode = |out: &mut Vec<u8>, _: &mut super::RuleCache| resp::command(out, args);
+            let encode =
+                |out: &mut Vec<u8>, _: &mut super::encode::RuleCache| resp::command(out, args);
             match conn.call(encode).await? {
                 Reply::Ints(ints) => return Ok(ints.as_slice().to_vec()),
                 Reply::Other(Value::Array(values)) => {

@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
 
+use super::encode::RuleCache;
 use super::resp::{self, Reply};
-use super::{Backend, RedisStore, RuleCache, conn, protocol, store_error};
+use super::{Backend, RedisStore, conn, protocol, store_error};
 use crate::error::StoreError;
 
 /// The heartbeat script's source.

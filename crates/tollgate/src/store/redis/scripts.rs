@@ -9,7 +9,7 @@
 //! Concurrent single checks share one run in batch mode (see `conn.rs` and
 //! [`Scripts::write_checks`]).
 
-use super::resp::{Args as _, Encoder};
+use super::resp::{Args, Encoder};
 use crate::rule::Algorithm;
 use crate::time::Micros;
 
@@ -144,7 +144,7 @@ impl Scripts {
             for key in keys {
                 e.encoded(key);
             }
-            super::push_common_args(&mut e, 1, margin_ms.unwrap_or(0), "c", t);
+            push_common_args(&mut e, 1, margin_ms.unwrap_or(0), "c", t);
             for a in args {
                 e.encoded(a);
             }
@@ -170,7 +170,7 @@ impl Scripts {
         for key in keys {
             e.encoded(key);
         }
-        super::push_common_args(&mut e, n, margin_ms.unwrap_or(0), "b", t);
+        push_common_args(&mut e, n, margin_ms.unwrap_or(0), "b", t);
         e.bytes(&refs);
         for a in tuples {
             e.encoded(a);
@@ -186,5 +186,53 @@ pub(crate) fn code(algorithm: Algorithm) -> u8 {
         Algorithm::FixedWindow => 3,
         Algorithm::SlidingWindow => 4,
         Algorithm::SlidingLog => 5,
+    }
+}
+
+/// `t margin n mode` (see `check.lua`).
+pub(super) fn push_common_args(
+    a: &mut impl Args,
+    n: usize,
+    margin_ms: u64,
+    mode: &str,
+    at: Option<Micros>,
+) {
+    match at {
+        // The common case, encoded once.
+        None if n == 1 && mode == "c" => a.preencoded(NOW_ONE_CHECK.0, NOW_ONE_CHECK.1),
+        None => {
+            a.bytes(b"");
+            a.uint(0);
+            a.uint(n as u64);
+            a.bytes(mode.as_bytes());
+        }
+        Some(t) => {
+            a.uint(t);
+            a.uint(margin_ms);
+            a.uint(n as u64);
+            a.bytes(mode.as_bytes());
+        }
+    }
+}
+
+/// `t margin n mode` of a single check at the server's time (`"" 0 1 c`),
+/// and their RESP encoding.
+const NOW_ONE_CHECK: (&[&[u8]], &[u8]) = (
+    &[b"", b"0", b"1", b"c"],
+    b"$0\r\n\r\n$1\r\n0\r\n$1\r\n1\r\n$1\r\nc\r\n",
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preencoded_arguments_are_what_they_encode() {
+        let mut plain = Vec::new();
+        let mut e = Encoder::append(&mut plain);
+        for arg in NOW_ONE_CHECK.0 {
+            e.bytes(arg);
+        }
+        assert_eq!(plain, NOW_ONE_CHECK.1);
     }
 }

@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::RuleCache;
+use super::encode::RuleCache;
 use super::resp::Reply;
 use super::scripts::Scripts;
 use crate::error::{StoreError, StoreErrorKind};

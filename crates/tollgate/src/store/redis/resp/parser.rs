@@ -1,257 +1,15 @@
-//! RESP2, as much of it as the store speaks: commands encoded straight into
-//! a write buffer (no intermediate command object), and replies parsed from
-//! a read buffer, with a fast path for what every script answers (an array
-//! of integers).
+//! Parsing replies from a read buffer, with a fast path for what every
+//! script answers (an array of integers).
 
-use std::fmt;
-
-use crate::rule::Rule;
-
-/// Where the arguments of a command go: a RESP write buffer, or a redis-rs
-/// `Cmd` (Cluster and TLS connections).
-pub(super) trait Args {
-    /// One argument, as bytes.
-    fn bytes(&mut self, b: &[u8]);
-
-    /// One argument, an unsigned integer in decimal.
-    fn uint(&mut self, v: u64);
-
-    /// Arguments whose RESP encoding, `encoded`, was made beforehand.
-    fn preencoded(&mut self, args: &[&[u8]], encoded: &[u8]) {
-        let _ = encoded;
-        for a in args {
-            self.bytes(a);
-        }
-    }
-
-    /// One argument: the Redis key of (rule, key) under `prefix`.
-    fn redis_key(&mut self, prefix: &str, rule: &Rule, key: &[u8]) {
-        self.bytes(&super::keys::redis_key(
-            prefix,
-            rule.name(),
-            rule.algorithm(),
-            key,
-        ));
-    }
-}
-
-impl Args for redis::Cmd {
-    fn bytes(&mut self, b: &[u8]) {
-        self.arg(b);
-    }
-
-    #[inline]
-    fn uint(&mut self, v: u64) {
-        self.arg(v);
-    }
-}
-
-/// A RESP command being appended to a write buffer.
-///
-/// Each argument is assembled on the stack and appended with one copy: the
-/// encoder is most of what a check costs the client, so it avoids the many
-/// small appends (each a capacity check and a `memcpy` call) a plain
-/// `write!` would make.
-pub(super) struct Encoder<'a> {
-    out: &'a mut Vec<u8>,
-}
-
-/// Room for `$`, a length, `\r\n`, a `u64` and `\r\n`.
-const ROOM: usize = 48;
-
-/// The two decimal digits of every number below 100.
-const PAIRS: &[u8; 200] = b"\
-    0001020304050607080910111213141516171819\
-    2021222324252627282930313233343536373839\
-    4041424344454647484950515253545556575859\
-    6061626364656667686970717273747576777879\
-    8081828384858687888990919293949596979899";
-
-/// Writes `v` in decimal to end just before `end`; returns where it starts.
-#[allow(clippy::cast_possible_truncation)] // remainders by 100 fit anything
-fn digits_before(buf: &mut [u8; ROOM], mut end: usize, mut v: u64) -> usize {
-    while v >= 100 {
-        let pair = (v % 100) as usize * 2;
-        v /= 100;
-        end -= 2;
-        buf[end..end + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-    }
-    if v >= 10 {
-        let pair = v as usize * 2;
-        end -= 2;
-        buf[end..end + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-    } else {
-        end -= 1;
-        buf[end] = b'0' + v as u8;
-    }
-    end
-}
-
-/// Appends `{kind}{n}\r\n`, e.g. `*3\r\n` or `$5\r\n`.
-#[inline]
-fn line_of(out: &mut Vec<u8>, kind: u8, n: usize) {
-    let mut buf = [0u8; ROOM];
-    buf[ROOM - 2..].copy_from_slice(b"\r\n");
-    let start = digits_before(&mut buf, ROOM - 2, n as u64) - 1;
-    buf[start] = kind;
-    out.extend_from_slice(&buf[start..]);
-}
-
-impl<'a> Encoder<'a> {
-    /// Starts a command of `argc` arguments, the command name included.
-    pub(super) fn command(out: &'a mut Vec<u8>, argc: usize) -> Self {
-        line_of(out, b'*', argc);
-        Self { out }
-    }
-
-    /// Continues a command whose start is appended with [`Self::encoded`].
-    pub(super) fn append(out: &'a mut Vec<u8>) -> Self {
-        Self { out }
-    }
-
-    /// Appends bytes encoded beforehand (see `Script::head`).
-    pub(super) fn encoded(&mut self, resp: &[u8]) {
-        self.out.extend_from_slice(resp);
-    }
-
-    /// Starts a bulk string of `len` bytes (the caller appends them and
-    /// its `\r\n`).
-    #[allow(clippy::cast_possible_truncation)] // digits of a number below 100
-    pub(super) fn bulk_header(&mut self, len: usize) {
-        if (10..100).contains(&len) {
-            // Most keys: one fixed-size append.
-            let (tens, ones) = (b'0' + (len / 10) as u8, b'0' + (len % 10) as u8);
-            self.out
-                .extend_from_slice(&[b'$', tens, ones, b'\r', b'\n']);
-        } else {
-            line_of(self.out, b'$', len);
-        }
-    }
-
-    /// Lets `write` append raw bytes.
-    pub(super) fn with_buffer(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
-        write(self.out);
-    }
-}
-
-impl Args for Encoder<'_> {
-    #[inline]
-    fn preencoded(&mut self, _: &[&[u8]], encoded: &[u8]) {
-        self.out.extend_from_slice(encoded);
-    }
-
-    #[inline]
-    fn bytes(&mut self, b: &[u8]) {
-        line_of(self.out, b'$', b.len());
-        self.out.extend_from_slice(b);
-        self.out.extend_from_slice(b"\r\n");
-    }
-
-    #[allow(clippy::cast_possible_truncation)] // v < 10
-    fn uint(&mut self, v: u64) {
-        if v < 10 {
-            let d = b'0' + v as u8;
-            self.out
-                .extend_from_slice(&[b'$', b'1', b'\r', b'\n', d, b'\r', b'\n']);
-            return;
-        }
-        let mut buf = [0u8; ROOM];
-        buf[ROOM - 2..].copy_from_slice(b"\r\n");
-        let digits = digits_before(&mut buf, ROOM - 2, v);
-        buf[digits - 2..digits].copy_from_slice(b"\r\n");
-        let len = (ROOM - 2 - digits) as u64;
-        let start = digits_before(&mut buf, digits - 2, len) - 1;
-        buf[start] = b'$';
-        self.out.extend_from_slice(&buf[start..]);
-    }
-
-    fn redis_key(&mut self, prefix: &str, rule: &Rule, key: &[u8]) {
-        let (name, algorithm) = (rule.name(), rule.algorithm());
-        let len = super::keys::redis_key_len(prefix, name, algorithm, key);
-        line_of(self.out, b'$', len);
-        self.out.reserve(len + 2);
-        super::keys::write_redis_key(self.out, prefix, name, algorithm, key);
-        self.out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// Appends a whole command.
-pub(super) fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
-    let mut e = Encoder::command(out, args.len());
-    for a in args {
-        e.bytes(a);
-    }
-}
-
-/// Replies with at most this many integers are kept inline (a single-pair
-/// script reply has five).
-const INLINE: usize = 5;
-
-/// An array of integers: every script reply.
-#[derive(Clone, PartialEq, Eq)]
-pub(super) enum Ints {
-    /// Short replies, without an allocation.
-    Inline(u8, [i64; INLINE]),
-    /// Longer ones.
-    Heap(Vec<i64>),
-}
-
-impl Ints {
-    pub(super) fn as_slice(&self) -> &[i64] {
-        match self {
-            Ints::Inline(n, v) => &v[..usize::from(*n)],
-            Ints::Heap(v) => v,
-        }
-    }
-}
-
-impl fmt::Debug for Ints {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.as_slice().fmt(f)
-    }
-}
-
-/// Any RESP2 value but errors (handshakes, `PING`, sentinels).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Value {
-    /// A nil bulk string or array.
-    Nil,
-    /// An integer.
-    Int(i64),
-    /// A simple or bulk string.
-    Text(Vec<u8>),
-    /// An array; an error element is kept as its text.
-    Array(Vec<Value>),
-}
-
-impl Value {
-    /// The text of a simple or bulk string.
-    pub(super) fn text(&self) -> Option<&str> {
-        match self {
-            Value::Text(t) => std::str::from_utf8(t).ok(),
-            _ => None,
-        }
-    }
-}
-
-/// One complete reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Reply {
-    /// An array of integers.
-    Ints(Ints),
-    /// An error reply: `NOSCRIPT …`, `READONLY …`, `ERR …`.
-    Error(String),
-    /// Anything else.
-    Other(Value),
-}
+use super::{INLINE, Ints, Reply, Value};
 
 /// Bytes that are not RESP2: the connection cannot be resynchronized.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Malformed(pub(super) String);
+pub(in crate::store::redis) struct Malformed(pub(in crate::store::redis) String);
 
 /// Parses one reply from the start of `buf`: `Ok(None)` when it is not all
 /// there yet, else the reply and how many bytes it took.
-pub(super) fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, Malformed> {
+pub(in crate::store::redis) fn parse(buf: &[u8]) -> Result<Option<(Reply, usize)>, Malformed> {
     match buf.first() {
         None => Ok(None),
         Some(b'*') => {
@@ -353,7 +111,11 @@ fn int_array<'b>(buf: &'b [u8], rest: &mut &'b [u8]) -> Option<(Ints, usize)> {
 /// Index arithmetic over the buffer, one bounds check per byte: about half
 /// the instructions of the general fast path, and a batch's reply is four
 /// integers per check.
-pub(super) fn int_array_of(buf: &[u8], len: usize, ints: &mut Vec<i64>) -> Option<usize> {
+pub(in crate::store::redis) fn int_array_of(
+    buf: &[u8],
+    len: usize,
+    ints: &mut Vec<i64>,
+) -> Option<usize> {
     ints.clear();
     ints.reserve(len);
     let mut rest = buf.get(1..)?;
@@ -561,19 +323,6 @@ mod tests {
         } else {
             Ints::Heap(v.to_vec())
         })
-    }
-
-    #[test]
-    fn commands_are_encoded_as_redis_expects() {
-        let mut out = Vec::new();
-        command(&mut out, &[b"SET", b"k", b""]);
-        let mut e = Encoder::command(&mut out, 2);
-        e.bytes(b"X");
-        e.uint(18_446_744_073_709_551_615);
-        assert_eq!(
-            out,
-            b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n*2\r\n$1\r\nX\r\n$20\r\n18446744073709551615\r\n"
-        );
     }
 
     #[test]

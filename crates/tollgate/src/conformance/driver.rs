@@ -1,0 +1,275 @@
+//! The driver: sends each check to the store and to the reference, and
+//! compares every field; and the helpers that name rules, keys and times
+//! in a [`Failure`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::{Failure, HOUR, Report, START};
+use crate::algorithm::{self, KeyState};
+use crate::decision::{Decision, MultiDecision};
+use crate::rule::{Algorithm, Rule, RuleSpec};
+use crate::store::{KeyCheck, Store};
+use crate::time::{Micros, duration_to_micros};
+
+/// Sends checks to the store and to the reference, and compares.
+pub(super) struct Driver<'a, S> {
+    pub(super) store: &'a S,
+    pub(super) namespace: &'a str,
+    pub(super) report: Report,
+    pub(super) case: String,
+    pub(super) case_index: usize,
+    pub(super) step: usize,
+    /// The kit's clock: only moves forward, across cases too.
+    pub(super) now: Micros,
+    /// Reference state per (rule name, full key).
+    pub(super) states: HashMap<(String, Vec<u8>), KeyState>,
+}
+
+impl<S: Store> Driver<'_, S> {
+    /// Starts a case at the next whole hour plus `offset` µs.
+    pub(super) fn begin(&mut self, name: String, offset: Micros) -> Micros {
+        self.case = name;
+        self.case_index += 1;
+        self.step = 0;
+        self.states.clear();
+        self.report.cases += 1;
+        self.now = (self.now / HOUR + 1) * HOUR + offset;
+        self.now
+    }
+
+    /// `name@namespace/case`: the namespace goes last so that a store which
+    /// runs rule names and keys together shows it (see [`isolation`]).
+    pub(super) fn full_key(&self, name: &[u8]) -> Vec<u8> {
+        let mut key = name.to_vec();
+        key.extend_from_slice(format!("@{}/{}", self.namespace, self.case_index).as_bytes());
+        key
+    }
+
+    pub(super) fn advance(&mut self, t: Micros) {
+        debug_assert!(t >= self.now, "the kit's clock only moves forward");
+        self.now = self.now.max(t);
+    }
+
+    pub(super) fn failure(&self, check: String, expected: String, got: String) -> Failure {
+        Failure {
+            case: self.case.clone(),
+            step: self.step,
+            check,
+            expected,
+            got,
+        }
+    }
+
+    /// One check of `key` under `rule` at `t`; returns the (matching) answer.
+    pub(super) async fn one(
+        &mut self,
+        rule: &Rule,
+        key: &[u8],
+        cost: u64,
+        t: Micros,
+    ) -> Result<Decision, Failure> {
+        self.advance(t);
+        let full = self.full_key(key);
+        let state = self
+            .states
+            .entry((rule.name().to_owned(), full.clone()))
+            .or_default();
+        let want = algorithm::decide(rule, state, t, cost);
+        let got = self.store.check(rule, &full, cost, Some(t)).await;
+        let result = match got {
+            Ok(got) if got == want => Ok(want),
+            other => Err(self.failure(
+                format!(
+                    "check({}, key {}, cost {cost}, at {})",
+                    describe(rule),
+                    show_key(&full),
+                    show_time(t)
+                ),
+                format!("{want:?}"),
+                match other {
+                    Ok(got) => format!("{got:?}"),
+                    Err(e) => format!("store error: {e}"),
+                },
+            )),
+        };
+        self.step += 1;
+        self.report.checks += 1;
+        if !want.allowed {
+            self.report.denied += 1;
+        }
+        result
+    }
+
+    /// One all-or-nothing check of several distinct (rule, key, cost) pairs.
+    pub(super) async fn all(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        t: Micros,
+    ) -> Result<MultiDecision, Failure> {
+        self.advance(t);
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
+        let empty = KeyState::Empty;
+        let evaluated: Vec<Decision> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, cost), key)| {
+                let state = self.states.get(&(rule.name().to_owned(), key.clone()));
+                algorithm::evaluate(rule, state.unwrap_or(&empty), t, cost)
+            })
+            .collect();
+        let decisions: Vec<Decision> = if evaluated.iter().all(|d| d.allowed) {
+            pairs
+                .iter()
+                .zip(&keys)
+                .map(|(&(rule, _, cost), key)| {
+                    let state = self
+                        .states
+                        .entry((rule.name().to_owned(), key.clone()))
+                        .or_default();
+                    algorithm::decide(rule, state, t, cost)
+                })
+                .collect()
+        } else {
+            pairs
+                .iter()
+                .zip(&keys)
+                .zip(evaluated)
+                .map(|((&(rule, _, _), key), d)| {
+                    if d.allowed {
+                        let state = self.states.get(&(rule.name().to_owned(), key.clone()));
+                        algorithm::evaluate(rule, state.unwrap_or(&empty), t, 0)
+                    } else {
+                        d
+                    }
+                })
+                .collect()
+        };
+        let want = MultiDecision {
+            allowed: decisions.iter().all(|d| d.allowed),
+            deciding: deciding(&decisions),
+            decisions,
+        };
+        let checks: Vec<KeyCheck<'_>> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, cost), key)| KeyCheck {
+                rule,
+                key: key.as_slice(),
+                cost,
+            })
+            .collect();
+        let got = self.store.check_all(&checks, Some(t)).await;
+        let result = match got {
+            Ok(got) if got == want => Ok(want.clone()),
+            other => {
+                let listed: Vec<String> = pairs
+                    .iter()
+                    .zip(&keys)
+                    .map(|(&(rule, _, cost), key)| {
+                        format!("({}, key {}, cost {cost})", describe(rule), show_key(key))
+                    })
+                    .collect();
+                Err(self.failure(
+                    format!("check_all([{}], at {})", listed.join(", "), show_time(t)),
+                    format!("{want:?}"),
+                    match other {
+                        Ok(got) => format!("{got:?}"),
+                        Err(e) => format!("store error: {e}"),
+                    },
+                ))
+            }
+        };
+        self.step += 1;
+        self.report.multi_checks += 1;
+        if !want.allowed {
+            self.report.denied += 1;
+        }
+        result
+    }
+}
+
+/// docs/semantics.md, "Several rules in one check": the denying pair with
+/// the longest `retry_after` ("never" longest), or when admitted the pair
+/// with the fewest `remaining`; the first pair on ties.
+pub(super) fn deciding(decisions: &[Decision]) -> usize {
+    if decisions.iter().all(|d| d.allowed) {
+        let fewest = decisions.iter().map(|d| d.remaining).min();
+        decisions
+            .iter()
+            .position(|d| Some(d.remaining) == fewest)
+            .unwrap_or(0)
+    } else {
+        let wait = |d: &Decision| (!d.allowed).then(|| d.retry_after.unwrap_or(Duration::MAX));
+        let longest = decisions.iter().filter_map(wait).max();
+        decisions
+            .iter()
+            .position(|d| wait(d).is_some() && wait(d) == longest)
+            .unwrap_or(0)
+    }
+}
+
+pub(super) fn describe(rule: &Rule) -> String {
+    let burst = if rule.algorithm().has_burst() {
+        format!(" burst {}", rule.burst())
+    } else {
+        String::new()
+    };
+    format!(
+        "rule {} [{} {} per {}us{burst}]",
+        rule.name(),
+        rule.algorithm(),
+        rule.limit(),
+        rule.period_micros()
+    )
+}
+
+pub(super) fn show_key(key: &[u8]) -> String {
+    if key.len() > 80 {
+        format!(
+            "{:?}...({} bytes)",
+            String::from_utf8_lossy(&key[..40]),
+            key.len()
+        )
+    } else {
+        format!("{:?}", String::from_utf8_lossy(key))
+    }
+}
+
+pub(super) fn show_time(t: Micros) -> String {
+    format!("START+{}us", t - START)
+}
+
+pub(super) fn micros(d: Duration) -> Micros {
+    duration_to_micros(d)
+}
+
+pub(super) fn rule(
+    name: &str,
+    algorithm: Algorithm,
+    limit: u64,
+    period: Micros,
+    burst: Option<u64>,
+) -> Rule {
+    let mut spec = RuleSpec::new(name, algorithm, limit, Duration::from_micros(period));
+    spec.burst = burst.filter(|_| algorithm.has_burst());
+    match spec.build() {
+        Ok(rule) => rule,
+        // The kit's own rules are all valid; a failure here is a kit bug.
+        Err(e) => panic!("conformance kit rule {name}: {e}"),
+    }
+}
+
+pub(super) fn label(kind: &str, r: &Rule) -> String {
+    let burst = if r.algorithm().has_burst() {
+        format!(" burst {}", r.burst())
+    } else {
+        String::new()
+    };
+    format!(
+        "{}/{kind} {} per {}us{burst}",
+        r.algorithm(),
+        r.limit(),
+        r.period_micros()
+    )
+}

@@ -1,0 +1,154 @@
+//! Deciding checks: spent from the units at hand when they suffice,
+//! otherwise leased from Redis (one lease in flight per key) and decided
+//! all-or-nothing.
+
+use std::sync::atomic::Ordering;
+
+use futures_util::future::join_all;
+
+use super::plan::Plan;
+use super::{HybridStore, Pair};
+use crate::decision::{Decision, MultiDecision};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::store::{KeyCheck, Store};
+use crate::time::Micros;
+
+impl HybridStore {
+    pub(super) async fn check_one(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+        cost: u64,
+        at: Option<Micros>,
+    ) -> Result<Decision, StoreError> {
+        self.inner.checks.fetch_add(1, Ordering::Relaxed);
+        if at.is_some() || cost == 0 || cost > rule.capacity() {
+            self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            return self.inner.redis.check(rule, key, cost, at).await;
+        }
+        let pair = self.pair(rule, key, cost);
+        // The fast path: units at hand.
+        {
+            let now = self.inner.clock.now();
+            let mut shard = self.inner.shards[pair.shard].lock();
+            if let Some(e) = shard.get_mut(&pair.hash) {
+                e.expire(now);
+                if e.units >= cost {
+                    e.units -= cost;
+                    e.last_used = now;
+                    return Ok(e.admitted(now));
+                }
+                if now < e.not_before {
+                    e.last_used = now;
+                    return Ok(e.denied(now));
+                }
+            }
+        }
+        let decided = self.decide(std::slice::from_ref(&pair)).await?;
+        Ok(decided.decisions[0])
+    }
+
+    pub(super) async fn check_many(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        self.inner.checks.fetch_add(1, Ordering::Relaxed);
+        let mut pairs: Vec<Pair<'_>> = Vec::with_capacity(checks.len());
+        let mut index = Vec::with_capacity(checks.len());
+        for c in checks {
+            let p = self.pair(c.rule, c.key, c.cost);
+            if let Some(i) = pairs.iter().position(|q| q.hash == p.hash) {
+                pairs[i].cost = pairs[i].cost.saturating_add(c.cost);
+                index.push(i);
+            } else {
+                index.push(pairs.len());
+                pairs.push(p);
+            }
+        }
+        if at.is_some()
+            || pairs
+                .iter()
+                .any(|p| p.cost == 0 || p.cost > p.rule.capacity())
+        {
+            self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            return self.inner.redis.check_all(checks, at).await;
+        }
+        let decided = self.decide(&pairs).await?;
+        Ok(MultiDecision::from_decisions(
+            index.into_iter().map(|i| decided.decisions[i]).collect(),
+        ))
+    }
+
+    /// Decides merged pairs (each cost between 1 and its capacity)
+    /// all-or-nothing: locally when every pair has the units, or when one
+    /// is known exhausted; otherwise after leasing (single-flight per key)
+    /// for the pairs that need it.
+    async fn decide(&self, pairs: &[Pair<'_>]) -> Result<MultiDecision, StoreError> {
+        let inner = &*self.inner;
+        let mut shard_ids: Vec<usize> = pairs.iter().map(|p| p.shard).collect();
+        shard_ids.sort_unstable();
+        shard_ids.dedup();
+        // The flight this caller waited for (pair, generation then): its
+        // error is this caller's error.
+        let mut waited: Option<(usize, u64)> = None;
+        loop {
+            let (flights, calls) = match inner.plan(pairs, &shard_ids, waited) {
+                Plan::Done(result) => return result,
+                Plan::Retry => {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                Plan::Wait(notified, w) => {
+                    waited = Some(w);
+                    notified.await;
+                    continue;
+                }
+                Plan::Lease(flights, calls) => (flights, calls),
+            };
+            let sent = inner.clock.now();
+            inner.calls.fetch_add(calls.len() as u64, Ordering::Relaxed);
+            let results = join_all(calls.iter().map(|c| {
+                let rule = pairs[c.pair].rule;
+                inner
+                    .redis
+                    .lease_at(&c.redis_key, rule, c.need, c.n, c.give_back, None)
+            }))
+            .await;
+            let received = inner.clock.now();
+            let mut error = None;
+            // pairs whose lease could not cover their cost: when the same
+            // check would be admitted (µs from `received`)
+            let mut short: Vec<(usize, Option<Micros>)> = Vec::new();
+            for (c, result) in calls.iter().zip(results) {
+                let p = &pairs[c.pair];
+                let mut shard = inner.shards[p.shard].lock();
+                let e = inner.entry(&mut shard, p, received);
+                e.generation += 1;
+                match result {
+                    Ok(lease) => {
+                        e.failed = None;
+                        inner.apply(e, &lease, sent, received);
+                        if lease.units < c.need {
+                            short.push((c.pair, lease.wait_need));
+                        }
+                    }
+                    Err(err) => {
+                        e.failed = Some((e.generation, err.clone()));
+                        error = Some(err);
+                    }
+                }
+            }
+            drop(flights);
+            if let Some(err) = error {
+                return Err(err);
+            }
+            if !short.is_empty() {
+                // Denied by Redis itself: answer now (asking again at once
+                // would be denied again), consuming nothing.
+                return Ok(inner.refused(pairs, &shard_ids, &short, received));
+            }
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! One (rule, key)'s local state: its lease, what it reports, what
+//! forgetting it costs; and the shard table holding the entries.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::{Inner, Pair, Shard};
+use crate::algorithm::Usage;
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::store::redis::keys;
+use crate::store::redis::lease::GiveBack;
+use crate::time::Micros;
+
+/// One (rule, key)'s local state on this replica.
+#[derive(Debug)]
+pub(super) struct Entry {
+    pub(super) rule: Rule,
+    pub(super) redis_key: Box<[u8]>,
+    /// Leased units not spent yet (valid while `now < expires`).
+    pub(super) units: u64,
+    /// Local time the lease ends.
+    pub(super) expires: Micros,
+    /// Units the current lease took, and the size of the next (0: the
+    /// batch).
+    pub(super) leased: u64,
+    pub(super) size: u64,
+    /// The lease's Redis time and reset_after right after it.
+    pub(super) t0: Micros,
+    pub(super) reset_after: Micros,
+    /// Redis's remaining right after the last lease, and the local time it
+    /// was seen (for the reported remaining and reset_after).
+    pub(super) remaining: u64,
+    pub(super) seen: Micros,
+    /// Local time before which asking Redis again is worthless.
+    pub(super) not_before: Micros,
+    /// Units of an expired lease to give back with the next lease.
+    pub(super) give_back: Option<GiveBack>,
+    /// A lease in flight: callers wait for it instead of asking too.
+    pub(super) inflight: Option<Arc<Notify>>,
+    /// Bumped when a lease completes; `failed` holds the error of the last
+    /// one (and its generation) when it failed.
+    pub(super) generation: u64,
+    pub(super) failed: Option<(u64, StoreError)>,
+    pub(super) last_used: Micros,
+}
+
+impl Entry {
+    fn new(rule: Rule, redis_key: Box<[u8]>) -> Self {
+        Self {
+            rule,
+            redis_key,
+            units: 0,
+            expires: 0,
+            leased: 0,
+            size: 0,
+            t0: 0,
+            reset_after: 0,
+            remaining: 0,
+            seen: 0,
+            not_before: 0,
+            give_back: None,
+            inflight: None,
+            generation: 0,
+            failed: None,
+            last_used: 0,
+        }
+    }
+
+    /// Moves the units of an expired lease to `give_back`.
+    #[inline] // called per check from check.rs and plan.rs, other codegen units
+    pub(super) fn expire(&mut self, now: Micros) {
+        if self.units > 0 && now >= self.expires {
+            self.retire();
+        }
+    }
+
+    /// Stops spending the current lease; its units go back with the next.
+    pub(super) fn retire(&mut self) {
+        if self.units > 0 {
+            self.give_back = Some(GiveBack {
+                units: self.units,
+                t0: self.t0,
+                reset_after: self.reset_after,
+            });
+            self.units = 0;
+        }
+    }
+
+    /// What this replica knows of the pair now: remaining (Redis's at the
+    /// last lease plus the units held) and reset_after.
+    #[inline] // called per check from check.rs and plan.rs, other codegen units
+    pub(super) fn view(&self, now: Micros) -> (u64, Duration) {
+        let remaining = self
+            .remaining
+            .saturating_add(self.units)
+            .min(self.rule.capacity());
+        let elapsed = now.saturating_sub(self.seen);
+        (
+            remaining,
+            Duration::from_micros(self.reset_after.saturating_sub(elapsed)),
+        )
+    }
+
+    #[inline] // called per check from check.rs and plan.rs, other codegen units
+    pub(super) fn admitted(&self, now: Micros) -> Decision {
+        let (remaining, reset_after) = self.view(now);
+        Decision {
+            allowed: true,
+            limit: self.rule.capacity(),
+            remaining,
+            reset_after,
+            retry_after: None,
+        }
+    }
+
+    #[inline] // called per check from check.rs and plan.rs, other codegen units
+    pub(super) fn denied(&self, now: Micros) -> Decision {
+        let (_, reset_after) = self.view(now);
+        let retry = Duration::from_micros(self.not_before.saturating_sub(now));
+        Decision {
+            allowed: false,
+            limit: self.rule.capacity(),
+            remaining: 0,
+            reset_after: reset_after.max(retry),
+            retry_after: Some(retry),
+        }
+    }
+
+    /// What forgetting this entry loses, to order evictions: its leased
+    /// units not spent yet (current, or waiting to be given back) as a
+    /// share of the rule's capacity (see [`Usage`]). A remembered denial
+    /// holds none: Redis still has the key's state.
+    fn stake(&self) -> u64 {
+        let held = self
+            .units
+            .saturating_add(self.give_back.map_or(0, |g| g.units));
+        Usage::of(u128::from(held), u128::from(self.rule.capacity()), false).stake()
+    }
+
+    /// Whether forgetting this entry changes nothing.
+    fn is_dead(&self, now: Micros) -> bool {
+        self.inflight.is_none()
+            && (self.units == 0 || now >= self.expires)
+            && self.give_back.is_none()
+            && now >= self.not_before
+    }
+}
+
+/// Clears a lease in flight when its leader finishes or is dropped
+/// (cancelled), and wakes the callers waiting for it.
+pub(super) struct Flight<'a> {
+    pub(super) inner: &'a Inner,
+    pub(super) shard: usize,
+    pub(super) hash: u128,
+    pub(super) notify: Arc<Notify>,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let mut shard = self.inner.shards[self.shard].lock();
+        if let Some(e) = shard.get_mut(&self.hash)
+            && e.inflight
+                .as_ref()
+                .is_some_and(|n| Arc::ptr_eq(n, &self.notify))
+        {
+            e.inflight = None;
+        }
+        drop(shard);
+        self.notify.notify_waiters();
+    }
+}
+
+impl Inner {
+    /// `p`'s entry in its locked shard, created when missing. A full shard
+    /// first forgets dead entries, then an eighth of those without a lease
+    /// in flight, what costs least to forget first: the fewest leased units
+    /// at stake (as a share of the rule's capacity), then the least
+    /// recently used. Forgetting an entry admits nothing Redis would deny
+    /// (Redis holds every key's state); it loses the entry's unspent units
+    /// until the Redis state refills, and a remembered denial costs one
+    /// Redis call to learn again.
+    #[inline] // called per pair from plan.rs, another codegen unit
+    pub(super) fn entry<'s>(
+        &self,
+        shard: &'s mut Shard,
+        p: &Pair<'_>,
+        now: Micros,
+    ) -> &'s mut Entry {
+        if shard.len() >= self.shard_cap && !shard.contains_key(&p.hash) {
+            shard.retain(|_, e| !e.is_dead(now));
+            if shard.len() >= self.shard_cap {
+                let mut ranks: Vec<(u64, Micros, u128)> = shard
+                    .iter()
+                    .filter(|(_, e)| e.inflight.is_none())
+                    .map(|(&hash, e)| (e.stake(), e.last_used, hash))
+                    .collect();
+                let n = (self.shard_cap / 8).max(1).min(ranks.len());
+                if n > 0 {
+                    if n < ranks.len() {
+                        ranks.select_nth_unstable(n - 1);
+                    }
+                    for &(_, _, hash) in &ranks[..n] {
+                        shard.remove(&hash);
+                    }
+                }
+            }
+        }
+        let e = shard.entry(p.hash).or_insert_with(|| {
+            let key = keys::redis_key(
+                self.redis.prefix(),
+                p.rule.name(),
+                p.rule.algorithm(),
+                p.key,
+            );
+            Entry::new(p.rule.clone(), key.into())
+        });
+        e.last_used = now;
+        e
+    }
+}

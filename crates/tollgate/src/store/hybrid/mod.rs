@@ -1,0 +1,308 @@
+//! The hybrid store: a local fast path with Redis as the authority.
+//!
+//! Each replica leases batches of units of a (rule, key) from Redis (one
+//! script run takes up to `batch` units, exactly as one check of that cost
+//! would) and spends them locally; when Redis has nothing to lease, the
+//! replica remembers until when asking again is worthless and denies
+//! locally until then. Redis is called far less than once per check; the
+//! price is a bounded error, derived in `docs/hybrid.md`:
+//!
+//! * **over-admission**: in any interval, at most the units the replicas
+//!   held at its start: at most `replicas × batch`, and at most what was
+//!   leased in the `lease` before it (GCRA and token bucket: `lease / T`);
+//!   none over a run that starts on an unused key, and none for fixed and
+//!   sliding window (a lease ends with its window);
+//! * **under-admission**: units sitting unspent in replicas' leases (at
+//!   most `replicas × batch` at any moment, back at most `lease` later), and
+//!   GCRA / token bucket units of expired leases that cannot be safely given
+//!   back (lease sizes follow each replica's demand to keep those few).
+//!
+//! Leases live at most `lease` (default 1 s, never more than the rule's
+//! period, and never past the end of a fixed or sliding window). Unspent
+//! units of an expired lease are given back in the same Redis call as the
+//! key's next lease.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tollgate::store::hybrid::{HybridOptions, HybridStore};
+//! use tollgate::store::redis::{RedisOptions, RedisStore};
+//! use tollgate::{Algorithm, Limiter, RuleSpec};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let redis = RedisStore::connect("redis://127.0.0.1:6379", RedisOptions::default()).await?;
+//! // five replicas share the limit: each leases 1000 / (10 × 5) = 20 units at a time
+//! let store = HybridStore::new(redis, HybridOptions { replicas: 5, ..HybridOptions::default() });
+//! let rule = RuleSpec::new("per_user", Algorithm::Gcra, 1000, Duration::from_secs(1)).build()?;
+//! let limiter = Limiter::new(store, [rule])?;
+//! let decision = limiter.check("per_user", "alice", 1).await?;
+//! # Ok(()) }
+//! ```
+
+mod check;
+mod entry;
+mod plan;
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use self::entry::Entry;
+use crate::decision::{Decision, MultiDecision};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::store::redis::RedisStore;
+use crate::store::{KeyCheck, Store};
+use crate::time::{Clock, Micros, MonotonicClock, duration_to_micros};
+
+/// How a [`HybridStore`] leases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HybridOptions {
+    /// How many replicas share the limits (default 1): the default batch is
+    /// sized from it.
+    pub replicas: u32,
+    /// Units taken per lease. `None` (default): `capacity / (10 ×
+    /// replicas)`, at least 1. Always capped at the rule's capacity; a
+    /// check costing more leases its cost.
+    pub batch: Option<u64>,
+    /// The longest a lease lives (default 1 s; also never longer than the
+    /// rule's period, nor past the end of a fixed or sliding window).
+    pub lease: Duration,
+    /// Most (rule, key) entries kept locally (default 100,000).
+    pub max_keys: usize,
+}
+
+impl Default for HybridOptions {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            batch: None,
+            lease: Duration::from_secs(1),
+            max_keys: 100_000,
+        }
+    }
+}
+
+impl HybridOptions {
+    /// The batch for `rule`: [`HybridOptions::batch`] or its default,
+    /// between 1 and the rule's capacity.
+    #[must_use]
+    pub fn batch_for(&self, rule: &Rule) -> u64 {
+        let capacity = rule.capacity();
+        let batch = self
+            .batch
+            .unwrap_or(capacity / (10 * u64::from(self.replicas.max(1))));
+        batch.clamp(1, capacity.max(1))
+    }
+
+    /// The longest life of a lease of `rule`, µs: `lease`, at most the
+    /// rule's period, at least 1 µs.
+    #[must_use]
+    pub fn lease_for(&self, rule: &Rule) -> Micros {
+        duration_to_micros(self.lease)
+            .min(rule.period_micros())
+            .max(1)
+    }
+}
+
+/// Local shards (a power of two).
+const SHARDS: usize = 16;
+
+type Shard = HashMap<u128, Entry>;
+
+/// The hybrid store: local leases over a [`RedisStore`]. Cheap to clone:
+/// clones share leases and counters.
+#[derive(Clone)]
+pub struct HybridStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    redis: RedisStore,
+    options: HybridOptions,
+    clock: Box<dyn Clock>,
+    hashers: [RandomState; 2],
+    shards: Vec<Mutex<Shard>>,
+    shard_cap: usize,
+    calls: AtomicU64,
+    checks: AtomicU64,
+}
+
+impl std::fmt::Debug for HybridStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HybridStore")
+            .field("options", &self.inner.options)
+            .field("redis", &self.inner.redis)
+            .field("redis_calls", &self.redis_calls())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HybridStore {
+    /// A hybrid store over `redis`; leases expire by a monotonic clock.
+    #[must_use]
+    pub fn new(redis: RedisStore, options: HybridOptions) -> Self {
+        Self::with_clock(redis, options, MonotonicClock::new())
+    }
+
+    /// A hybrid store whose leases expire by `clock` (tests pass a
+    /// [`crate::FakeClock`]). Decisions still take Redis's time.
+    #[must_use]
+    pub fn with_clock(redis: RedisStore, options: HybridOptions, clock: impl Clock) -> Self {
+        let max_keys = options.max_keys.max(SHARDS);
+        Self {
+            inner: Arc::new(Inner {
+                redis,
+                shard_cap: max_keys / SHARDS,
+                options,
+                clock: Box::new(clock),
+                hashers: [RandomState::new(), RandomState::new()],
+                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                calls: AtomicU64::new(0),
+                checks: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The Redis store leases come from.
+    #[must_use]
+    pub fn redis(&self) -> &RedisStore {
+        &self.inner.redis
+    }
+
+    /// The options.
+    #[must_use]
+    pub fn options(&self) -> &HybridOptions {
+        &self.inner.options
+    }
+
+    /// Redis calls made so far: leases, give-backs and checks passed
+    /// through (peeks, explicit times, costs above capacity).
+    #[must_use]
+    pub fn redis_calls(&self) -> u64 {
+        self.inner.calls.load(Ordering::Relaxed)
+    }
+
+    /// Checks decided so far (a multi-rule check counts once).
+    #[must_use]
+    pub fn checks(&self) -> u64 {
+        self.inner.checks.load(Ordering::Relaxed)
+    }
+
+    /// Local (rule, key) entries held.
+    #[must_use]
+    pub fn local_keys(&self) -> usize {
+        self.inner.shards.iter().map(|s| s.lock().len()).sum()
+    }
+
+    /// Gives back to Redis every unspent leased unit this replica holds,
+    /// one call per key (call it before a replica shuts down). Returns how
+    /// many keys were given back. A failed call is skipped: its units stay
+    /// consumed until the Redis state refills (an under-admission, never an
+    /// over-admission).
+    pub async fn give_back_all(&self) -> usize {
+        let now = self.inner.clock.now();
+        let mut todo = Vec::new();
+        for shard in &self.inner.shards {
+            for e in shard.lock().values_mut() {
+                if e.inflight.is_none() {
+                    e.retire();
+                    e.expires = now;
+                    if let Some(g) = e.give_back.take() {
+                        todo.push((e.rule.clone(), e.redis_key.clone(), g));
+                    }
+                }
+            }
+        }
+        let mut returned = 0;
+        for (rule, key, g) in todo {
+            self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            if (self
+                .inner
+                .redis
+                .lease_at(&key, &rule, 0, 0, Some(g), None)
+                .await)
+                .is_ok()
+            {
+                returned += 1;
+            }
+        }
+        returned
+    }
+
+    /// The local identity of (rule, key): a 128-bit SipHash under random
+    /// keys of the rule's definition and the key.
+    #[inline] // called per check from check.rs, another codegen unit
+    fn hash(&self, rule: &Rule, key: &[u8]) -> u128 {
+        let id = (
+            rule.name(),
+            rule.algorithm(),
+            rule.limit(),
+            rule.period_micros(),
+            rule.burst(),
+            key,
+        );
+        let [a, b] = &self.inner.hashers;
+        (u128::from(a.hash_one(id)) << 64) | u128::from(b.hash_one(id))
+    }
+
+    #[inline] // called per check from check.rs, another codegen unit
+    fn pair<'r>(&self, rule: &'r Rule, key: &'r [u8], cost: u64) -> Pair<'r> {
+        let hash = self.hash(rule, key);
+        Pair {
+            rule,
+            key,
+            hash,
+            // SHARDS is a power of two; the hash's low bits are uniform.
+            shard: usize::try_from(hash % SHARDS as u128).unwrap_or(0),
+            cost,
+        }
+    }
+}
+
+/// One merged pair of a check.
+struct Pair<'r> {
+    rule: &'r Rule,
+    key: &'r [u8],
+    hash: u128,
+    shard: usize,
+    cost: u64,
+}
+
+impl Store for HybridStore {
+    fn check(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+        cost: u64,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        self.check_one(rule, key, cost, at)
+    }
+
+    fn check_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        self.check_many(checks, at)
+    }
+
+    /// Redis answers `PING`: the hybrid store is as reachable as its Redis.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        Store::ping(&self.inner.redis)
+    }
+
+    /// The live-replica heartbeat runs on the Redis store underneath.
+    fn heartbeat(
+        &self,
+        replica: &str,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send {
+        Store::heartbeat(&self.inner.redis, replica, ttl)
+    }
+}

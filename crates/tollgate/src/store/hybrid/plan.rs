@@ -1,0 +1,213 @@
+//! Under the shard locks: what a check does next (decide, wait for another
+//! caller's lease, or lease), recording a lease in its entry, and the
+//! answer when Redis itself denies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::MutexGuard;
+use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
+
+use super::entry::{Entry, Flight};
+use super::{Inner, Pair, Shard};
+use crate::decision::MultiDecision;
+use crate::error::StoreError;
+use crate::store::redis::lease::{GiveBack, Lease};
+use crate::time::Micros;
+
+/// What a check does next.
+pub(super) enum Plan<'a> {
+    /// Decided.
+    Done(Result<MultiDecision, StoreError>),
+    /// Look again.
+    Retry,
+    /// Wait for another caller's lease of pair `.1 .0` (generation `.1 .1`).
+    Wait(OwnedNotified, (usize, u64)),
+    /// Lease for these pairs (this caller leads their flights).
+    Lease(Vec<Flight<'a>>, Vec<LeaseCall>),
+}
+
+/// One lease to run.
+pub(super) struct LeaseCall {
+    pub(super) pair: usize,
+    pub(super) redis_key: Box<[u8]>,
+    pub(super) give_back: Option<GiveBack>,
+    pub(super) need: u64,
+    pub(super) n: u64,
+}
+
+impl Inner {
+    /// Under the locks of every shard `pairs` touch (in index order, so a
+    /// multi-rule check is atomic against every other check): decide, or
+    /// say what to wait for or lease.
+    pub(super) fn plan<'a>(
+        &'a self,
+        pairs: &[Pair<'_>],
+        shard_ids: &[usize],
+        waited: Option<(usize, u64)>,
+    ) -> Plan<'a> {
+        let now = self.clock.now();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = shard_ids
+            .iter()
+            .map(|&s| (s, self.shards[s].lock()))
+            .collect();
+        let mut blocked = false;
+        let mut all_ready = true;
+        let mut wait_for: Option<(usize, Arc<Notify>, u64)> = None;
+        let mut to_lease: Vec<usize> = Vec::new();
+        for (i, p) in pairs.iter().enumerate() {
+            let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
+            e.expire(now);
+            if let (Some((w, generation)), Some((g, err))) = (waited, &e.failed)
+                && w == i
+                && *g == generation + 1
+            {
+                return Plan::Done(Err(err.clone()));
+            }
+            if e.units >= p.cost {
+                continue;
+            }
+            all_ready = false;
+            if now < e.not_before {
+                blocked = true;
+            } else if let Some(n) = &e.inflight {
+                if wait_for.is_none() {
+                    wait_for = Some((i, n.clone(), e.generation));
+                }
+            } else {
+                to_lease.push(i);
+            }
+        }
+        if all_ready || blocked {
+            let mut out = Vec::with_capacity(pairs.len());
+            for p in pairs {
+                let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
+                if all_ready {
+                    e.units -= p.cost;
+                    out.push(e.admitted(now));
+                } else if e.units < p.cost && now < e.not_before {
+                    out.push(e.denied(now));
+                } else {
+                    // would have admitted: what this replica knows, unchanged
+                    out.push(e.admitted(now));
+                }
+            }
+            return Plan::Done(Ok(MultiDecision::from_decisions(out)));
+        }
+        if to_lease.is_empty() {
+            return match wait_for {
+                Some((i, notify, generation)) => {
+                    Plan::Wait(notify.notified_owned(), (i, generation))
+                }
+                None => Plan::Retry,
+            };
+        }
+        let mut flights = Vec::with_capacity(to_lease.len());
+        let mut calls = Vec::with_capacity(to_lease.len());
+        for i in to_lease {
+            let p = &pairs[i];
+            let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
+            // Size leases to this replica's demand for the key: a lease
+            // spent out before it expired doubles the next (up to the
+            // batch); one that expired with units unspent makes the next
+            // what was spent.
+            let batch = self.options.batch_for(p.rule);
+            let current = if e.size == 0 { batch } else { e.size };
+            e.size = match e.give_back {
+                Some(g) => e.leased.saturating_sub(g.units),
+                None if e.units == 0 && e.leased > 0 && now < e.expires => {
+                    current.saturating_mul(2)
+                }
+                None => current,
+            }
+            .clamp(1, batch);
+            // Units too few for this cost go back with the new lease.
+            e.retire();
+            let notify = Arc::new(Notify::new());
+            e.inflight = Some(notify.clone());
+            flights.push(Flight {
+                inner: self,
+                shard: p.shard,
+                hash: p.hash,
+                notify,
+            });
+            calls.push(LeaseCall {
+                pair: i,
+                redis_key: e.redis_key.clone(),
+                give_back: e.give_back.take(),
+                need: p.cost,
+                n: e.size.max(p.cost),
+            });
+        }
+        Plan::Lease(flights, calls)
+    }
+}
+
+impl Inner {
+    /// Records a lease in its entry.
+    pub(super) fn apply(&self, e: &mut Entry, lease: &Lease, sent: Micros, received: Micros) {
+        if lease.units > 0 {
+            let mut life = self.options.lease_for(&e.rule);
+            if let Some(end) = lease.window_end {
+                life = life.min(end.saturating_sub(lease.t));
+            }
+            e.units = lease.units;
+            e.leased = lease.units;
+            // From the time the call was sent: the lease was taken after
+            // it, so the local expiry is never later than the real one.
+            e.expires = sent.saturating_add(life);
+            e.t0 = lease.t;
+        }
+        e.reset_after = lease.reset_after;
+        e.remaining = lease.remaining;
+        e.seen = received;
+        // Units left in Redis: worth asking as soon as the local ones run
+        // out. None: not before `n` units are back (asking for fewer would
+        // mostly be answered with fewer, at the cost of more calls).
+        e.not_before = match lease.wait {
+            _ if lease.remaining > 0 => 0,
+            Some(0) => 0,
+            Some(w) => received.saturating_add(w),
+            None => received.saturating_add(e.rule.period_micros()),
+        };
+    }
+
+    /// The answer to a check one of whose leases (`short`: pair, wait in
+    /// µs from `now`) could not cover its cost: denied, nothing consumed.
+    pub(super) fn refused(
+        &self,
+        pairs: &[Pair<'_>],
+        shard_ids: &[usize],
+        short: &[(usize, Option<Micros>)],
+        now: Micros,
+    ) -> MultiDecision {
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> = shard_ids
+            .iter()
+            .map(|&s| (s, self.shards[s].lock()))
+            .collect();
+        let out = pairs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
+                match short.iter().find(|s| s.0 == i) {
+                    Some(&(_, wait)) => {
+                        let mut d = e.denied(now);
+                        d.remaining = e.view(now).0;
+                        d.retry_after = wait.map(Duration::from_micros);
+                        d.reset_after = d.reset_after.max(d.retry_after.unwrap_or_default());
+                        d
+                    }
+                    None => e.admitted(now),
+                }
+            })
+            .collect();
+        MultiDecision::from_decisions(out)
+    }
+}
+
+fn shard_mut<'a>(guards: &'a mut [(usize, MutexGuard<'_, Shard>)], shard: usize) -> &'a mut Shard {
+    let i = guards.iter().position(|g| g.0 == shard).unwrap_or(0);
+    &mut guards[i].1
+}

@@ -1,0 +1,151 @@
+//! Running the scripts: `EVALSHA`, falling back to `EVAL`, over the lean
+//! connection or redis-rs, and reading the decisions from their replies.
+
+use std::time::Duration;
+
+use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
+
+use super::conn::{self, Conn};
+use super::encode::{Pair, Pairs, RuleCache, Run, encode_run, script_args};
+use super::resp::{Ints, Reply};
+use super::scripts::Script;
+use super::{Backend, RedisStore, protocol, store_error};
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::time::Micros;
+
+impl RedisStore {
+    pub(super) async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StoreError> {
+        self.query_raw(cmd).await.map_err(|e| store_error(&e))
+    }
+
+    /// Runs `cmd` over a redis-rs connection (TLS or Cluster).
+    pub(super) async fn query_raw<T: redis::FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+    ) -> Result<T, RedisError> {
+        match &self.inner.backend {
+            Backend::Standalone(c) => cmd.query_async(&mut c.clone()).await,
+            Backend::Cluster { client, conn } => {
+                let c = conn
+                    .get_or_try_init(|| client.get_async_connection())
+                    .await?;
+                cmd.query_async(&mut c.clone()).await
+            }
+            Backend::Lean(_) => Err(RedisError::from((
+                ErrorKind::Client,
+                "tollgate: query_raw on a lean connection",
+            ))),
+        }
+    }
+
+    /// Runs `script` over `pairs` in `mode`, falling back from EVALSHA to
+    /// EVAL when the server lost its script cache. Returns the script's time
+    /// and one decision per pair.
+    pub(super) async fn run(
+        &self,
+        script: &Script,
+        pairs: &[Pair<'_>],
+        mode: &str,
+        at: Option<Micros>,
+    ) -> Result<(Micros, Vec<Decision>), StoreError> {
+        let reply = self.eval(script, Pairs::Many(pairs), mode, at).await?;
+        parse_reply(reply.as_slice(), pairs)
+    }
+
+    /// Runs `script` and returns its integers, falling back from EVALSHA
+    /// to EVAL on `NOSCRIPT` (after a restart, a failover or `SCRIPT
+    /// FLUSH`), and, behind Sentinel, trying once more on `READONLY` (the
+    /// master was demoted; nothing ran, and the connection looks the new
+    /// master up).
+    pub(super) async fn eval(
+        &self,
+        script: &Script,
+        pairs: Pairs<'_, '_>,
+        mode: &str,
+        at: Option<Micros>,
+    ) -> Result<Ints, StoreError> {
+        let run = Run { pairs, mode, at };
+        let (prefix, margin_ms) = (self.inner.prefix.as_str(), self.inner.margin_ms);
+        let Backend::Lean(conn) = &self.inner.backend else {
+            let build = |verb: &str, body: &str| {
+                let mut cmd = redis::cmd(verb);
+                cmd.arg(body).arg(pairs.len());
+                script_args(&mut cmd, prefix, margin_ms, run);
+                cmd
+            };
+            let reply: Vec<i64> = match self.query_raw(&build("EVALSHA", &script.sha)).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => self
+                    .query_raw(&build("EVAL", script.source))
+                    .await
+                    .map_err(|e| store_error(&e))?,
+                other => other.map_err(|e| store_error(&e))?,
+            };
+            return Ok(Ints::Heap(reply));
+        };
+        lean_eval(conn, |by_sha| {
+            conn.call(move |out: &mut Vec<u8>, cache: &mut RuleCache| {
+                encode_run(out, cache, script, by_sha, prefix, margin_ms, run);
+            })
+        })
+        .await
+    }
+}
+
+/// Runs a script on the lean connection through `call(by_sha)`, falling
+/// back from `EVALSHA` to `EVAL` on `NOSCRIPT` (nothing ran), and, behind
+/// Sentinel, trying once more on `READONLY` (the master was demoted;
+/// nothing ran, and the connection looks the new master up).
+pub(super) async fn lean_eval<F, C>(conn: &Conn, mut call: F) -> Result<Ints, StoreError>
+where
+    F: FnMut(bool) -> C,
+    C: Future<Output = Result<Reply, StoreError>>,
+{
+    let (mut by_sha, mut retried) = (true, false);
+    loop {
+        match call(by_sha).await? {
+            Reply::Ints(ints) => return Ok(ints),
+            Reply::Error(e) if by_sha && e.starts_with("NOSCRIPT") => by_sha = false,
+            Reply::Error(e) if !retried && e.starts_with("READONLY") && conn.follows_sentinel() => {
+                retried = true;
+            }
+            Reply::Error(e) => return Err(conn::server_error(&e)),
+            Reply::Other(v) => return Err(protocol(format!("the script answered {v:?}"))),
+        }
+    }
+}
+
+/// One pair's decision from its four integers.
+#[inline] // called per check from check.rs, another codegen unit
+pub(super) fn decision(r: &[i64], rule: &Rule) -> Result<Decision, StoreError> {
+    let unsigned = |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
+    Ok(Decision {
+        allowed: r[0] == 1,
+        limit: rule.capacity(),
+        remaining: unsigned(r[1])?,
+        reset_after: Duration::from_micros(unsigned(r[2])?),
+        retry_after: if r[3] < 0 {
+            None
+        } else {
+            Some(Duration::from_micros(unsigned(r[3])?))
+        },
+    })
+}
+
+fn parse_reply(reply: &[i64], pairs: &[Pair<'_>]) -> Result<(Micros, Vec<Decision>), StoreError> {
+    if reply.len() != 1 + 4 * pairs.len() {
+        return Err(protocol(format!(
+            "script replied {} integers for {} pairs",
+            reply.len(),
+            pairs.len()
+        )));
+    }
+    let t = u64::try_from(reply[0]).map_err(|_| protocol(format!("negative time {}", reply[0])))?;
+    let decisions = reply[1..]
+        .chunks_exact(4)
+        .zip(pairs)
+        .map(|(r, p)| decision(r, p.rule))
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    Ok((t, decisions))
+}
