@@ -44,7 +44,7 @@ impl RedisStore {
         at: Option<Micros>,
     ) -> Result<Decision, StoreError> {
         let reply = match &self.inner.backend {
-            // May share a script run with other checks (see `conn.rs`).
+            // May share a script run with other checks (see `conn/`).
             Backend::Lean(conn) => {
                 let (code, prefix) = (scripts::code(rule.algorithm()), &*self.inner.prefix);
                 lean_eval(conn, |by_sha| {

@@ -15,7 +15,7 @@
 //!   keys hashed.
 //! * **Connections**: one connection per node carries every concurrent
 //!   check, pipelined. Standalone and Sentinel over plain TCP use
-//!   tollgate's own connection (`conn.rs`: commands encoded straight into
+//!   tollgate's own connection (`conn/`: commands encoded straight into
 //!   one write buffer, one `write` per batch, replies parsed in order: an
 //!   eighth of redis-rs's client instructions per check; concurrent single
 //!   checks batched into one script run, which costs Redis well under half
@@ -98,7 +98,7 @@ impl Default for RedisOptions {
 
 enum Backend {
     /// Standalone or Sentinel over plain TCP: tollgate's own pipelined
-    /// connection (see `conn.rs`).
+    /// connection (see `conn/`).
     Lean(Conn),
     /// Standalone over TLS (`rediss://`): redis-rs.
     Standalone(ConnectionManager),

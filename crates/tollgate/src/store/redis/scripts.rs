@@ -6,7 +6,7 @@
 //! `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store falls
 //! back to `EVAL`, which also caches the script again.
 //!
-//! Concurrent single checks share one run in batch mode (see `conn.rs` and
+//! Concurrent single checks share one run in batch mode (see `conn/` and
 //! [`Scripts::write_checks`]).
 
 use super::resp::{Args, Encoder};
