@@ -53,7 +53,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value, json};
 use tollgate::{Check, Decision, Error, MAX_KEY_LEN, MultiDecision};
 use tollgate_tower::headers::{HeaderOptions, PolicyCache, insert_headers, insert_policy};
-use tollgate_tower::response::{DEGRADED_STORE_UNAVAILABLE, TOLLGATE_DEGRADED};
+use tollgate_tower::response::{DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, TOLLGATE_DEGRADED};
 
 use crate::config::OnError;
 use crate::gate::{Gate, Refusal, Verdict};
@@ -222,10 +222,6 @@ impl Api {
         }
     }
 }
-
-/// The `tollgate-degraded` value when the in-process fallback decided
-/// (`on_error = "local"`).
-pub const DEGRADED_LOCAL: &str = "local";
 
 fn json_response(status: StatusCode, value: &Value) -> Response<ApiBody> {
     let mut bytes = serde_json::to_vec(value).unwrap_or_default();
@@ -1016,8 +1012,7 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
                 );
             }
             if degraded.is_some() {
-                res.headers_mut()
-                    .insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));
+                res.headers_mut().insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
             }
         }
     }

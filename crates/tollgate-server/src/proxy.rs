@@ -46,11 +46,10 @@ use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_
 use tollgate_tower::headers::{HeaderOptions, insert_headers, insert_policy, is_list_field};
 use tollgate_tower::key::KeyExtractor;
 use tollgate_tower::response::{
-    DEGRADED_STORE_UNAVAILABLE, MISSING_KEY, TOLLGATE_DEGRADED, problem, store_unavailable,
-    too_many_requests,
+    DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, MISSING_KEY, TOLLGATE_DEGRADED, problem,
+    store_unavailable, too_many_requests,
 };
 
-use crate::api::DEGRADED_LOCAL;
 use crate::config::{Config, OnError, OnMissingKey};
 use crate::gate::{Gate, Refusal, Throttle};
 use crate::link::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
@@ -226,14 +225,13 @@ impl Proxy {
                 if !verdict.multi.allowed {
                     let mut res: Response<String> = too_many_requests(&pairs, self.headers);
                     if degraded.is_some() {
-                        res.headers_mut()
-                            .insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));
+                        res.headers_mut().insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
                     }
                     return res.map(full);
                 }
                 insert_headers(&mut extra, &pairs, None, self.headers);
                 if degraded.is_some() {
-                    extra.insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));
+                    extra.insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
                 }
             }
         }
