@@ -51,12 +51,12 @@ use tokio_stream::wrappers::ReceiverStream;
 use tollgate_tower::headers::HeaderOptions;
 
 use crate::api::Api;
-use crate::check::open_store;
 use crate::config::Config;
 use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::service::EnvoyService;
 use crate::envoy::wire::RateLimitServer;
 use crate::gate::Gate;
+use crate::gate::open_store;
 use crate::inline::Inline;
 use crate::proxy::Proxy;
 
