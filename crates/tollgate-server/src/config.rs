@@ -49,7 +49,6 @@ use crate::cidr::Cidr;
 use crate::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
-use crate::terminal::Escaped;
 use crate::upstream::Upstream;
 
 mod syntax;
@@ -80,6 +79,10 @@ pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a check answers when the store fails (`on_error`): the library's
 /// policy, [`tollgate::OnError`].
 pub use tollgate::OnError;
+
+/// A config file's problems, as `validate` reports them; defined in
+/// [`crate::config_file`], which the Envoy loader shares.
+pub use crate::config_file::{ConfigError, ConfigErrors};
 
 /// `[store]`: where state is kept and what happens when it fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,56 +277,6 @@ impl PartialEq for EnvoyConfig {
 }
 
 impl Eq for EnvoyConfig {}
-
-/// One problem in a config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The file, as named by the caller.
-    pub file: String,
-    /// 1-based line, when the problem has one.
-    pub line: Option<usize>,
-    /// The field at fault (`store.url`, `rules[1].limit`); `None` for TOML
-    /// syntax errors and unreadable files.
-    pub field: Option<String>,
-    /// Why it is wrong.
-    pub message: String,
-}
-
-/// Shown escaped ([`Escaped`]): a field or message may quote a config
-/// file's own text, which must not reach the terminal raw.
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", Escaped(&self.file))?;
-        if let Some(line) = self.line {
-            write!(f, ":{line}")?;
-        }
-        if let Some(field) = &self.field {
-            write!(f, ": {}", Escaped(field))?;
-        }
-        write!(f, ": {}", Escaped(&self.message))
-    }
-}
-
-/// Every problem found in a config file, in line order. Never empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigErrors {
-    /// The problems.
-    pub errors: Vec<ConfigError>,
-}
-
-impl fmt::Display for ConfigErrors {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, e) in self.errors.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            e.fmt(f)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigErrors {}
 
 impl Config {
     /// Reads and validates the config file at `path`. Errors name the file

@@ -59,7 +59,7 @@ use yaml_rust2::Event;
 use yaml_rust2::parser::Parser;
 use yaml_rust2::scanner::TScalarStyle;
 
-use crate::config::{ConfigError, ConfigErrors};
+use crate::config_file::{ConfigError, ConfigErrors};
 
 /// An envoyproxy/ratelimit time unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
