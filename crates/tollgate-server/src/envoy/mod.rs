@@ -3,6 +3,7 @@
 //! as tollgate rules with the same store and semantics as every other rule.
 
 pub mod deadline;
+pub mod grpc;
 pub mod limits;
 pub mod service;
 pub mod wire;
