@@ -48,8 +48,8 @@ use toml::de::{DeTable, DeValue};
 use crate::cidr::Cidr;
 use crate::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
+use crate::proxy::upstream::Upstream;
 use crate::store_url::StoreUrl;
-use crate::upstream::Upstream;
 
 mod syntax;
 

@@ -28,6 +28,11 @@
 //! Refused before any check: `CONNECT` (501) and a request whose host is
 //! ambiguous or missing (400, see `refuse`). An absolute-form request is
 //! forwarded with its target's host as `Host` (the host `host` keys read).
+//!
+//! The folder: this file is the proxy service ([`Proxy`]); [`pool`] keeps
+//! the HTTP/1.1 connections to the upstream and sends on them;
+//! [`upstream`] is the `--upstream` URL and how a request's target maps
+//! onto it.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -52,8 +57,12 @@ use tollgate_tower::response::{
 
 use crate::config::{Config, OnError, OnMissingKey};
 use crate::gate::{Gate, Refusal, Throttle};
-use crate::link::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
-use crate::upstream::Upstream;
+
+pub mod pool;
+pub mod upstream;
+
+use pool::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
+use upstream::Upstream;
 
 /// The body of a proxied response: the upstream's, streamed, or one made
 /// here (429, 502, ...).
@@ -69,7 +78,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reverse proxy: rules with their key extractors, the client-address
 /// policy, and a pool of HTTP/1.1 connections to the upstream
-/// ([`crate::link`]).
+/// ([`pool`]).
 #[derive(Debug)]
 pub struct Proxy {
     gate: Arc<Gate>,
@@ -294,7 +303,7 @@ impl Proxy {
         // that takes longer is not cut off while it moves.
         let upload = has_body.then(Upload::new);
         let upstream_req = Request::from_parts(parts, Outgoing::new(body, upload.clone()));
-        let sent = crate::link::send(
+        let sent = pool::send(
             &self.links,
             &self.address,
             self.connect_timeout,
