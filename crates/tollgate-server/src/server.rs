@@ -293,7 +293,7 @@ pub async fn run(
 /// with the service `make` builds for each connection's peer, until
 /// `shutdown` resolves; then drains. A client that takes nothing of an
 /// answer for a whole `send_timeout` period is closed. For a service of your own behind
-/// tollgate's connection handling; `examples/http_ceiling.rs` uses it to
+/// tollgate's connection handling; `bench/tools/http_ceiling.rs` uses it to
 /// measure what the HTTP layer alone costs a check.
 pub async fn serve_with<M, S, B>(
     listener: TcpListener,

@@ -21,7 +21,8 @@ fn push_u64(out: &mut Vec<u8>, n: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-/// Appends one decision object, fields in CONTRACT.md's order; `allowed`
+/// Appends one decision object, fields in the order of docs/http-api.md
+/// (`POST /v1/check`, the answer); `allowed`
 /// is given apart (the top level shows the combined answer).
 fn push_decision(out: &mut Vec<u8>, allowed: bool, rule: &str, d: &Decision) {
     out.extend_from_slice(if allowed {

@@ -1,7 +1,8 @@
-//! The HTTP API (CONTRACT.md, "HTTP API"): `POST /v1/check`,
+//! The HTTP API (docs/http-api.md): `POST /v1/check`,
 //! `GET /v1/rules`, `/healthz`, `/readyz`, `/metrics`.
 //!
-//! Choices CONTRACT.md leaves open:
+//! How it answers where a client could expect otherwise (docs/http-api.md
+//! says the same for clients):
 //!
 //! * The check body is strict: unknown fields are 400 (as in the config
 //!   file), `rule`+`key` and `checks` are exclusive, `checks` holds 1 to

@@ -1,4 +1,4 @@
-//! The TOML config file (CONTRACT.md, "Config file").
+//! The TOML config file (docs/config.md).
 //!
 //! [`Config::parse`] reads the file into a spanned TOML document and checks
 //! it field by field, so one pass reports **every** problem, each with its

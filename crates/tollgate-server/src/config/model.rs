@@ -114,7 +114,7 @@ pub struct HttpConfig {
 #[non_exhaustive]
 pub enum OnMissingKey {
     /// Key the rule by the empty value: every such request shares one
-    /// bucket. The default (CONTRACT.md: never an error).
+    /// bucket. The default (docs/config.md, `[proxy]`: never an error).
     #[default]
     Empty,
     /// The rule does not apply to the request.

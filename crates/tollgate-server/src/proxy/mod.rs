@@ -1,5 +1,4 @@
-//! The reverse proxy (`--proxy ADDR --upstream URL`, CONTRACT.md "Reverse
-//! proxy").
+//! The reverse proxy (`--proxy ADDR --upstream URL`, docs/proxy.md).
 //!
 //! Every request is checked against every rule in ONE all-or-nothing
 //! check at cost 1, each rule keyed by its `key` extractor (a rule without
