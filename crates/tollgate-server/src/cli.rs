@@ -1,4 +1,4 @@
-//! Command-line flags (CONTRACT.md, "Command line"), parsed with clap.
+//! Command-line flags (docs/cli.md), parsed with clap.
 
 use std::path::PathBuf;
 

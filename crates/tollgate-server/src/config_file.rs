@@ -2,10 +2,18 @@
 //! trusting what the path names: only a regular file is read, and only up to
 //! [`MAX_FILE_BYTES`]. A FIFO would block `validate` and `serve` forever and
 //! `/dev/zero` would fill memory; both are refused with a message instead.
+//!
+//! Also what a config file's problems are reported as ([`ConfigError`],
+//! [`ConfigErrors`]), by the TOML config (`config`) and the Envoy loader
+//! (`envoy::limits`) alike: both take them from here, so neither imports
+//! the other for them.
 
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::Read as _;
 use std::path::Path;
+
+use crate::terminal::Escaped;
 
 /// The most bytes of one config file (TOML or Envoy YAML).
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -59,6 +67,56 @@ fn open_nonblocking(path: &Path) -> std::io::Result<File> {
 fn open_nonblocking(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().read(true).open(path)
 }
+
+/// One problem in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, as named by the caller.
+    pub file: String,
+    /// 1-based line, when the problem has one.
+    pub line: Option<usize>,
+    /// The field at fault (`store.url`, `rules[1].limit`); `None` for TOML
+    /// syntax errors and unreadable files.
+    pub field: Option<String>,
+    /// Why it is wrong.
+    pub message: String,
+}
+
+/// Shown escaped ([`Escaped`]): a field or message may quote a config
+/// file's own text, which must not reach the terminal raw.
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Escaped(&self.file))?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ": {}", Escaped(field))?;
+        }
+        write!(f, ": {}", Escaped(&self.message))
+    }
+}
+
+/// Every problem found in a config file, in line order. Never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors {
+    /// The problems.
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            e.fmt(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
 
 #[cfg(test)]
 mod tests {

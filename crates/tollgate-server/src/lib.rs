@@ -6,36 +6,31 @@
 //! * [`server::run`]: `tollgate serve` — the [`api`] (HTTP JSON API,
 //!   `/metrics`, health) and the [`proxy`] (reverse proxy) over one
 //!   [`gate::Gate`] (limiter, failure policy, circuit breaker, metrics).
-//! * [`serve`]: the flags laid over the config file.
+//! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
+//!   file), `validate`, `replay` and `check`.
 //!
 //! * [`config`]: the TOML config file, validated field by field so
 //!   `validate` reports every problem with its line; [`config_file`] reads
 //!   it (and every Envoy file) only from a regular file of bounded size.
 //! * [`store_url`], [`key`], [`cidr`]: the parsers the config uses for
 //!   store URLs, proxy key extractors and `trusted_proxies`.
-//! * [`validate`] and [`replay`]: the subcommands.
 //! * [`cli`]: the command-line flags.
 
 // Library code handles every failure; tests may unwrap.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod api;
-pub mod check;
 pub mod cli;
+pub mod cmd;
 pub mod config;
 pub mod config_file;
 pub mod envoy;
 pub mod gate;
 pub mod inline;
-pub mod link;
 pub mod metrics;
 pub mod proxy;
-pub mod replay;
-pub mod serve;
 pub mod server;
 pub mod terminal;
-pub mod upstream;
-pub mod validate;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.
 pub use tollgate::store::url as store_url;

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use tokio::net::TcpListener;
 use tollgate_server::cli::{Cli, Command, ServeArgs};
+use tollgate_server::cmd::{check, replay, serve, validate};
 use tollgate_server::server::{self, Listeners};
-use tollgate_server::{check, replay, serve, validate};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc: a check allocates a few small buffers (the request, the

@@ -1,5 +1,5 @@
 //! The HTTP API end to end: the real `tollgate serve` binary on a free
-//! port, every status code and error of CONTRACT.md, RateLimit headers
+//! port, every status code and error of docs/http-api.md, RateLimit headers
 //! parsed as structured fields, multi-rule all-or-nothing.
 
 mod common;

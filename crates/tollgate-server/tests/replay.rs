@@ -1,5 +1,5 @@
 //! `tollgate replay` end to end: the real binary on traces whose expected
-//! decisions were worked out by hand from SEMANTICS.md (the arithmetic is in
+//! decisions were worked out by hand from docs/semantics.md (the arithmetic is in
 //! the comments; times in the comments are ms unless marked µs).
 
 mod common;
@@ -181,8 +181,9 @@ fn gcra_by_hand() {
     assert_replay_rule(GCRA_FINE_IN, GCRA_FINE_OUT, "g_fine");
 }
 
-// Token bucket is the same policy as GCRA (SEMANTICS.md), so the hand-worked
-// GCRA rows hold for it too: capacity 4 tokens, refill 2 per second.
+// Token bucket is the same policy as GCRA (docs/semantics.md, "Token
+// bucket"), so the hand-worked GCRA rows hold for it too: capacity 4
+// tokens, refill 2 per second.
 #[test]
 fn token_bucket_by_hand() {
     assert_replay_rule(GCRA_IN, GCRA_OUT, "tb");

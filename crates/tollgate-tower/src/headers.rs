@@ -1,5 +1,5 @@
 //! RateLimit header fields (draft-ietf-httpapi-ratelimit-headers, as
-//! CONTRACT.md fixes them) and `Retry-After`.
+//! docs/headers.md fixes them) and `Retry-After`.
 //!
 //! ```text
 //! RateLimit-Policy: "per_user";q=100;w=1
@@ -233,8 +233,9 @@ fn insert_rest(
         );
     }
     if options.legacy {
-        // The deciding pair speaks for all (SEMANTICS.md: on a denial, the
-        // denying one with the longest wait).
+        // The deciding pair speaks for all (docs/semantics.md, "Several
+        // rules in one check": on a denial, the denying one with the
+        // longest wait).
         let deciding = MultiDecision::deciding_index(rules.iter().map(|(_, d)| *d));
         if let Some((_, d)) = rules.get(deciding) {
             headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));

@@ -1,8 +1,14 @@
 //! The Envoy rate limit service (`--grpc`): envoyproxy/ratelimit YAML
 //! configs loaded unchanged ([`limits`]), their descriptor limits enforced
 //! as tollgate rules with the same store and semantics as every other rule.
+//!
+//! The folder: [`limits`] (the YAML files: reader, schema check, descriptor
+//! trees, store keys), [`service`] (deciding a `ShouldRateLimit`),
+//! [`wire`] (its request as bytes-valued messages), [`grpc`] (the tonic
+//! service over them), [`deadline`] (the request body's time bound).
 
 pub mod deadline;
+pub mod grpc;
 pub mod limits;
 pub mod service;
 pub mod wire;

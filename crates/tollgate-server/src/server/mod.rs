@@ -29,14 +29,16 @@
 //! timer for every request head, which cost about 4% of a check; the
 //! watchdog's one timer per connection fires every [`HEAD_TIMEOUT`] and
 //! compares two counters.
+//!
+//! The folder: this file opens the front doors and serves each
+//! ([`run`], [`serve_with`]); `acceptor.rs` accepts connections under the
+//! cap; `watchdog.rs` is the per-connection watchdog and what it watches.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -45,20 +47,26 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tollgate_tower::headers::HeaderOptions;
 
 use crate::api::Api;
-use crate::check::open_store;
 use crate::config::Config;
 use crate::envoy::deadline::BodyDeadlineLayer;
+use crate::envoy::grpc::RateLimitServer;
 use crate::envoy::service::EnvoyService;
-use crate::envoy::wire::RateLimitServer;
 use crate::gate::Gate;
+use crate::gate::open_store;
 use crate::inline::Inline;
 use crate::proxy::Proxy;
+
+mod acceptor;
+mod watchdog;
+
+use acceptor::{Acceptor, Limited};
+use watchdog::{Activity, Metered, Watchdog, Watched};
 
 /// The most bytes of a request head (request line and header fields).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -299,7 +307,7 @@ pub async fn run(
 /// with the service `make` builds for each connection's peer, until
 /// `shutdown` resolves; then drains. A client that takes nothing of an
 /// answer for a whole `send_timeout` period is closed. For a service of your own behind
-/// tollgate's connection handling; `examples/http_ceiling.rs` uses it to
+/// tollgate's connection handling; `bench/tools/http_ceiling.rs` uses it to
 /// measure what the HTTP layer alone costs a check.
 pub async fn serve_with<M, S, B>(
     listener: TcpListener,
@@ -329,7 +337,7 @@ pub async fn serve_with<M, S, B>(
     // make hyper parse every head into a heap buffer instead of its stack
     // array.
     let graceful = GracefulShutdown::new();
-    let mut acceptor = Acceptor::new(&listener, name);
+    let mut acceptor = Acceptor::new(&listener, name, MAX_CONNECTIONS);
     loop {
         let Some((stream, peer, permit)) = acceptor.next(&mut shutdown).await else {
             break;
@@ -403,55 +411,6 @@ pub async fn serve_with<M, S, B>(
     }
 }
 
-pin_project_lite::pin_project! {
-    /// A connection's watchdog timer: fires every period. It is polled with
-    /// the connection, on every wake of the connection's task (twice a
-    /// check on the Redis store), so it polls its `Sleep` once per period
-    /// (to register the task's waker, which the timer wakes when it fires)
-    /// and otherwise only reads whether it has fired: an `Interval` polled
-    /// each time cost about 130 instructions a poll.
-    struct Watchdog {
-        #[pin]
-        sleep: tokio::time::Sleep,
-        period: Duration,
-        armed: bool,
-    }
-}
-
-impl Watchdog {
-    fn new(period: Duration) -> Self {
-        Self {
-            sleep: tokio::time::sleep(period),
-            period,
-            armed: false,
-        }
-    }
-
-    /// Resolves when the period has passed.
-    fn fired(self: Pin<&mut Self>) -> impl Future<Output = ()> + '_ {
-        let mut this = self.project();
-        std::future::poll_fn(move |cx| {
-            if this.sleep.is_elapsed() {
-                return Poll::Ready(());
-            }
-            if *this.armed {
-                return Poll::Pending;
-            }
-            // The task's waker stays the same for the task's life: one
-            // registration per period is enough.
-            *this.armed = true;
-            this.sleep.as_mut().poll(cx)
-        })
-    }
-
-    /// Starts the next period.
-    fn rearm(self: Pin<&mut Self>) {
-        let this = self.project();
-        this.sleep.reset(tokio::time::Instant::now() + *this.period);
-        *this.armed = false;
-    }
-}
-
 /// The gRPC front door's connections, accepted as [`serve_with`] accepts
 /// the others: at most [`MAX_CONNECTIONS`] at once (past it, new ones wait
 /// in the kernel's backlog), `TCP_NODELAY`, and on an accept error (out of
@@ -464,7 +423,7 @@ fn grpc_incoming(
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
         let mut shutdown = std::pin::pin!(stopped(stop));
-        let mut acceptor = Acceptor::new(&listener, "Envoy rate limit service");
+        let mut acceptor = Acceptor::new(&listener, "Envoy rate limit service", MAX_CONNECTIONS);
         while let Some((stream, _peer, permit)) = acceptor.next(&mut shutdown).await {
             let conn = Limited {
                 stream,
@@ -478,332 +437,7 @@ fn grpc_incoming(
     ReceiverStream::new(rx)
 }
 
-/// Accepts a front door's connections: at most [`MAX_CONNECTIONS`] at once
-/// (past it, new ones wait in the kernel's backlog), `TCP_NODELAY` set; on
-/// an accept error (out of file descriptors and the like) a log line now
-/// and then and a 50 ms pause, never a busy loop.
-struct Acceptor<'a> {
-    listener: &'a TcpListener,
-    name: &'static str,
-    permits: Arc<Semaphore>,
-    errors: u64,
-}
-
-impl<'a> Acceptor<'a> {
-    fn new(listener: &'a TcpListener, name: &'static str) -> Self {
-        Self {
-            listener,
-            name,
-            permits: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-            errors: 0,
-        }
-    }
-
-    /// The next connection with its permit; `None` once `shutdown`
-    /// resolves.
-    async fn next(
-        &mut self,
-        shutdown: &mut Pin<&mut impl Future<Output = ()>>,
-    ) -> Option<(tokio::net::TcpStream, SocketAddr, OwnedSemaphorePermit)> {
-        loop {
-            let permit = tokio::select! {
-                p = Arc::clone(&self.permits).acquire_owned() => p.ok()?,
-                () = shutdown.as_mut() => return None,
-            };
-            let accepted = tokio::select! {
-                r = self.listener.accept() => r,
-                () = shutdown.as_mut() => return None,
-            };
-            match accepted {
-                Ok((stream, peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    return Some((stream, peer, permit));
-                }
-                Err(e) => {
-                    self.errors += 1;
-                    if self.errors.is_power_of_two() {
-                        let (name, errors) = (self.name, self.errors);
-                        tracing::warn!("{name}: accept failed ({errors} so far): {e}");
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A gRPC connection holding its place under [`MAX_CONNECTIONS`].
-    struct Limited {
-        #[pin]
-        stream: tokio::net::TcpStream,
-        _permit: OwnedSemaphorePermit,
-    }
-}
-
-impl tonic::transport::server::Connected for Limited {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-impl tokio::io::AsyncRead for Limited {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Limited {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        self.project().stream.poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        self.project().stream.poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_shutdown(cx)
-    }
-}
-
 /// Resolves once `stop` is true (or its sender is gone).
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
-}
-
-/// What a connection's watchdogs watch: how many heads were read and
-/// answers finished, how many answers are still being sent, and since when
-/// the client has taken nothing written to it.
-#[derive(Debug)]
-struct Activity {
-    events: AtomicU64,
-    in_flight: AtomicU64,
-    opened: tokio::time::Instant,
-    /// 0 while the last write to the client went through; else one plus
-    /// the microseconds from `opened` to the first write since then that
-    /// found the client's socket buffer full (the client is not reading).
-    blocked_since: AtomicU64,
-}
-
-impl Activity {
-    /// Changes whenever a head is read or an answer finishes.
-    fn events(&self) -> u64 {
-        self.events.load(Ordering::Acquire)
-    }
-
-    fn new() -> Self {
-        Self {
-            events: AtomicU64::new(0),
-            in_flight: AtomicU64::new(0),
-            opened: tokio::time::Instant::now(),
-            blocked_since: AtomicU64::new(0),
-        }
-    }
-
-    /// How long the client has taken nothing written to it (zero unless
-    /// a write is waiting for room in its socket buffer). A slow upstream
-    /// or a slow check leaves nothing to write, so only the client counts.
-    fn blocked_for(&self) -> Duration {
-        match self.blocked_since.load(Ordering::Acquire) {
-            0 => Duration::ZERO,
-            since => self
-                .opened
-                .elapsed()
-                .saturating_sub(Duration::from_micros(since - 1)),
-        }
-    }
-
-    /// Notes how a write to the client went. The clock is read only when a
-    /// write first finds the buffer full, never on the answers' hot path.
-    fn wrote<T>(&self, polled: &Poll<std::io::Result<T>>) {
-        // Only the connection's task writes: a load and a store suffice.
-        let blocked = self.blocked_since.load(Ordering::Relaxed) != 0;
-        match polled {
-            Poll::Ready(Ok(_)) if blocked => self.blocked_since.store(0, Ordering::Release),
-            Poll::Pending if !blocked => {
-                let since =
-                    u64::try_from(self.opened.elapsed().as_micros()).unwrap_or(u64::MAX - 1);
-                self.blocked_since.store(since + 1, Ordering::Release);
-            }
-            _ => {}
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A client's connection, telling its [`Activity`] whether the client
-    /// takes what is written to it.
-    struct Metered {
-        #[pin]
-        stream: tokio::net::TcpStream,
-        activity: Arc<Activity>,
-    }
-}
-
-impl tokio::io::AsyncRead for Metered {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Metered {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.project();
-        let polled = this.stream.poll_write(cx, buf);
-        this.activity.wrote(&polled);
-        polled
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let this = self.project();
-        let polled = this.stream.poll_write_vectored(cx, bufs);
-        this.activity.wrote(&polled);
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_shutdown(cx)
-    }
-}
-
-/// Marks one answer in flight until dropped: when its body has been sent,
-/// or the request or connection was abandoned.
-#[derive(Debug)]
-struct InFlight(Arc<Activity>);
-
-impl InFlight {
-    fn new(activity: Arc<Activity>) -> Self {
-        activity.events.fetch_add(1, Ordering::AcqRel);
-        activity.in_flight.fetch_add(1, Ordering::AcqRel);
-        Self(activity)
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-        self.0.events.fetch_add(1, Ordering::AcqRel);
-    }
-}
-
-/// A front door's service, reporting to the connection's watchdog.
-struct Watched<S> {
-    inner: S,
-    activity: Arc<Activity>,
-}
-
-impl<S, B> hyper::service::Service<Request<Incoming>> for Watched<S>
-where
-    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
-    B: http_body::Body + Unpin,
-{
-    type Response = Response<WatchedBody<B>>;
-    type Error = S::Error;
-    type Future = WatchedFuture<S::Future>;
-
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
-        let in_flight = InFlight::new(Arc::clone(&self.activity));
-        WatchedFuture {
-            inner: self.inner.call(req),
-            in_flight: Some(in_flight),
-        }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// The answer of a [`Watched`] service (no allocation per request).
-    struct WatchedFuture<F> {
-        #[pin]
-        inner: F,
-        in_flight: Option<InFlight>,
-    }
-}
-
-impl<F, B, E> Future for WatchedFuture<F>
-where
-    F: Future<Output = Result<Response<B>, E>>,
-{
-    type Output = Result<Response<WatchedBody<B>>, E>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let res = std::task::ready!(this.inner.poll(cx))?;
-        let Some(in_flight) = this.in_flight.take() else {
-            // Polled after completion: hyper never does.
-            return Poll::Pending;
-        };
-        Poll::Ready(Ok(res.map(|body| WatchedBody {
-            inner: body,
-            _in_flight: in_flight,
-        })))
-    }
-}
-
-/// An answer's body; the answer stays in flight until it is dropped.
-struct WatchedBody<B> {
-    inner: B,
-    _in_flight: InFlight,
-}
-
-impl<B: http_body::Body + Unpin> http_body::Body for WatchedBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
 }

@@ -10,8 +10,8 @@ use crate::config::{
     Config, DEFAULT_HTTP_LISTEN, EnvoyConfig, HttpConfig, ProxyConfig, StoreConfig, parse_listen,
 };
 use crate::envoy::limits::EnvoyLimits;
+use crate::proxy::upstream::Upstream;
 use crate::store_url::StoreUrl;
-use crate::upstream::Upstream;
 
 /// What `serve` will do: the config with every flag applied, and the
 /// addresses to bind.

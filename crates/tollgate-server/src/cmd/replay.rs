@@ -23,9 +23,9 @@ use std::path::Path;
 use csv::{ByteRecord, ReaderBuilder, WriterBuilder};
 use tollgate::{Limiter, MAX_KEY_LEN, Store};
 
-use crate::check::open_store;
 use crate::cli::ReplayArgs;
 use crate::config::{Config, ConfigErrors, StoreConfig};
+use crate::gate::open_store;
 use crate::store_url::StoreUrl;
 
 /// The output CSV header.

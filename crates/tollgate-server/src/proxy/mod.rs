@@ -1,5 +1,4 @@
-//! The reverse proxy (`--proxy ADDR --upstream URL`, CONTRACT.md "Reverse
-//! proxy").
+//! The reverse proxy (`--proxy ADDR --upstream URL`, docs/proxy.md).
 //!
 //! Every request is checked against every rule in ONE all-or-nothing
 //! check at cost 1, each rule keyed by its `key` extractor (a rule without
@@ -28,6 +27,11 @@
 //! Refused before any check: `CONNECT` (501) and a request whose host is
 //! ambiguous or missing (400, see `refuse`). An absolute-form request is
 //! forwarded with its target's host as `Host` (the host `host` keys read).
+//!
+//! The folder: this file is the proxy service ([`Proxy`]); [`pool`] keeps
+//! the HTTP/1.1 connections to the upstream and sends on them;
+//! [`upstream`] is the `--upstream` URL and how a request's target maps
+//! onto it.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -46,15 +50,18 @@ use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_
 use tollgate_tower::headers::{HeaderOptions, insert_headers, insert_policy, is_list_field};
 use tollgate_tower::key::KeyExtractor;
 use tollgate_tower::response::{
-    DEGRADED_STORE_UNAVAILABLE, MISSING_KEY, TOLLGATE_DEGRADED, problem, store_unavailable,
-    too_many_requests,
+    DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, MISSING_KEY, TOLLGATE_DEGRADED, problem,
+    store_unavailable, too_many_requests,
 };
 
-use crate::api::DEGRADED_LOCAL;
 use crate::config::{Config, OnError, OnMissingKey};
 use crate::gate::{Gate, Refusal, Throttle};
-use crate::link::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
-use crate::upstream::Upstream;
+
+pub mod pool;
+pub mod upstream;
+
+use pool::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
+use upstream::Upstream;
 
 /// The body of a proxied response: the upstream's, streamed, or one made
 /// here (429, 502, ...).
@@ -70,7 +77,7 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The reverse proxy: rules with their key extractors, the client-address
 /// policy, and a pool of HTTP/1.1 connections to the upstream
-/// ([`crate::link`]).
+/// ([`pool`]).
 #[derive(Debug)]
 pub struct Proxy {
     gate: Arc<Gate>,
@@ -226,14 +233,13 @@ impl Proxy {
                 if !verdict.multi.allowed {
                     let mut res: Response<String> = too_many_requests(&pairs, self.headers);
                     if degraded.is_some() {
-                        res.headers_mut()
-                            .insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));
+                        res.headers_mut().insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
                     }
                     return res.map(full);
                 }
                 insert_headers(&mut extra, &pairs, None, self.headers);
                 if degraded.is_some() {
-                    extra.insert(TOLLGATE_DEGRADED, HeaderValue::from_static(DEGRADED_LOCAL));
+                    extra.insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
                 }
             }
         }
@@ -296,7 +302,7 @@ impl Proxy {
         // that takes longer is not cut off while it moves.
         let upload = has_body.then(Upload::new);
         let upstream_req = Request::from_parts(parts, Outgoing::new(body, upload.clone()));
-        let sent = crate::link::send(
+        let sent = pool::send(
             &self.links,
             &self.address,
             self.connect_timeout,

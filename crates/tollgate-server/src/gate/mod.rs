@@ -3,6 +3,9 @@
 //! `on_error`, circuit breaker, the `local` fallback sized by the live
 //! replicas, metrics, store trouble logged at most once a second). Both
 //! front doors (HTTP API and reverse proxy) decide through a [`Gate`].
+//!
+//! [`open_store`] (`store.rs`) opens the store a gate runs over; the
+//! `check` and `replay` subcommands open theirs with it too.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,6 +16,10 @@ use tollgate::{Check, Error, Limiter, Rule, Store};
 
 use crate::config::{Config, OnError};
 use crate::key::KeyExtractor;
+
+mod store;
+
+pub use store::open_store;
 
 /// Lets an event through at most once per period (for logs).
 pub(crate) use tollgate::resilient::Throttle;

@@ -1,0 +1,331 @@
+//! The HTTP API (docs/http-api.md): `POST /v1/check`,
+//! `GET /v1/rules`, `/healthz`, `/readyz`, `/metrics`.
+//!
+//! How it answers where a client could expect otherwise (docs/http-api.md
+//! says the same for clients):
+//!
+//! * The check body is strict: unknown fields are 400 (as in the config
+//!   file), `rule`+`key` and `checks` are exclusive, `checks` holds 1 to
+//!   [`MAX_CHECKS`] `{"rule","key"}` objects, `cost` is a JSON integer from 0
+//!   to 2^64-1 (a cost above a rule's capacity is a 429 that can never be
+//!   admitted: `retry_after_ms` null, no `Retry-After`).
+//! * The body is read as JSON whatever its `Content-Type` (`curl -d`
+//!   labels it a form); a body that does not parse under a non-JSON type
+//!   gets a 400 that names the type.
+//! * The body must arrive within [`BODY_TIMEOUT`] (408) and hold at most
+//!   [`MAX_BODY`] bytes (413).
+//! * When the store fails and the policy answers, the answer carries
+//!   `"degraded": true`. Under `allow` it is a 200 with
+//!   `tollgate-degraded: store-unavailable` and `RateLimit-Policy` but no
+//!   `RateLimit` (nothing was decided, as in the tower layer: the quota is
+//!   known, what remains is not); its body reads as for an untouched key
+//!   (`remaining` = capacity - cost, `reset_after_ms` 0).
+//!   Under `local` the in-process fallback decides, with RateLimit headers
+//!   and `tollgate-degraded: local`.
+//! * A multi-rule answer always has `"checks"`, one object per pair, in
+//!   request order; the top-level fields are the deciding pair's.
+//! * Unknown paths are 404 and wrong methods 405 (with `Allow`), both with
+//!   a JSON `{"error"}` body.
+//!
+//! The hot path, `POST /v1/check`, is served without a router or a JSON
+//! tree. The plain body clients send (`{"rule":"..","key":"..","cost":N}`,
+//! no whitespace or escapes) is read by a byte scan; other well-formed
+//! bodies by serde into borrowed fields (`FastCheck`); anything either of
+//! them does not take as it is (an error, a duplicate field) by the
+//! `serde_json::Value` reader, which names the problem. A unit test checks
+//! that the three agree on every body the first two accept. The answer is
+//! written with `itoa` into one buffer (a unit test compares its bytes with
+//! the `serde_json` map answer it replaced).
+
+//!
+//! The folder: this file routes requests and answers checks ([`Api`]);
+//! `body.rs` reads a body within its bounds ([`read_body`]); `json_read.rs`
+//! holds the three check-body readers; `json_write.rs` writes a check's
+//! JSON answer; `reply.rs` has the body type and the JSON error answers;
+//! the tests are in `tests.rs`.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::Full;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{Value, json};
+use tollgate::{Check, Decision, Error, MultiDecision};
+use tollgate_tower::headers::{HeaderOptions, PolicyCache, insert_headers, insert_policy};
+use tollgate_tower::response::{DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, TOLLGATE_DEGRADED};
+
+use crate::config::OnError;
+use crate::gate::{Gate, Refusal, Verdict};
+
+mod body;
+mod json_read;
+mod json_write;
+mod reply;
+
+pub use body::{BODY_TIMEOUT, MAX_BODY, read_body};
+pub use json_read::MAX_CHECKS;
+pub use reply::ApiBody;
+
+use body::is_json;
+use json_read::{CheckRequest, parse_check};
+use json_write::answer_body;
+use reply::{bytes_response, error, json_response, method_not_allowed};
+
+/// What the API's handlers share.
+#[derive(Debug, Clone)]
+pub struct Api {
+    /// The limiter with its failure policy.
+    pub gate: Arc<Gate>,
+    /// Which RateLimit headers to write.
+    pub headers: HeaderOptions,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+    /// Each rule's `RateLimit-Policy` value for one-rule answers.
+    policies: Arc<PolicyCache>,
+}
+
+impl Api {
+    /// The API over `gate`, writing the RateLimit headers `headers` asks
+    /// for and rendering `/metrics` with `metrics`.
+    #[must_use]
+    pub fn new(gate: Arc<Gate>, headers: HeaderOptions, metrics: PrometheusHandle) -> Self {
+        let policies = Arc::new(PolicyCache::new(gate.rules().len()));
+        Self {
+            gate,
+            headers,
+            metrics,
+            policies,
+        }
+    }
+
+    /// Answers one request. Never fails: every problem is an HTTP answer.
+    ///
+    /// Every answer carries `Content-Length`; a `HEAD` answer has it and no
+    /// body.
+    pub async fn handle<B>(&self, req: Request<B>) -> Response<ApiBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let head = req.method() == Method::HEAD;
+        let mut res = match req.uri().path() {
+            "/v1/check" => self.check(req).await,
+            "/v1/rules" => get_only(&req, "/v1/rules", || {
+                json_response(StatusCode::OK, &rules_json(self))
+            }),
+            "/healthz" => get_only(&req, "/healthz", || {
+                json_response(StatusCode::OK, &json!({ "status": "ok" }))
+            }),
+            "/readyz" => {
+                if is_get(req.method()) {
+                    match self.gate.ready().await {
+                        Ok(()) => json_response(StatusCode::OK, &json!({ "status": "ready" })),
+                        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
+                    }
+                } else {
+                    method_not_allowed(req.method(), "/readyz", "GET, HEAD")
+                }
+            }
+            "/metrics" => get_only(&req, "/metrics", || self.render_metrics()),
+            path => error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no such endpoint: {} {path}; try POST /v1/check or GET /v1/rules",
+                    req.method()
+                ),
+            ),
+        };
+        // hyper writes `Content-Length` from the body's exact size itself;
+        // only a HEAD answer, whose body goes, needs the field set here.
+        if head {
+            if !res.headers().contains_key(CONTENT_LENGTH) {
+                let len = res.body().size_hint().exact().unwrap_or(0);
+                res.headers_mut()
+                    .insert(CONTENT_LENGTH, HeaderValue::from(len));
+            }
+            *res.body_mut() = Full::default();
+        }
+        res
+    }
+
+    fn render_metrics(&self) -> Response<ApiBody> {
+        if let Some(keys) = self.gate.memory_keys() {
+            #[allow(clippy::cast_precision_loss)] // a key count far below 2^52
+            ::metrics::gauge!(crate::metrics::MEMORY_KEYS).set(keys as f64);
+        }
+        self.metrics.run_upkeep();
+        let mut res = Response::new(Full::new(Bytes::from(self.metrics.render())));
+        res.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        res
+    }
+
+    async fn check<B>(&self, req: Request<B>) -> Response<ApiBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        if req.method() != Method::POST {
+            return method_not_allowed(req.method(), "/v1/check", "POST");
+        }
+        // Read as JSON whatever the Content-Type says (`curl -d` sends a
+        // form type); a body that does not parse names the type it came as.
+        // Kept only when not JSON: the usual check copies nothing.
+        let other_type = req
+            .headers()
+            .get(CONTENT_TYPE)
+            .filter(|ct| !is_json(ct))
+            .cloned();
+        let body = match read_body(req).await {
+            Ok(b) => b,
+            Err(res) => return res,
+        };
+        let parsed = match parse_check(&body) {
+            Ok(p) => p,
+            Err(e) => {
+                let e = match other_type {
+                    Some(ct) => format!(
+                        "{e} (the body is read as JSON; it came as Content-Type {:?})",
+                        String::from_utf8_lossy(ct.as_bytes())
+                    ),
+                    None => e,
+                };
+                return error(StatusCode::BAD_REQUEST, e);
+            }
+        };
+        let result = if let [(rule, key)] = parsed.pairs.as_slice() {
+            let one = Check::new(rule, key.as_bytes()).cost(parsed.cost);
+            self.gate.check_all(std::slice::from_ref(&one)).await
+        } else {
+            let checks: Vec<Check<'_>> = parsed
+                .pairs
+                .iter()
+                .map(|(rule, key)| Check::new(rule, key.as_bytes()).cost(parsed.cost))
+                .collect();
+            self.gate.check_all(&checks).await
+        };
+        match result {
+            Ok(verdict) => answer(self, &parsed, &verdict),
+            Err(Refusal::Invalid(Error::UnknownRule(name))) => error(
+                StatusCode::NOT_FOUND,
+                format!("unknown rule {name:?}; GET /v1/rules lists the rules"),
+            ),
+            Err(Refusal::Invalid(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
+            Err(Refusal::Unavailable(e)) => {
+                let mut res = error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("store unavailable and the rule's on_error is deny: {e}"),
+                );
+                res.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+                res
+            }
+        }
+    }
+}
+
+fn is_get(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+/// `answer()` for GET and HEAD, 405 otherwise.
+fn get_only<B>(
+    req: &Request<B>,
+    path: &str,
+    answer: impl FnOnce() -> Response<ApiBody>,
+) -> Response<ApiBody> {
+    if is_get(req.method()) {
+        answer()
+    } else {
+        method_not_allowed(req.method(), path, "GET, HEAD")
+    }
+}
+
+fn rules_json(api: &Api) -> Value {
+    let rules: Vec<Value> = api
+        .gate
+        .rules()
+        .iter()
+        .map(|r| {
+            json!({
+                "name": r.name(),
+                "algorithm": r.algorithm().as_str(),
+                "limit": r.limit(),
+                "period_ms": u64::try_from(r.period().as_millis()).unwrap_or(u64::MAX),
+                "burst": r.algorithm().has_burst().then_some(r.burst()),
+                "key": api.gate.key_of(r.name()).map(ToString::to_string),
+                "on_error": api.gate.policy(r.name()).as_str(),
+            })
+        })
+        .collect();
+    json!({ "rules": rules })
+}
+
+/// Each pair's rule with its decision, in request order.
+fn rule_pairs<'a>(
+    api: &'a Api,
+    req: &CheckRequest<'_>,
+    multi: &'a MultiDecision,
+) -> Vec<(&'a tollgate::Rule, &'a Decision)> {
+    req.pairs
+        .iter()
+        .zip(&multi.decisions)
+        .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
+        .collect()
+}
+
+fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiBody> {
+    let multi = &verdict.multi;
+    let deciding = multi.decision();
+    let status = if multi.allowed {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    let mut res = bytes_response(status, answer_body(req, multi, verdict.degraded.is_some()));
+    match verdict.degraded {
+        // Nothing was decided: the rules' policies, no `RateLimit` (what
+        // remains is unknown), as the tower layer and the proxy.
+        Some(OnError::Allow) => {
+            let headers = res.headers_mut();
+            insert_policy(headers, &rule_pairs(api, req, multi));
+            headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
+        }
+        degraded => {
+            let retry = if multi.allowed {
+                None
+            } else {
+                deciding.retry_after
+            };
+            // One pair (the usual check): on the stack, not in a `Vec`, and
+            // its rule's `RateLimit-Policy` value from the cache.
+            if let ([(name, _)], [d]) = (req.pairs.as_slice(), multi.decisions.as_slice()) {
+                if let Some(i) = api.gate.rule_index(name) {
+                    let rule = &api.gate.rules()[i];
+                    let headers = res.headers_mut();
+                    api.policies
+                        .insert_headers(headers, i, rule, d, retry, api.headers);
+                }
+            } else {
+                insert_headers(
+                    res.headers_mut(),
+                    &rule_pairs(api, req, multi),
+                    retry,
+                    api.headers,
+                );
+            }
+            if degraded.is_some() {
+                res.headers_mut().insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
+            }
+        }
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,52 @@
+//! The TOML config file (docs/config.md).
+//!
+//! [`Config::parse`] reads the file into a spanned TOML document and checks
+//! it field by field, so one pass reports **every** problem, each with its
+//! line and field (`rules[1].limit`: rules are numbered from 0 in file
+//! order). Rules are built with [`tollgate::RuleSpec::build`], so the
+//! library's own bounds apply. Unknown fields are errors everywhere.
+//!
+//! ```
+//! use tollgate_server::config::Config;
+//!
+//! let config = Config::parse(
+//!     r#"
+//!     [[rules]]
+//!     name = "per_user"
+//!     algorithm = "gcra"
+//!     limit = 100
+//!     period = "1s"
+//!     burst = 200
+//!     "#,
+//!     "inline.toml",
+//! )
+//! .unwrap();
+//! assert_eq!(config.rules[0].rule.capacity(), 200);
+//!
+//! let errors = Config::parse("[[rules]]\nname = \"x\"\nlimit = 0\n", "bad.toml").unwrap_err();
+//! assert_eq!(
+//!     errors.to_string(),
+//!     "bad.toml:1: rules[0].algorithm: missing required field\n\
+//!      bad.toml:1: rules[0].period: missing required field\n\
+//!      bad.toml:3: rules[0].limit: limit must be at least 1",
+//! );
+//! ```
+//!
+//! The folder: `model.rs` (the sections' types and defaults),
+//! `checker.rs` (the field-by-field check, [`Config::load`] and
+//! [`Config::parse`]), `syntax.rs` (TOML syntax errors placed on their
+//! lines); the tests are in `tests.rs`.
+
+mod checker;
+mod model;
+mod syntax;
+
+pub use checker::parse_listen;
+pub use model::*;
+
+/// A config file's problems, as `validate` reports them; defined in
+/// [`crate::config_file`], which the Envoy loader shares.
+pub use crate::config_file::{ConfigError, ConfigErrors};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! What a validated config is: the sections' types and their defaults.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::Rule;
+
+use crate::cidr::Cidr;
+use crate::envoy::limits::EnvoyLimits;
+use crate::key::KeyExtractor;
+use crate::proxy::upstream::Upstream;
+use crate::store_url::StoreUrl;
+
+/// What a check answers when the store fails (`on_error`): the library's
+/// policy, [`tollgate::OnError`].
+pub use tollgate::OnError;
+
+/// Default `[store] url`.
+pub const DEFAULT_STORE_URL: &str = "memory";
+/// Default `[store] timeout`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// Default `[store] heartbeat`.
+pub const DEFAULT_HEARTBEAT: Duration = tollgate::resilient::DEFAULT_HEARTBEAT;
+/// Default `[store] prefix`.
+pub const DEFAULT_PREFIX: &str = "tollgate";
+/// The longest `[store] prefix` accepted, in bytes.
+pub const MAX_PREFIX_LEN: usize = 64;
+/// Where the HTTP API listens when no front door is named anywhere.
+pub const DEFAULT_HTTP_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+/// Default `[proxy] ipv6_prefix`: an IPv6 client is one /64, the block a
+/// single subscriber is usually given.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+/// Default `[proxy] connect_timeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default `[proxy] response_timeout`.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default `[proxy] send_timeout`.
+pub const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `[store]`: where state is kept and what happens when it fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// `url`, default `memory`.
+    pub url: StoreUrl,
+    /// `timeout`: the longest any check waits on the store (default 50ms).
+    pub timeout: Duration,
+    /// `on_error`: the failure policy for rules that set none (default allow).
+    pub on_error: OnError,
+    /// `prefix`: the Redis key prefix (default `tollgate`).
+    pub prefix: String,
+    /// `max_keys`: the memory store's cap on keys held (default
+    /// [`tollgate::store::memory::DEFAULT_MAX_KEYS`]).
+    pub max_keys: usize,
+    /// `replicas`: how many replicas are assumed to share the store until
+    /// the first heartbeat tells (default 1). With `on_error = "local"`
+    /// each replica falls back to an in-process limiter with every rule's
+    /// quota divided by the live replicas.
+    pub replicas: u64,
+    /// `heartbeat`: how often each replica tells Redis it is alive and
+    /// learns how many are (default 1s; at least 10ms). A replica counts
+    /// as live for three intervals after its last heartbeat.
+    pub heartbeat: Duration,
+    /// `hybrid = true`: the hybrid store over the Redis `url`, with
+    /// `replicas`, `max_keys`, `hybrid_batch` and `hybrid_lease` (default
+    /// 1s); `None` when off. See `docs/hybrid.md`.
+    pub hybrid: Option<tollgate::store::hybrid::HybridOptions>,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            url: StoreUrl::Memory,
+            timeout: DEFAULT_TIMEOUT,
+            on_error: OnError::Allow,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            max_keys: tollgate::store::memory::DEFAULT_MAX_KEYS,
+            replicas: 1,
+            heartbeat: DEFAULT_HEARTBEAT,
+            hybrid: None,
+        }
+    }
+}
+
+/// One `[[rules]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleConfig {
+    /// The validated rule (name, algorithm, limit, period, burst).
+    pub rule: Rule,
+    /// `key`: how the reverse proxy keys this rule; `None` when not set.
+    pub key: Option<KeyExtractor>,
+    /// `on_error` for this rule; `None` means the store's.
+    pub on_error: Option<OnError>,
+    /// The line of the rule's `[[rules]]` header (1-based).
+    pub line: usize,
+}
+
+/// `[http]`: settings of the HTTP API.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HttpConfig {
+    /// `listen`: the API's address (`--http` overrides it).
+    pub listen: Option<SocketAddr>,
+    /// `legacy_headers`: also send `X-RateLimit-Limit/Remaining/Reset`
+    /// (on the API's answers and the proxy's responses).
+    pub legacy_headers: bool,
+}
+
+/// What the proxy does with a request that lacks a header a rule keys on
+/// (`[proxy] on_missing_key`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum OnMissingKey {
+    /// Key the rule by the empty value: every such request shares one
+    /// bucket. The default (docs/config.md, `[proxy]`: never an error).
+    #[default]
+    Empty,
+    /// The rule does not apply to the request.
+    Skip,
+    /// Answer 400 (problem+json) naming the header.
+    Reject,
+}
+
+impl OnMissingKey {
+    /// The name used in config files.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnMissingKey::Empty => "empty",
+            OnMissingKey::Skip => "skip",
+            OnMissingKey::Reject => "reject",
+        }
+    }
+}
+
+impl fmt::Display for OnMissingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OnMissingKey {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "empty" => Ok(OnMissingKey::Empty),
+            "skip" => Ok(OnMissingKey::Skip),
+            "reject" => Ok(OnMissingKey::Reject),
+            _ => Err(format!(
+                "unknown on_missing_key {s:?}; expected empty, skip or reject"
+            )),
+        }
+    }
+}
+
+/// `[proxy]`: settings of the reverse proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyConfig {
+    /// `listen`: the proxy's address (`--proxy` overrides it).
+    pub listen: Option<SocketAddr>,
+    /// `upstream`: where admitted requests go (`--upstream` overrides it).
+    pub upstream: Option<Upstream>,
+    /// `trusted_proxies`: peers whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: Vec<Cidr>,
+    /// `ipv6_prefix`: IPv6 client addresses are keyed by their first this
+    /// many bits (default 64), so one subscriber cannot rotate addresses
+    /// inside its block to get fresh buckets.
+    pub ipv6_prefix: u8,
+    /// `on_missing_key`: a request lacking a header a rule keys on.
+    pub on_missing_key: OnMissingKey,
+    /// `connect_timeout`: the longest wait for a connection to the upstream
+    /// before answering 502 (default 1s).
+    pub connect_timeout: Duration,
+    /// `response_timeout`: the longest wait for the upstream's response
+    /// headers before answering 504 (default 60s).
+    pub response_timeout: Duration,
+    /// `send_timeout`: a client that takes nothing of a response being
+    /// sent for a whole period of this length has its connection, and the
+    /// upstream's, closed (checked four times a period, so within 1.25
+    /// periods; default 30s).
+    pub send_timeout: Duration,
+    /// `append_forwarded_for`: append the peer's address to
+    /// `X-Forwarded-For` on forwarded requests (default false: headers are
+    /// forwarded unchanged).
+    pub append_forwarded_for: bool,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            listen: None,
+            upstream: None,
+            trusted_proxies: Vec::new(),
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+            on_missing_key: OnMissingKey::Empty,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            send_timeout: DEFAULT_SEND_TIMEOUT,
+            append_forwarded_for: false,
+        }
+    }
+}
+
+/// A validated config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `[store]`.
+    pub store: StoreConfig,
+    /// `[[rules]]`, in file order; at least one, names unique.
+    pub rules: Vec<RuleConfig>,
+    /// `[http]`.
+    pub http: HttpConfig,
+    /// `[proxy]`.
+    pub proxy: ProxyConfig,
+    /// Not in the TOML file: the envoyproxy/ratelimit YAML files of
+    /// `--envoy-config` (empty without them).
+    pub envoy: EnvoyConfig,
+}
+
+/// The Envoy rate limit configs, loaded once and shared.
+#[derive(Debug, Clone, Default)]
+pub struct EnvoyConfig(pub Arc<EnvoyLimits>);
+
+impl PartialEq for EnvoyConfig {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.domains() == other.0.domains()
+                && self.0.rules() == other.0.rules()
+                && self.0.limits().eq(other.0.limits()))
+    }
+}
+
+impl Eq for EnvoyConfig {}
+
+impl Config {
+    /// The rule named `name`.
+    #[must_use]
+    pub fn rule(&self, name: &str) -> Option<&RuleConfig> {
+        self.rules.iter().find(|r| r.rule.name() == name)
+    }
+
+    /// The failure policy of `rule`: its own `on_error`, else the store's.
+    #[must_use]
+    pub fn on_error_for(&self, rule: &RuleConfig) -> OnError {
+        rule.on_error.unwrap_or(self.store.on_error)
+    }
+}
+
+/// Formats a duration in the largest config unit that divides it exactly
+/// (`1s`, `250ms`, `90s`, `1m`, `1d`); sub-millisecond parts as `µs`.
+#[must_use]
+pub fn format_duration(d: Duration) -> String {
+    let us = tollgate::duration_to_micros(d);
+    let (ms, sub_ms) = (us / 1_000, us % 1_000);
+    if sub_ms != 0 {
+        return format!("{us}us");
+    }
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        let (count, rest) = (ms / size, ms % size);
+        if count != 0 && rest == 0 {
+            return format!("{count}{unit}");
+        }
+    }
+    format!("{ms}ms")
+}

@@ -1,0 +1,313 @@
+use std::time::Duration;
+
+use super::*;
+use crate::store_url::StoreUrl;
+
+fn errors(src: &str) -> Vec<String> {
+    Config::parse(src, "t.toml")
+        .expect_err("should be rejected")
+        .errors
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[test]
+fn listen_addresses() {
+    for (text, want) in [
+        ("127.0.0.1:8080", "127.0.0.1:8080"),
+        ("[::1]:0", "[::1]:0"),
+        ("localhost:8080", "127.0.0.1:8080"),
+        ("localhost:0", "127.0.0.1:0"),
+    ] {
+        assert_eq!(
+            parse_listen(text).map(|a| a.to_string()),
+            Ok(want.to_owned())
+        );
+    }
+    for bad in [
+        "localhost",
+        "localhost:",
+        "localhost:99999",
+        "example.com:80",
+        ":80",
+    ] {
+        let e = parse_listen(bad).expect_err(bad);
+        assert!(e.contains("is not an IP:PORT"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn defaults() {
+    let c = Config::parse(
+        "[[rules]]\nname='a'\nalgorithm='fixed_window'\nlimit=1\nperiod='1s'\n",
+        "t.toml",
+    )
+    .expect("valid");
+    assert_eq!(c.store, StoreConfig::default());
+    assert_eq!(c.store.timeout, Duration::from_millis(50));
+    assert_eq!(c.store.prefix, "tollgate");
+    assert_eq!(c.proxy, ProxyConfig::default());
+    assert_eq!(c.rules[0].key, None);
+    assert_eq!(c.rules[0].line, 1);
+    assert_eq!(c.on_error_for(&c.rules[0]), OnError::Allow);
+}
+
+#[test]
+fn full_config() {
+    let c = Config::parse(
+        r#"
+[store]
+url = "redis+sentinel://s1:26379,s2:26379/mymaster"
+timeout = "20ms"
+on_error = "deny"
+prefix = "app:tg"
+max_keys = 1000
+
+[proxy]
+trusted_proxies = ["10.0.0.0/8", "::1"]
+
+[[rules]]
+name = "per_user"
+algorithm = "token_bucket"
+limit = 10
+period = "1m"
+burst = 20
+key = "header:X-User+method"
+on_error = "local"
+"#,
+        "t.toml",
+    )
+    .expect("valid");
+    assert!(matches!(c.store.url, StoreUrl::Sentinel { .. }));
+    assert_eq!(c.store.timeout, Duration::from_millis(20));
+    assert_eq!(c.store.on_error, OnError::Deny);
+    assert_eq!(c.store.prefix, "app:tg");
+    assert_eq!(c.store.max_keys, 1000);
+    assert_eq!(c.proxy.trusted_proxies.len(), 2);
+    let r = &c.rules[0];
+    assert_eq!(r.line, 12);
+    assert_eq!(r.rule.burst(), 20);
+    assert_eq!(r.rule.period(), Duration::from_secs(60));
+    assert_eq!(
+        r.key.as_ref().map(ToString::to_string).as_deref(),
+        Some("header:x-user+method")
+    );
+    assert_eq!(c.on_error_for(r), OnError::Local);
+}
+
+#[test]
+fn every_problem_with_line_and_field() {
+    let got = errors(
+        r#"[store]
+url = "redis://h:0"
+timeout = "0ms"
+on_error = "maybe"
+prefix = "{x}"
+colour = "red"
+
+[[rules]]
+name = "a b"
+algorithm = "leaky"
+limit = -3
+period = "1.5s"
+burst = "many"
+key = "cookie"
+
+[[rules]]
+name = "b"
+algorithm = "fixed_window"
+limit = 5
+period = "1s"
+burst = 0
+
+[[rules]]
+name = "b"
+algorithm = "gcra"
+limit = 10
+period = "0ms"
+on_error = 1
+"#,
+    );
+    let want = [
+        "t.toml:2: store.url: store URL \"redis://h:0\": port \"0\" must be a number from 1 to 65535",
+        "t.toml:3: store.timeout: timeout must be at least 1ms",
+        "t.toml:4: store.on_error: unknown on_error \"maybe\"; expected allow, deny or local",
+        "t.toml:5: store.prefix: prefix \"{x}\" contains '{'; only A-Z a-z 0-9 _ . : - are allowed",
+        "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease",
+        "t.toml:9: rules[0].name: name \"a b\" contains ' '; only A-Z a-z 0-9 _ . - are allowed",
+        "t.toml:10: rules[0].algorithm: unknown algorithm \"leaky\"; expected one of gcra, token_bucket, fixed_window, sliding_window, sliding_log",
+        "t.toml:11: rules[0].limit: limit must be at least 1, got -3",
+        "t.toml:12: rules[0].period: duration \"1.5s\" has unknown unit \".5s\" (use ms, s, m, h or d)",
+        "t.toml:13: rules[0].burst: expected an integer, found string",
+        "t.toml:14: rules[0].key: unknown key part \"cookie\"; expected client_ip, header:NAME, path, method or host",
+        "t.toml:21: rules[1].burst: burst must be at least 1",
+        "t.toml:24: rules[2].name: rule name \"b\" is already used by rules[1] (line 16)",
+        "t.toml:27: rules[2].period: period 0ns is shorter than the minimum 1ms",
+        "t.toml:28: rules[2].on_error: expected a string, found integer",
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn http_and_proxy_sections() {
+    let c = Config::parse(
+        r#"
+[store]
+replicas = 3
+heartbeat = "250ms"
+
+[http]
+listen = "127.0.0.1:9090"
+legacy_headers = true
+
+[proxy]
+listen = "[::1]:8081"
+upstream = "http://127.0.0.1:9000/app"
+ipv6_prefix = 56
+on_missing_key = "skip"
+connect_timeout = "250ms"
+response_timeout = "2m"
+send_timeout = "45s"
+append_forwarded_for = true
+
+[[rules]]
+name = "a"
+algorithm = "gcra"
+limit = 1
+period = "1s"
+"#,
+        "t.toml",
+    )
+    .expect("valid");
+    assert_eq!(c.store.replicas, 3);
+    assert_eq!(c.store.heartbeat, Duration::from_millis(250));
+    assert_eq!(c.http.listen, Some("127.0.0.1:9090".parse().expect("addr")));
+    assert!(c.http.legacy_headers);
+    let p = &c.proxy;
+    assert_eq!(p.listen, Some("[::1]:8081".parse().expect("addr")));
+    assert_eq!(
+        p.upstream.as_ref().map(ToString::to_string).as_deref(),
+        Some("http://127.0.0.1:9000/app")
+    );
+    assert_eq!(p.ipv6_prefix, 56);
+    assert_eq!(p.on_missing_key, OnMissingKey::Skip);
+    assert_eq!(p.connect_timeout, Duration::from_millis(250));
+    assert_eq!(p.response_timeout, Duration::from_secs(120));
+    assert_eq!(p.send_timeout, Duration::from_secs(45));
+    assert!(p.append_forwarded_for);
+    let d = Config::parse(
+        "[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n",
+        "t.toml",
+    )
+    .expect("valid");
+    assert_eq!(d.http, HttpConfig::default());
+    assert_eq!(d.proxy.ipv6_prefix, 64);
+    assert_eq!(d.proxy.connect_timeout, Duration::from_secs(1));
+    assert_eq!(d.proxy.send_timeout, Duration::from_secs(30));
+}
+
+#[test]
+fn http_and_proxy_problems_have_lines() {
+    let got = errors(
+        r#"[store]
+replicas = 0
+heartbeat = "5ms"
+
+[http]
+listen = "example.com:80"
+legacy_headers = "yes"
+port = 1
+
+[proxy]
+listen = "127.0.0.1"
+upstream = "https://x"
+ipv6_prefix = 129
+on_missing_key = "drop"
+connect_timeout = "0ms"
+response_timeout = "soon"
+append_forwarded_for = 1
+
+[[rules]]
+name = "a"
+algorithm = "gcra"
+limit = 1
+period = "1s"
+"#,
+    );
+    let want = [
+        "t.toml:2: store.replicas: replicas must be at least 1",
+        "t.toml:3: store.heartbeat: heartbeat must be at least 10ms",
+        "t.toml:6: http.listen: \"example.com:80\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+        "t.toml:7: http.legacy_headers: expected a boolean (true or false), found string",
+        "t.toml:8: http.port: unknown field; expected one of listen, legacy_headers",
+        "t.toml:11: proxy.listen: \"127.0.0.1\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
+        "t.toml:12: proxy.upstream: upstream \"https://x\": https upstreams are not supported yet; use http://host:port",
+        "t.toml:13: proxy.ipv6_prefix: ipv6_prefix must be from 1 to 128, got 129",
+        "t.toml:14: proxy.on_missing_key: unknown on_missing_key \"drop\"; expected empty, skip or reject",
+        "t.toml:15: proxy.connect_timeout: connect_timeout must be at least 1ms",
+        "t.toml:16: proxy.response_timeout: duration \"soon\" must start with a whole number, e.g. \"250ms\" or \"1s\"",
+        "t.toml:17: proxy.append_forwarded_for: expected a boolean (true or false), found integer",
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn syntax_errors_have_lines() {
+    let got = errors("[[rules]]\nname = \"a\nlimit = 1\n");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("t.toml:2: TOML syntax error: "),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn no_rules_and_wrong_shapes() {
+    assert_eq!(
+        errors(""),
+        ["t.toml:1: rules: no rules; add at least one [[rules]] table"]
+    );
+    assert_eq!(
+        errors("rules = []\n"),
+        ["t.toml:1: rules: no rules; add at least one [[rules]] table"]
+    );
+    assert_eq!(
+        errors("store = 1\nproxy = 'x'\nrules = [1]\n"),
+        [
+            "t.toml:1: store: expected a table ([store]), found integer",
+            "t.toml:2: proxy: expected a table ([proxy]), found string",
+            "t.toml:3: rules[0]: expected a table ([[rules]]), found integer",
+        ]
+    );
+    assert_eq!(
+        errors(
+            "[proxy]\ntrusted_proxies = '10.0.0.0/8'\n[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n"
+        ),
+        ["t.toml:2: proxy.trusted_proxies: expected an array of CIDR strings, found string"]
+    );
+}
+
+#[test]
+fn burst_on_window_algorithm_and_gcra_rate() {
+    assert_eq!(
+        errors(
+            "[[rules]]\nname='a'\nalgorithm='sliding_log'\nlimit=200000\nperiod='1s'\nburst=5\n"
+        ),
+        [
+            "t.toml:4: rules[0].limit: sliding_log keeps one entry per admitted check; limit 200000 exceeds its maximum 100000 (use sliding_window for large limits)",
+            "t.toml:6: rules[0].burst: burst applies to gcra and token_bucket only, not sliding_log",
+        ]
+    );
+}
+
+#[test]
+fn format_durations() {
+    assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+    assert_eq!(format_duration(Duration::from_secs(1)), "1s");
+    assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+    assert_eq!(format_duration(Duration::from_secs(86_400 * 2)), "2d");
+    assert_eq!(format_duration(Duration::from_micros(1500)), "1500us");
+    assert_eq!(format_duration(Duration::ZERO), "0ms");
+}

@@ -1,0 +1,67 @@
+//! envoyproxy/ratelimit YAML config files, loaded unchanged, and the lookup
+//! of a request descriptor in them (README, "The Envoy rate limit service").
+//!
+//! Each file names one `domain` and a tree of `descriptors`; a node may
+//! carry a `rate_limit`. [`EnvoyLimits::parse`] checks every file field by
+//! field, so one pass reports **every** problem with its file, line and
+//! field (`descriptors[0].descriptors[1].rate_limit.unit`: descriptors are
+//! numbered from 0 in file order). Unknown fields are errors everywhere, as
+//! in the reference service.
+//!
+//! Every node with a unit and `requests_per_unit >= 1` becomes one tollgate
+//! rule ([`EnvoyLimits::rules`]), enforced with the same store and semantics
+//! as every other rule. Two fields are tollgate's own extension of the
+//! format, both optional inside `rate_limit`:
+//!
+//! * `algorithm`: `gcra`, `token_bucket`, `fixed_window`, `sliding_window`
+//!   or `sliding_log`; `fixed_window` by default, as Envoy's users expect.
+//! * `burst`: for `gcra` and `token_bucket` only; defaults to
+//!   `requests_per_unit`.
+//!
+//! [`EnvoyLimits::find`] is the reference service's `GetLimit`: exact
+//! `key_value`, then a wildcard value (`value: use*`) at the same level, then
+//! the key alone.
+//!
+//! ```
+//! use tollgate_server::envoy::limits::{EnvoyLimits, Unit};
+//!
+//! let yaml = "
+//! domain: mongo_cps
+//! descriptors:
+//!   - key: database
+//!     value: users
+//!     rate_limit:
+//!       unit: second
+//!       requests_per_unit: 500
+//! ";
+//! let limits = EnvoyLimits::parse(&[("mongo.yaml".into(), yaml.into())], &[]).unwrap();
+//! let limit = limits.find("mongo_cps", &[("database", "users")]).unwrap();
+//! assert_eq!((limit.requests_per_unit, limit.unit), (500, Some(Unit::Second)));
+//! assert_eq!(limits.rules()[0].name(), "envoy.mongo_cps.database_users");
+//! assert!(limits.find("mongo_cps", &[("database", "orders")]).is_none());
+//!
+//! let bad = "domain: x\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight}\n";
+//! let errors = EnvoyLimits::parse(&[("bad.yaml".into(), bad.into())], &[]).unwrap_err();
+//! assert_eq!(
+//!     errors.to_string(),
+//!     "bad.yaml:4: descriptors[0].rate_limit.unit: invalid rate limit unit 'fortnight'; \
+//!      expected second, minute, hour, day, week, month or year",
+//! );
+//! ```
+//!
+//! The folder: `tree.rs` (the descriptor trees and
+//! [`EnvoyLimits::find`]), `yaml.rs` (a YAML reader that keeps every
+//! node's line), `loader.rs` (the schema check that builds the trees and
+//! names the rules, and [`EnvoyLimits::load`]/[`EnvoyLimits::parse`]),
+//! `naming.rs` ([`store_key`]); the tests are in `tests.rs`.
+
+mod loader;
+mod naming;
+mod tree;
+mod yaml;
+
+pub use naming::store_key;
+pub use tree::{EnvoyLimits, Limit, Unit};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,229 @@
+//! The descriptor trees and their lookup: [`EnvoyLimits`], built by the
+//! loader (`loader.rs`), and [`EnvoyLimits::find`], the reference service's
+//! `GetLimit`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tollgate::Rule;
+
+/// An envoyproxy/ratelimit time unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unit {
+    /// One second.
+    Second,
+    /// 60 seconds.
+    Minute,
+    /// 3600 seconds.
+    Hour,
+    /// 86400 seconds.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days.
+    Month,
+    /// 365 days.
+    Year,
+}
+
+impl Unit {
+    pub(super) const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// Its length in seconds, as the reference service divides time: 1, 60,
+    /// 3600, 86400, 604800, 30*86400, 365*86400.
+    #[must_use]
+    pub fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3600,
+            Unit::Day => 86_400,
+            Unit::Week => 7 * 86_400,
+            Unit::Month => 30 * 86_400,
+            Unit::Year => 365 * 86_400,
+        }
+    }
+
+    /// Its number in `envoy.service.ratelimit.v3.RateLimitResponse.RateLimit.Unit`:
+    /// SECOND=1, MINUTE=2, HOUR=3, DAY=4, MONTH=5, YEAR=6, WEEK=7.
+    #[must_use]
+    pub fn proto(self) -> i32 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 2,
+            Unit::Hour => 3,
+            Unit::Day => 4,
+            Unit::Month => 5,
+            Unit::Year => 6,
+            Unit::Week => 7,
+        }
+    }
+
+    /// `"second"`, `"minute"`, ...: the name used in config files.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// The unit named `s`, case-insensitively (the reference upper-cases
+    /// it and looks it up in the proto enum).
+    pub(super) fn parse(s: &str) -> Option<Unit> {
+        Unit::ALL
+            .into_iter()
+            .find(|u| u.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+/// One descriptor node's `rate_limit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    /// Index into [`EnvoyLimits::rules`] of the tollgate rule that counts
+    /// it; `None` when unlimited or `requests_per_unit == 0`.
+    pub rule: Option<usize>,
+    /// `rate_limit.name`, `""` when not given.
+    pub name: String,
+    /// The node's full dotted key, as the reference service names it:
+    /// `domain.key_value.key2` (the key, plus `_value` when a value is
+    /// given), e.g. `mongo_cps.database_users`.
+    pub path: String,
+    /// `rate_limit.requests_per_unit` (0 when not given: every request is
+    /// over the limit).
+    pub requests_per_unit: u32,
+    /// `rate_limit.unit`; `None` iff unlimited.
+    pub unit: Option<Unit>,
+    /// `rate_limit.unlimited`.
+    pub unlimited: bool,
+    /// The node's `shadow_mode`: over-limit answers are reported as OK.
+    pub shadow_mode: bool,
+    /// The node's `detailed_metric` (stored, otherwise unused).
+    pub detailed_metric: bool,
+    /// Names of the limits this one replaces (`rate_limit.replaces`).
+    pub replaces: Vec<String>,
+}
+
+/// One level of a descriptor tree: the nodes, by composite key.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Level {
+    pub(super) nodes: Vec<Node>,
+    /// `key` or `key_value` -> index into `nodes`. Bytes, so a request's
+    /// entries need not be UTF-8 to be looked up.
+    pub(super) by_composite: HashMap<Box<[u8]>, usize>,
+    /// Wildcard nodes in config order: (`key_` + the value without its
+    /// trailing `*`, index into `nodes`).
+    pub(super) wildcards: Vec<(String, usize)>,
+}
+
+/// One descriptor node.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Node {
+    /// Index into `EnvoyLimits::limits`.
+    pub(super) limit: Option<usize>,
+    pub(super) children: Level,
+}
+
+/// Every loaded domain: the descriptor trees, their limits and the tollgate
+/// rules that count them.
+#[derive(Debug, Clone, Default)]
+pub struct EnvoyLimits {
+    pub(super) domains: BTreeMap<String, Level>,
+    pub(super) limits: Vec<Limit>,
+    pub(super) rules: Vec<Rule>,
+}
+
+impl EnvoyLimits {
+    /// The tollgate rules, one per node that has a limit with a unit and
+    /// `requests_per_unit >= 1`, in file then document order. A rule is
+    /// named `envoy.` + the node's [`Limit::path`] with every character
+    /// outside `[A-Za-z0-9_.-]` replaced by `_`, cut to
+    /// [`tollgate::MAX_NAME_LEN`] bytes and made unique (against the names
+    /// given to `load` and each other) by a `.2`, `.3`, ... suffix.
+    #[must_use]
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// The domains loaded, sorted.
+    #[must_use]
+    pub fn domains(&self) -> Vec<&str> {
+        self.domains.keys().map(String::as_str).collect()
+    }
+
+    /// Every limit, in file then document order (so in rule order where
+    /// they have one).
+    pub fn limits(&self) -> impl Iterator<Item = &Limit> {
+        self.limits.iter()
+    }
+
+    /// The limit that applies to one request descriptor, as the reference
+    /// service's `GetLimit` finds it. `None` for an unknown domain.
+    ///
+    /// From the domain's top level, for each entry `(k, v)` in turn: the
+    /// node `k_v`; else the first wildcard node at this level (config
+    /// order) whose `k_` + value-without-`*` is a prefix of `k_v`; else the
+    /// node with key `k` and no value. No node ends the walk. A node's limit
+    /// is the answer only when its entry is the request's last; the walk
+    /// goes on among the node's children, and ends at a node without any.
+    /// So a request deeper than the config, or one that stops above a
+    /// limited leaf, gets no limit.
+    ///
+    /// Keys and values are compared as bytes (as the reference service's Go
+    /// strings are), so entries that are not UTF-8 (header values Envoy
+    /// copied) are matched too: such a value never equals a configured
+    /// value (those are UTF-8), but a wildcard prefix or a key-only node
+    /// can match it; such a key matches nothing.
+    #[must_use]
+    pub fn find<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        domain: &str,
+        entries: &[(K, V)],
+    ) -> Option<&Limit> {
+        let mut level = self.domains.get(domain)?;
+        let mut answer = None;
+        let mut composite = Vec::new();
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let key = key.as_ref();
+            composite.clear();
+            composite.extend_from_slice(key);
+            composite.push(b'_');
+            composite.extend_from_slice(value.as_ref());
+            let index = level
+                .by_composite
+                .get(composite.as_slice())
+                .or_else(|| {
+                    level
+                        .wildcards
+                        .iter()
+                        .find(|(prefix, _)| composite.starts_with(prefix.as_bytes()))
+                        .map(|(_, index)| index)
+                })
+                .or_else(|| level.by_composite.get(key));
+            let Some(node) = index.and_then(|&index| level.nodes.get(index)) else {
+                break;
+            };
+            if i + 1 == entries.len() {
+                answer = node.limit.and_then(|l| self.limits.get(l));
+            }
+            if node.children.nodes.is_empty() {
+                break;
+            }
+            level = &node.children;
+        }
+        answer
+    }
+}
