@@ -97,7 +97,7 @@ impl<S> Limiter<S> {
     ///
     /// # Errors
     /// Key too long, or unknown rule (in that order, as [`Limiter::check_all`]).
-    pub(crate) fn resolve_index(&self, check: &Check<'_>) -> Result<usize, Error> {
+    fn resolve_index(&self, check: &Check<'_>) -> Result<usize, Error> {
         if check.key.len() > MAX_KEY_LEN {
             return Err(Error::KeyTooLong {
                 len: check.key.len(),
@@ -105,6 +105,70 @@ impl<S> Limiter<S> {
         }
         self.rule_index(check.rule)
             .ok_or_else(|| Error::UnknownRule(check.rule.to_owned()))
+    }
+
+    /// Each pair's rule, looked up once: the one place a check's rule names
+    /// are resolved, for this limiter and [`crate::resilient`]'s. One pair,
+    /// the common case, needs no vector.
+    ///
+    /// # Errors
+    /// No pairs, then per pair a key too long or an unknown rule.
+    pub(crate) fn resolve_all<'c>(&'c self, checks: &[Check<'c>]) -> Result<Resolved<'c>, Error> {
+        match checks {
+            [] => Err(Error::NoChecks),
+            [c] => {
+                let i = self.resolve_index(c)?;
+                Ok(Resolved::One(
+                    [KeyCheck {
+                        rule: &self.rules[i],
+                        key: c.key,
+                        cost: c.cost,
+                    }],
+                    [i],
+                ))
+            }
+            _ => {
+                let mut pairs = Vec::with_capacity(checks.len());
+                let mut index = Vec::with_capacity(checks.len());
+                for c in checks {
+                    let i = self.resolve_index(c)?;
+                    index.push(i);
+                    pairs.push(KeyCheck {
+                        rule: &self.rules[i],
+                        key: c.key,
+                        cost: c.cost,
+                    });
+                }
+                Ok(Resolved::Many(pairs, index))
+            }
+        }
+    }
+}
+
+/// A check's pairs with their rules looked up ([`Limiter::resolve_all`]).
+#[derive(Debug)]
+pub(crate) enum Resolved<'c> {
+    /// One pair, held inline.
+    One([KeyCheck<'c>; 1], [usize; 1]),
+    /// Several pairs.
+    Many(Vec<KeyCheck<'c>>, Vec<usize>),
+}
+
+impl<'c> Resolved<'c> {
+    /// The pairs, each with its rule.
+    pub(crate) fn pairs(&self) -> &[KeyCheck<'c>] {
+        match self {
+            Resolved::One(pairs, _) => pairs,
+            Resolved::Many(pairs, _) => pairs,
+        }
+    }
+
+    /// Each pair's rule's position in [`Limiter::rules`].
+    pub(crate) fn index(&self) -> &[usize] {
+        match self {
+            Resolved::One(_, index) => index,
+            Resolved::Many(_, index) => index,
+        }
     }
 }
 
@@ -210,26 +274,8 @@ impl<S: Store> Limiter<S> {
             return Err(Error::NoChecks);
         }
         check_time(at)?;
-        if let [c] = checks {
-            // One pair, the common case: no vector.
-            let one = [KeyCheck {
-                rule: self.resolve(c.rule, c.key)?,
-                key: c.key,
-                cost: c.cost,
-            }];
-            return Ok(self.store.check_all(&one, at).await?);
-        }
-        let resolved = checks
-            .iter()
-            .map(|c| {
-                Ok(KeyCheck {
-                    rule: self.resolve(c.rule, c.key)?,
-                    key: c.key,
-                    cost: c.cost,
-                })
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
-        Ok(self.store.check_all(&resolved, at).await?)
+        let resolved = self.resolve_all(checks)?;
+        Ok(self.store.check_all(resolved.pairs(), at).await?)
     }
 
     /// Waits until `cost` units of `key` under `rule` are admitted, then

@@ -59,7 +59,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use crate::decision::{Decision, MultiDecision};
-use crate::error::{Error, StoreError, StoreErrorKind};
+use crate::error::{StoreError, StoreErrorKind};
 use crate::limiter::{Check, Limiter};
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
@@ -284,36 +284,13 @@ impl<S: Store> ResilientLimiter<S> {
         checks: &[Check<'_>],
         policy: Option<OnError>,
     ) -> Result<Verdict, Refusal> {
-        // Each pair's rule is looked up once, here; one pair (the common
-        // case) needs no vector.
-        let rules = self.inner.limiter.rules();
-        let invalid = Refusal::Invalid;
-        match checks {
-            [] => Err(invalid(Error::NoChecks)),
-            [c] => {
-                let i = self.inner.limiter.resolve_index(c).map_err(invalid)?;
-                let resolved = [KeyCheck {
-                    rule: &rules[i],
-                    key: c.key,
-                    cost: c.cost,
-                }];
-                self.decide(&resolved, &[i], policy).await
-            }
-            _ => {
-                let mut index = Vec::with_capacity(checks.len());
-                let mut resolved = Vec::with_capacity(checks.len());
-                for c in checks {
-                    let i = self.inner.limiter.resolve_index(c).map_err(invalid)?;
-                    index.push(i);
-                    resolved.push(KeyCheck {
-                        rule: &rules[i],
-                        key: c.key,
-                        cost: c.cost,
-                    });
-                }
-                self.decide(&resolved, &index, policy).await
-            }
-        }
+        let resolved = self
+            .inner
+            .limiter
+            .resolve_all(checks)
+            .map_err(Refusal::Invalid)?;
+        self.decide(resolved.pairs(), resolved.index(), policy)
+            .await
     }
 
     /// Decides valid checks, resolved to `resolved` (rule `index[n]` for
