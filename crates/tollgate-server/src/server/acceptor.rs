@@ -1,12 +1,11 @@
 //! Accepting a front door's connections ([`Acceptor`]): at most a given
 //! number at once, `TCP_NODELAY`, accept errors logged now and then and
-//! never a busy loop; [`Limited`] is a gRPC connection holding its place.
+//! never a busy loop.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -63,62 +62,5 @@ impl<'a> Acceptor<'a> {
                 }
             }
         }
-    }
-}
-
-pin_project_lite::pin_project! {
-    /// A gRPC connection holding its place under [`MAX_CONNECTIONS`](super::MAX_CONNECTIONS).
-    pub(super) struct Limited {
-        #[pin]
-        pub(super) stream: tokio::net::TcpStream,
-        pub(super) _permit: OwnedSemaphorePermit,
-    }
-}
-
-impl tonic::transport::server::Connected for Limited {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-impl tokio::io::AsyncRead for Limited {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Limited {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        self.project().stream.poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        self.project().stream.poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        self.project().stream.poll_shutdown(cx)
     }
 }

@@ -65,8 +65,8 @@ use crate::proxy::Proxy;
 mod acceptor;
 mod watchdog;
 
-use acceptor::{Acceptor, Limited};
-use watchdog::{Activity, Metered, Watchdog, Watched};
+use acceptor::Acceptor;
+use watchdog::{Activity, Conn, Watchdog, Watched};
 
 /// The most bytes of a request head (request line and header fields).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -347,10 +347,7 @@ pub async fn serve_with<M, S, B>(
             inner: make(peer),
             activity: Arc::clone(&activity),
         };
-        let stream = Metered {
-            stream,
-            activity: Arc::clone(&activity),
-        };
+        let stream = Conn::new(stream, permit, Some(Arc::clone(&activity)));
         let conn = builder.serve_connection(TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -396,7 +393,6 @@ pub async fn serve_with<M, S, B>(
                     }
                 }
             }
-            drop(permit);
         });
     }
     drop(listener);
@@ -419,16 +415,13 @@ pub async fn serve_with<M, S, B>(
 fn grpc_incoming(
     listener: TcpListener,
     stop: watch::Receiver<bool>,
-) -> ReceiverStream<std::io::Result<Limited>> {
+) -> ReceiverStream<std::io::Result<Conn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
         let mut shutdown = std::pin::pin!(stopped(stop));
         let mut acceptor = Acceptor::new(&listener, "Envoy rate limit service", MAX_CONNECTIONS);
         while let Some((stream, _peer, permit)) = acceptor.next(&mut shutdown).await {
-            let conn = Limited {
-                stream,
-                _permit: permit,
-            };
+            let conn = Conn::new(stream, permit, None);
             if tx.send(Ok(conn)).await.is_err() {
                 break;
             }

@@ -1,6 +1,6 @@
 //! A connection's watchdogs: what they watch ([`Activity`]: heads read,
 //! answers in flight, how long the client has taken nothing), the
-//! connection's stream and service reporting to it ([`Metered`],
+//! connection's stream and service reporting to it ([`Conn`],
 //! [`Watched`]), and the timer that fires every period ([`Watchdog`]).
 
 use std::future::Future;
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use tokio::sync::OwnedSemaphorePermit;
 
 pin_project_lite::pin_project! {
     /// A connection's watchdog timer: fires every period. It is polled with
@@ -126,16 +127,42 @@ impl Activity {
 }
 
 pin_project_lite::pin_project! {
-    /// A client's connection, telling its [`Activity`] whether the client
-    /// takes what is written to it.
-    pub(super) struct Metered {
+    /// An accepted connection: it holds its place under the door's
+    /// connection cap until dropped, and tells its [`Activity`], when a
+    /// watchdog watches one (the HTTP doors), whether the client takes what
+    /// is written to it. The gRPC door's HTTP/2 has flow control of its own.
+    pub(super) struct Conn {
         #[pin]
-        pub(super) stream: tokio::net::TcpStream,
-        pub(super) activity: Arc<Activity>,
+        stream: tokio::net::TcpStream,
+        activity: Option<Arc<Activity>>,
+        _permit: OwnedSemaphorePermit,
     }
 }
 
-impl tokio::io::AsyncRead for Metered {
+impl Conn {
+    /// `stream`, holding `permit`, reporting its writes to `activity`.
+    pub(super) fn new(
+        stream: tokio::net::TcpStream,
+        permit: OwnedSemaphorePermit,
+        activity: Option<Arc<Activity>>,
+    ) -> Self {
+        Self {
+            stream,
+            activity,
+            _permit: permit,
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+impl tokio::io::AsyncRead for Conn {
     #[inline]
     fn poll_read(
         self: Pin<&mut Self>,
@@ -146,7 +173,7 @@ impl tokio::io::AsyncRead for Metered {
     }
 }
 
-impl tokio::io::AsyncWrite for Metered {
+impl tokio::io::AsyncWrite for Conn {
     #[inline]
     fn poll_write(
         self: Pin<&mut Self>,
@@ -155,7 +182,9 @@ impl tokio::io::AsyncWrite for Metered {
     ) -> Poll<std::io::Result<usize>> {
         let this = self.project();
         let polled = this.stream.poll_write(cx, buf);
-        this.activity.wrote(&polled);
+        if let Some(activity) = this.activity {
+            activity.wrote(&polled);
+        }
         polled
     }
 
@@ -167,7 +196,9 @@ impl tokio::io::AsyncWrite for Metered {
     ) -> Poll<std::io::Result<usize>> {
         let this = self.project();
         let polled = this.stream.poll_write_vectored(cx, bufs);
-        this.activity.wrote(&polled);
+        if let Some(activity) = this.activity {
+            activity.wrote(&polled);
+        }
         polled
     }
 
