@@ -135,6 +135,19 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The headers to add to an admitted request's response (`Ok`), or the
+    /// answer to send instead (`Err`); the decision is dropped.
+    ///
+    /// # Errors
+    /// The answer refusing the request (boxed: large, and off the
+    /// admitting path).
+    pub fn into_headers(self) -> Result<HeaderMap, Box<Response<String>>> {
+        match self {
+            Verdict::Admit { headers, .. } => Ok(headers),
+            Verdict::Respond { response, .. } => Err(Box::new(response)),
+        }
+    }
+
     fn respond(response: Response<String>) -> Self {
         Verdict::Respond {
             response,
