@@ -198,7 +198,7 @@ impl RuleKeys {
     /// Every applying rule's key for a request head from `peer` (only read
     /// when an extractor reads `client_ip`), or the answer that refuses
     /// the request: `400` (problem+json, type
-    /// [`MISSING_KEY`](crate::response::MISSING_KEY)) naming the rule and
+    /// [`MISSING_KEY`]) naming the rule and
     /// the part under [`MissingKey::Reject`]; `500` for a `client_ip` key
     /// without a peer address.
     ///

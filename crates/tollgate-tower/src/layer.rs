@@ -116,8 +116,10 @@ pub enum Verdict {
         /// replacing any of the same name:
         /// `response.headers_mut().extend(headers)`.
         headers: HeaderMap,
-        /// The check's answer, one decision per rule in the layer's order;
-        /// `None` when the store failed and nothing was decided.
+        /// The check's answer, one decision per applying rule in the
+        /// layer's order; `None` when the store failed and nothing was
+        /// decided, or when every rule was skipped
+        /// ([`MissingKey::Skip`]) and nothing was checked.
         decision: Option<MultiDecision>,
     },
     /// Answer `response` instead: 429 (denied, by the store or the local
