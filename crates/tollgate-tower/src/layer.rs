@@ -6,18 +6,15 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use http::{Extensions, HeaderMap, Request, Response, StatusCode};
-use tollgate::resilient::{OnError, Refusal, ResilientLimiter};
-use tollgate::{Check, Decision, Error, Limiter, MAX_KEY_LEN, MultiDecision, Rule, Store};
+use http::{Extensions, HeaderMap, Request, Response};
+use tollgate::resilient::{OnError, ResilientLimiter};
+use tollgate::{Limiter, MultiDecision, Store};
 use tower_layer::Layer;
 
-use crate::extract::{ClientIpConfig, KeyError, MissingKey};
-use crate::headers::{HeaderOptions, insert_headers, insert_policy};
+use crate::decide::{Keys, RuleKeys};
+use crate::extract::{ClientIpConfig, MissingKey};
+use crate::headers::HeaderOptions;
 use crate::key::KeyExtractor;
-use crate::response::{
-    DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED,
-    problem, store_unavailable, too_many_requests,
-};
 use crate::service::RateLimit;
 
 /// What a request gets when the store fails (times out, is unreachable,
@@ -119,8 +116,10 @@ pub enum Verdict {
         /// replacing any of the same name:
         /// `response.headers_mut().extend(headers)`.
         headers: HeaderMap,
-        /// The check's answer, one decision per rule in the layer's order;
-        /// `None` when the store failed and nothing was decided.
+        /// The check's answer, one decision per applying rule in the
+        /// layer's order; `None` when the store failed and nothing was
+        /// decided, or when every rule was skipped
+        /// ([`MissingKey::Skip`]) and nothing was checked.
         decision: Option<MultiDecision>,
     },
     /// Answer `response` instead: 429 (denied, by the store or the local
@@ -138,6 +137,19 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The headers to add to an admitted request's response (`Ok`), or the
+    /// answer to send instead (`Err`); the decision is dropped.
+    ///
+    /// # Errors
+    /// The answer refusing the request (boxed: large, and off the
+    /// admitting path).
+    pub fn into_headers(self) -> Result<HeaderMap, Box<Response<String>>> {
+        match self {
+            Verdict::Admit { headers, .. } => Ok(headers),
+            Verdict::Respond { response, .. } => Err(Box::new(response)),
+        }
+    }
+
     fn respond(response: Response<String>) -> Self {
         Verdict::Respond {
             response,
@@ -149,20 +161,11 @@ impl Verdict {
 /// The boxed future of [`RateLimitLayer::decide`].
 pub type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
 
-struct RuleKey {
-    name: String,
-    index: usize,
-    extractor: KeyExtractor,
-}
-
 pub(crate) struct Shared<S> {
     limiter: Arc<ResilientLimiter<S>>,
-    rules: Arc<[RuleKey]>,
-    needs_client_ip: bool,
-    client_ip: ClientIpConfig,
+    keys: RuleKeys,
     header_options: HeaderOptions,
     on_store_error: OnStoreError,
-    missing_key: MissingKey,
     peer_addr: PeerAddrFn,
 }
 
@@ -170,12 +173,9 @@ impl<S> Clone for Shared<S> {
     fn clone(&self) -> Self {
         Self {
             limiter: Arc::clone(&self.limiter),
-            rules: Arc::clone(&self.rules),
-            needs_client_ip: self.needs_client_ip,
-            client_ip: self.client_ip.clone(),
+            keys: self.keys.clone(),
             header_options: self.header_options,
             on_store_error: self.on_store_error,
-            missing_key: self.missing_key,
             peer_addr: self.peer_addr,
         }
     }
@@ -194,7 +194,8 @@ impl<S> Clone for Shared<S> {
 ///
 /// An admitted request goes to the inner service, and its response gets
 /// `RateLimit-Policy` and `RateLimit` with one member per rule. A denied one
-/// is answered `429 Too Many Requests` by [`too_many_requests`]. A store
+/// is answered `429 Too Many Requests` by
+/// [`too_many_requests`](crate::response::too_many_requests). A store
 /// failure follows [`OnStoreError`]. See [`crate::extract`] for how keys are
 /// built.
 ///
@@ -243,15 +244,15 @@ impl<S> fmt::Debug for RateLimitLayer<S> {
         f.debug_struct("RateLimitLayer")
             .field(
                 "rules",
-                &s.rules
-                    .iter()
-                    .map(|r| (r.name.as_str(), r.extractor.to_string()))
+                &s.keys
+                    .rules()
+                    .map(|(name, extractor)| (name, extractor.to_string()))
                     .collect::<Vec<_>>(),
             )
-            .field("client_ip", &s.client_ip)
+            .field("client_ip", s.keys.client_ip())
             .field("header_options", &s.header_options)
             .field("on_store_error", &s.on_store_error)
-            .field("missing_key", &s.missing_key)
+            .field("missing_key", &s.keys.missing_key())
             .finish_non_exhaustive()
     }
 }
@@ -316,33 +317,16 @@ impl<S: Store> RateLimitLayer<S> {
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
         on_store_error: OnStoreError,
     ) -> Result<Self, ConfigError> {
-        let mut keyed: Vec<RuleKey> = Vec::new();
-        for (name, extractor) in rules {
-            let name = name.into();
-            let Some(index) = limiter.rules().iter().position(|r| r.name() == name) else {
-                return Err(ConfigError::UnknownRule(name));
-            };
-            if keyed.iter().any(|r| r.name == name) {
-                return Err(ConfigError::DuplicateRule(name));
-            }
-            keyed.push(RuleKey {
-                name,
-                index,
-                extractor,
-            });
-        }
-        if keyed.is_empty() {
+        let keys = RuleKeys::new(limiter.rules(), rules)?;
+        if keys.is_empty() {
             return Err(ConfigError::NoRules);
         }
         Ok(Self {
             shared: Arc::new(Shared {
                 limiter,
-                needs_client_ip: keyed.iter().any(|r| r.extractor.uses_client_ip()),
-                rules: keyed.into(),
-                client_ip: ClientIpConfig::new(),
+                keys,
                 header_options: HeaderOptions::default(),
                 on_store_error,
-                missing_key: MissingKey::default(),
                 peer_addr: default_peer_addr,
             }),
         })
@@ -358,7 +342,7 @@ impl<S> RateLimitLayer<S> {
     /// How `client_ip` is found: trusted proxies and IPv6 grouping.
     #[must_use]
     pub fn with_client_ip(self, config: ClientIpConfig) -> Self {
-        self.edit(|s| s.client_ip = config)
+        self.edit(|s| s.keys.client_ip = config)
     }
 
     /// Which headers besides the standard ones to write.
@@ -376,7 +360,7 @@ impl<S> RateLimitLayer<S> {
     /// What a request missing a key header (or host) gets.
     #[must_use]
     pub fn with_missing_key(self, policy: MissingKey) -> Self {
-        self.edit(|s| s.missing_key = policy)
+        self.edit(|s| s.keys.missing_key = policy)
     }
 
     /// Where the peer address comes from (default: [`default_peer_addr`]).
@@ -418,16 +402,13 @@ impl<S> RateLimitLayer<S> {
 
     /// The (rule name, key extractor) pairs, in check order.
     pub fn rules(&self) -> impl Iterator<Item = (&str, &KeyExtractor)> {
-        self.shared
-            .rules
-            .iter()
-            .map(|r| (r.name.as_str(), &r.extractor))
+        self.shared.keys.rules()
     }
 
     /// The client address configuration.
     #[must_use]
     pub fn client_ip(&self) -> &ClientIpConfig {
-        &self.shared.client_ip
+        self.shared.keys.client_ip()
     }
 
     /// The failure policy.
@@ -439,7 +420,7 @@ impl<S> RateLimitLayer<S> {
     /// The missing-key policy.
     #[must_use]
     pub fn missing_key(&self) -> MissingKey {
-        self.shared.missing_key
+        self.shared.keys.missing_key()
     }
 
     pub(crate) fn shared(&self) -> &Arc<Shared<S>> {
@@ -469,126 +450,34 @@ impl<S: Store> Shared<S> {
         }
     }
 
-    /// Every rule's key, or the response that refuses the request.
-    fn keys<B>(&self, req: &Request<B>) -> Result<Vec<Vec<u8>>, Box<Response<String>>> {
-        let client_ip = if self.needs_client_ip {
-            (self.peer_addr)(req.extensions())
-                .map(|peer| self.client_ip.client_ip(peer.ip(), req.headers()))
+    /// Every applying rule's key, or the response that refuses the
+    /// request ([`RuleKeys::keys`]).
+    fn keys<B>(&self, req: &Request<B>) -> Result<Keys, Box<Response<String>>> {
+        let peer = if self.keys.needs_client_ip() {
+            (self.peer_addr)(req.extensions()).map(|peer| peer.ip())
         } else {
             None
         };
-        let mut keys = Vec::with_capacity(self.rules.len());
-        for rule in self.rules.iter() {
-            let key = match rule.extractor.extract(req, client_ip, self.missing_key) {
-                Ok(key) => key,
-                Err(KeyError::Missing(part)) => {
-                    return Err(Box::new(problem(
-                        StatusCode::BAD_REQUEST,
-                        MISSING_KEY,
-                        "Bad Request",
-                        &format!(
-                            "{}, which rule \"{}\" keys on ({}).",
-                            KeyError::Missing(part),
-                            rule.name,
-                            rule.extractor
-                        ),
-                    )));
-                }
-                Err(e) => return Err(Box::new(internal(&e.to_string()))),
+        self.keys.keys(req.method(), req.uri(), req.headers(), peer)
+    }
+
+    async fn check(&self, keys: &Keys) -> Verdict {
+        if keys.is_empty() {
+            // Every rule skipped (`MissingKey::Skip`): nothing to check.
+            return Verdict::Admit {
+                headers: HeaderMap::new(),
+                decision: None,
             };
-            keys.push(key);
         }
-        Ok(keys)
+        self.keys
+            .check(
+                &self.limiter,
+                keys,
+                self.on_store_error.policy(),
+                self.header_options,
+            )
+            .await
     }
-
-    async fn check(&self, keys: &[Vec<u8>]) -> Verdict {
-        let checks: Vec<Check<'_>> = self
-            .rules
-            .iter()
-            .zip(keys)
-            .map(|(rule, key)| Check::new(&rule.name, key))
-            .collect();
-        let answer = self
-            .limiter
-            .check_all_as(&checks, self.on_store_error.policy())
-            .await;
-        match answer {
-            Ok(verdict) => {
-                let multi = verdict.multi;
-                let all = self.limiter.rules();
-                let pairs: Vec<(&Rule, &Decision)> = self
-                    .rules
-                    .iter()
-                    .zip(&multi.decisions)
-                    .map(|(rule, d)| (&all[rule.index], d))
-                    .collect();
-                let local = match verdict.degraded {
-                    // Nothing was decided: the rules' policies (their
-                    // quotas are known), no `RateLimit` (what remains is
-                    // not).
-                    Some(OnError::Allow) => {
-                        let mut headers = HeaderMap::new();
-                        insert_policy(&mut headers, &pairs);
-                        headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
-                        return Verdict::Admit {
-                            headers,
-                            decision: None,
-                        };
-                    }
-                    degraded => degraded.is_some(),
-                };
-                if multi.allowed {
-                    let mut headers = HeaderMap::new();
-                    insert_headers(&mut headers, &pairs, None, self.header_options);
-                    if local {
-                        headers.insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
-                    }
-                    Verdict::Admit {
-                        headers,
-                        decision: Some(multi),
-                    }
-                } else {
-                    let mut response = too_many_requests(&pairs, self.header_options);
-                    if local {
-                        response
-                            .headers_mut()
-                            .insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
-                    }
-                    Verdict::Respond {
-                        response,
-                        decision: Some(multi),
-                    }
-                }
-            }
-            Err(Refusal::Unavailable(_)) => Verdict::respond(store_unavailable()),
-            // Extracted keys are never too long (long ones are digests);
-            // a store may still refuse one.
-            Err(Refusal::Invalid(Error::KeyTooLong { len })) => Verdict::respond(key_too_long(len)),
-            // Unknown rules and empty checks are refused when the layer is
-            // built; anything else is a bug, not the client's fault.
-            Err(e) => Verdict::respond(internal(&e.to_string())),
-        }
-    }
-}
-
-fn key_too_long(len: usize) -> Response<String> {
-    let detail =
-        format!("The request's key is {len} bytes; keys are limited to {MAX_KEY_LEN} bytes.");
-    problem(
-        StatusCode::BAD_REQUEST,
-        KEY_TOO_LONG,
-        "Bad Request",
-        &detail,
-    )
-}
-
-fn internal(detail: &str) -> Response<String> {
-    problem(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "about:blank",
-        "Internal Server Error",
-        detail,
-    )
 }
 
 impl<S: Store, I> Layer<I> for RateLimitLayer<S> {

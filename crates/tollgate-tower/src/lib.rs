@@ -93,6 +93,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cidr;
+pub mod decide;
 pub mod extract;
 mod future;
 pub mod headers;

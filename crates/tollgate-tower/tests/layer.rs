@@ -340,6 +340,51 @@ async fn missing_key_reject_answers_400_and_consumes_nothing() {
 }
 
 #[tokio::test]
+async fn missing_key_skip_leaves_the_rule_out() {
+    let (limiter, _clock) = limiter([
+        rule("per_path", Algorithm::Gcra, 5, HOUR),
+        rule("per_key", Algorithm::Gcra, 5, HOUR),
+    ]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let svc = RateLimitLayer::new(
+        limiter.clone(),
+        [
+            ("per_path", key("path")),
+            ("per_key", key("header:x-api-key")),
+        ],
+    )
+    .expect("layer")
+    .with_missing_key(MissingKey::Skip)
+    .layer(ok_service(calls.clone()));
+    // No key header: only `per_path` is checked, and the headers say so.
+    let r = send(&svc, Request::get("/p").body(String::new()).expect("req")).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let names: Vec<String> = members(&r.headers()["ratelimit"])
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    assert_eq!(names, ["per_path"]);
+    assert_eq!(peek(&limiter, "per_path", "/p").await.remaining, 4);
+    assert_eq!(peek(&limiter, "per_key", "").await.remaining, 5);
+    // A key header: both rules.
+    let keyed = Request::get("/p")
+        .header("x-api-key", "k")
+        .body(String::new())
+        .expect("request");
+    assert_eq!(send(&svc, keyed).await.status(), StatusCode::OK);
+    assert_eq!(peek(&limiter, "per_key", "k").await.remaining, 4);
+    // Every rule skipped: admitted unchecked, no RateLimit headers.
+    let svc = RateLimitLayer::new(limiter.clone(), [("per_key", key("header:x-api-key"))])
+        .expect("layer")
+        .with_missing_key(MissingKey::Skip)
+        .layer(ok_service(calls.clone()));
+    let r = send(&svc, Request::get("/").body(String::new()).expect("req")).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(!r.headers().contains_key("ratelimit"));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
 async fn a_key_over_the_size_limit_is_counted_under_its_digest() {
     // Refusing it would let a long header value past every limit of a
     // service that passes errors on; it is limited as any other key.

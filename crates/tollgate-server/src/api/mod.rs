@@ -46,6 +46,7 @@
 
 use std::sync::Arc;
 
+use crate::gate::{Gate, Refusal, Verdict};
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -54,11 +55,8 @@ use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 use tollgate::{Check, Decision, Error, MultiDecision};
-use tollgate_tower::headers::{HeaderOptions, PolicyCache, insert_headers, insert_policy};
-use tollgate_tower::response::{DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, TOLLGATE_DEGRADED};
-
-use crate::config::OnError;
-use crate::gate::{Gate, Refusal, Verdict};
+use tollgate_tower::decide::{Basis, insert_verdict_headers};
+use tollgate_tower::headers::{HeaderOptions, PolicyCache};
 
 mod body;
 mod json_read;
@@ -288,41 +286,33 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
         StatusCode::TOO_MANY_REQUESTS
     };
     let mut res = bytes_response(status, answer_body(req, multi, verdict.degraded.is_some()));
-    match verdict.degraded {
-        // Nothing was decided: the rules' policies, no `RateLimit` (what
-        // remains is unknown), as the tower layer and the proxy.
-        Some(OnError::Allow) => {
+    let retry = if multi.allowed {
+        None
+    } else {
+        deciding.retry_after
+    };
+    // Which headers an answer gets, degraded or not, is `decide`'s call,
+    // as for the tower layer and the proxy; the body stays the API's JSON.
+    let basis = Basis::of(verdict.degraded);
+    match (req.pairs.as_slice(), multi.decisions.as_slice()) {
+        // One decided pair (the usual check): on the stack, not in a
+        // `Vec`, and its rule's `RateLimit-Policy` value from the cache.
+        ([(name, _)], [d]) if basis.has_ratelimit() => {
             let headers = res.headers_mut();
-            insert_policy(headers, &rule_pairs(api, req, multi));
-            headers.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
-        }
-        degraded => {
-            let retry = if multi.allowed {
-                None
-            } else {
-                deciding.retry_after
-            };
-            // One pair (the usual check): on the stack, not in a `Vec`, and
-            // its rule's `RateLimit-Policy` value from the cache.
-            if let ([(name, _)], [d]) = (req.pairs.as_slice(), multi.decisions.as_slice()) {
-                if let Some(i) = api.gate.rule_index(name) {
-                    let rule = &api.gate.rules()[i];
-                    let headers = res.headers_mut();
-                    api.policies
-                        .insert_headers(headers, i, rule, d, retry, api.headers);
-                }
-            } else {
-                insert_headers(
-                    res.headers_mut(),
-                    &rule_pairs(api, req, multi),
-                    retry,
-                    api.headers,
-                );
+            if let Some(i) = api.gate.rule_index(name) {
+                let rule = &api.gate.rules()[i];
+                api.policies
+                    .insert_headers(headers, i, rule, d, retry, api.headers);
             }
-            if degraded.is_some() {
-                res.headers_mut().insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
-            }
+            basis.mark(headers);
         }
+        _ => insert_verdict_headers(
+            res.headers_mut(),
+            &rule_pairs(api, req, multi),
+            retry,
+            verdict.degraded,
+            api.headers,
+        ),
     }
     res
 }

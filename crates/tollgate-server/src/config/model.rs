@@ -1,8 +1,6 @@
 //! What a validated config is: the sections' types and their defaults.
 
-use std::fmt;
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +15,9 @@ use crate::store_url::StoreUrl;
 /// What a check answers when the store fails (`on_error`): the library's
 /// policy, [`tollgate::OnError`].
 pub use tollgate::OnError;
+/// `[proxy] on_missing_key`: what the proxy does with a request that lacks
+/// a header a rule keys on (`empty`, the default, `skip` or `reject`).
+pub use tollgate_tower::extract::MissingKey;
 
 /// Default `[store] url`.
 pub const DEFAULT_STORE_URL: &str = "memory";
@@ -108,54 +109,6 @@ pub struct HttpConfig {
     pub legacy_headers: bool,
 }
 
-/// What the proxy does with a request that lacks a header a rule keys on
-/// (`[proxy] on_missing_key`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum OnMissingKey {
-    /// Key the rule by the empty value: every such request shares one
-    /// bucket. The default (docs/config.md, `[proxy]`: never an error).
-    #[default]
-    Empty,
-    /// The rule does not apply to the request.
-    Skip,
-    /// Answer 400 (problem+json) naming the header.
-    Reject,
-}
-
-impl OnMissingKey {
-    /// The name used in config files.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OnMissingKey::Empty => "empty",
-            OnMissingKey::Skip => "skip",
-            OnMissingKey::Reject => "reject",
-        }
-    }
-}
-
-impl fmt::Display for OnMissingKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for OnMissingKey {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "empty" => Ok(OnMissingKey::Empty),
-            "skip" => Ok(OnMissingKey::Skip),
-            "reject" => Ok(OnMissingKey::Reject),
-            _ => Err(format!(
-                "unknown on_missing_key {s:?}; expected empty, skip or reject"
-            )),
-        }
-    }
-}
-
 /// `[proxy]`: settings of the reverse proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyConfig {
@@ -170,7 +123,7 @@ pub struct ProxyConfig {
     /// inside its block to get fresh buckets.
     pub ipv6_prefix: u8,
     /// `on_missing_key`: a request lacking a header a rule keys on.
-    pub on_missing_key: OnMissingKey,
+    pub on_missing_key: MissingKey,
     /// `connect_timeout`: the longest wait for a connection to the upstream
     /// before answering 502 (default 1s).
     pub connect_timeout: Duration,
@@ -195,7 +148,7 @@ impl Default for ProxyConfig {
             upstream: None,
             trusted_proxies: Vec::new(),
             ipv6_prefix: DEFAULT_IPV6_PREFIX,
-            on_missing_key: OnMissingKey::Empty,
+            on_missing_key: MissingKey::Empty,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             send_timeout: DEFAULT_SEND_TIMEOUT,

@@ -191,7 +191,7 @@ period = "1s"
         Some("http://127.0.0.1:9000/app")
     );
     assert_eq!(p.ipv6_prefix, 56);
-    assert_eq!(p.on_missing_key, OnMissingKey::Skip);
+    assert_eq!(p.on_missing_key, MissingKey::Skip);
     assert_eq!(p.connect_timeout, Duration::from_millis(250));
     assert_eq!(p.response_timeout, Duration::from_secs(120));
     assert_eq!(p.send_timeout, Duration::from_secs(45));

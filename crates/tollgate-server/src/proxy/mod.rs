@@ -2,10 +2,9 @@
 //!
 //! Every request is checked against every rule in ONE all-or-nothing
 //! check at cost 1, each rule keyed by its `key` extractor (a rule without
-//! `key` is keyed by `client_ip`). Keys and the client address are built
-//! by `tollgate_tower::extract` exactly as the tower layer builds them;
-//! denials and store failures are answered by `tollgate_tower::response`
-//! (problem+json).
+//! `key` is keyed by `client_ip`). Keys, the check and its answer (RateLimit
+//! headers, degraded marker, 429/503/400 problem+json) come from
+//! `tollgate_tower::decide`, exactly as in the tower layer.
 //!
 //! An admitted request is forwarded as it came — method, path, query,
 //! headers, body streamed without buffering — except for the hop-by-hop
@@ -45,17 +44,14 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, V
 use http_body::Body as _;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use tollgate::{Check, Decision, Error, Rule};
-use tollgate_tower::extract::{ClientIpConfig, KeyError, MissingKey, X_FORWARDED_FOR};
-use tollgate_tower::headers::{HeaderOptions, insert_headers, insert_policy, is_list_field};
+use tollgate_tower::decide::{Keys, RuleKeys};
+use tollgate_tower::extract::{ClientIpConfig, X_FORWARDED_FOR};
+use tollgate_tower::headers::{HeaderOptions, is_list_field};
 use tollgate_tower::key::KeyExtractor;
-use tollgate_tower::response::{
-    DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, MISSING_KEY, TOLLGATE_DEGRADED, problem,
-    store_unavailable, too_many_requests,
-};
+use tollgate_tower::response::problem;
 
-use crate::config::{Config, OnError, OnMissingKey};
-use crate::gate::{Gate, Refusal, Throttle};
+use crate::config::Config;
+use crate::gate::{Gate, Throttle};
 
 pub mod pool;
 pub mod upstream;
@@ -66,9 +62,6 @@ use upstream::Upstream;
 /// The body of a proxied response: the upstream's, streamed, or one made
 /// here (429, 502, ...).
 pub type ProxyBody = Either<LinkedBody, Full<Bytes>>;
-
-/// A rule's name and the key the request has under it.
-type RuleKey<'a> = (&'a str, Vec<u8>);
 
 /// The most idle upstream connections kept.
 pub const MAX_IDLE: usize = 256;
@@ -86,9 +79,9 @@ pub struct Proxy {
     address: String,
     connect_timeout: Duration,
     links: Arc<LinkPool>,
-    rules: Vec<(String, KeyExtractor)>,
-    client_ip: ClientIpConfig,
-    on_missing_key: OnMissingKey,
+    /// The rules with their keys, the client-address config and the
+    /// missing-key policy.
+    keys: RuleKeys,
     response_timeout: Duration,
     headers: HeaderOptions,
     append_forwarded_for: bool,
@@ -100,31 +93,30 @@ impl Proxy {
     /// A proxy to `upstream` deciding through `gate`, set up from `config`.
     ///
     /// # Errors
-    /// An `ipv6_prefix` the extractor refuses.
+    /// An `ipv6_prefix` the extractor refuses, or a rule the gate does not
+    /// hold.
     pub fn new(gate: Arc<Gate>, config: &Config, upstream: Upstream) -> Result<Self, String> {
         let client_ip = ClientIpConfig::new()
             .with_trusted_proxies(config.proxy.trusted_proxies.iter().copied())
             .with_ipv6_prefix(config.proxy.ipv6_prefix)?;
         let default_key: KeyExtractor = "client_ip".parse()?;
-        let rules = config
-            .rules
-            .iter()
-            .map(|r| {
-                (
-                    r.rule.name().to_owned(),
-                    r.key.clone().unwrap_or_else(|| default_key.clone()),
-                )
-            })
-            .collect();
+        let rules = config.rules.iter().map(|r| {
+            (
+                r.rule.name().to_owned(),
+                r.key.clone().unwrap_or_else(|| default_key.clone()),
+            )
+        });
+        let keys = RuleKeys::new(gate.rules(), rules)
+            .map_err(|e| e.to_string())?
+            .with_client_ip(client_ip)
+            .with_missing_key(config.proxy.on_missing_key);
         Ok(Self {
             gate,
             address: upstream.address(),
             upstream,
             connect_timeout: config.proxy.connect_timeout,
             links: Arc::new(LinkPool::new(MAX_IDLE, IDLE_TIMEOUT)),
-            rules,
-            client_ip,
-            on_missing_key: config.proxy.on_missing_key,
+            keys,
             response_timeout: config.proxy.response_timeout,
             headers: HeaderOptions {
                 legacy: config.http.legacy_headers,
@@ -150,7 +142,10 @@ impl Proxy {
         if let Some(refusal) = refuse(&req) {
             return Ok(refusal.map(full));
         }
-        Ok(match self.keys(&req, peer) {
+        let keys = self
+            .keys
+            .keys(req.method(), req.uri(), req.headers(), Some(peer.ip()));
+        Ok(match keys {
             Err(refusal) => refusal.map(full),
             Ok(keys) => self.check_and_forward(req, peer, keys).await,
         })
@@ -162,88 +157,26 @@ impl Proxy {
         self.links.idle()
     }
 
-    /// Every applicable rule's (name, key), or the answer refusing the
-    /// request.
-    fn keys(
-        &self,
-        req: &Request<Incoming>,
-        peer: SocketAddr,
-    ) -> Result<Vec<RuleKey<'_>>, Box<Response<String>>> {
-        let client_ip = self.client_ip.client_ip(peer.ip(), req.headers());
-        let missing = match self.on_missing_key {
-            OnMissingKey::Empty => MissingKey::Empty,
-            _ => MissingKey::Reject,
-        };
-        let mut keys = Vec::with_capacity(self.rules.len());
-        for (name, extractor) in &self.rules {
-            match extractor.extract(req, Some(client_ip), missing) {
-                Ok(key) => keys.push((name.as_str(), key)),
-                Err(KeyError::Missing(_)) if self.on_missing_key == OnMissingKey::Skip => {}
-                Err(e) => {
-                    return Err(Box::new(problem(
-                        StatusCode::BAD_REQUEST,
-                        MISSING_KEY,
-                        "Bad Request",
-                        &format!("{e}, which rule \"{name}\" keys on ({extractor})."),
-                    )));
-                }
-            }
-        }
-        Ok(keys)
-    }
-
+    /// Checks `keys` and forwards the request with the check's headers,
+    /// or answers the refusal (429, 503, ...): [`RuleKeys::check`].
     async fn check_and_forward(
         &self,
         req: Request<Incoming>,
         peer: SocketAddr,
-        keys: Vec<RuleKey<'_>>,
+        keys: Keys,
     ) -> Response<ProxyBody> {
         if keys.is_empty() {
             // Every rule skipped (on_missing_key = "skip"): nothing to check.
             return self.forward(req, peer, &HeaderMap::new()).await;
         }
-        let checks: Vec<Check<'_>> = keys
-            .iter()
-            .map(|(rule, key)| Check::new(rule, key))
-            .collect();
-        let verdict = match self.gate.check_all(&checks).await {
-            Ok(v) => v,
-            Err(Refusal::Unavailable(_)) => return store_unavailable().map(full),
-            Err(Refusal::Invalid(e)) => {
-                let status = match e {
-                    Error::KeyTooLong { .. } => StatusCode::BAD_REQUEST,
-                    _ => StatusCode::INTERNAL_SERVER_ERROR,
-                };
-                return problem(status, "about:blank", "Error", &e.to_string()).map(full);
-            }
-        };
-        let pairs: Vec<(&Rule, &Decision)> = keys
-            .iter()
-            .zip(&verdict.multi.decisions)
-            .filter_map(|((rule, _), d)| self.gate.rule(rule).map(|r| (r, d)))
-            .collect();
-        let mut extra = HeaderMap::new();
-        match verdict.degraded {
-            // Nothing was decided: the policies, no `RateLimit`.
-            Some(OnError::Allow) => {
-                insert_policy(&mut extra, &pairs);
-                extra.insert(TOLLGATE_DEGRADED, DEGRADED_STORE_UNAVAILABLE);
-            }
-            degraded => {
-                if !verdict.multi.allowed {
-                    let mut res: Response<String> = too_many_requests(&pairs, self.headers);
-                    if degraded.is_some() {
-                        res.headers_mut().insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
-                    }
-                    return res.map(full);
-                }
-                insert_headers(&mut extra, &pairs, None, self.headers);
-                if degraded.is_some() {
-                    extra.insert(TOLLGATE_DEGRADED, DEGRADED_LOCAL);
-                }
-            }
+        let verdict = self
+            .keys
+            .check(self.gate.limiter(), &keys, None, self.headers)
+            .await;
+        match verdict.into_headers() {
+            Ok(extra) => self.forward(req, peer, &extra).await,
+            Err(refusal) => refusal.map(full),
         }
-        self.forward(req, peer, &extra).await
     }
 
     /// Sends `req` upstream and streams the answer back with `extra`

@@ -1,0 +1,437 @@
+//! One decision path for HTTP: how a request becomes keys, the keys a
+//! check, and the check's outcome an answer. The tower layer
+//! ([`crate::RateLimitLayer`]), the server's reverse proxy and its HTTP API
+//! all decide through here, so a change to an answer (a degraded header, a
+//! 400 body) is made once.
+//!
+//! * [`RuleKeys`]: the rules a door checks, each with its key extractor,
+//!   plus the client-address config and the [`MissingKey`] policy.
+//!   [`RuleKeys::keys`] builds a request's keys, or the 400 (problem+json)
+//!   that refuses it; [`RuleKeys::check`] checks them all-or-nothing in one
+//!   [`ResilientLimiter::check_all_as`] and answers with a [`Verdict`].
+//! * [`answer`] and [`refusal`]: a check's outcome as a [`Verdict`]
+//!   (admit with RateLimit headers; 429; 503 when the store failed under
+//!   `deny`), for a door that checks by itself.
+//! * [`Basis`] and [`insert_verdict_headers`]: which headers an outcome
+//!   gets, and the degraded marker (`tollgate-degraded`), for a door that
+//!   writes its own body (the server's JSON API).
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use std::time::Duration;
+//! use tollgate::resilient::ResilientLimiter;
+//! use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+//! use tollgate_tower::Verdict;
+//! use tollgate_tower::decide::RuleKeys;
+//! use tollgate_tower::extract::MissingKey;
+//! use tollgate_tower::headers::HeaderOptions;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+//! let limiter = Limiter::new(MemoryStore::new(), [
+//!     RuleSpec::new("per_key", Algorithm::Gcra, 1, Duration::from_secs(60)).build()?,
+//! ])?;
+//! let limiter = ResilientLimiter::builder(limiter).build()?;
+//! let rules = RuleKeys::new(limiter.rules(), [("per_key", "header:x-api-key".parse()?)])?
+//!     .with_missing_key(MissingKey::Reject);
+//!
+//! let req = http::Request::get("/").header("x-api-key", "k1").body(())?;
+//! let keys = rules
+//!     .keys(req.method(), req.uri(), req.headers(), None)
+//!     .map_err(|r| format!("refused: {}", r.status()))?;
+//! let first = rules.check(&limiter, &keys, None, HeaderOptions::default()).await;
+//! assert!(matches!(first, Verdict::Admit { .. }));
+//! let second = rules.check(&limiter, &keys, None, HeaderOptions::default()).await;
+//! let Verdict::Respond { response, .. } = second else { panic!("admitted twice") };
+//! assert_eq!(response.status(), 429);
+//!
+//! // No key header under `reject`: a 400 before any check.
+//! let bare = http::Request::get("/").body(())?;
+//! let refused = rules.keys(bare.method(), bare.uri(), bare.headers(), None).unwrap_err();
+//! assert_eq!(refused.status(), 400);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use tollgate::resilient::{self, OnError, Refusal, ResilientLimiter};
+use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule, Store};
+
+use crate::extract::{ClientIpConfig, KeyError, MissingKey};
+use crate::headers::{HeaderOptions, insert_headers, insert_policy};
+use crate::key::KeyExtractor;
+use crate::layer::{ConfigError, Verdict};
+use crate::response::{
+    DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED,
+    problem, store_unavailable, too_many_requests,
+};
+
+/// One rule a door checks: its name, its position in the limiter's rules
+/// and its key extractor.
+#[derive(Debug, Clone)]
+struct RuleKey {
+    name: String,
+    index: usize,
+    extractor: KeyExtractor,
+}
+
+/// The rules a front door checks every request against, each with its key
+/// extractor, and how keys are built: the client-address config and the
+/// [`MissingKey`] policy.
+#[derive(Debug, Clone)]
+pub struct RuleKeys {
+    rules: Vec<RuleKey>,
+    needs_client_ip: bool,
+    pub(crate) client_ip: ClientIpConfig,
+    pub(crate) missing_key: MissingKey,
+}
+
+/// A request's keys, from [`RuleKeys::keys`]: one per rule that applies,
+/// in the rules' order (a rule skipped under [`MissingKey::Skip`] has
+/// none).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    keys: Vec<(usize, Vec<u8>)>,
+}
+
+impl Keys {
+    /// Whether no rule applies (every one skipped): nothing to check.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// How many rules apply.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Each applying rule's position in [`RuleKeys::rules`] with the key.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        self.keys.iter().map(|(i, k)| (*i, k.as_slice()))
+    }
+}
+
+impl RuleKeys {
+    /// `rules`, (rule name, key extractor) pairs, each named rule one of
+    /// `all` (the limiter's rules). Defaults: [`ClientIpConfig::new`],
+    /// [`MissingKey::Empty`]. No rules is allowed (every request is then
+    /// admitted unchecked); the tower layer refuses it.
+    ///
+    /// # Errors
+    /// A name `all` does not hold, or a name given twice.
+    pub fn new<N: Into<String>>(
+        all: &[Rule],
+        rules: impl IntoIterator<Item = (N, KeyExtractor)>,
+    ) -> Result<Self, ConfigError> {
+        let mut keyed: Vec<RuleKey> = Vec::new();
+        for (name, extractor) in rules {
+            let name = name.into();
+            let Some(index) = all.iter().position(|r| r.name() == name) else {
+                return Err(ConfigError::UnknownRule(name));
+            };
+            if keyed.iter().any(|r| r.name == name) {
+                return Err(ConfigError::DuplicateRule(name));
+            }
+            keyed.push(RuleKey {
+                name,
+                index,
+                extractor,
+            });
+        }
+        Ok(Self {
+            needs_client_ip: keyed.iter().any(|r| r.extractor.uses_client_ip()),
+            rules: keyed,
+            client_ip: ClientIpConfig::new(),
+            missing_key: MissingKey::default(),
+        })
+    }
+
+    /// How `client_ip` is found: trusted proxies and IPv6 grouping.
+    #[must_use]
+    pub fn with_client_ip(mut self, config: ClientIpConfig) -> Self {
+        self.client_ip = config;
+        self
+    }
+
+    /// What a request missing a key header (or host) gets.
+    #[must_use]
+    pub fn with_missing_key(mut self, policy: MissingKey) -> Self {
+        self.missing_key = policy;
+        self
+    }
+
+    /// The (rule name, key extractor) pairs, in check order.
+    pub fn rules(&self) -> impl Iterator<Item = (&str, &KeyExtractor)> {
+        self.rules.iter().map(|r| (r.name.as_str(), &r.extractor))
+    }
+
+    /// Whether there are no rules.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Whether any extractor reads the client address (else
+    /// [`RuleKeys::keys`] needs no peer address).
+    #[must_use]
+    pub fn needs_client_ip(&self) -> bool {
+        self.needs_client_ip
+    }
+
+    /// The client address configuration.
+    #[must_use]
+    pub fn client_ip(&self) -> &ClientIpConfig {
+        &self.client_ip
+    }
+
+    /// The missing-key policy.
+    #[must_use]
+    pub fn missing_key(&self) -> MissingKey {
+        self.missing_key
+    }
+
+    /// Every applying rule's key for a request head from `peer` (only read
+    /// when an extractor reads `client_ip`), or the answer that refuses
+    /// the request: `400` (problem+json, type
+    /// [`MISSING_KEY`]) naming the rule and
+    /// the part under [`MissingKey::Reject`]; `500` for a `client_ip` key
+    /// without a peer address.
+    ///
+    /// # Errors
+    /// The refusing answer, boxed (it is large and rare).
+    pub fn keys(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+    ) -> Result<Keys, Box<Response<String>>> {
+        let client_ip = if self.needs_client_ip {
+            peer.map(|ip| self.client_ip.client_ip(ip, headers))
+        } else {
+            None
+        };
+        let mut keys = Vec::with_capacity(self.rules.len());
+        for (i, rule) in self.rules.iter().enumerate() {
+            match rule
+                .extractor
+                .extract_from(method, uri, headers, client_ip, self.missing_key)
+            {
+                Ok(key) => keys.push((i, key)),
+                Err(KeyError::Missing(_)) if self.missing_key == MissingKey::Skip => {}
+                Err(e @ KeyError::Missing(_)) => {
+                    return Err(Box::new(problem(
+                        StatusCode::BAD_REQUEST,
+                        MISSING_KEY,
+                        "Bad Request",
+                        &format!(
+                            "{e}, which rule \"{}\" keys on ({}).",
+                            rule.name, rule.extractor
+                        ),
+                    )));
+                }
+                Err(e) => return Err(Box::new(internal(&e.to_string()))),
+            }
+        }
+        Ok(Keys { keys })
+    }
+
+    /// One [`Check`] (cost 1) per key, in order.
+    #[must_use]
+    pub fn checks<'a>(&'a self, keys: &'a Keys) -> Vec<Check<'a>> {
+        keys.keys
+            .iter()
+            .map(|(i, key)| Check::new(&self.rules[*i].name, key))
+            .collect()
+    }
+
+    /// The rules `keys` are checked against, in order, out of `all` (the
+    /// limiter's rules these were built over).
+    #[must_use]
+    pub fn rules_of<'a>(&self, all: &'a [Rule], keys: &Keys) -> Vec<&'a Rule> {
+        keys.keys
+            .iter()
+            .map(|(i, _)| &all[self.rules[*i].index])
+            .collect()
+    }
+
+    /// Checks `keys` all-or-nothing in one
+    /// [`ResilientLimiter::check_all_as`] (`policy`, when given, answers a
+    /// store failure instead of the rules' own) and answers: [`answer`] or
+    /// [`refusal`]. `keys` must not be empty (see [`Keys::is_empty`]).
+    pub async fn check<S: Store>(
+        &self,
+        limiter: &ResilientLimiter<S>,
+        keys: &Keys,
+        policy: Option<OnError>,
+        options: HeaderOptions,
+    ) -> Verdict {
+        let outcome = limiter.check_all_as(&self.checks(keys), policy).await;
+        self.verdict(limiter.rules(), keys, outcome, options)
+    }
+
+    /// A check's `outcome` (of [`RuleKeys::checks`] of `keys`) as a
+    /// [`Verdict`]: [`answer`] or [`refusal`].
+    #[must_use]
+    pub fn verdict(
+        &self,
+        all: &[Rule],
+        keys: &Keys,
+        outcome: Result<resilient::Verdict, Refusal>,
+        options: HeaderOptions,
+    ) -> Verdict {
+        match outcome {
+            Ok(verdict) => answer(&self.rules_of(all, keys), verdict, options),
+            Err(refused) => refusal(&refused),
+        }
+    }
+}
+
+/// What an answer's rate-limit headers rest on, from a check's
+/// `degraded` ([`resilient::Verdict::degraded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Basis {
+    /// The store decided: RateLimit headers, no marker.
+    Store,
+    /// The in-process fallback decided (`local`): RateLimit headers and
+    /// `tollgate-degraded: local`.
+    Local,
+    /// The store failed and the `allow` policy let the request through:
+    /// nothing was decided, so `RateLimit-Policy` (the quota is known) but
+    /// no `RateLimit` (what remains is not), and
+    /// `tollgate-degraded: store-unavailable`.
+    Unavailable,
+}
+
+impl Basis {
+    /// The basis of a check that came back with `degraded`.
+    #[must_use]
+    pub fn of(degraded: Option<OnError>) -> Self {
+        match degraded {
+            None => Basis::Store,
+            Some(OnError::Allow) => Basis::Unavailable,
+            Some(_) => Basis::Local,
+        }
+    }
+
+    /// Whether the answer carries `RateLimit` (and the legacy fields):
+    /// false when nothing was decided.
+    #[must_use]
+    pub fn has_ratelimit(self) -> bool {
+        self != Basis::Unavailable
+    }
+
+    /// The `tollgate-degraded` value, if the answer is degraded.
+    #[must_use]
+    pub fn marker(self) -> Option<HeaderValue> {
+        match self {
+            Basis::Store => None,
+            Basis::Local => Some(DEGRADED_LOCAL),
+            Basis::Unavailable => Some(DEGRADED_STORE_UNAVAILABLE),
+        }
+    }
+
+    /// Sets `tollgate-degraded` on `headers` when the answer is degraded.
+    pub fn mark(self, headers: &mut HeaderMap) {
+        if let Some(value) = self.marker() {
+            headers.insert(TOLLGATE_DEGRADED, value);
+        }
+    }
+}
+
+/// Sets the headers of a check's answer on `headers`: `RateLimit-Policy`,
+/// `RateLimit` (and the legacy fields `options` asks for; `retry_after`
+/// for the legacy reset of a denial) unless nothing was decided, and the
+/// degraded marker, as [`Basis::of`] `degraded` says.
+pub fn insert_verdict_headers(
+    headers: &mut HeaderMap,
+    pairs: &[(&Rule, &Decision)],
+    retry_after: Option<Duration>,
+    degraded: Option<OnError>,
+    options: HeaderOptions,
+) {
+    let basis = Basis::of(degraded);
+    if basis.has_ratelimit() {
+        insert_headers(headers, pairs, retry_after, options);
+    } else {
+        insert_policy(headers, pairs);
+    }
+    basis.mark(headers);
+}
+
+/// A check's answer as a [`Verdict`]; `rules` are the checked rules, one
+/// per decision, in order. Admitted (or let through by the `allow`
+/// policy): [`Verdict::Admit`] with [`insert_verdict_headers`]' headers
+/// (no decision when nothing was decided). Denied: [`Verdict::Respond`]
+/// with [`too_many_requests`], marked `tollgate-degraded: local` when the
+/// local fallback denied.
+#[must_use]
+pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptions) -> Verdict {
+    let multi = verdict.multi;
+    let basis = Basis::of(verdict.degraded);
+    let pairs: Vec<(&Rule, &Decision)> = rules.iter().copied().zip(&multi.decisions).collect();
+    if multi.allowed || !basis.has_ratelimit() {
+        let mut headers = HeaderMap::new();
+        insert_verdict_headers(&mut headers, &pairs, None, verdict.degraded, options);
+        drop(pairs);
+        Verdict::Admit {
+            headers,
+            decision: basis.has_ratelimit().then_some(multi),
+        }
+    } else {
+        let mut response = too_many_requests(&pairs, options);
+        basis.mark(response.headers_mut());
+        drop(pairs);
+        Verdict::Respond {
+            response,
+            decision: Some(multi),
+        }
+    }
+}
+
+/// The answer to a check the limiter refused: `503` (problem+json,
+/// `Retry-After: 1`) when the store failed under `deny`; `400` for a key a
+/// store refused as too long (extracted keys never are: long ones are
+/// digests); `500` otherwise (unknown rules and empty checks are refused
+/// when a door is set up, so anything else is a bug, not the client's
+/// fault).
+#[must_use]
+pub fn refusal(refused: &Refusal) -> Verdict {
+    let response = match refused {
+        Refusal::Unavailable(_) => store_unavailable(),
+        Refusal::Invalid(Error::KeyTooLong { len }) => key_too_long(*len),
+        e => internal(&e.to_string()),
+    };
+    Verdict::Respond {
+        response,
+        decision: None,
+    }
+}
+
+fn key_too_long(len: usize) -> Response<String> {
+    let detail =
+        format!("The request's key is {len} bytes; keys are limited to {MAX_KEY_LEN} bytes.");
+    problem(
+        StatusCode::BAD_REQUEST,
+        KEY_TOO_LONG,
+        "Bad Request",
+        &detail,
+    )
+}
+
+fn internal(detail: &str) -> Response<String> {
+    problem(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "about:blank",
+        "Internal Server Error",
+        detail,
+    )
+}
+
+#[cfg(test)]
+mod tests;
