@@ -53,21 +53,111 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::fmt;
+use std::future::Future;
 use std::net::IpAddr;
+use std::pin::Pin;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 use tollgate::resilient::{self, OnError, Refusal, ResilientLimiter};
-use tollgate::{Check, Decision, Error, MAX_KEY_LEN, Rule, Store};
+use tollgate::{Check, Decision, Error, MAX_KEY_LEN, MultiDecision, Rule, Store};
 
 use crate::extract::{ClientIpConfig, KeyError, MissingKey};
 use crate::headers::{HeaderOptions, insert_headers, insert_policy};
 use crate::key::KeyExtractor;
-use crate::layer::{ConfigError, Verdict};
 use crate::response::{
     DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED,
     problem, store_unavailable, too_many_requests,
 };
+
+/// Why a [`RateLimitLayer`](crate::RateLimitLayer) could not be built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No rules: the layer would decide nothing.
+    NoRules,
+    /// The limiter has no rule of this name.
+    UnknownRule(String),
+    /// The rule is named twice (its RateLimit header members would clash).
+    DuplicateRule(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::NoRules => f.write_str("a rate limit layer needs at least one rule"),
+            ConfigError::UnknownRule(name) => {
+                write!(f, "the limiter has no rule named {name:?}")
+            }
+            ConfigError::DuplicateRule(name) => write!(f, "rule {name:?} is named twice"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// What the layer decided about a request, before any inner service runs:
+/// [`RateLimitLayer::decide`](crate::RateLimitLayer::decide). For a front door that is not a tower
+/// service (the reverse proxy) to do exactly what the layer does.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Pass the request on, then add `headers` to its response.
+    #[non_exhaustive]
+    Admit {
+        /// `RateLimit-Policy` and `RateLimit` (and legacy ones if
+        /// configured), plus `tollgate-degraded: local` when the local
+        /// fallback decided; or `RateLimit-Policy` and
+        /// `tollgate-degraded: store-unavailable` when the store failed
+        /// under [`OnStoreError::Allow`](crate::OnStoreError::Allow). Add them
+        /// replacing any of the same name:
+        /// `response.headers_mut().extend(headers)`.
+        headers: HeaderMap,
+        /// The check's answer, one decision per applying rule in the
+        /// layer's order; `None` when the store failed and nothing was
+        /// decided, or when every rule was skipped
+        /// ([`MissingKey::Skip`]) and nothing was checked.
+        decision: Option<MultiDecision>,
+    },
+    /// Answer `response` instead: 429 (denied, by the store or the local
+    /// fallback), 503 (store failed under [`OnStoreError::Deny`](crate::OnStoreError::Deny)), 400
+    /// (missing key under
+    /// [`MissingKey::Reject`]) or 500 (no peer address for a
+    /// `client_ip` key).
+    #[non_exhaustive]
+    Respond {
+        /// The answer.
+        response: Response<String>,
+        /// The denying check's answer on a 429; `None` otherwise.
+        decision: Option<MultiDecision>,
+    },
+}
+
+impl Verdict {
+    /// The headers to add to an admitted request's response (`Ok`), or the
+    /// answer to send instead (`Err`); the decision is dropped.
+    ///
+    /// # Errors
+    /// The answer refusing the request (boxed: large, and off the
+    /// admitting path).
+    pub fn into_headers(self) -> Result<HeaderMap, Box<Response<String>>> {
+        match self {
+            Verdict::Admit { headers, .. } => Ok(headers),
+            Verdict::Respond { response, .. } => Err(Box::new(response)),
+        }
+    }
+
+    pub(crate) fn respond(response: Response<String>) -> Self {
+        Verdict::Respond {
+            response,
+            decision: None,
+        }
+    }
+}
+
+/// The boxed future of [`RateLimitLayer::decide`](crate::RateLimitLayer::decide).
+pub type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
 
 /// One rule a door checks: its name, its position in the limiter's rules
 /// and its key extractor.

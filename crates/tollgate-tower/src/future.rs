@@ -9,8 +9,8 @@ use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
+use crate::decide::{Verdict, VerdictFuture};
 use crate::headers::merge_into;
-use crate::layer::{Verdict, VerdictFuture};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): waits for

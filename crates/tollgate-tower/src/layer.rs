@@ -1,21 +1,18 @@
 //! [`RateLimitLayer`]: the configuration, shared by every clone.
 
 use std::fmt;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use http::{Extensions, HeaderMap, Request, Response};
 use tollgate::resilient::{OnError, ResilientLimiter};
-use tollgate::{Limiter, MultiDecision, Store};
-use tower_layer::Layer;
+use tollgate::{Limiter, Store};
 
+pub use crate::decide::{ConfigError, Verdict, VerdictFuture};
 use crate::decide::{Keys, RuleKeys};
 use crate::extract::{ClientIpConfig, MissingKey};
 use crate::headers::HeaderOptions;
 use crate::key::KeyExtractor;
-use crate::service::RateLimit;
 
 /// What a request gets when the store fails (times out, is unreachable,
 /// answers garbage, or the circuit breaker is open).
@@ -73,94 +70,6 @@ pub fn default_peer_addr(extensions: &Extensions) -> Option<SocketAddr> {
         .or_else(|| extensions.get::<SocketAddr>().copied())
 }
 
-/// Why a [`RateLimitLayer`] could not be built.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// No rules: the layer would decide nothing.
-    NoRules,
-    /// The limiter has no rule of this name.
-    UnknownRule(String),
-    /// The rule is named twice (its RateLimit header members would clash).
-    DuplicateRule(String),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::NoRules => f.write_str("a rate limit layer needs at least one rule"),
-            ConfigError::UnknownRule(name) => {
-                write!(f, "the limiter has no rule named {name:?}")
-            }
-            ConfigError::DuplicateRule(name) => write!(f, "rule {name:?} is named twice"),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// What the layer decided about a request, before any inner service runs:
-/// [`RateLimitLayer::decide`]. For a front door that is not a tower
-/// service (the reverse proxy) to do exactly what the layer does.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Verdict {
-    /// Pass the request on, then add `headers` to its response.
-    #[non_exhaustive]
-    Admit {
-        /// `RateLimit-Policy` and `RateLimit` (and legacy ones if
-        /// configured), plus `tollgate-degraded: local` when the local
-        /// fallback decided; or `RateLimit-Policy` and
-        /// `tollgate-degraded: store-unavailable` when the store failed
-        /// under [`OnStoreError::Allow`]. Add them
-        /// replacing any of the same name:
-        /// `response.headers_mut().extend(headers)`.
-        headers: HeaderMap,
-        /// The check's answer, one decision per applying rule in the
-        /// layer's order; `None` when the store failed and nothing was
-        /// decided, or when every rule was skipped
-        /// ([`MissingKey::Skip`]) and nothing was checked.
-        decision: Option<MultiDecision>,
-    },
-    /// Answer `response` instead: 429 (denied, by the store or the local
-    /// fallback), 503 (store failed under [`OnStoreError::Deny`]), 400
-    /// (missing key under
-    /// [`MissingKey::Reject`]) or 500 (no peer address for a
-    /// `client_ip` key).
-    #[non_exhaustive]
-    Respond {
-        /// The answer.
-        response: Response<String>,
-        /// The denying check's answer on a 429; `None` otherwise.
-        decision: Option<MultiDecision>,
-    },
-}
-
-impl Verdict {
-    /// The headers to add to an admitted request's response (`Ok`), or the
-    /// answer to send instead (`Err`); the decision is dropped.
-    ///
-    /// # Errors
-    /// The answer refusing the request (boxed: large, and off the
-    /// admitting path).
-    pub fn into_headers(self) -> Result<HeaderMap, Box<Response<String>>> {
-        match self {
-            Verdict::Admit { headers, .. } => Ok(headers),
-            Verdict::Respond { response, .. } => Err(Box::new(response)),
-        }
-    }
-
-    fn respond(response: Response<String>) -> Self {
-        Verdict::Respond {
-            response,
-            decision: None,
-        }
-    }
-}
-
-/// The boxed future of [`RateLimitLayer::decide`].
-pub type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
-
 pub(crate) struct Shared<S> {
     limiter: Arc<ResilientLimiter<S>>,
     keys: RuleKeys,
@@ -181,7 +90,7 @@ impl<S> Clone for Shared<S> {
     }
 }
 
-/// A tower [`Layer`] that checks every request against a set of rules,
+/// A tower [`Layer`](tower_layer::Layer) that checks every request against a set of rules,
 /// all-or-nothing, in one [`ResilientLimiter::check_all`].
 ///
 /// Every clone of the layer and of the services it makes shares ONE
@@ -477,13 +386,5 @@ impl<S: Store> Shared<S> {
                 self.header_options,
             )
             .await
-    }
-}
-
-impl<S: Store, I> Layer<I> for RateLimitLayer<S> {
-    type Service = RateLimit<S, I>;
-
-    fn layer(&self, inner: I) -> Self::Service {
-        RateLimit::new(inner, self.clone())
     }
 }

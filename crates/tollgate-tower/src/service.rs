@@ -5,6 +5,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tollgate::{Limiter, Store};
+use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
@@ -96,5 +97,13 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let verdict = self.layer.shared().decide(&req);
         ResponseFuture::new(verdict, self.inner.clone(), req)
+    }
+}
+
+impl<S: Store, I> Layer<I> for RateLimitLayer<S> {
+    type Service = RateLimit<S, I>;
+
+    fn layer(&self, inner: I) -> Self::Service {
+        RateLimit::new(inner, self.clone())
     }
 }

@@ -6,11 +6,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::cli::ServeArgs;
+use crate::config::upstream::Upstream;
 use crate::config::{
     Config, DEFAULT_HTTP_LISTEN, EnvoyConfig, HttpConfig, ProxyConfig, StoreConfig, parse_listen,
 };
 use crate::envoy::limits::EnvoyLimits;
-use crate::proxy::upstream::Upstream;
 use crate::store_url::StoreUrl;
 
 /// What `serve` will do: the config with every flag applied, and the

@@ -12,8 +12,8 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::cidr::Cidr;
+use crate::config::upstream::Upstream;
 use crate::key::KeyExtractor;
-use crate::proxy::upstream::Upstream;
 
 use super::model::*;
 use super::syntax;

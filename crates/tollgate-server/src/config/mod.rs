@@ -35,11 +35,13 @@
 //! The folder: `model.rs` (the sections' types and defaults),
 //! `checker.rs` (the field-by-field check, [`Config::load`] and
 //! [`Config::parse`]), `syntax.rs` (TOML syntax errors placed on their
-//! lines); the tests are in `tests.rs`.
+//! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
+//! config holds and the proxy forwards to); the tests are in `tests.rs`.
 
 mod checker;
 mod model;
 mod syntax;
+pub mod upstream;
 
 pub use checker::parse_listen;
 pub use model::*;

@@ -7,9 +7,9 @@ use std::time::Duration;
 use tollgate::Rule;
 
 use crate::cidr::Cidr;
+use crate::config::upstream::Upstream;
 use crate::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
-use crate::proxy::upstream::Upstream;
 use crate::store_url::StoreUrl;
 
 /// What a check answers when the store fails (`on_error`): the library's

@@ -28,9 +28,9 @@
 //! forwarded with its target's host as `Host` (the host `host` keys read).
 //!
 //! The folder: this file is the proxy service ([`Proxy`]); [`pool`] keeps
-//! the HTTP/1.1 connections to the upstream and sends on them;
-//! [`upstream`] is the `--upstream` URL and how a request's target maps
-//! onto it.
+//! the HTTP/1.1 connections to the upstream and sends on them. The
+//! `--upstream` URL and how a request's target maps onto it is
+//! [`crate::config::upstream`], held by the config.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -54,10 +54,9 @@ use crate::config::Config;
 use crate::gate::{Gate, Throttle};
 
 pub mod pool;
-pub mod upstream;
 
+use crate::config::upstream::Upstream;
 use pool::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
-use upstream::Upstream;
 
 /// The body of a proxied response: the upstream's, streamed, or one made
 /// here (429, 502, ...).

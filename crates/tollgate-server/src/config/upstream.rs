@@ -12,7 +12,7 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 /// HTTP/1.1 upstreams are supported.
 ///
 /// ```
-/// use tollgate_server::proxy::upstream::Upstream;
+/// use tollgate_server::config::upstream::Upstream;
 ///
 /// let u: Upstream = "http://127.0.0.1:9000/api/".parse().unwrap();
 /// assert_eq!(u.uri_for(Some(&"/v1/x?y=1".parse().unwrap())).to_string(),
