@@ -4,6 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all -- --check
+# no two files (or top-level modules) of a crate import each other
+python3 scripts/import_circles.py crates/*/src
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # the library builds without its optional features (no Redis)
 cargo check -p tollgate --no-default-features
