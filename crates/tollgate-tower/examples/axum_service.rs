@@ -24,10 +24,11 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
+use tollgate::OnError;
 use tollgate::store::AnyStore;
 use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+use tollgate_tower::RateLimitLayer;
 use tollgate_tower::extract::ClientIpConfig;
-use tollgate_tower::{OnStoreError, RateLimitLayer};
 
 /// The store: Redis when `TOLLGATE_REDIS_URL` is set, else in process.
 async fn store() -> Result<AnyStore, Box<dyn Error>> {
@@ -92,7 +93,7 @@ async fn main() -> Result<(), Box<dyn Error>> {
         ],
     )?
     .with_client_ip(trusted_proxies()?)
-    .with_on_store_error(OnStoreError::Allow)
+    .with_on_error(OnError::Allow)
     .with_peer_addr(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0));
 
     let app = Router::new().route("/", get(hello)).layer(layer);

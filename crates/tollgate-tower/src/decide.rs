@@ -110,7 +110,7 @@ pub enum Verdict {
         /// configured), plus `tollgate-degraded: local` when the local
         /// fallback decided; or `RateLimit-Policy` and
         /// `tollgate-degraded: store-unavailable` when the store failed
-        /// under [`OnStoreError::Allow`](crate::OnStoreError::Allow). Add them
+        /// under [`OnError::Allow`]. Add them
         /// replacing any of the same name:
         /// `response.headers_mut().extend(headers)`.
         headers: HeaderMap,
@@ -121,7 +121,7 @@ pub enum Verdict {
         decision: Option<MultiDecision>,
     },
     /// Answer `response` instead: 429 (denied, by the store or the local
-    /// fallback), 503 (store failed under [`OnStoreError::Deny`](crate::OnStoreError::Deny)), 400
+    /// fallback), 503 (store failed under [`OnError::Deny`]), 400
     /// (missing key under
     /// [`MissingKey::Reject`]) or 500 (no peer address for a
     /// `client_ip` key).

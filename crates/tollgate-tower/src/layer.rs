@@ -14,42 +14,6 @@ use crate::extract::{ClientIpConfig, MissingKey};
 use crate::headers::HeaderOptions;
 use crate::key::KeyExtractor;
 
-/// What a request gets when the store fails (times out, is unreachable,
-/// answers garbage, or the circuit breaker is open).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OnStoreError {
-    /// Let it through (fail open, the default of [`RateLimitLayer::new`])
-    /// and mark the response with `tollgate-degraded: store-unavailable`;
-    /// `RateLimit-Policy` but no `RateLimit`, since nothing was decided.
-    #[default]
-    Allow,
-    /// Refuse it (fail closed): `503 Service Unavailable`, `Retry-After: 1`
-    /// and a problem+json body.
-    Deny,
-    /// Decide it with the in-process fallback: each rule's quota divided by
-    /// the live replicas (see [`tollgate::resilient`]). The answer carries
-    /// its RateLimit headers and `tollgate-degraded: local`; a denial is a
-    /// 429 as usual.
-    Local,
-    /// Each rule's own `on_error` from the [`ResilientLimiter`] (the
-    /// strictest of the rules checked): the default of
-    /// [`RateLimitLayer::resilient`].
-    PerRule,
-}
-
-impl OnStoreError {
-    /// The library policy this overrides every rule's with, if any.
-    fn policy(self) -> Option<OnError> {
-        match self {
-            OnStoreError::Allow => Some(OnError::Allow),
-            OnStoreError::Deny => Some(OnError::Deny),
-            OnStoreError::Local => Some(OnError::Local),
-            OnStoreError::PerRule => None,
-        }
-    }
-}
-
 /// The peer address of a request, as an extension. The layer's default
 /// peer lookup reads it (or a bare [`SocketAddr`] extension); a hyper
 /// server inserts it per connection, or see [`RateLimitLayer::with_peer_addr`]
@@ -74,7 +38,8 @@ pub(crate) struct Shared<S> {
     limiter: Arc<ResilientLimiter<S>>,
     keys: RuleKeys,
     header_options: HeaderOptions,
-    on_store_error: OnStoreError,
+    /// One policy for every rule, or `None`: each rule's own.
+    on_error: Option<OnError>,
     peer_addr: PeerAddrFn,
 }
 
@@ -84,7 +49,7 @@ impl<S> Clone for Shared<S> {
             limiter: Arc::clone(&self.limiter),
             keys: self.keys.clone(),
             header_options: self.header_options,
-            on_store_error: self.on_store_error,
+            on_error: self.on_error,
             peer_addr: self.peer_addr,
         }
     }
@@ -105,7 +70,7 @@ impl<S> Clone for Shared<S> {
 /// `RateLimit-Policy` and `RateLimit` with one member per rule. A denied one
 /// is answered `429 Too Many Requests` by
 /// [`too_many_requests`](crate::response::too_many_requests). A store
-/// failure follows [`OnStoreError`]. See [`crate::extract`] for how keys are
+/// failure follows [`RateLimitLayer::with_on_error`]. See [`crate::extract`] for how keys are
 /// built.
 ///
 /// Built with [`RateLimitLayer::resilient`] over a [`ResilientLimiter`],
@@ -119,7 +84,8 @@ impl<S> Clone for Shared<S> {
 /// # use std::sync::Arc;
 /// # use std::time::Duration;
 /// # use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
-/// use tollgate_tower::{OnStoreError, RateLimitLayer};
+/// use tollgate::OnError;
+/// use tollgate_tower::RateLimitLayer;
 /// use tollgate_tower::extract::{ClientIpConfig, MissingKey};
 ///
 /// let limiter = Arc::new(Limiter::new(MemoryStore::new(), [
@@ -132,7 +98,7 @@ impl<S> Clone for Shared<S> {
 /// ])?
 /// .with_client_ip(ClientIpConfig::new().with_trusted_proxies(["10.0.0.0/8".parse()?]))
 /// .with_missing_key(MissingKey::Reject)
-/// .with_on_store_error(OnStoreError::Deny);
+/// .with_on_error(OnError::Deny);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct RateLimitLayer<S> {
@@ -160,7 +126,7 @@ impl<S> fmt::Debug for RateLimitLayer<S> {
             )
             .field("client_ip", s.keys.client_ip())
             .field("header_options", &s.header_options)
-            .field("on_store_error", &s.on_store_error)
+            .field("on_error", &s.on_error)
             .field("missing_key", &s.keys.missing_key())
             .finish_non_exhaustive()
     }
@@ -170,7 +136,7 @@ impl<S: Store> RateLimitLayer<S> {
     /// A layer checking every request against `rules`: (rule name, key
     /// extractor) pairs, each rule one of `limiter`'s. Defaults: no trusted
     /// proxies, no IPv6 grouping, [`HeaderOptions::default`],
-    /// [`OnStoreError::Allow`], [`MissingKey::Empty`], peer address from
+    /// [`OnError::Allow`], [`MissingKey::Empty`], peer address from
     /// [`default_peer_addr`]. The limiter is wrapped in a
     /// [`ResilientLimiter`] without a timeout (see
     /// [`RateLimitLayer::resilient`] for one).
@@ -185,12 +151,12 @@ impl<S: Store> RateLimitLayer<S> {
             .timeout(None)
             .build()
             .map_err(|e| ConfigError::UnknownRule(e.message))?;
-        Self::build(Arc::new(resilient), rules, OnStoreError::Allow)
+        Self::build(Arc::new(resilient), rules, Some(OnError::Allow))
     }
 
     /// A layer over a [`ResilientLimiter`]: its store timeout, circuit
     /// breaker and per-rule failure policies apply
-    /// ([`OnStoreError::PerRule`]; [`RateLimitLayer::with_on_store_error`]
+    /// (`None`: each rule's own; [`RateLimitLayer::with_on_error`]
     /// overrides them). Other defaults as [`RateLimitLayer::new`].
     ///
     /// ```
@@ -198,7 +164,7 @@ impl<S: Store> RateLimitLayer<S> {
     /// # use std::time::Duration;
     /// use tollgate::resilient::{OnError, ResilientLimiter};
     /// use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
-    /// use tollgate_tower::{OnStoreError, RateLimitLayer};
+    /// use tollgate_tower::RateLimitLayer;
     ///
     /// let limiter = Limiter::new(MemoryStore::new(), [
     ///     RuleSpec::new("per_ip", Algorithm::Gcra, 20, Duration::from_secs(1)).build()?,
@@ -208,7 +174,7 @@ impl<S: Store> RateLimitLayer<S> {
     ///     .rule_on_error("per_ip", OnError::Local)
     ///     .build()?;
     /// let layer = RateLimitLayer::resilient(Arc::new(limiter), [("per_ip", "client_ip".parse()?)])?;
-    /// assert_eq!(layer.on_store_error(), OnStoreError::PerRule);
+    /// assert_eq!(layer.on_error(), None); // each rule's own
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -218,13 +184,13 @@ impl<S: Store> RateLimitLayer<S> {
         limiter: Arc<ResilientLimiter<S>>,
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
     ) -> Result<Self, ConfigError> {
-        Self::build(limiter, rules, OnStoreError::PerRule)
+        Self::build(limiter, rules, None)
     }
 
     fn build<N: Into<String>>(
         limiter: Arc<ResilientLimiter<S>>,
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
-        on_store_error: OnStoreError,
+        on_error: Option<OnError>,
     ) -> Result<Self, ConfigError> {
         let keys = RuleKeys::new(limiter.rules(), rules)?;
         if keys.is_empty() {
@@ -235,7 +201,7 @@ impl<S: Store> RateLimitLayer<S> {
                 limiter,
                 keys,
                 header_options: HeaderOptions::default(),
-                on_store_error,
+                on_error,
                 peer_addr: default_peer_addr,
             }),
         })
@@ -260,10 +226,19 @@ impl<S> RateLimitLayer<S> {
         self.edit(|s| s.header_options = options)
     }
 
-    /// What a request gets when the store fails.
+    /// What a request gets when the store fails (times out, is
+    /// unreachable, answers garbage, or the circuit breaker is open): one
+    /// [`OnError`] for every rule, or `None` for each rule's own `on_error`
+    /// from the [`ResilientLimiter`] (the strictest of the rules checked).
+    /// `Allow` lets the request through marked `tollgate-degraded:
+    /// store-unavailable`, with `RateLimit-Policy` but no `RateLimit`;
+    /// `Deny` answers `503` with `Retry-After: 1` and a problem+json body;
+    /// `Local` decides with the in-process fallback (each rule's quota
+    /// divided by the live replicas), marked `tollgate-degraded: local`.
     #[must_use]
-    pub fn with_on_store_error(self, policy: OnStoreError) -> Self {
-        self.edit(|s| s.on_store_error = policy)
+    pub fn with_on_error(self, policy: impl Into<Option<OnError>>) -> Self {
+        let policy = policy.into();
+        self.edit(|s| s.on_error = policy)
     }
 
     /// What a request missing a key header (or host) gets.
@@ -322,8 +297,8 @@ impl<S> RateLimitLayer<S> {
 
     /// The failure policy.
     #[must_use]
-    pub fn on_store_error(&self) -> OnStoreError {
-        self.shared.on_store_error
+    pub fn on_error(&self) -> Option<OnError> {
+        self.shared.on_error
     }
 
     /// The missing-key policy.
@@ -379,12 +354,7 @@ impl<S: Store> Shared<S> {
             };
         }
         self.keys
-            .check(
-                &self.limiter,
-                keys,
-                self.on_store_error.policy(),
-                self.header_options,
-            )
+            .check(&self.limiter, keys, self.on_error, self.header_options)
             .await
     }
 }

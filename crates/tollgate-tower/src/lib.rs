@@ -81,11 +81,11 @@
 //! with each rule's own policy; [`RateLimitLayer::new`] over a plain
 //! limiter applies one policy to every rule and no timeout of its own.
 //!
-//! [`OnStoreError::Allow`] (the default of `new`) lets the request through
+//! `OnError::Allow` (the default of `new`) lets the request through
 //! with `tollgate-degraded: store-unavailable` and `RateLimit-Policy` but no
 //! `RateLimit` (the quota is known, what remains is not);
-//! [`OnStoreError::Deny`] answers `503` with `Retry-After: 1` and a
-//! problem+json body; [`OnStoreError::Local`] decides with the in-process
+//! `OnError::Deny` answers `503` with `Retry-After: 1` and a
+//! problem+json body; `OnError::Local` decides with the in-process
 //! fallback (each rule's quota divided by the live replicas), with the
 //! RateLimit headers and `tollgate-degraded: local`.
 
@@ -104,7 +104,6 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use layer::{
-    ConfigError, OnStoreError, PeerAddr, PeerAddrFn, RateLimitLayer, Verdict, VerdictFuture,
-    default_peer_addr,
+    ConfigError, PeerAddr, PeerAddrFn, RateLimitLayer, Verdict, VerdictFuture, default_peer_addr,
 };
 pub use service::RateLimit;

@@ -1,12 +1,11 @@
 //! The answers the layer (and the reverse proxy) give by themselves: 429 on
-//! a denial, 503 when the store fails under [`OnStoreError::Deny`], 400 for
+//! a denial, 503 when the store fails under `OnError::Deny`, 400 for
 //! a key that cannot be built. Every body is an RFC 9457
 //! `application/problem+json` document.
 //!
 //! The builders are generic over the response body `B: From<String>`, which
 //! axum's `Body`, `http_body_util::Full<Bytes>` and `String` all are.
 //!
-//! [`OnStoreError::Deny`]: crate::OnStoreError::Deny
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -37,7 +36,7 @@ pub const TOLLGATE_DEGRADED: HeaderName = HeaderName::from_static("tollgate-degr
 /// The value of [`TOLLGATE_DEGRADED`] when the store did not answer.
 pub const DEGRADED_STORE_UNAVAILABLE: HeaderValue = HeaderValue::from_static("store-unavailable");
 /// The value of [`TOLLGATE_DEGRADED`] when the store did not answer and the
-/// in-process fallback decided ([`OnStoreError::Local`](crate::OnStoreError::Local)).
+/// in-process fallback decided (`OnError::Local`).
 pub const DEGRADED_LOCAL: HeaderValue = HeaderValue::from_static("local");
 
 /// An RFC 9457 problem response: `status`, `Content-Type:

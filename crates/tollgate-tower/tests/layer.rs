@@ -15,13 +15,14 @@ use std::time::Duration;
 use common::{get, limiter, member, members, ok_service, peek, problem_body, rule, send};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
+use tollgate::OnError;
 use tollgate::store::KeyCheck;
 use tollgate::{
     Algorithm, Decision, Limiter, Micros, MultiDecision, Rule, Store, StoreError, StoreErrorKind,
 };
 use tollgate_tower::extract::MissingKey;
 use tollgate_tower::headers::{HeaderOptions, X_RATELIMIT_REMAINING};
-use tollgate_tower::{ConfigError, OnStoreError, RateLimitLayer, Verdict};
+use tollgate_tower::{ConfigError, RateLimitLayer, Verdict};
 use tower::{Layer, Service, ServiceExt};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -498,7 +499,7 @@ async fn store_failure_allow_passes_with_the_degraded_header() {
     let calls = Arc::new(AtomicUsize::new(0));
     // Allow is the default.
     let layer = failing_layer();
-    assert_eq!(layer.on_store_error(), OnStoreError::Allow);
+    assert_eq!(layer.on_error(), Some(OnError::Allow));
     let svc = layer.layer(ok_service(calls.clone()));
     let r = send(&svc, Request::new(String::new())).await;
     assert_eq!(r.status(), StatusCode::OK);
@@ -514,7 +515,7 @@ async fn store_failure_allow_passes_with_the_degraded_header() {
 async fn store_failure_deny_is_503_with_retry_after_1() {
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = failing_layer()
-        .with_on_store_error(OnStoreError::Deny)
+        .with_on_error(OnError::Deny)
         .layer(ok_service(calls.clone()));
     let r = send(&svc, Request::new(String::new())).await;
     assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -532,7 +533,7 @@ async fn store_failure_deny_is_503_with_retry_after_1() {
 async fn store_failure_local_decides_with_the_in_process_share() {
     let calls = Arc::new(AtomicUsize::new(0));
     let svc = failing_layer()
-        .with_on_store_error(OnStoreError::Local)
+        .with_on_error(OnError::Local)
         .layer(ok_service(calls.clone()));
     // One replica (no heartbeat from a test double): the whole quota of 5.
     for remaining in (0..5).rev() {

@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
-use tollgate::{Algorithm, RuleSpec};
+use tollgate::{Algorithm, OnError, RuleSpec};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 

@@ -12,12 +12,8 @@ use crate::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
 
-/// What a check answers when the store fails (`on_error`): the library's
-/// policy, [`tollgate::OnError`].
-pub use tollgate::OnError;
-/// `[proxy] on_missing_key`: what the proxy does with a request that lacks
-/// a header a rule keys on (`empty`, the default, `skip` or `reject`).
-pub use tollgate_tower::extract::MissingKey;
+use tollgate::OnError;
+use tollgate_tower::extract::MissingKey;
 
 /// Default `[store] url`.
 pub const DEFAULT_STORE_URL: &str = "memory";

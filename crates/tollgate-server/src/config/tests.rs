@@ -2,6 +2,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::store_url::StoreUrl;
+use tollgate::OnError;
+use tollgate_tower::extract::MissingKey;
 
 fn errors(src: &str) -> Vec<String> {
     Config::parse(src, "t.toml")

@@ -14,7 +14,9 @@ use tollgate::resilient::{self, ResilientLimiter};
 use tollgate::store::AnyStore;
 use tollgate::{Check, Error, Limiter, Rule, Store};
 
-use crate::config::{Config, OnError};
+use tollgate::OnError;
+
+use crate::config::Config;
 use crate::key::KeyExtractor;
 
 mod store;
