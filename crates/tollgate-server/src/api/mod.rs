@@ -46,7 +46,9 @@
 
 use std::sync::Arc;
 
-use crate::gate::{Gate, Refusal, Verdict};
+use tollgate::resilient::{Refusal, Verdict};
+
+use crate::gate::Gate;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -214,7 +216,14 @@ impl Api {
                 format!("unknown rule {name:?}; GET /v1/rules lists the rules"),
             ),
             Err(Refusal::Invalid(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
-            Err(Refusal::Unavailable(e)) => {
+            // The store failed and the policy is `deny` (the library may
+            // name more such refusals later: they are the store's, not the
+            // request's).
+            Err(e) => {
+                let e = match e {
+                    Refusal::Unavailable(e) => e.to_string(),
+                    other => other.to_string(),
+                };
                 let mut res = error(
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("store unavailable and the rule's on_error is deny: {e}"),

@@ -51,7 +51,9 @@ use tollgate::{Check, Decision, OnError};
 
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit, store_key};
 use crate::envoy::wire::RateLimitRequest;
-use crate::gate::{Gate, Refusal, Throttle};
+use tollgate::resilient::Refusal;
+
+use crate::gate::{Gate, Throttle};
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -167,7 +169,8 @@ impl EnvoyService {
                 Err(Refusal::Invalid(e)) => {
                     return Err(tonic::Status::invalid_argument(e.to_string()));
                 }
-                Err(Refusal::Unavailable(_)) => {
+                // The store failed and the policy is `deny`.
+                Err(_) => {
                     // `on_error = "deny"`: the user's choice stands.
                     admitted = false;
                     for &i in &enforced {

@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate::resilient::{self, ResilientLimiter};
+use tollgate::resilient::{self, Refusal, ResilientLimiter, Verdict};
 use tollgate::store::AnyStore;
-use tollgate::{Check, Error, Limiter, Rule, Store};
+use tollgate::{Check, Limiter, Rule, Store};
 
 use tollgate::OnError;
 
@@ -25,22 +25,12 @@ pub use store::open_store;
 
 /// Lets an event through at most once per period (for logs).
 pub(crate) use tollgate::resilient::Throttle;
-pub use tollgate::resilient::Verdict;
 
 /// Consecutive store failures that open the circuit breaker.
 pub const BREAKER_THRESHOLD: u32 = resilient::DEFAULT_BREAKER_THRESHOLD;
 /// How long an open breaker skips the store before letting one probe
 /// check through.
 pub const BREAKER_OPEN_FOR: Duration = resilient::DEFAULT_BREAKER_OPEN_FOR;
-
-/// Why a check was not decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// The request is at fault: unknown rule, key too long, no pairs.
-    Invalid(Error),
-    /// The store failed and the failure policy is `deny`.
-    Unavailable(String),
-}
 
 /// Rules over the configured store, with the failure policy applied.
 #[derive(Debug)]
@@ -136,13 +126,7 @@ impl Gate {
     /// [`Refusal::Invalid`] for a bad request, [`Refusal::Unavailable`] when
     /// the store failed and a rule's policy is `deny`.
     pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<Verdict, Refusal> {
-        self.limiter.check_all(checks).await.map_err(|r| match r {
-            resilient::Refusal::Invalid(e) => Refusal::Invalid(e),
-            other => Refusal::Unavailable(match other {
-                resilient::Refusal::Unavailable(e) => e.to_string(),
-                other => other.to_string(),
-            }),
-        })
+        self.limiter.check_all(checks).await
     }
 
     /// Whether the store answers: always for the memory store; for Redis,
