@@ -483,20 +483,32 @@ fn fit(key: Vec<u8>) -> Vec<u8> {
     if key.len() <= tollgate::MAX_KEY_LEN {
         return key;
     }
-    use sha2::Digest as _;
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let digest = sha2::Sha256::digest(&key);
-    let mut short = Vec::with_capacity(LONG_KEY_PREFIX.len() + 64);
-    short.extend_from_slice(LONG_KEY_PREFIX);
-    for b in digest {
-        short.push(HEX[usize::from(b >> 4)]);
-        short.push(HEX[usize::from(b & 0xf)]);
-    }
-    short
+    // `%` followed by `s`: escaping never writes it.
+    digest_key("%sha256=", &key).into_bytes()
 }
 
-/// What a long key's digest follows: a `%` that escaping never writes.
-const LONG_KEY_PREFIX: &[u8] = b"%sha256=";
+/// `prefix` and the SHA-256 of `long` in lower-case hex: the name every
+/// door counts a key too long to store under (here, and the Envoy
+/// service's descriptors with their own prefix). Each door picks a prefix
+/// its short keys can never start with, so no short key names a long
+/// key's counter.
+///
+/// ```
+/// let k = tollgate_tower::extract::digest_key(";sha256=", b"abc");
+/// assert_eq!(k, ";sha256=ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+/// ```
+#[must_use]
+pub fn digest_key(prefix: &str, long: &[u8]) -> String {
+    use sha2::Digest as _;
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(prefix.len() + 64);
+    out.push_str(prefix);
+    for b in sha2::Sha256::digest(long) {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out
+}
 
 /// The request's host without the port: the URI's, else the `Host`
 /// header's. `None` when neither names one.

@@ -35,15 +35,7 @@ pub fn store_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(entries: &[(K, V)]) -> String {
         escape(value.as_ref(), &mut out);
     }
     if out.len() > tollgate::MAX_KEY_LEN {
-        use sha2::Digest as _;
-        use std::fmt::Write as _;
-        let digest = sha2::Sha256::digest(out.as_bytes());
-        let mut short = String::with_capacity(8 + 64);
-        short.push_str(";sha256=");
-        for b in digest {
-            let _ = write!(short, "{b:02x}");
-        }
-        return short;
+        return tollgate_tower::extract::digest_key(";sha256=", out.as_bytes());
     }
     out
 }
