@@ -8,8 +8,8 @@
 //!   plus the client-address config and the [`MissingKey`] policy.
 //!   [`RuleKeys::keys`] builds a request's keys, or the 400 (problem+json)
 //!   that refuses it; [`RuleKeys::check`] checks them all-or-nothing in one
-//!   [`ResilientLimiter::check_all_as`] and answers with a [`Verdict`].
-//! * [`answer`] and [`refusal`]: a check's outcome as a [`Verdict`]
+//!   [`ResilientLimiter::check_all_as`] and answers with an [`HttpVerdict`].
+//! * [`answer`] and [`refusal`]: a check's outcome as an [`HttpVerdict`]
 //!   (admit with RateLimit headers; 429; 503 when the store failed under
 //!   `deny`), for a door that checks by itself.
 //! * [`Basis`] and [`insert_verdict_headers`]: which headers an outcome
@@ -21,7 +21,7 @@
 //! # use std::time::Duration;
 //! use tollgate::resilient::ResilientLimiter;
 //! use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
-//! use tollgate_tower::Verdict;
+//! use tollgate_tower::HttpVerdict;
 //! use tollgate_tower::decide::RuleKeys;
 //! use tollgate_tower::extract::MissingKey;
 //! use tollgate_tower::headers::HeaderOptions;
@@ -39,9 +39,9 @@
 //!     .keys(req.method(), req.uri(), req.headers(), None)
 //!     .map_err(|r| format!("refused: {}", r.status()))?;
 //! let first = rules.check(&limiter, &keys, None, HeaderOptions::default()).await;
-//! assert!(matches!(first, Verdict::Admit { .. }));
+//! assert!(matches!(first, HttpVerdict::Admit { .. }));
 //! let second = rules.check(&limiter, &keys, None, HeaderOptions::default()).await;
-//! let Verdict::Respond { response, .. } = second else { panic!("admitted twice") };
+//! let HttpVerdict::Respond { response, .. } = second else { panic!("admitted twice") };
 //! assert_eq!(response.status(), 429);
 //!
 //! // No key header under `reject`: a 400 before any check.
@@ -74,7 +74,7 @@ use crate::response::{
 /// Why a [`RateLimitLayer`](crate::RateLimitLayer) could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum ConfigError {
+pub enum BuildError {
     /// No rules: the layer would decide nothing.
     NoRules,
     /// The limiter has no rule of this name.
@@ -83,26 +83,26 @@ pub enum ConfigError {
     DuplicateRule(String),
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::NoRules => f.write_str("a rate limit layer needs at least one rule"),
-            ConfigError::UnknownRule(name) => {
+            BuildError::NoRules => f.write_str("a rate limit layer needs at least one rule"),
+            BuildError::UnknownRule(name) => {
                 write!(f, "the limiter has no rule named {name:?}")
             }
-            ConfigError::DuplicateRule(name) => write!(f, "rule {name:?} is named twice"),
+            BuildError::DuplicateRule(name) => write!(f, "rule {name:?} is named twice"),
         }
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for BuildError {}
 
 /// What the layer decided about a request, before any inner service runs:
 /// [`RateLimitLayer::decide`](crate::RateLimitLayer::decide). For a front door that is not a tower
 /// service (the reverse proxy) to do exactly what the layer does.
 #[derive(Debug)]
 #[non_exhaustive]
-pub enum Verdict {
+pub enum HttpVerdict {
     /// Pass the request on, then add `headers` to its response.
     #[non_exhaustive]
     Admit {
@@ -134,7 +134,7 @@ pub enum Verdict {
     },
 }
 
-impl Verdict {
+impl HttpVerdict {
     /// The headers to add to an admitted request's response (`Ok`), or the
     /// answer to send instead (`Err`); the decision is dropped.
     ///
@@ -143,13 +143,13 @@ impl Verdict {
     /// admitting path).
     pub fn into_headers(self) -> Result<HeaderMap, Box<Response<String>>> {
         match self {
-            Verdict::Admit { headers, .. } => Ok(headers),
-            Verdict::Respond { response, .. } => Err(Box::new(response)),
+            HttpVerdict::Admit { headers, .. } => Ok(headers),
+            HttpVerdict::Respond { response, .. } => Err(Box::new(response)),
         }
     }
 
     pub(crate) fn respond(response: Response<String>) -> Self {
-        Verdict::Respond {
+        HttpVerdict::Respond {
             response,
             decision: None,
         }
@@ -157,7 +157,7 @@ impl Verdict {
 }
 
 /// The boxed future of [`RateLimitLayer::decide`](crate::RateLimitLayer::decide).
-pub type VerdictFuture = Pin<Box<dyn Future<Output = Verdict> + Send + 'static>>;
+pub type HttpVerdictFuture = Pin<Box<dyn Future<Output = HttpVerdict> + Send + 'static>>;
 
 /// One rule a door checks: its name, its position in the limiter's rules
 /// and its key extractor.
@@ -217,15 +217,15 @@ impl RuleKeys {
     pub fn new<N: Into<String>>(
         all: &[Rule],
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, BuildError> {
         let mut keyed: Vec<RuleKey> = Vec::new();
         for (name, extractor) in rules {
             let name = name.into();
             let Some(index) = all.iter().position(|r| r.name() == name) else {
-                return Err(ConfigError::UnknownRule(name));
+                return Err(BuildError::UnknownRule(name));
             };
             if keyed.iter().any(|r| r.name == name) {
-                return Err(ConfigError::DuplicateRule(name));
+                return Err(BuildError::DuplicateRule(name));
             }
             keyed.push(RuleKey {
                 name,
@@ -360,13 +360,13 @@ impl RuleKeys {
         keys: &Keys,
         policy: Option<OnError>,
         options: HeaderOptions,
-    ) -> Verdict {
+    ) -> HttpVerdict {
         let outcome = limiter.check_all_as(&self.checks(keys), policy).await;
         self.verdict(limiter.rules(), keys, outcome, options)
     }
 
     /// A check's `outcome` (of [`RuleKeys::checks`] of `keys`) as a
-    /// [`Verdict`]: [`answer`] or [`refusal`].
+    /// [`HttpVerdict`]: [`answer`] or [`refusal`].
     #[must_use]
     pub fn verdict(
         &self,
@@ -374,7 +374,7 @@ impl RuleKeys {
         keys: &Keys,
         outcome: Result<resilient::Verdict, Refusal>,
         options: HeaderOptions,
-    ) -> Verdict {
+    ) -> HttpVerdict {
         match outcome {
             Ok(verdict) => answer(&self.rules_of(all, keys), verdict, options),
             Err(refused) => refusal(&refused),
@@ -454,14 +454,14 @@ pub fn insert_verdict_headers(
     basis.mark(headers);
 }
 
-/// A check's answer as a [`Verdict`]; `rules` are the checked rules, one
+/// A check's answer as an [`HttpVerdict`]; `rules` are the checked rules, one
 /// per decision, in order. Admitted (or let through by the `allow`
-/// policy): [`Verdict::Admit`] with [`insert_verdict_headers`]' headers
-/// (no decision when nothing was decided). Denied: [`Verdict::Respond`]
+/// policy): [`HttpVerdict::Admit`] with [`insert_verdict_headers`]' headers
+/// (no decision when nothing was decided). Denied: [`HttpVerdict::Respond`]
 /// with [`too_many_requests`], marked `tollgate-degraded: local` when the
 /// local fallback denied.
 #[must_use]
-pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptions) -> Verdict {
+pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptions) -> HttpVerdict {
     let multi = verdict.multi;
     let basis = Basis::of(verdict.degraded);
     let pairs: Vec<(&Rule, &Decision)> = rules.iter().copied().zip(&multi.decisions).collect();
@@ -469,7 +469,7 @@ pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptio
         let mut headers = HeaderMap::new();
         insert_verdict_headers(&mut headers, &pairs, None, verdict.degraded, options);
         drop(pairs);
-        Verdict::Admit {
+        HttpVerdict::Admit {
             headers,
             decision: basis.has_ratelimit().then_some(multi),
         }
@@ -477,7 +477,7 @@ pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptio
         let mut response = too_many_requests(&pairs, options);
         basis.mark(response.headers_mut());
         drop(pairs);
-        Verdict::Respond {
+        HttpVerdict::Respond {
             response,
             decision: Some(multi),
         }
@@ -491,13 +491,13 @@ pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptio
 /// when a door is set up, so anything else is a bug, not the client's
 /// fault).
 #[must_use]
-pub fn refusal(refused: &Refusal) -> Verdict {
+pub fn refusal(refused: &Refusal) -> HttpVerdict {
     let response = match refused {
         Refusal::Unavailable(_) => store_unavailable(),
         Refusal::Invalid(Error::KeyTooLong { len }) => key_too_long(*len),
         e => internal(&e.to_string()),
     };
-    Verdict::Respond {
+    HttpVerdict::Respond {
         response,
         decision: None,
     }

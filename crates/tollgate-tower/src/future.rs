@@ -9,7 +9,7 @@ use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::decide::{Verdict, VerdictFuture};
+use crate::decide::{HttpVerdict, HttpVerdictFuture};
 use crate::headers::merge_into;
 
 pin_project! {
@@ -33,7 +33,7 @@ pin_project! {
         I: Service<Request<ReqB>>,
     {
         Deciding {
-            verdict: VerdictFuture,
+            verdict: HttpVerdictFuture,
             call: Option<(I, Request<ReqB>)>,
         },
         Readying {
@@ -52,7 +52,7 @@ impl<I, ReqB> ResponseFuture<I, ReqB>
 where
     I: Service<Request<ReqB>>,
 {
-    pub(crate) fn new(verdict: VerdictFuture, inner: I, req: Request<ReqB>) -> Self {
+    pub(crate) fn new(verdict: HttpVerdictFuture, inner: I, req: Request<ReqB>) -> Self {
         Self {
             state: State::Deciding {
                 verdict,
@@ -90,14 +90,14 @@ where
         loop {
             match this.state.as_mut().project() {
                 StateProj::Deciding { verdict, call } => match ready!(verdict.as_mut().poll(cx)) {
-                    Verdict::Admit { headers, .. } => {
+                    HttpVerdict::Admit { headers, .. } => {
                         let call = call.take();
                         this.state.set(State::Readying {
                             call,
                             headers: Some(headers),
                         });
                     }
-                    Verdict::Respond { response, .. } => {
+                    HttpVerdict::Respond { response, .. } => {
                         // Drop the inner service's clone and the request now.
                         *call = None;
                         return Poll::Ready(Ok(response.map(ResB::from)));

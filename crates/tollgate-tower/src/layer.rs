@@ -8,7 +8,7 @@ use http::{Extensions, HeaderMap, Request, Response};
 use tollgate::resilient::{OnError, ResilientLimiter};
 use tollgate::{Limiter, Store};
 
-pub use crate::decide::{ConfigError, Verdict, VerdictFuture};
+pub use crate::decide::{BuildError, HttpVerdict, HttpVerdictFuture};
 use crate::decide::{Keys, RuleKeys};
 use crate::extract::{ClientIpConfig, MissingKey};
 use crate::headers::HeaderOptions;
@@ -146,11 +146,11 @@ impl<S: Store> RateLimitLayer<S> {
     pub fn new<N: Into<String>>(
         limiter: Arc<Limiter<S>>,
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, BuildError> {
         let resilient = ResilientLimiter::builder(limiter)
             .timeout(None)
             .build()
-            .map_err(|e| ConfigError::UnknownRule(e.message))?;
+            .map_err(|e| BuildError::UnknownRule(e.message))?;
         Self::build(Arc::new(resilient), rules, Some(OnError::Allow))
     }
 
@@ -183,7 +183,7 @@ impl<S: Store> RateLimitLayer<S> {
     pub fn resilient<N: Into<String>>(
         limiter: Arc<ResilientLimiter<S>>,
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, BuildError> {
         Self::build(limiter, rules, None)
     }
 
@@ -191,10 +191,10 @@ impl<S: Store> RateLimitLayer<S> {
         limiter: Arc<ResilientLimiter<S>>,
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
         on_error: Option<OnError>,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, BuildError> {
         let keys = RuleKeys::new(limiter.rules(), rules)?;
         if keys.is_empty() {
-            return Err(ConfigError::NoRules);
+            return Err(BuildError::NoRules);
         }
         Ok(Self {
             shared: Arc::new(Shared {
@@ -318,15 +318,15 @@ impl<S: Store> RateLimitLayer<S> {
     /// the extensions, see [`RateLimitLayer::with_peer_addr`]), then checks
     /// them all-or-nothing in one [`ResilientLimiter::check_all`] at cost 1. The
     /// future owns what it needs; the request can be moved on at once.
-    pub fn decide<B>(&self, req: &Request<B>) -> VerdictFuture {
+    pub fn decide<B>(&self, req: &Request<B>) -> HttpVerdictFuture {
         self.shared.decide(req)
     }
 }
 
 impl<S: Store> Shared<S> {
-    pub(crate) fn decide<B>(self: &Arc<Self>, req: &Request<B>) -> VerdictFuture {
+    pub(crate) fn decide<B>(self: &Arc<Self>, req: &Request<B>) -> HttpVerdictFuture {
         match self.keys(req) {
-            Err(response) => Box::pin(std::future::ready(Verdict::respond(*response))),
+            Err(response) => Box::pin(std::future::ready(HttpVerdict::respond(*response))),
             Ok(keys) => {
                 let shared = Arc::clone(self);
                 Box::pin(async move { shared.check(&keys).await })
@@ -345,10 +345,10 @@ impl<S: Store> Shared<S> {
         self.keys.keys(req.method(), req.uri(), req.headers(), peer)
     }
 
-    async fn check(&self, keys: &Keys) -> Verdict {
+    async fn check(&self, keys: &Keys) -> HttpVerdict {
         if keys.is_empty() {
             // Every rule skipped (`MissingKey::Skip`): nothing to check.
-            return Verdict::Admit {
+            return HttpVerdict::Admit {
                 headers: HeaderMap::new(),
                 decision: None,
             };

@@ -60,7 +60,7 @@
 //!
 //! The pieces are public for front doors that are not tower services (the
 //! `tollgate` reverse proxy): [`RateLimitLayer::decide`] gives the layer's
-//! [`Verdict`] for a request head; [`extract`] turns a request into key
+//! [`HttpVerdict`] for a request head; [`extract`] turns a request into key
 //! bytes behind trusted proxies; [`response`] builds the 429, 503 and
 //! problem+json answers; [`headers`] renders the RateLimit header fields of
 //! the IETF httpapi draft; [`key`] and [`cidr`] parse key extractors and
@@ -104,6 +104,7 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use layer::{
-    ConfigError, PeerAddr, PeerAddrFn, RateLimitLayer, Verdict, VerdictFuture, default_peer_addr,
+    BuildError, HttpVerdict, HttpVerdictFuture, PeerAddr, PeerAddrFn, RateLimitLayer,
+    default_peer_addr,
 };
 pub use service::RateLimit;

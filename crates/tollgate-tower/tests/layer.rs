@@ -22,7 +22,7 @@ use tollgate::{
 };
 use tollgate_tower::extract::MissingKey;
 use tollgate_tower::headers::{HeaderOptions, X_RATELIMIT_REMAINING};
-use tollgate_tower::{ConfigError, RateLimitLayer, Verdict};
+use tollgate_tower::{BuildError, HttpVerdict, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -630,7 +630,7 @@ async fn decide_is_what_the_service_does() {
     let (limiter, _clock) = limiter([rule("r", Algorithm::Gcra, 1, HOUR)]);
     let layer = RateLimitLayer::new(limiter, [("r", key("path"))]).expect("layer");
     let req = Request::get("/x").body(()).expect("request");
-    let Verdict::Admit {
+    let HttpVerdict::Admit {
         headers, decision, ..
     } = layer.decide(&req).await
     else {
@@ -645,7 +645,7 @@ async fn decide_is_what_the_service_does() {
     response.headers_mut().extend(headers);
     assert_eq!(response.headers()["ratelimit"], "\"r\";r=0;t=3600");
     match layer.decide(&req).await {
-        Verdict::Respond {
+        HttpVerdict::Respond {
             response, decision, ..
         } => {
             assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -662,16 +662,16 @@ fn a_layer_with_bad_rules_cannot_be_built() {
     let none: [(&str, _); 0] = [];
     assert_eq!(
         RateLimitLayer::new(limiter.clone(), none).expect_err("no rules"),
-        ConfigError::NoRules
+        BuildError::NoRules
     );
     assert_eq!(
         RateLimitLayer::new(limiter.clone(), [("b", key("path"))]).expect_err("unknown"),
-        ConfigError::UnknownRule("b".into())
+        BuildError::UnknownRule("b".into())
     );
     assert_eq!(
         RateLimitLayer::new(limiter, [("a", key("path")), ("a", key("method"))])
             .expect_err("twice"),
-        ConfigError::DuplicateRule("a".into())
+        BuildError::DuplicateRule("a".into())
     );
 }
 

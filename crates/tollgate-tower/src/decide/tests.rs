@@ -63,7 +63,7 @@ fn degraded(headers: &HeaderMap) -> Option<&str> {
 fn names_are_checked() {
     let l = limiter();
     let unknown = RuleKeys::new(l.rules(), [("nope", "path".parse().expect("key"))]);
-    assert_eq!(unknown.err(), Some(ConfigError::UnknownRule("nope".into())));
+    assert_eq!(unknown.err(), Some(BuildError::UnknownRule("nope".into())));
     let twice = RuleKeys::new(
         l.rules(),
         [
@@ -73,7 +73,7 @@ fn names_are_checked() {
     );
     assert_eq!(
         twice.err(),
-        Some(ConfigError::DuplicateRule("per_ip".into()))
+        Some(BuildError::DuplicateRule("per_ip".into()))
     );
 }
 
@@ -170,14 +170,16 @@ async fn admitted_then_denied() -> (
 async fn admit_and_deny() {
     let (rules, l, keys, [first, second]) = admitted_then_denied().await;
     let o = HeaderOptions::default();
-    let Verdict::Admit { headers, decision } = rules.verdict(l.rules(), &keys, Ok(first), o) else {
+    let HttpVerdict::Admit { headers, decision } = rules.verdict(l.rules(), &keys, Ok(first), o)
+    else {
         panic!("admitted")
     };
     assert!(headers.contains_key(RATELIMIT) && headers.contains_key(RATELIMIT_POLICY));
     assert_eq!(degraded(&headers), None);
     assert!(decision.is_some_and(|d| d.allowed));
 
-    let Verdict::Respond { response, decision } = rules.verdict(l.rules(), &keys, Ok(second), o)
+    let HttpVerdict::Respond { response, decision } =
+        rules.verdict(l.rules(), &keys, Ok(second), o)
     else {
         panic!("denied")
     };
@@ -192,7 +194,7 @@ async fn degraded_allow_decides_nothing() {
     let (rules, l, keys, [mut first, _]) = admitted_then_denied().await;
     first.degraded = Some(OnError::Allow);
     let v = rules.verdict(l.rules(), &keys, Ok(first), HeaderOptions::default());
-    let Verdict::Admit { headers, decision } = v else {
+    let HttpVerdict::Admit { headers, decision } = v else {
         panic!("admitted")
     };
     assert!(headers.contains_key(RATELIMIT_POLICY));
@@ -207,13 +209,15 @@ async fn degraded_local_marks_admissions_and_denials() {
     first.degraded = Some(OnError::Local);
     second.degraded = Some(OnError::Local);
     let o = HeaderOptions::default();
-    let Verdict::Admit { headers, decision } = rules.verdict(l.rules(), &keys, Ok(first), o) else {
+    let HttpVerdict::Admit { headers, decision } = rules.verdict(l.rules(), &keys, Ok(first), o)
+    else {
         panic!("admitted")
     };
     assert!(headers.contains_key(RATELIMIT));
     assert_eq!(degraded(&headers), Some("local"));
     assert!(decision.is_some());
-    let Verdict::Respond { response, .. } = rules.verdict(l.rules(), &keys, Ok(second), o) else {
+    let HttpVerdict::Respond { response, .. } = rules.verdict(l.rules(), &keys, Ok(second), o)
+    else {
         panic!("denied")
     };
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -224,7 +228,7 @@ async fn degraded_local_marks_admissions_and_denials() {
 #[test]
 fn a_failed_store_under_deny_is_503() {
     let down = Refusal::Unavailable(StoreError::new(StoreErrorKind::Unavailable, "down"));
-    let Verdict::Respond { response, decision } = refusal(&down) else {
+    let HttpVerdict::Respond { response, decision } = refusal(&down) else {
         panic!("refused")
     };
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -232,7 +236,7 @@ fn a_failed_store_under_deny_is_503() {
     assert!(response.body().contains(STORE_UNAVAILABLE));
     assert!(decision.is_none());
     let long = Refusal::Invalid(Error::KeyTooLong { len: 9000 });
-    let Verdict::Respond { response, .. } = refusal(&long) else {
+    let HttpVerdict::Respond { response, .. } = refusal(&long) else {
         panic!("refused")
     };
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
