@@ -29,20 +29,19 @@
 //!
 //! The hot path, `POST /v1/check`, is served without a router or a JSON
 //! tree. The plain body clients send (`{"rule":"..","key":"..","cost":N}`,
-//! no whitespace or escapes) is read by a byte scan; other well-formed
-//! bodies by serde into borrowed fields (`FastCheck`); anything either of
-//! them does not take as it is (an error, a duplicate field) by the
-//! `serde_json::Value` reader, which names the problem. A unit test checks
-//! that the three agree on every body the first two accept. The answer is
-//! written with `itoa` into one buffer (a unit test compares its bytes with
-//! the `serde_json` map answer it replaced).
+//! no whitespace or escapes) is read by a byte scan; every other body by
+//! one streaming serde reader that borrows its strings and names the
+//! offending field (`json_read.rs`). A unit test and a proptest hold both to
+//! the `serde_json::Value` reader they replaced, error text included. The
+//! answer is written with `itoa` into one buffer (a unit test compares its
+//! bytes with the `serde_json` map answer it replaced).
 
-//!
 //! The folder: this file routes requests and answers checks ([`Api`]);
 //! `body.rs` reads a body within its bounds ([`read_body`]); `json_read.rs`
-//! holds the three check-body readers; `json_write.rs` writes a check's
+//! reads a check body; `json_write.rs` writes a check's
 //! JSON answer; `reply.rs` has the body type and the JSON error answers;
-//! the tests are in `tests.rs`.
+//! the tests are in `tests.rs`, the reader they hold it to in
+//! `tests/value_reader.rs`.
 
 use std::sync::Arc;
 
