@@ -23,6 +23,10 @@ pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
 /// (`burst * period / limit`): 3660 days.
 pub const MAX_BURST_WINDOW: Duration = Duration::from_secs(3660 * 86_400);
 
+/// How much debt a charge may leave on a key, in periods' worth of its
+/// limit (docs/semantics.md, "Charge"): a charge past it is clamped.
+pub const DEBT_PERIODS: u64 = 100;
+
 /// The five algorithms of docs/semantics.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -367,6 +371,23 @@ impl Rule {
             self.0.burst
         } else {
             self.0.limit
+        }
+    }
+
+    /// The most units a key of this rule may be over its limit after a
+    /// charge (docs/semantics.md, "Charge"): [`DEBT_PERIODS`] × `limit`;
+    /// for GCRA and token bucket no more than [`MAX_BURST_WINDOW`] of wait
+    /// (so every time and TTL stays below 2^53 µs); for the sliding log
+    /// `limit`, which keeps a key to at most `2 × limit` entries.
+    #[must_use]
+    pub fn max_debt(&self) -> u64 {
+        let periods = DEBT_PERIODS * self.0.limit;
+        match self.0.algorithm {
+            Algorithm::Gcra | Algorithm::TokenBucket => {
+                periods.min(duration_to_micros(MAX_BURST_WINDOW) / self.0.interval)
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => periods,
+            Algorithm::SlidingLog => self.0.limit,
         }
     }
 

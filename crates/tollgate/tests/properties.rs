@@ -23,6 +23,9 @@ const CASES: u32 = 128;
 #[path = "properties/reference.rs"]
 mod reference;
 
+#[path = "properties/charge.rs"]
+mod charge;
+
 use reference::{BucketRef, FixedRef, GcraRef, LogRef, WindowRef};
 
 /// A realistic "now": 2025-11-24 in microseconds since the Unix epoch.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::Usage;
+use super::{Charged, Usage};
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -70,6 +70,61 @@ pub fn usage(rule: &Rule, state: FixedWindowState, t: Micros) -> Usage {
         u128::from(rule.limit()),
         !decision.allowed,
     )
+}
+
+/// Charges `cost` at `t` unconditionally (docs/semantics.md, "Charge"):
+/// `count[w] += cost`, at most [`Rule::max_debt`] over the limit (the rest
+/// clamped); the debt ends with the window.
+#[must_use]
+pub fn charge(
+    rule: &Rule,
+    state: Option<FixedWindowState>,
+    t: Micros,
+    cost: u64,
+) -> (Charged, FixedWindowState) {
+    let period = rule.period_micros();
+    let limit = rule.limit();
+    let start = t / period * period;
+    let count = state.filter(|s| s.start == start).map_or(0, |s| s.count);
+    let units = cost.min((limit + rule.max_debt()).saturating_sub(count));
+    let after = count + units;
+    let charged = Charged {
+        decision: Decision {
+            allowed: true,
+            limit,
+            remaining: limit.saturating_sub(after),
+            reset_after: Duration::from_micros(start + period - t),
+            retry_after: None,
+        },
+        debt: after.saturating_sub(limit),
+        clamped: cost - units,
+    };
+    (
+        charged,
+        FixedWindowState {
+            start,
+            count: after,
+        },
+    )
+}
+
+/// Gives back `units` counted in the window that held `counted_at`, if that
+/// window is still the state's (a window that has ended counts nothing).
+#[must_use]
+pub fn give_back(
+    rule: &Rule,
+    state: FixedWindowState,
+    counted_at: Micros,
+    units: u64,
+) -> FixedWindowState {
+    let period = rule.period_micros();
+    if state.start != counted_at / period * period {
+        return state;
+    }
+    FixedWindowState {
+        start: state.start,
+        count: state.count - units.min(state.count),
+    }
 }
 
 #[cfg(test)]

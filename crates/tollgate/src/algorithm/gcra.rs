@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::Usage;
+use super::{Charged, Usage};
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -47,6 +47,46 @@ pub fn usage(rule: &Rule, state: GcraState, t: Micros) -> Usage {
     let exhausted = !check(rule, Some(state), t, 1).0.allowed;
     let used = state.tat.saturating_sub(t);
     Usage::of(u128::from(used), u128::from(rule.tau_micros()), exhausted)
+}
+
+/// Charges `cost` at `t` unconditionally (docs/semantics.md, "Charge"):
+/// `new_tat = max(tat, t) + cost * T`, the units past the debt cap
+/// ([`Rule::max_debt`]) clamped. Returns what the charge answers and the
+/// state to store.
+#[must_use]
+pub fn charge(rule: &Rule, state: Option<GcraState>, t: Micros, cost: u64) -> (Charged, GcraState) {
+    let tau = rule.tau_micros();
+    let interval = rule.interval_micros();
+    let tat = state.map_or(t, |s| s.tat.max(t));
+    // The latest TAT the cap allows: `tau` plus `max_debt` units of wait.
+    let ceiling = t + tau + rule.max_debt() * interval;
+    let units = cost.min(ceiling.saturating_sub(tat) / interval);
+    let new_tat = tat + units * interval;
+    let used = new_tat - t;
+    let charged = Charged {
+        decision: Decision {
+            allowed: true,
+            limit: rule.burst(),
+            remaining: tau.saturating_sub(used) / interval,
+            reset_after: Duration::from_micros(used),
+            retry_after: None,
+        },
+        debt: used.saturating_sub(tau).div_ceil(interval),
+        clamped: cost - units,
+    };
+    (charged, GcraState { tat: new_tat })
+}
+
+/// Gives `units` back at `t` (a reservation settled below its estimate, or
+/// cancelled): the TAT moves back by `units * T`, never below `t`.
+#[must_use]
+pub fn give_back(rule: &Rule, state: GcraState, t: Micros, units: u64) -> GcraState {
+    GcraState {
+        tat: state
+            .tat
+            .saturating_sub(rule.increment_micros(units))
+            .max(t.min(state.tat)),
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! The five algorithms of docs/semantics.md as pure steps.
+//! The five algorithms of docs/semantics.md as pure steps, and their
+//! charge and give-back steps (`charge.rs`).
 //!
 //! Each module exposes `check(rule, state, t, cost)`: no I/O, no clock, no
 //! allocation (but for the sliding log's own entries). A denied check never
@@ -20,6 +21,7 @@
 //! # Ok::<(), tollgate::RuleError>(())
 //! ```
 
+mod charge;
 pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
@@ -27,6 +29,7 @@ pub mod sliding_window;
 pub mod token_bucket;
 mod usage;
 
+pub use charge::{Charged, charge, give_back};
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;
 pub use sliding_log::SlidingLog;
@@ -69,7 +72,7 @@ impl KeyState {
             KeyState::Empty => None,
             KeyState::Gcra(s) => Some(s.tat),
             // credit above tau (a lowered burst) is a full bucket
-            KeyState::TokenBucket(s) => Some(s.last + rule.tau_micros().saturating_sub(s.credit)),
+            KeyState::TokenBucket(s) => Some(token_bucket::full_at(rule, *s)),
             KeyState::FixedWindow(s) => Some(s.start + period),
             KeyState::SlidingWindow(s) => Some(s.start + 2 * period),
             KeyState::SlidingLog(log) => log.newest().map(|n| n + period),

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::Usage;
+use super::{Charged, Usage};
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -84,6 +84,44 @@ impl SlidingLog {
             }
             _ => self.entries.push_back((t, cost)),
         }
+    }
+    /// Shrinks the entry made at `counted_at` by up to `units` (a
+    /// reservation settled below its estimate, or cancelled), removing it
+    /// when nothing is left; nothing when no entry was made then.
+    pub fn give_back(&mut self, counted_at: Micros, units: u64) {
+        let at = self.entries.partition_point(|&(s, _)| s < counted_at);
+        if let Some(entry) = self.entries.get_mut(at).filter(|e| e.0 == counted_at) {
+            entry.1 -= units.min(entry.1);
+            if entry.1 == 0 {
+                self.entries.remove(at);
+            }
+        }
+    }
+}
+
+/// Charges `cost` at `t` unconditionally (docs/semantics.md, "Charge"):
+/// appends `(t, cost)` (merged with an entry of the same microsecond), so far
+/// as the units counting stay within `limit` + [`Rule::max_debt`] (the rest
+/// clamped).
+pub fn charge(rule: &Rule, log: &mut SlidingLog, t: Micros, cost: u64) -> Charged {
+    let period = rule.period_micros();
+    let limit = rule.limit();
+    let (_, used) = log.live(period, t);
+    let units = cost.min((limit + rule.max_debt()).saturating_sub(used));
+    log.record(rule, t, units);
+    let after = used + units;
+    let (start, _) = log.live(period, t);
+    let newest = log.newest().filter(|_| start < log.len());
+    Charged {
+        decision: Decision {
+            allowed: true,
+            limit,
+            remaining: limit.saturating_sub(after),
+            reset_after: Duration::from_micros(newest.map_or(0, |n| n + period - t)),
+            retry_after: None,
+        },
+        debt: after.saturating_sub(limit),
+        clamped: cost - units,
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::Usage;
+use super::{Charged, Usage};
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -129,6 +129,91 @@ fn retry_after(period: u64, limit: u64, elapsed: u64, prev: u64, curr: u64, cost
     }
     // Both windows are then past: the one after next starts empty.
     to_next + period
+}
+
+/// Charges `cost` at `t` unconditionally (docs/semantics.md, "Charge"):
+/// `count[w] += cost`, so far as the debt
+/// `ceil((prev * (period - elapsed) + count[w] * period) / period) - limit`
+/// stays within [`Rule::max_debt`] (the rest clamped).
+#[must_use]
+pub fn charge(
+    rule: &Rule,
+    state: Option<SlidingWindowState>,
+    t: Micros,
+    cost: u64,
+) -> (Charged, SlidingWindowState) {
+    let period = rule.period_micros();
+    let limit = rule.limit();
+    let w = t / period;
+    let start = w * period;
+    let elapsed = t - start;
+    let (prev, curr) = counts(state, start, period);
+    let p = u128::from(period);
+    let weight = u128::from(prev) * (p - u128::from(elapsed));
+    // The most `count[w]` may hold: weight + count * p <= (limit + max_debt) * p.
+    let most = (u128::from(limit + rule.max_debt()) * p).saturating_sub(weight) / p;
+    let most = u64::try_from(most).unwrap_or(u64::MAX);
+    let units = cost.min(most.saturating_sub(curr));
+    let after = curr + units;
+    let used = weight + u128::from(after) * p;
+    let debt = u64::try_from(used.div_ceil(p))
+        .unwrap_or(u64::MAX)
+        .saturating_sub(limit);
+    let left = (u128::from(limit) * p).saturating_sub(used);
+    let reset_after = if after > 0 {
+        (w + 2) * period - t
+    } else if prev > 0 {
+        (w + 1) * period - t
+    } else {
+        0
+    };
+    let charged = Charged {
+        decision: Decision {
+            allowed: true,
+            limit,
+            remaining: u64::try_from(left / p).unwrap_or(u64::MAX),
+            reset_after: Duration::from_micros(reset_after),
+            retry_after: None,
+        },
+        debt,
+        clamped: cost - units,
+    };
+    (
+        charged,
+        SlidingWindowState {
+            start,
+            prev,
+            curr: after,
+        },
+    )
+}
+
+/// Gives back `units` counted in the window that held `counted_at`, while
+/// that window still counts at `t` (as the current or the previous one).
+#[must_use]
+pub fn give_back(
+    rule: &Rule,
+    state: SlidingWindowState,
+    t: Micros,
+    counted_at: Micros,
+    units: u64,
+) -> SlidingWindowState {
+    let period = rule.period_micros();
+    let start = t / period * period;
+    if state.start > start {
+        // state from a later time than `t`: leave it as it is
+        return state;
+    }
+    let (mut prev, mut curr) = counts(Some(state), start, period);
+    let counted = counted_at / period * period;
+    if counted == start {
+        curr -= units.min(curr);
+    } else if counted.checked_add(period) == Some(start) {
+        prev -= units.min(prev);
+    } else {
+        return state;
+    }
+    SlidingWindowState { start, prev, curr }
 }
 
 #[cfg(test)]

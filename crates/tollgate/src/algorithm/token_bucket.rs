@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use super::Usage;
+use super::{Charged, Usage};
 use crate::decision::Decision;
 use crate::rule::Rule;
 use crate::time::Micros;
@@ -15,8 +15,9 @@ use crate::time::Micros;
 /// Token bucket state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct TokenBucketState {
-    /// Tokens held, in microseconds of credit (one token = `T` µs).
-    pub credit: Micros,
+    /// Tokens held, in microseconds of credit (one token = `T` µs);
+    /// negative while a charge's debt is being paid off.
+    pub credit: i64,
     /// When `credit` was last refilled.
     pub last: Micros,
 }
@@ -31,23 +32,22 @@ pub fn check(
     cost: u64,
 ) -> (Decision, TokenBucketState) {
     let tau = rule.tau_micros();
-    let (credit, last) = match state {
-        None => (tau, t),
-        Some(s) => (
-            tau.min(s.credit.saturating_add(t.saturating_sub(s.last))),
-            s.last.max(t),
-        ),
-    };
+    let (credit, last) = refill(rule, state, t);
     let need = rule.increment_micros(cost);
     let fits = cost <= rule.burst();
-    let allowed = fits && credit >= need;
-    let after = if allowed { credit - need } else { credit };
+    let allowed = fits && credit >= signed(need);
+    let after = if allowed {
+        credit - signed(need)
+    } else {
+        credit
+    };
     let decision = Decision {
         allowed,
         limit: rule.burst(),
-        remaining: after / rule.interval_micros(),
-        reset_after: Duration::from_micros(tau - after),
-        retry_after: (!allowed && fits).then(|| Duration::from_micros(need - credit)),
+        remaining: unsigned(after) / rule.interval_micros(),
+        reset_after: Duration::from_micros(unsigned(signed(tau) - after)),
+        retry_after: (!allowed && fits)
+            .then(|| Duration::from_micros(unsigned(signed(need) - credit))),
     };
     (
         decision,
@@ -58,15 +58,101 @@ pub fn check(
     )
 }
 
+/// The credit and last refill at `t`: a new key starts full; credit grows
+/// by the time since the last refill, up to `tau` (more only when a burst
+/// was lowered under live state, which counts as full).
+fn refill(rule: &Rule, state: Option<TokenBucketState>, t: Micros) -> (i64, Micros) {
+    let tau = signed(rule.tau_micros());
+    match state {
+        None => (tau, t),
+        Some(s) => (
+            tau.min(s.credit.saturating_add(signed(t.saturating_sub(s.last)))),
+            s.last.max(t),
+        ),
+    }
+}
+
+/// When `state` is a full bucket again: `last + tau - credit` (credit
+/// above `tau`, a lowered burst, is full at once).
+pub(crate) fn full_at(rule: &Rule, state: TokenBucketState) -> Micros {
+    state
+        .last
+        .saturating_add(unsigned(signed(rule.tau_micros()) - state.credit))
+}
+
+/// A time in µs as credit: every time and `tau` is below 2^53.
+fn signed(us: Micros) -> i64 {
+    i64::try_from(us).unwrap_or(i64::MAX)
+}
+
+/// Credit as µs, negative as 0.
+fn unsigned(credit: i64) -> Micros {
+    u64::try_from(credit).unwrap_or(0)
+}
+
+/// Charges `cost` at `t` unconditionally (docs/semantics.md, "Charge"): the
+/// credit goes negative by the debt, at most [`Rule::max_debt`] units of it
+/// (the rest clamped). Decides exactly as [`gcra::charge`](super::gcra::charge)
+/// with `credit == tau - (tat - t)`.
+#[must_use]
+pub fn charge(
+    rule: &Rule,
+    state: Option<TokenBucketState>,
+    t: Micros,
+    cost: u64,
+) -> (Charged, TokenBucketState) {
+    let tau = rule.tau_micros();
+    let interval = rule.interval_micros();
+    let (credit, last) = refill(rule, state, t);
+    let floor = -signed(rule.max_debt() * interval);
+    let units = cost.min(unsigned(credit - floor) / interval);
+    let after = credit - signed(units * interval);
+    let charged = Charged {
+        decision: Decision {
+            allowed: true,
+            limit: rule.burst(),
+            remaining: unsigned(after) / interval,
+            reset_after: Duration::from_micros(unsigned(signed(tau) - after)),
+            retry_after: None,
+        },
+        debt: unsigned(-after).div_ceil(interval),
+        clamped: cost - units,
+    };
+    (
+        charged,
+        TokenBucketState {
+            credit: after,
+            last,
+        },
+    )
+}
+
+/// Gives `units` back at `t`: `units * T` of credit, never past a full
+/// bucket.
+#[must_use]
+pub fn give_back(rule: &Rule, state: TokenBucketState, t: Micros, units: u64) -> TokenBucketState {
+    let (credit, last) = refill(rule, Some(state), t);
+    TokenBucketState {
+        credit: credit
+            .saturating_add(signed(rule.increment_micros(units)))
+            .min(signed(rule.tau_micros()).max(credit)),
+        last,
+    }
+}
+
 /// How much of the bucket `state` has drawn at `t`: the credit missing
 /// from a full bucket, of `tau`.
 #[must_use]
 pub fn usage(rule: &Rule, state: TokenBucketState, t: Micros) -> Usage {
     let tau = rule.tau_micros();
     // the refill `check` applies, without taking the unit it asks for
-    let credit = tau.min(state.credit.saturating_add(t.saturating_sub(state.last)));
+    let (credit, _) = refill(rule, Some(state), t);
     let exhausted = !check(rule, Some(state), t, 1).0.allowed;
-    Usage::of(u128::from(tau - credit), u128::from(tau), exhausted)
+    Usage::of(
+        u128::from(unsigned(signed(tau) - credit)),
+        u128::from(tau),
+        exhausted,
+    )
 }
 
 #[cfg(test)]
@@ -288,7 +374,8 @@ mod tests {
             if let (KeyState::Gcra(g_state), KeyState::TokenBucket(b_state)) = (&sg, &sb) {
                 assert_eq!(
                     b_state.credit,
-                    g.tau_micros() - (g_state.tat - b_state.last)
+                    i64::try_from(g.tau_micros() - (g_state.tat - b_state.last))
+                        .expect("credit below 2^63")
                 );
             } else {
                 panic!("states {sg:?} {sb:?}");

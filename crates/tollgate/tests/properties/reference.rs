@@ -45,9 +45,48 @@ impl GcraRef {
         Decision {
             allowed,
             limit: self.burst,
-            remaining: n((self.tau - (stored - now)) / self.t),
+            remaining: n((self.tau - (stored - now)).max(0) / self.t),
             reset_after: us(n(stored - now)),
             retry_after: (!allowed && cost <= self.burst).then(|| us(n(new_tat - self.tau - now))),
+        }
+    }
+
+    /// A charge: the largest part of `cost` whose debt stays within
+    /// `max_debt`, taken unconditionally; the decision, the debt and the
+    /// units taken.
+    pub(crate) fn charge(&mut self, now: u64, cost: u64, max_debt: u64) -> (Decision, u64, u64) {
+        let now = i128::from(now);
+        let tat = self.tat.unwrap_or(now).max(now);
+        let debt_at = |new_tat: i128| {
+            let over = new_tat - now - self.tau;
+            if over <= 0 {
+                0
+            } else {
+                (over + self.t - 1) / self.t
+            }
+        };
+        let units = (0..=cost)
+            .rev()
+            .find(|&u| debt_at(tat + i128::from(u) * self.t) <= i128::from(max_debt))
+            .expect("no charge fits");
+        let new_tat = tat + i128::from(units) * self.t;
+        self.tat = Some(new_tat);
+        let n = |x: i128| u64::try_from(x).expect("non-negative");
+        let decision = Decision {
+            allowed: true,
+            limit: self.burst,
+            remaining: n((self.tau - (new_tat - now)).max(0) / self.t),
+            reset_after: us(n(new_tat - now)),
+            retry_after: None,
+        };
+        (decision, n(debt_at(new_tat)), units)
+    }
+
+    /// Gives back `units` at `now`: the TAT moves back, never below `now`.
+    pub(crate) fn give_back(&mut self, now: u64, units: u64) {
+        let now = i128::from(now);
+        if let Some(tat) = self.tat.filter(|&tat| tat > now) {
+            self.tat = Some((tat - i128::from(units) * self.t).max(now));
         }
     }
 }
@@ -56,44 +95,89 @@ impl GcraRef {
 /// `limit` per µs flow in, a token is `period`, the bucket holds
 /// `burst * period`.
 pub(crate) struct BucketRef {
-    period: u128,
-    limit: u128,
+    period: i128,
+    limit: i128,
     burst: u64,
-    scaled: u128,
+    /// Tokens times `period`; negative while in debt.
+    scaled: i128,
     last: Option<u64>,
 }
 
 impl BucketRef {
     pub(crate) fn new(r: &Rule) -> Self {
         Self {
-            period: u128::from(r.period_micros()),
-            limit: u128::from(r.limit()),
+            period: i128::from(r.period_micros()),
+            limit: i128::from(r.limit()),
             burst: r.burst(),
-            scaled: u128::from(r.burst()) * u128::from(r.period_micros()),
+            scaled: i128::from(r.burst()) * i128::from(r.period_micros()),
             last: None,
         }
     }
 
+    fn have(&self, now: u64) -> i128 {
+        let full = i128::from(self.burst) * self.period;
+        let elapsed = i128::from(now - self.last.unwrap_or(now));
+        (self.scaled + elapsed * self.limit).min(full)
+    }
+
+    fn decision(&self, allowed: bool, after: i128, retry: Option<i128>) -> Decision {
+        let full = i128::from(self.burst) * self.period;
+        let n = |x: i128| u64::try_from(x).expect("fits");
+        let up = |x: i128| (x + self.limit - 1) / self.limit;
+        Decision {
+            allowed,
+            limit: self.burst,
+            remaining: n(after.max(0) / self.period),
+            reset_after: us(n(up(full - after))),
+            retry_after: retry.map(|r| us(n(up(r)))),
+        }
+    }
+
     pub(crate) fn check(&mut self, now: u64, cost: u64) -> Decision {
-        let full = u128::from(self.burst) * self.period;
-        let elapsed = u128::from(now - self.last.unwrap_or(now));
-        let have = (self.scaled + elapsed * self.limit).min(full);
-        let need = u128::from(cost) * self.period;
+        let have = self.have(now);
+        let need = i128::from(cost) * self.period;
         let allowed = cost <= self.burst && have >= need;
         let after = if allowed { have - need } else { have };
         if allowed && cost > 0 {
             self.scaled = after;
             self.last = Some(now);
         }
-        let n = |x: u128| u64::try_from(x).expect("fits");
-        Decision {
+        self.decision(
             allowed,
-            limit: self.burst,
-            remaining: n(after / self.period),
-            reset_after: us(n((full - after).div_ceil(self.limit))),
-            retry_after: (!allowed && cost <= self.burst)
-                .then(|| us(n((need - have).div_ceil(self.limit)))),
+            after,
+            (!allowed && cost <= self.burst).then_some(need - have),
+        )
+    }
+
+    /// A charge, as [`GcraRef::charge`]: debt in whole tokens owed.
+    pub(crate) fn charge(&mut self, now: u64, cost: u64, max_debt: u64) -> (Decision, u64, u64) {
+        let have = self.have(now);
+        let debt_at = |after: i128| {
+            if after >= 0 {
+                0
+            } else {
+                (-after + self.period - 1) / self.period
+            }
+        };
+        let units = (0..=cost)
+            .rev()
+            .find(|&u| debt_at(have - i128::from(u) * self.period) <= i128::from(max_debt))
+            .expect("no charge fits");
+        let after = have - i128::from(units) * self.period;
+        self.scaled = after;
+        self.last = Some(now);
+        let debt = u64::try_from(debt_at(after)).expect("fits");
+        (self.decision(true, after, None), debt, units)
+    }
+
+    /// Gives back `units` tokens at `now`, never past a full bucket.
+    pub(crate) fn give_back(&mut self, now: u64, units: u64) {
+        if self.last.is_none() {
+            return;
         }
+        let full = i128::from(self.burst) * self.period;
+        self.scaled = (self.have(now) + i128::from(units) * self.period).min(full);
+        self.last = Some(now);
     }
 }
 
@@ -129,10 +213,58 @@ impl FixedRef {
         Decision {
             allowed,
             limit: self.limit,
-            remaining: self.limit - count - if allowed { cost } else { 0 },
+            remaining: self
+                .limit
+                .saturating_sub(count + if allowed { cost } else { 0 }),
             reset_after: us(end),
             retry_after: (!allowed && cost <= self.limit).then(|| us(end)),
         }
+    }
+
+    fn count(&self, t: u64) -> u64 {
+        let w = t / self.period;
+        self.admitted
+            .iter()
+            .filter(|e| e.0 / self.period == w)
+            .map(|e| e.1)
+            .sum()
+    }
+
+    /// A charge: count what fits within `limit + max_debt`.
+    pub(crate) fn charge(&mut self, t: u64, cost: u64, max_debt: u64) -> (Decision, u64, u64) {
+        let count = self.count(t);
+        let units = cost.min((self.limit + max_debt).saturating_sub(count));
+        self.admitted.push((t, units));
+        let after = count + units;
+        let decision = Decision {
+            allowed: true,
+            limit: self.limit,
+            remaining: self.limit.saturating_sub(after),
+            reset_after: us((t / self.period + 1) * self.period - t),
+            retry_after: None,
+        };
+        (decision, after.saturating_sub(self.limit), units)
+    }
+
+    /// Gives back `units` of the check made at `at`, while its window is
+    /// `t`'s.
+    pub(crate) fn give_back(&mut self, t: u64, at: u64, units: u64) {
+        if at / self.period == t / self.period {
+            shrink(
+                &mut self.admitted,
+                |e| e.0 / self.period == at / self.period,
+                units,
+            );
+        }
+    }
+}
+
+/// Takes `units` off the entries `which` picks, newest first, none below 0.
+fn shrink(entries: &mut [(u64, u64)], which: impl Fn(&(u64, u64)) -> bool, mut units: u64) {
+    for e in entries.iter_mut().rev().filter(|e| which(e)) {
+        let take = units.min(e.1);
+        e.1 -= take;
+        units -= take;
     }
 }
 
@@ -181,15 +313,34 @@ impl LogRef {
         if allowed && cost > 0 {
             self.admitted.push((t, cost));
         }
+        self.decision(allowed, t, retry_after)
+    }
+
+    fn decision(&self, allowed: bool, t: u64, retry_after: Option<Duration>) -> Decision {
         let after = self.used(t);
-        let newest = self.live(t).map(|e| e.0).max();
+        let newest = self.live(t).filter(|e| e.1 > 0).map(|e| e.0).max();
         Decision {
             allowed,
             limit: self.limit,
-            remaining: self.limit - after,
+            remaining: self.limit.saturating_sub(after),
             reset_after: us(newest.map_or(0, |n| n + self.period - t)),
             retry_after,
         }
+    }
+
+    /// A charge: log what fits within `limit + max_debt`.
+    pub(crate) fn charge(&mut self, t: u64, cost: u64, max_debt: u64) -> (Decision, u64, u64) {
+        let units = cost.min((self.limit + max_debt).saturating_sub(self.used(t)));
+        if units > 0 {
+            self.admitted.push((t, units));
+        }
+        let debt = self.used(t).saturating_sub(self.limit);
+        (self.decision(true, t, None), debt, units)
+    }
+
+    /// Shrinks the entries made at `at` by `units`.
+    pub(crate) fn give_back(&mut self, at: u64, units: u64) {
+        shrink(&mut self.admitted, |e| e.0 == at, units);
     }
 }
 
@@ -230,6 +381,46 @@ impl WindowRef {
         let prev = u128::from(self.count(w.checked_sub(1)));
         let curr = u128::from(self.count(Some(w)));
         prev * (p - e) + (curr + u128::from(extra)) * p <= u128::from(self.limit) * p
+    }
+
+    /// The weighted units at `at` times `period`, with `extra` more.
+    fn weighted(&self, at: u64, extra: u64) -> u128 {
+        let p = u128::from(self.period);
+        let w = at / self.period;
+        let e = u128::from(at % self.period);
+        let prev = u128::from(self.count(w.checked_sub(1)));
+        let curr = u128::from(self.count(Some(w)));
+        prev * (p - e) + (curr + u128::from(extra)) * p
+    }
+
+    /// A charge: count what keeps the debt within `max_debt`.
+    pub(crate) fn charge(&mut self, t: u64, cost: u64, max_debt: u64) -> (Decision, u64, u64) {
+        let (p, limit) = (u128::from(self.period), self.limit);
+        let debt_at = |w: u128| {
+            u64::try_from(w.div_ceil(p))
+                .expect("fits")
+                .saturating_sub(limit)
+        };
+        let units = (0..=cost)
+            .rev()
+            .find(|&u| debt_at(self.weighted(t, u)) <= max_debt)
+            .unwrap_or(0);
+        if units > 0 {
+            self.admitted.push((t, units));
+        }
+        let mut decision = self.check(t, 0);
+        decision.allowed = true;
+        decision.retry_after = None;
+        (decision, debt_at(self.weighted(t, 0)), units)
+    }
+
+    /// Gives back `units` of the check made at `at`, while its window still
+    /// counts at `t`.
+    pub(crate) fn give_back(&mut self, t: u64, at: u64, units: u64) {
+        let (w, counted) = (t / self.period, at / self.period);
+        if counted == w || counted + 1 == w {
+            shrink(&mut self.admitted, |e| e.0 / self.period == counted, units);
+        }
     }
 
     pub(crate) fn check(&mut self, t: u64, cost: u64) -> Decision {
