@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{Failure, HOUR, Report, START};
-use crate::algorithm::{self, KeyState};
+use crate::algorithm::{self, Charged, KeyState};
 use crate::decision::{Decision, MultiDecision};
 use crate::rule::{Algorithm, Rule, RuleSpec};
 use crate::store::{KeyCheck, Store};
@@ -185,6 +185,63 @@ impl<S: Store> Driver<'_, S> {
         if !want.allowed {
             self.report.denied += 1;
         }
+        result
+    }
+}
+
+impl<S: Store> Driver<'_, S> {
+    /// One charge of several (rule, key, cost) pairs, each in turn (a key
+    /// named twice is charged twice); returns the (matching) answers.
+    pub(super) async fn charge(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        t: Micros,
+    ) -> Result<Vec<Charged>, Failure> {
+        self.advance(t);
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
+        let want: Vec<Charged> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, cost), key)| {
+                let state = self
+                    .states
+                    .entry((rule.name().to_owned(), key.clone()))
+                    .or_default();
+                algorithm::charge(rule, state, t, cost)
+            })
+            .collect();
+        let checks: Vec<KeyCheck<'_>> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, cost), key)| KeyCheck {
+                rule,
+                key: key.as_slice(),
+                cost,
+            })
+            .collect();
+        let got = self.store.charge_all(&checks, Some(t)).await;
+        let result = match got {
+            Ok(got) if got == want => Ok(want),
+            other => {
+                let listed: Vec<String> = pairs
+                    .iter()
+                    .zip(&keys)
+                    .map(|(&(rule, _, cost), key)| {
+                        format!("({}, key {}, cost {cost})", describe(rule), show_key(key))
+                    })
+                    .collect();
+                Err(self.failure(
+                    format!("charge_all([{}], at {})", listed.join(", "), show_time(t)),
+                    format!("{want:?}"),
+                    match other {
+                        Ok(got) => format!("{got:?}"),
+                        Err(e) => format!("store error: {e}"),
+                    },
+                ))
+            }
+        };
+        self.step += 1;
+        self.report.charges += 1;
         result
     }
 }

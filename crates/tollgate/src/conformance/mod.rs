@@ -62,7 +62,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use self::driver::Driver;
-use self::random::{SplitMix, random_multi, random_single};
+use self::random::{SplitMix, random_charges, random_multi, random_single};
 use self::scripted::{
     boundaries, costs, drain_and_retry, isolation, multi_scripted, scripted_rules,
     sliding_log_entries, sliding_window_weights,
@@ -115,14 +115,16 @@ pub struct Report {
     pub multi_checks: usize,
     /// Checks (single or multi) that were denied, as expected.
     pub denied: usize,
+    /// Charges made (each of one or several pairs).
+    pub charges: usize,
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} cases passed: {} checks and {} multi-rule checks ({} denied)",
-            self.cases, self.checks, self.multi_checks, self.denied
+            "{} cases passed: {} checks and {} multi-rule checks ({} denied), {} charges",
+            self.cases, self.checks, self.multi_checks, self.denied, self.charges
         )
     }
 }
@@ -153,6 +155,9 @@ impl fmt::Display for Failure {
 }
 
 impl std::error::Error for Failure {}
+
+/// Mixed into the seed of the charge traces.
+const CHARGE_SEED: u64 = 0x6368_6172_6765_7321;
 
 /// Runs every case against `store` with the default [`Config`], keys
 /// under `namespace`.
@@ -203,6 +208,13 @@ pub async fn run_with<S: Store>(
     }
     for i in 0..config.random_traces {
         random_multi(&mut d, &mut rng, i, config.steps).await?;
+    }
+    // Charges on a stream of their own, so the traces above stay as they were.
+    let mut rng = SplitMix(config.seed ^ CHARGE_SEED);
+    for alg in Algorithm::ALL {
+        for i in 0..config.random_traces.div_ceil(2) {
+            random_charges(&mut d, &mut rng, alg, i, config.steps).await?;
+        }
     }
     Ok(d.report)
 }

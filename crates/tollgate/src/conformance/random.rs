@@ -150,3 +150,55 @@ pub(super) async fn random_multi<S: Store>(
     }
     Ok(())
 }
+
+/// A charge's cost: none, a few units, past capacity, or far past the debt
+/// cap (so clamping is checked too).
+fn charge_cost(rng: &mut SplitMix, r: &Rule) -> u64 {
+    match rng.below(100) {
+        0..10 => 0,
+        10..60 => 1 + rng.below(r.capacity()),
+        60..85 => r.capacity() + rng.below(3 * r.capacity()),
+        85..95 => rng.below(r.max_debt() + r.capacity() + 2),
+        _ => r.max_debt() + rng.below(u64::MAX - r.max_debt()),
+    }
+}
+
+/// Checks and charges of one rule's keys, single and several pairs at a
+/// time (a key named twice included): debt, clamping, and the checks that
+/// wait the debt out.
+pub(super) async fn random_charges<S: Store>(
+    d: &mut Driver<'_, S>,
+    rng: &mut SplitMix,
+    alg: Algorithm,
+    index: usize,
+    steps: usize,
+) -> Result<(), Failure> {
+    let r = random_rule(rng, alg, &format!("{}.charge.{index}", alg.as_str()));
+    let mut t = d.begin(label(&format!("charges-{index}"), &r), rng.below(HOUR));
+    let keys: [&[u8]; 2] = [b"k0", b"k1"];
+    let mut retry = None;
+    for _ in 0..steps {
+        t = next_time(rng, t, &r, retry);
+        match rng.below(100) {
+            0..45 => {
+                let cost = random_cost(rng, r.capacity());
+                retry = d
+                    .one(&r, rng.pick(&keys), cost, t)
+                    .await?
+                    .retry_after
+                    .map(micros);
+            }
+            45..85 => {
+                let cost = charge_cost(rng, &r);
+                d.charge(&[(&r, rng.pick(&keys), cost)], t).await?;
+            }
+            _ => {
+                let pairs: Vec<(&Rule, &[u8], u64)> = (0..2 + rng.below(2))
+                    .map(|_| (&r, rng.pick(&keys), charge_cost(rng, &r)))
+                    .collect();
+                d.charge(&pairs, t).await?;
+            }
+        }
+    }
+    Ok(())
+}

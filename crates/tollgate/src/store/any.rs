@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
@@ -78,6 +79,20 @@ impl Store for AnyStore {
             AnyStore::Redis(s) => Box::pin(s.check_all(checks, at)).await,
             #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.check_all(checks, at)).await,
+        }
+    }
+
+    async fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.charge_all(checks, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => Box::pin(s.charge_all(checks, at)).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => Box::pin(s.charge_all(checks, at)).await,
         }
     }
 

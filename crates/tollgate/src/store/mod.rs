@@ -16,8 +16,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
-use crate::error::StoreError;
+use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::Rule;
 use crate::time::Micros;
 
@@ -58,6 +59,22 @@ pub trait Store: Send + Sync + 'static {
         checks: &[KeyCheck<'_>],
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send;
+
+    /// Charges every pair unconditionally (docs/semantics.md, "Charge"),
+    /// each at its own cost: never denied, so there is no all-or-nothing to
+    /// keep; one answer per pair, in order. `checks` is not empty. The
+    /// default answers an error: a store that does not implement charges.
+    fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        let _ = (checks, at);
+        std::future::ready(Err(StoreError::new(
+            StoreErrorKind::Protocol,
+            "this store does not implement charges",
+        )))
+    }
 
     /// Whether the store answers right now (Redis: a `PING`). An
     /// in-process store always does: the default.
@@ -107,6 +124,14 @@ impl<S: Store> Store for Arc<S> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         (**self).check_all(checks, at)
+    }
+
+    fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        (**self).charge_all(checks, at)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

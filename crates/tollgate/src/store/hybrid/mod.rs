@@ -52,6 +52,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use self::entry::Entry;
+use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
@@ -290,6 +291,19 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         self.check_many(checks, at)
+    }
+
+    /// Charges go straight to Redis (one call per charge): usage known after
+    /// the fact is rare next to checks, and Redis must hold all of it. Units
+    /// this replica already holds in a local lease are still spent locally
+    /// (docs/hybrid.md, "Charges").
+    fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Store::charge_all(&self.inner.redis, checks, at)
     }
 
     /// Redis answers `PING`: the hybrid store is as reachable as its Redis.

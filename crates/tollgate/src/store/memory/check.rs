@@ -119,6 +119,12 @@ impl Core {
         self.sip.fingerprint(rule.name().as_bytes(), key)
     }
 
+    /// The shard holding a fingerprint.
+    #[inline]
+    pub(super) fn shard_of(&self, fp: Fp) -> &Shard {
+        &self.shards[self.shard_index(fp)]
+    }
+
     /// The shard of a fingerprint: the top bits of its second word (tables
     /// use the first).
     #[inline]
@@ -127,7 +133,7 @@ impl Core {
     }
 
     /// Makes room after inserting, keeping `protect` (the keys just written).
-    fn enforce_caps(&self, table: &mut Table, t: Micros, protect: &[Fp]) {
+    pub(super) fn enforce_caps(&self, table: &mut Table, t: Micros, protect: &[Fp]) {
         let over_keys = table.len() > self.shard_cap;
         let over_logs = *table.log_entries.get_mut() > self.shard_log_cap;
         if !over_keys && !over_logs {

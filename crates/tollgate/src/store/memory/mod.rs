@@ -65,12 +65,14 @@
 use std::fmt;
 use std::hash::BuildHasher;
 
+use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::{KeyCheck, Store};
 use crate::time::{Clock, Micros, MonotonicClock};
 
+mod charge;
 mod check;
 mod classes;
 mod evict;
@@ -266,6 +268,12 @@ impl<C: Clock> MemoryStore<C> {
         self.core.check_all(checks, self.when(at))
     }
 
+    /// Charges every pair in turn, synchronously (docs/semantics.md,
+    /// "Charge"): never denied; one answer per pair.
+    pub fn charge_all_sync(&self, checks: &[KeyCheck<'_>], at: Option<Micros>) -> Vec<Charged> {
+        self.core.charge_all(checks, self.when(at))
+    }
+
     #[inline]
     fn when(&self, at: Option<Micros>) -> When<'_> {
         match at {
@@ -292,6 +300,14 @@ impl<C: Clock> Store for MemoryStore<C> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         std::future::ready(Ok(self.check_all_sync(checks, at)))
+    }
+
+    fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        std::future::ready(Ok(self.charge_all_sync(checks, at)))
     }
 
     fn in_process(&self) -> bool {

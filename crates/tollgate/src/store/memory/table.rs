@@ -35,6 +35,25 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Applies `step` (a charge, a give-back) to the state under `rule` and
+    /// refreshes `expires`; returns the step's answer and the change in
+    /// sliding-log entries.
+    pub(super) fn apply<R>(
+        &mut self,
+        rule: &Rule,
+        step: impl FnOnce(&mut KeyState) -> R,
+    ) -> (R, isize) {
+        if !self.rule.same(rule) {
+            self.rule = rule.clone();
+        }
+        let before = self.state.log_entries();
+        let answer = step(&mut self.state);
+        self.expires = self.state.expires_at(rule).unwrap_or(0);
+        (answer, entries_delta(before, self.state.log_entries()))
+    }
+}
+
 fn entries_delta(before: usize, after: usize) -> isize {
     isize::try_from(after).unwrap_or(isize::MAX) - isize::try_from(before).unwrap_or(isize::MAX)
 }

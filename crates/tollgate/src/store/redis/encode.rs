@@ -188,7 +188,33 @@ pub(super) fn script_args(a: &mut impl Args, prefix: &str, margin_ms: u64, run: 
     push_common_args(a, n, margin_ms, mode, at);
     for i in 0..n {
         let (rule, cost) = pairs.rule_cost(i);
-        push_pair_args(a, rule, cost);
+        if mode == CHARGE {
+            push_charge_args(a, rule, cost);
+        } else {
+            push_pair_args(a, rule, cost);
+        }
+    }
+}
+
+/// The mode of a charge run (see `prelude.lua`).
+pub(super) const CHARGE: &str = "g";
+
+/// The six script arguments of a charge (`prelude.lua`, CHARGE
+/// ARGUMENTS): the cost as it is, and the debt cap in place of what only a
+/// check needs.
+fn push_charge_args(a: &mut impl Args, rule: &Rule, cost: u64) {
+    a.uint(u64::from(scripts::code(rule.algorithm())));
+    a.uint(cost);
+    if has_increment(rule.algorithm()) {
+        a.uint(rule.max_debt());
+        a.uint(rule.tau_micros());
+        a.uint(rule.interval_micros());
+        a.uint(rule.burst());
+    } else {
+        a.uint(rule.period_micros());
+        a.uint(rule.limit());
+        a.uint(rule.max_debt());
+        a.uint(0);
     }
 }
 

@@ -36,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+mod charge;
 mod check;
 mod conn;
 mod encode;
@@ -59,6 +60,7 @@ use self::conn::Conn;
 use self::encode::RuleCache;
 use self::resp::{Reply, Value};
 use self::scripts::Scripts;
+use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::Rule;
@@ -215,6 +217,14 @@ impl Store for RedisStore {
             return Ok(MultiDecision::from_decisions(vec![d]));
         }
         self.check_many(checks, at).await
+    }
+
+    fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        self.charge_pairs(checks, at)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

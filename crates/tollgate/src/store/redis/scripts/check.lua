@@ -157,6 +157,25 @@ if mode == 'b' then
     end
   end
   return reply
+elseif mode == 'g' then
+  -- Charge: every pair in turn (a later pair on the same key sees the
+  -- earlier one's units), never denied.
+  local reply = { t }
+  for i = 1, n do
+    local code, cost, p1, p2, p3, p4 = pair(i)
+    local charge = CHARGES[code]
+    if charge == nil then
+      error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
+    end
+    local remaining, reset, debt, units = charge(KEYS[i], cost, p1, p2, p3, p4, t)
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    reply[#reply + 1] = -1
+    reply[#reply + 1] = debt
+    reply[#reply + 1] = units
+  end
+  return reply
 elseif mode == 'r' then
   for i = 1, n do
     local code, cost, p1, p2, p3, p4 = pair(i)

@@ -18,7 +18,32 @@ ALGOS[3] = function(key, cost, period, limit, _, _, t)
     redis.call('HSET', key, 'w', num(start), 'n', num(after))
     redis.call('PEXPIRE', key, ttl_ms(to_next))
   end
-  return allowed, limit - after, to_next, retry, write
+  local remaining = limit - after
+  if remaining < 0 then remaining = 0 end
+  return allowed, remaining, to_next, retry, write
+end
+
+-- Charge: count[w] += cost, at most max_debt over the limit; the debt ends
+-- with the window.
+CHARGES[3] = function(key, cost, period, limit, max_debt, _, t)
+  local w = idiv(t, period)
+  local start = w * period
+  local h = redis.call('HMGET', key, 'w', 'n')
+  local count = 0
+  if tonumber(h[1]) == start then count = tonumber(h[2]) or 0 end
+  local units = limit + max_debt - count
+  if units < 0 then units = 0 end
+  if cost < units then units = cost end
+  local after = count + units
+  local to_next = (w + 1) * period - t
+  if units > 0 then
+    redis.call('HSET', key, 'w', num(start), 'n', num(after))
+    redis.call('PEXPIRE', key, ttl_ms(to_next))
+  end
+  local remaining, debt = limit - after, after - limit
+  if remaining < 0 then remaining = 0 end
+  if debt < 0 then debt = 0 end
+  return remaining, to_next, debt, units
 end
 
 REFUNDS[3] = function(key, cost, period, limit, _, _, t0)

@@ -39,3 +39,24 @@ REFUNDS[1] = function(key, cost, inc, tau, interval, burst, t0)
   if tat < t0 then tat = t0 end
   redis.call('SET', key, num(tat), 'PX', ttl_ms(tat - t0))
 end
+
+-- Charge (docs/semantics.md, "Charge"): new_tat = max(tat, t) + units * T,
+-- units = the cost, or as much of it as keeps the debt within max_debt.
+CHARGES[1] = function(key, cost, max_debt, tau, interval, burst, t)
+  local stored = tonumber(redis.call('GET', key))
+  local tat = t
+  if stored and stored > t then tat = stored end
+  local ceiling = t + tau + max_debt * interval
+  local units = 0
+  if ceiling > tat then units = idiv(ceiling - tat, interval) end
+  if cost < units then units = cost end
+  local new_tat = tat + units * interval
+  local used = new_tat - t
+  if units > 0 then redis.call('SET', key, num(new_tat), 'PX', ttl_ms(used)) end
+  local left, debt = tau - used, 0
+  if left < 0 then
+    debt = idiv(-left + interval - 1, interval)
+    left = 0
+  end
+  return idiv(left, interval), used, debt, units
+end

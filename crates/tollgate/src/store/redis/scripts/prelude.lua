@@ -12,6 +12,9 @@
 --             "d" dry run (decide, write nothing; admitting pairs report a peek),
 --             "r" refund (undo an admitted check made at t = ARGV[1]; Redis
 --             Cluster multi-rule checks whose pairs live on several nodes),
+--             "g" charge: every pair charged in turn, never denied
+--             (docs/semantics.md, "Charge"); its six arguments are those of
+--             CHARGE ARGUMENTS below,
 --             "b" batch: every pair is an independent single check, decided
 --             and written in order (a later pair on the same key sees the
 --             earlier one's write); a pair that raises an error reports it
@@ -24,8 +27,14 @@
 --                                  p2 = tau = burst*period/limit, p3 = T = period/limit,
 --                                  p4 = burst
 --     fixed_window (3), sliding_window (4), sliding_log (5): p1 = period (µs), p2 = limit
+--   CHARGE ARGUMENTS (mode "g"): the cost is not capped at capacity, and
+--     gcra (1), token_bucket (2):  p1 = max_debt (units), p2 = tau, p3 = T, p4 = burst
+--     fixed_window (3), sliding_window (4), sliding_log (5): p1 = period, p2 = limit,
+--                                  p3 = max_debt (units)
 -- Reply: t (µs), then 4 integers per pair: allowed (0/1), remaining,
--- reset_after (µs), retry_after (µs, or -1 for none). In mode "b" a failed
+-- reset_after (µs), retry_after (µs, or -1 for none); in mode "g" 6 per
+-- pair: those four, the debt and the units recorded (the rest of the cost
+-- was clamped at max_debt). In mode "b" a failed
 -- pair's four are its error text and three zeros.
 --
 -- Precision: Lua numbers are IEEE doubles, exact for integers below 2^53
@@ -92,6 +101,7 @@ end
 
 local ALGOS = {}
 local REFUNDS = {}
+local CHARGES = {}
 -- For GCRA (code 1): the decision as a pure function of the key's one stored
 -- number (see gcra.lua); batches read and write such keys once a run.
 local PURE = {}

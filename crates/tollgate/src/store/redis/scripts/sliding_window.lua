@@ -51,6 +51,33 @@ ALGOS[4] = function(key, cost, period, limit, _, _, t)
   return allowed, remaining, reset, retry, write
 end
 
+-- Charge: count[w] += cost, so far as the debt weighted + count[w] - limit
+-- stays within max_debt (weighted = ceil(prev * (period - elapsed) / period)).
+CHARGES[4] = function(key, cost, period, limit, max_debt, _, t)
+  local w = idiv(t, period)
+  local elapsed = t - w * period
+  local h = redis.call('HMGET', key, 'w', 'p', 'c')
+  local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
+  local prev, curr = 0, 0
+  if sw == w * period then prev, curr = sp, sc elseif sw == (w - 1) * period then prev = sc end
+  local weighted = 0
+  if prev > 0 then weighted = prev - muldiv(prev, elapsed, period) end
+  local units = limit + max_debt - weighted - curr
+  if units < 0 then units = 0 end
+  if cost < units then units = cost end
+  local after = curr + units
+  if units > 0 then
+    redis.call('HSET', key, 'w', num(w * period), 'p', num(prev), 'c', num(after))
+    redis.call('PEXPIRE', key, ttl_ms((w + 2) * period - t))
+  end
+  local remaining, debt = limit - after - weighted, weighted + after - limit
+  if remaining < 0 then remaining = 0 end
+  if debt < 0 then debt = 0 end
+  local reset = 0
+  if after > 0 then reset = (w + 2) * period - t elseif prev > 0 then reset = (w + 1) * period - t end
+  return remaining, reset, debt, units
+end
+
 REFUNDS[4] = function(key, cost, period, limit, _, _, t0)
   local w0 = idiv(t0, period) * period
   local h = redis.call('HMGET', key, 'w', 'p', 'c')

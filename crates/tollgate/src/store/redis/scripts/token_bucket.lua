@@ -20,7 +20,36 @@ ALGOS[2] = function(key, cost, need, tau, interval, burst, t)
     redis.call('HSET', key, 'c', num(after), 'l', num(last))
     redis.call('PEXPIRE', key, ttl_ms(tau - after))
   end
-  return allowed, idiv(after, interval), tau - after, retry, write
+  local remaining = 0
+  if after > 0 then remaining = idiv(after, interval) end
+  return allowed, remaining, tau - after, retry, write
+end
+
+-- Charge: the credit goes negative by the debt, at most max_debt units.
+CHARGES[2] = function(key, cost, max_debt, tau, interval, burst, t)
+  local h = redis.call('HMGET', key, 'c', 'l')
+  local credit, last = tau, t
+  local c, l = tonumber(h[1]), tonumber(h[2])
+  if c and l then
+    local elapsed = t - l
+    if elapsed < 0 then elapsed = 0 end
+    credit = c + elapsed
+    if credit > tau then credit = tau end
+    if l > t then last = l end
+  end
+  local units = 0
+  local room = credit + max_debt * interval
+  if room > 0 then units = idiv(room, interval) end
+  if cost < units then units = cost end
+  local after = credit - units * interval
+  if units > 0 then
+    redis.call('HSET', key, 'c', num(after), 'l', num(last))
+    redis.call('PEXPIRE', key, ttl_ms(tau - after))
+  end
+  local remaining, debt = 0, 0
+  if after > 0 then remaining = idiv(after, interval) end
+  if after < 0 then debt = idiv(-after + interval - 1, interval) end
+  return remaining, tau - after, debt, units
 end
 
 REFUNDS[2] = function(key, cost, need, tau, interval, burst, t0)

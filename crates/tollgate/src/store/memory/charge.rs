@@ -1,0 +1,121 @@
+//! The charge path (docs/semantics.md, "Charge"): like a check's, a held
+//! GCRA key by compare-and-swap under the shard's shared lock and any other
+//! key under its own mutex, but never denied, so a charge of several pairs
+//! is each pair's charge in turn: there is nothing to keep all-or-nothing.
+
+use std::sync::atomic::Ordering;
+
+use parking_lot::Mutex;
+
+use super::check::{Core, When};
+use super::table::{Shard, Slot, Table};
+use crate::algorithm::{self, Charged, GcraState, KeyState, gcra};
+use crate::rule::{Algorithm, Rule};
+use crate::store::KeyCheck;
+use crate::time::Micros;
+
+impl Core {
+    /// Charges every pair in turn, `when`; one answer per pair.
+    pub(super) fn charge_all(&self, checks: &[KeyCheck<'_>], when: When<'_>) -> Vec<Charged> {
+        checks
+            .iter()
+            .map(|c| self.charge(c.rule, c.key, c.cost, when))
+            .collect()
+    }
+
+    /// Charges `cost` to (rule, key), `when`.
+    pub(super) fn charge(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Charged {
+        let fp = self.fingerprint(rule, key);
+        let shard = self.shard_of(fp);
+        {
+            let table = shard.0.read();
+            if rule.algorithm() == Algorithm::Gcra {
+                if let Some(cell) = table.gcra.get(fp) {
+                    let mut current = cell.load(Ordering::Acquire);
+                    loop {
+                        let t = when.now();
+                        let (charged, next) =
+                            gcra::charge(rule, Some(GcraState { tat: current }), t, cost);
+                        if next.tat == current {
+                            return charged;
+                        }
+                        match cell.compare_exchange_weak(
+                            current,
+                            next.tat,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            Ok(_) => return charged,
+                            Err(actual) => current = actual,
+                        }
+                    }
+                }
+            } else if let Some(slot) = table.other.get(&fp) {
+                let mut slot = slot.lock();
+                let t = when.now();
+                let (charged, delta) =
+                    slot.apply(rule, |state| algorithm::charge(rule, state, t, cost));
+                drop(slot);
+                if delta <= 0 || table.add_log_entries(delta) <= self.shard_log_cap {
+                    return charged;
+                }
+                drop(table);
+                self.enforce_caps(&mut shard.0.write(), t, &[fp]);
+                return charged;
+            }
+        }
+        self.charge_new(shard, rule, fp, cost, when)
+    }
+
+    /// A charge to a key not held when looked at: create it under the
+    /// exclusive lock (another call may have created it meanwhile).
+    #[cold]
+    fn charge_new(
+        &self,
+        shard: &Shard,
+        rule: &Rule,
+        fp: super::fingerprint::Fp,
+        cost: u64,
+        when: When<'_>,
+    ) -> Charged {
+        let mut table = shard.0.write();
+        let t = when.now();
+        let charged = Self::charge_locked(&mut table, rule, fp, t, cost);
+        self.enforce_caps(&mut table, t, &[fp]);
+        charged
+    }
+
+    fn charge_locked(
+        table: &mut Table,
+        rule: &Rule,
+        fp: super::fingerprint::Fp,
+        t: Micros,
+        cost: u64,
+    ) -> Charged {
+        if rule.algorithm() == Algorithm::Gcra {
+            let cell = table.gcra.get_or_insert(fp, rule);
+            let (charged, next) = gcra::charge(
+                rule,
+                Some(GcraState {
+                    tat: *cell.get_mut(),
+                }),
+                t,
+                cost,
+            );
+            *cell.get_mut() = next.tat;
+            return charged;
+        }
+        let slot = table.other.entry(fp).or_insert_with(|| {
+            Box::new(Mutex::new(Slot {
+                state: KeyState::Empty,
+                expires: 0,
+                rule: rule.clone(),
+            }))
+        });
+        let (charged, delta) = slot
+            .get_mut()
+            .apply(rule, |state| algorithm::charge(rule, state, t, cost));
+        table.add_log_entries(delta);
+        charged
+    }
+}

@@ -1,0 +1,98 @@
+//! Charges (docs/semantics.md, "Charge"): one run of the multi-algorithm
+//! script in mode `g` per cluster slot (one in all off Cluster). A charge
+//! is never denied, so pairs on several slots need no all-or-nothing: each
+//! slot's run is atomic by itself.
+
+use futures_util::future::join_all;
+
+use super::encode::{CHARGE, Pair, Pairs};
+use super::eval::decision;
+use super::{Backend, RedisStore, keys, protocol};
+use crate::algorithm::Charged;
+use crate::error::StoreError;
+use crate::store::KeyCheck;
+use crate::time::Micros;
+
+impl RedisStore {
+    pub(super) async fn charge_pairs(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        let pairs: Vec<Pair<'_>> = checks
+            .iter()
+            .map(|c| Pair {
+                rule: c.rule,
+                key: self.redis_key(c.rule, c.key),
+                cost: c.cost,
+            })
+            .collect();
+        // Pairs in slot groups, in the order given within each.
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        if matches!(self.inner.backend, Backend::Cluster { .. }) {
+            for (i, p) in pairs.iter().enumerate() {
+                let slot = keys::slot(&p.key);
+                match groups.iter_mut().find(|g| g.0 == slot) {
+                    Some(g) => g.1.push(i),
+                    None => groups.push((slot, vec![i])),
+                }
+            }
+        } else {
+            groups.push((0, (0..pairs.len()).collect()));
+        }
+        let runs = groups.iter().map(|(_, members)| {
+            let group: Vec<Pair<'_>> = members
+                .iter()
+                .map(|&i| Pair {
+                    rule: pairs[i].rule,
+                    key: pairs[i].key.clone(),
+                    cost: pairs[i].cost,
+                })
+                .collect();
+            async move { self.charge_run(group, at).await }
+        });
+        let mut out: Vec<Option<Charged>> = vec![None; pairs.len()];
+        for ((_, members), result) in groups.iter().zip(join_all(runs).await) {
+            for (&i, charged) in members.iter().zip(result?) {
+                out[i] = Some(charged);
+            }
+        }
+        out.into_iter()
+            .map(|c| c.ok_or_else(|| protocol("a pair was left uncharged")))
+            .collect()
+    }
+
+    /// One run of mode `g` over pairs of one slot.
+    async fn charge_run(
+        &self,
+        pairs: Vec<Pair<'_>>,
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        let multi = &self.inner.scripts.multi;
+        let reply = self.eval(multi, Pairs::Many(&pairs), CHARGE, at).await?;
+        let reply = reply.as_slice();
+        if reply.len() != 1 + 6 * pairs.len() || reply[0] < 0 {
+            return Err(protocol(format!(
+                "the charge script replied {reply:?} for {} pairs",
+                pairs.len()
+            )));
+        }
+        reply[1..]
+            .chunks_exact(6)
+            .zip(&pairs)
+            .map(|(r, p)| {
+                let unsigned =
+                    |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
+                let units = unsigned(r[5])?;
+                Ok(Charged {
+                    decision: decision(&r[..4], p.rule)?,
+                    debt: unsigned(r[4])?,
+                    clamped: p
+                        .cost
+                        .checked_sub(units)
+                        .ok_or_else(|| protocol(format!("charged {units} units of {}", p.cost)))?,
+                })
+            })
+            .collect()
+    }
+}
