@@ -44,6 +44,7 @@ mod rule;
 pub mod store;
 mod time;
 
+pub use algorithm::Charged;
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 pub use limiter::{Check, Limiter, MAX_KEY_LEN};

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, WaitError};
 use crate::rule::{Rule, RuleError};
@@ -276,6 +277,41 @@ impl<S: Store> Limiter<S> {
         check_time(at)?;
         let resolved = self.resolve_all(checks)?;
         Ok(self.store.check_all(resolved.pairs(), at).await?)
+    }
+
+    /// Charges `cost` to `key` under `rule` unconditionally
+    /// (docs/semantics.md, "Charge"): never denied; what goes past the
+    /// limit is carried as debt that later checks wait out.
+    ///
+    /// # Errors
+    /// Unknown rule, key too long, or the store failed.
+    pub async fn charge(
+        &self,
+        rule: &str,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+    ) -> Result<Charged, Error> {
+        let key = key.as_ref();
+        let mut charged = self
+            .charge_all_at(&[Check::new(rule, key).cost(cost)], None)
+            .await?;
+        charged.pop().ok_or(Error::NoChecks)
+    }
+
+    /// Charges every pair, each at its own cost, at `at` (the store's clock
+    /// when `None`): one answer per pair, in order.
+    ///
+    /// # Errors
+    /// No pairs, an unknown rule, a key too long, a time past
+    /// [`MAX_TIME`], or the store failed.
+    pub async fn charge_all_at(
+        &self,
+        checks: &[Check<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, Error> {
+        check_time(at)?;
+        let resolved = self.resolve_all(checks)?;
+        Ok(self.store.charge_all(resolved.pairs(), at).await?)
     }
 
     /// Waits until `cost` units of `key` under `rule` are admitted, then

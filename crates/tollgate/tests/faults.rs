@@ -182,6 +182,69 @@ async fn a_hung_redis_is_answered_by_each_policy_within_the_timeout() {
     assert!(ttl > 0, "the heartbeat key has a TTL: {ttl}");
 }
 
+/// Charges while Redis is frozen follow each rule's policy within the
+/// timeout (deny refuses, allow answers as an untouched key, local charges
+/// the in-process share, debt and all); once Redis answers, charges are
+/// recorded there again and a check waits their debt out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn charges_to_a_hung_redis_follow_each_policy_and_are_recorded_after() {
+    let redis = RedisServer::start();
+    let limiter = resilient(connect(&redis.url(), "charge").await, three_rules());
+    let charge = |rule: &'static str, cost: u64| {
+        let limiter = &limiter;
+        async move {
+            let start = Instant::now();
+            let r = limiter
+                .charge_all(&[tollgate::Check::new(rule, "k").cost(cost)])
+                .await;
+            assert!(start.elapsed() <= TIMEOUT + MARGIN, "{rule}: {r:?}");
+            r
+        }
+    };
+    let up = charge("strict", 1).await.expect("store up");
+    assert_eq!((up.degraded, up.charged[0].debt), (None, 0));
+    until_live(&[&limiter], 1).await;
+
+    redis.pause();
+    assert!(matches!(
+        charge("strict", 3).await,
+        Err(Refusal::Unavailable(_))
+    ));
+    let open = charge("open", 10).await.expect("allow answers");
+    assert_eq!(open.degraded, Some(OnError::Allow));
+    assert_eq!(
+        (open.charged[0].decision.remaining, open.charged[0].debt),
+        (0, 0)
+    );
+    // local: the whole limit of 4 (one live replica); 7 units leave a
+    // debt of 3.
+    let local = charge("fallback", 7).await.expect("local answers");
+    assert_eq!(local.degraded, Some(OnError::Local));
+    assert_eq!(local.charged[0].debt, 3);
+
+    redis.resume();
+    let start = Instant::now();
+    let recorded = loop {
+        if let Ok(v) = charge("strict", 6).await
+            && v.degraded.is_none()
+        {
+            break v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "Redis never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // 1 before the outage + 6 now in a window of 4: 3 over, or 6 when the
+    // refused charge of 3, sent before the timeout gave up on it, ran as
+    // Redis woke (docs/failure-modes.md, "Charges").
+    assert!([3, 6].contains(&recorded.charged[0].debt), "{recorded:?}");
+    let v = limiter.check("strict", "k", 0).await.expect("store up");
+    assert!(!v.multi.allowed, "a key in debt refuses even a peek: {v:?}");
+    assert_all_keys_expire(&redis.keys_without_ttl());
+}
+
 /// Redis killed (connections refused: checks fail at once, not after the
 /// timeout) and restarted empty on the same port: decisions come from the
 /// store again, from an empty state, and the heartbeat re-creates its key.

@@ -29,6 +29,22 @@ pub const BREAKER_OPEN: &str = "tollgate_circuit_breaker_open";
 /// the heartbeat (the configured count before the first one).
 pub const LIVE_REPLICAS: &str = "tollgate_live_replicas";
 
+/// Counter, label `rule`: units charges recorded in the store (their
+/// cost, less any clamped).
+pub const CHARGE_UNITS: &str = "tollgate_charge_units_total";
+/// Counter, label `rule`: units of charges not recorded because the key's
+/// debt reached its cap ([`crate::Rule::max_debt`]).
+pub const CHARGE_CLAMPED: &str = "tollgate_charge_clamped_units_total";
+/// Counter, labels `rule`, `policy`: units of charges the store did not
+/// take because it failed (the failure policy answered; under `local`
+/// they were charged to this replica's in-process fallback only).
+pub const CHARGE_UNRECORDED: &str = "tollgate_charge_unrecorded_units_total";
+/// Counter, label `rule`: charges that left their key in debt.
+pub const CHARGES_IN_DEBT: &str = "tollgate_charges_in_debt_total";
+/// Gauge, label `rule`: the debt (units over the limit) the latest charge
+/// of the rule left on its key.
+pub const CHARGE_DEBT: &str = "tollgate_charge_debt_units";
+
 /// Metric handles, registered at first use and kept: `counter!` with a
 /// rule label builds its key (two allocations) and looks it up in the
 /// recorder on every call, which is a tenth of a memory-store check.

@@ -79,6 +79,7 @@ pub const HEARTBEAT_INTERVALS: u32 = 3;
 
 mod breaker;
 mod builder;
+mod charge;
 mod heartbeat;
 mod local;
 pub mod metric;
@@ -87,6 +88,7 @@ mod throttle;
 
 use breaker::Breaker;
 pub use builder::ResilientLimiterBuilder;
+pub use charge::ChargeVerdict;
 use heartbeat::{heartbeat, replica_id};
 use local::Local;
 pub use local::local_share;
@@ -425,9 +427,21 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// One call to the store, bounded by the timeout and gated by the
+    /// One check of the store, bounded by the timeout and gated by the
     /// breaker.
     async fn call_store(&self, checks: &[KeyCheck<'_>]) -> Result<MultiDecision, StoreError> {
+        self.guarded("check", self.limiter.store().check_all(checks, None))
+            .await
+    }
+
+    /// One call to the store (`what` names it in a timeout's error),
+    /// bounded by the timeout and gated by the breaker; its latency,
+    /// errors and the breaker's state recorded.
+    async fn guarded<T>(
+        &self,
+        what: &str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
         if !self.breaker.allow() {
             ::metrics::counter!(metric::STORE_ERRORS, "kind" => "circuit_open").increment(1);
             return Err(StoreError::new(
@@ -437,9 +451,7 @@ impl<S: Store> Inner<S> {
         }
         // An in-process store is not timed (see `Store::in_process`).
         let started = (!self.limiter.store().in_process()).then(|| self.clock.now());
-        let result = self
-            .within("check", self.limiter.store().check_all(checks, None))
-            .await;
+        let result = self.within(what, call).await;
         if let Some(started) = started {
             let took = Duration::from_micros(self.clock.now().saturating_sub(started));
             self.meters.latency().record(took.as_secs_f64());
@@ -501,22 +513,7 @@ impl<S: Store> Inner<S> {
         error: &StoreError,
         policy: Option<OnError>,
     ) -> Result<Verdict, Refusal> {
-        let policy = policy.unwrap_or_else(|| {
-            index
-                .iter()
-                .map(|&i| self.policies[i])
-                .max_by_key(|p| p.strictness())
-                .unwrap_or_default()
-        });
-        ::metrics::counter!(metric::FAILURE_POLICY, "policy" => policy.as_str()).increment(1);
-        self.trouble.report(|suppressed| {
-            let more = if suppressed > 0 {
-                format!(" ({suppressed} more store failures since the last report)")
-            } else {
-                String::new()
-            };
-            tracing::warn!("store trouble: {error}; answering with on_error = {policy}{more}");
-        });
+        let policy = self.policy_for(index, policy, error);
         match policy {
             OnError::Deny => {
                 for (n, (&i, c)) in index.iter().zip(checks).enumerate() {
@@ -558,6 +555,37 @@ impl<S: Store> Inner<S> {
         }
     }
 
+    /// The policy answering a store failure for rules `index`: `policy`
+    /// when given, else the strictest of the rules' own; counted, and the
+    /// failure logged (rate-limited).
+    fn policy_for(&self, index: &[usize], policy: Option<OnError>, error: &StoreError) -> OnError {
+        let policy = policy.unwrap_or_else(|| {
+            index
+                .iter()
+                .map(|&i| self.policies[i])
+                .max_by_key(|p| p.strictness())
+                .unwrap_or_default()
+        });
+        ::metrics::counter!(metric::FAILURE_POLICY, "policy" => policy.as_str()).increment(1);
+        self.trouble.report(|suppressed| {
+            let more = if suppressed > 0 {
+                format!(" ({suppressed} more store failures since the last report)")
+            } else {
+                String::new()
+            };
+            tracing::warn!("store trouble: {error}; answering with on_error = {policy}{more}");
+        });
+        policy
+    }
+
+    /// Every rule's quota divided by the live replicas, and the in-process
+    /// store that decides with them.
+    fn local_shares(&self) -> (&Local, Arc<Vec<Rule>>) {
+        let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
+        let replicas = self.live.load(Ordering::Acquire).max(1);
+        (local, local.shares(replicas, self.limiter.rules()))
+    }
+
     /// The in-process decision: every rule's quota divided by the live
     /// replicas.
     async fn check_locally(
@@ -565,9 +593,7 @@ impl<S: Store> Inner<S> {
         checks: &[KeyCheck<'_>],
         index: &[usize],
     ) -> Result<MultiDecision, Refusal> {
-        let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
-        let replicas = self.live.load(Ordering::Acquire).max(1);
-        let shares = local.shares(replicas, self.limiter.rules());
+        let (local, shares) = self.local_shares();
         let resolved: Vec<KeyCheck<'_>> = checks
             .iter()
             .zip(index)

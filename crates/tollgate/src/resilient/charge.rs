@@ -1,0 +1,153 @@
+//! Charges through the resilient limiter (docs/failure-modes.md, "Charges"):
+//! the store's [`Store::charge_all`] within the timeout and behind the
+//! breaker; when the store fails, the failure policy answers as for a
+//! check, and the units that did not reach the store are counted
+//! ([`metric::CHARGE_UNRECORDED`]), never dropped silently.
+
+use std::time::Duration;
+
+use super::{Inner, OnError, Refusal, ResilientLimiter, metric};
+use crate::algorithm::Charged;
+use crate::decision::Decision;
+use crate::error::StoreError;
+use crate::limiter::Check;
+use crate::store::{KeyCheck, Store};
+
+/// What a charge answered: one [`Charged`] per pair, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChargeVerdict {
+    /// Each pair's charge.
+    pub charged: Vec<Charged>,
+    /// `Some(policy)` when the store failed and the failure policy
+    /// (`allow` or `local`) answered instead; the units were then not
+    /// recorded in the store.
+    pub degraded: Option<OnError>,
+}
+
+impl<S: Store> ResilientLimiter<S> {
+    /// Charges every pair unconditionally (docs/semantics.md, "Charge"),
+    /// each at its own cost; on a store failure the strictest policy among
+    /// the pairs' rules answers.
+    ///
+    /// # Errors
+    /// [`Refusal::Invalid`] for a bad request (no pairs, unknown rule, key
+    /// too long); [`Refusal::Unavailable`] when the store failed and the
+    /// policy is `deny`.
+    pub async fn charge_all(&self, checks: &[Check<'_>]) -> Result<ChargeVerdict, Refusal> {
+        self.charge_all_as(checks, None).await
+    }
+
+    /// Like [`ResilientLimiter::charge_all`], with `policy` (when given)
+    /// answering a store failure instead of the rules' own.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::charge_all`].
+    pub async fn charge_all_as(
+        &self,
+        checks: &[Check<'_>],
+        policy: Option<OnError>,
+    ) -> Result<ChargeVerdict, Refusal> {
+        let resolved = self
+            .inner
+            .limiter
+            .resolve_all(checks)
+            .map_err(Refusal::Invalid)?;
+        let (pairs, index) = (resolved.pairs(), resolved.index());
+        self.start_heartbeat();
+        let inner = &self.inner;
+        match inner
+            .guarded("charge", inner.limiter.store().charge_all(pairs, None))
+            .await
+        {
+            Ok(charged) => {
+                inner.count_charges(pairs, &charged);
+                Ok(ChargeVerdict {
+                    charged,
+                    degraded: None,
+                })
+            }
+            Err(e) => inner.charge_failed(pairs, index, &e, policy).await,
+        }
+    }
+}
+
+impl<S: Store> Inner<S> {
+    /// Counts the units recorded and clamped, and the debt left, per rule.
+    fn count_charges(&self, pairs: &[KeyCheck<'_>], charged: &[Charged]) {
+        for (pair, c) in pairs.iter().zip(charged) {
+            let rule = pair.rule.name().to_owned();
+            let recorded = pair.cost - c.clamped;
+            ::metrics::counter!(metric::CHARGE_UNITS, "rule" => rule.clone()).increment(recorded);
+            if c.clamped > 0 {
+                ::metrics::counter!(metric::CHARGE_CLAMPED, "rule" => rule.clone())
+                    .increment(c.clamped);
+            }
+            if c.debt > 0 {
+                ::metrics::counter!(metric::CHARGES_IN_DEBT, "rule" => rule.clone()).increment(1);
+            }
+            #[allow(clippy::cast_precision_loss)] // a gauge: an approximate debt is enough
+            ::metrics::gauge!(metric::CHARGE_DEBT, "rule" => rule).set(c.debt as f64);
+        }
+    }
+
+    /// The policy answers a charge the store failed; every unit is
+    /// counted as unrecorded in the store, labelled with the policy.
+    async fn charge_failed(
+        &self,
+        pairs: &[KeyCheck<'_>],
+        index: &[usize],
+        error: &StoreError,
+        policy: Option<OnError>,
+    ) -> Result<ChargeVerdict, Refusal> {
+        let policy = self.policy_for(index, policy, error);
+        for pair in pairs {
+            ::metrics::counter!(
+                metric::CHARGE_UNRECORDED,
+                "rule" => pair.rule.name().to_owned(),
+                "policy" => policy.as_str()
+            )
+            .increment(pair.cost);
+        }
+        match policy {
+            OnError::Deny => Err(Refusal::Unavailable(error.clone())),
+            OnError::Local => {
+                let (local, shares) = self.local_shares();
+                let resolved: Vec<KeyCheck<'_>> = pairs
+                    .iter()
+                    .zip(index)
+                    .map(|(c, &i)| KeyCheck {
+                        rule: &shares[i],
+                        key: c.key,
+                        cost: c.cost,
+                    })
+                    .collect();
+                Ok(ChargeVerdict {
+                    charged: local.store.charge_all_sync(&resolved, None),
+                    degraded: Some(OnError::Local),
+                })
+            }
+            OnError::Allow => Ok(ChargeVerdict {
+                // Nothing was decided: every pair reads as an untouched key
+                // charged its cost, as a degraded check reads.
+                charged: pairs
+                    .iter()
+                    .map(|c| {
+                        let capacity = c.rule.capacity();
+                        Charged {
+                            decision: Decision {
+                                allowed: true,
+                                limit: capacity,
+                                remaining: capacity.saturating_sub(c.cost),
+                                reset_after: Duration::ZERO,
+                                retry_after: None,
+                            },
+                            debt: 0,
+                            clamped: 0,
+                        }
+                    })
+                    .collect(),
+                degraded: Some(OnError::Allow),
+            }),
+        }
+    }
+}
