@@ -21,15 +21,23 @@ use tollgate::MAX_KEY_LEN;
 /// The most (rule, key) pairs in one multi-rule check.
 pub const MAX_CHECKS: usize = 64;
 
-/// A parsed `POST /v1/check` body, its strings borrowed from the body
-/// where they hold no escapes.
+/// A parsed `POST /v1/check` (or `/v1/charge`) body, its strings borrowed
+/// from the body where they hold no escapes.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct CheckRequest<'a> {
-    /// (rule, key) pairs.
-    pub(super) pairs: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    pub(super) cost: u64,
+    /// The (rule, key, cost) pairs, in request order.
+    pub(super) pairs: Vec<Pair<'a>>,
     /// The `checks` form (the answer lists every pair).
     pub(super) multi: bool,
+}
+
+/// One pair of a check body: its cost is its own `cost`, else the body's,
+/// else 1.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Pair<'a> {
+    pub(super) rule: Cow<'a, str>,
+    pub(super) key: Cow<'a, str>,
+    pub(super) cost: u64,
 }
 
 /// Reads a check body, or says what is wrong with it, naming the field.
@@ -99,8 +107,11 @@ pub(super) fn parse_check_plain(body: &[u8]) -> Option<CheckRequest<'_>> {
     }
     let (rule, key) = (rule?, key?);
     (!rule.is_empty() && !key.is_empty() && key.len() <= MAX_KEY_LEN).then(|| CheckRequest {
-        pairs: vec![(Cow::Borrowed(rule), Cow::Borrowed(key))],
-        cost: cost.unwrap_or(1),
+        pairs: vec![Pair {
+            rule: Cow::Borrowed(rule),
+            key: Cow::Borrowed(key),
+            cost: cost.unwrap_or(1),
+        }],
         multi: false,
     })
 }
@@ -196,14 +207,13 @@ impl<'a> RawCheck<'a> {
                 self.0.type_name()
             ));
         };
-        let cost = obj.cost.take().map_or(Ok(1), |c| cost(&c))?;
+        let cost = obj.cost.take().map_or(Ok(1), |c| cost(&c, "cost"))?;
         let Some(checks) = obj.checks.take() else {
             unknown(&obj, "", &["rule", "key", "cost"])?;
             let rule = string(obj.rule, "rule", "")?;
             let key = string(obj.key, "key", "")?;
             return Ok(CheckRequest {
-                pairs: vec![(rule, key)],
-                cost,
+                pairs: vec![Pair { rule, key, cost }],
                 multi: false,
             });
         };
@@ -235,14 +245,17 @@ impl<'a> RawCheck<'a> {
                     item.type_name()
                 ));
             };
-            unknown(&o, &path, &["rule", "key"])?;
-            pairs.push((string(o.rule, "rule", &path)?, string(o.key, "key", &path)?));
+            unknown(&o, &path, &["rule", "key", "cost"])?;
+            pairs.push(Pair {
+                rule: string(o.rule, "rule", &path)?,
+                key: string(o.key, "key", &path)?,
+                cost: match o.cost {
+                    Some(c) => self::cost(&c, &format!("{path}.cost"))?,
+                    None => cost,
+                },
+            });
         }
-        Ok(CheckRequest {
-            pairs,
-            cost,
-            multi: true,
-        })
+        Ok(CheckRequest { pairs, multi: true })
     }
 }
 
@@ -305,13 +318,14 @@ fn string<'a>(
     }
 }
 
-fn cost(v: &Raw<'_>) -> Result<u64, String> {
+/// A `cost` field (`name`, its path): a JSON integer from 0 to 2^64 - 1.
+fn cost(v: &Raw<'_>, name: &str) -> Result<u64, String> {
     match *v {
         Raw::U64(c) => Ok(c),
-        Raw::I64(n) => Err(format!("cost: must not be negative, got {n}")),
-        Raw::F64(f) => Err(float_cost(f)),
+        Raw::I64(n) => Err(format!("{name}: must not be negative, got {n}")),
+        Raw::F64(f) => Err(float_cost(f, name)),
         _ => Err(format!(
-            "cost: expected a non-negative integer, found {}",
+            "{name}: expected a non-negative integer, found {}",
             v.type_name()
         )),
     }
@@ -319,24 +333,24 @@ fn cost(v: &Raw<'_>) -> Result<u64, String> {
 
 /// Why a cost JSON read as a float (a fraction, an exponent, `-0`, or an
 /// integer past u64) is refused.
-fn float_cost(f: f64) -> String {
+fn float_cost(f: f64, name: &str) -> String {
     if f.is_finite() && f.fract() == 0.0 && f >= 1.8e19 {
-        return format!("cost: too large; at most {}", u64::MAX);
+        return format!("{name}: too large; at most {}", u64::MAX);
     }
     if f < 0.0 || (f == 0.0 && f.is_sign_negative()) {
         // -0 too: JSON reads it as a float, and a sign has no place in a cost.
         return if f == 0.0 {
-            "cost: must not be negative or signed, got -0".to_owned()
+            format!("{name}: must not be negative or signed, got -0")
         } else {
             format!(
-                "cost: must not be negative or signed, got {}",
+                "{name}: must not be negative or signed, got {}",
                 json_float(f)
             )
         };
     }
     // The reader keeps the value, not its spelling: `1e2` reads as 100.0.
     format!(
-        "cost: expected a whole number written without a fraction or exponent, read as {}",
+        "{name}: expected a whole number written without a fraction or exponent, read as {}",
         json_float(f)
     )
 }

@@ -22,9 +22,9 @@ fn push_u64(out: &mut Vec<u8>, n: u64) {
 }
 
 /// Appends one decision object, fields in the order of docs/http-api.md
-/// (`POST /v1/check`, the answer); `allowed`
-/// is given apart (the top level shows the combined answer).
-fn push_decision(out: &mut Vec<u8>, allowed: bool, rule: &str, d: &Decision) {
+/// (`POST /v1/check`, the answer), and a charge's `debt` when given;
+/// `allowed` is given apart (the top level shows the combined answer).
+fn push_decision(out: &mut Vec<u8>, allowed: bool, rule: &str, d: &Decision, debt: Option<u64>) {
     out.extend_from_slice(if allowed {
         b"{\"allowed\":true,\"rule\":"
     } else {
@@ -42,14 +42,20 @@ fn push_decision(out: &mut Vec<u8>, allowed: bool, rule: &str, d: &Decision) {
         Some(ms) if !d.allowed => push_u64(out, ms),
         _ => out.extend_from_slice(b"null"),
     }
+    if let Some(debt) = debt {
+        out.extend_from_slice(b",\"debt\":");
+        push_u64(out, debt);
+    }
 }
 
-/// The answer's JSON body (with its trailing newline).
+/// The answer's JSON body (with its trailing newline); `debts`, one per
+/// pair, for a charge's answer.
 #[inline]
 pub(super) fn answer_body(
     req: &CheckRequest<'_>,
     multi: &MultiDecision,
     degraded: bool,
+    debts: Option<&[u64]>,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(if req.multi {
         160 * (1 + req.pairs.len())
@@ -57,19 +63,21 @@ pub(super) fn answer_body(
         160
     });
     let deciding = multi.decision();
+    let debt = |i: usize| debts.and_then(|d| d.get(i).copied());
     push_decision(
         &mut out,
         multi.allowed,
-        &req.pairs[multi.deciding].0,
+        &req.pairs[multi.deciding].rule,
         deciding,
+        debt(multi.deciding),
     );
     if req.multi {
         out.extend_from_slice(b",\"checks\":[");
-        for (i, ((rule, _), d)) in req.pairs.iter().zip(&multi.decisions).enumerate() {
+        for (i, (pair, d)) in req.pairs.iter().zip(&multi.decisions).enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            push_decision(&mut out, d.allowed, rule, d);
+            push_decision(&mut out, d.allowed, &pair.rule, d, debt(i));
             out.push(b'}');
         }
         out.push(b']');

@@ -63,6 +63,7 @@ mod body;
 mod json_read;
 mod json_write;
 mod reply;
+mod usage;
 
 pub use body::{BODY_TIMEOUT, MAX_BODY, read_body};
 pub use json_read::MAX_CHECKS;
@@ -112,6 +113,7 @@ impl Api {
         let head = req.method() == Method::HEAD;
         let mut res = match req.uri().path() {
             "/v1/check" => self.check(req).await,
+            "/v1/charge" => self.charge(req).await,
             "/v1/rules" => get_only(&req, "/v1/rules", || {
                 json_response(StatusCode::OK, &rules_json(self))
             }),
@@ -169,68 +171,105 @@ impl Api {
         B: Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        if req.method() != Method::POST {
-            return method_not_allowed(req.method(), "/v1/check", "POST");
-        }
-        // Read as JSON whatever the Content-Type says (`curl -d` sends a
-        // form type); a body that does not parse names the type it came as.
-        // Kept only when not JSON: the usual check copies nothing.
-        let other_type = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .filter(|ct| !is_json(ct))
-            .cloned();
-        let body = match read_body(req).await {
-            Ok(b) => b,
+        let (body, other_type) = match post_body(req, "/v1/check").await {
+            Ok(read) => read,
             Err(res) => return res,
         };
-        let parsed = match parse_check(&body) {
+        let parsed = match parse_or_400(&body, other_type) {
             Ok(p) => p,
-            Err(e) => {
-                let e = match other_type {
-                    Some(ct) => format!(
-                        "{e} (the body is read as JSON; it came as Content-Type {:?})",
-                        String::from_utf8_lossy(ct.as_bytes())
-                    ),
-                    None => e,
-                };
-                return error(StatusCode::BAD_REQUEST, e);
-            }
+            Err(res) => return *res,
         };
-        let result = if let [(rule, key)] = parsed.pairs.as_slice() {
-            let one = Check::new(rule, key.as_bytes()).cost(parsed.cost);
+        let result = if let [pair] = parsed.pairs.as_slice() {
+            let one = Check::new(&pair.rule, pair.key.as_bytes()).cost(pair.cost);
             self.gate.check_all(std::slice::from_ref(&one)).await
         } else {
-            let checks: Vec<Check<'_>> = parsed
-                .pairs
-                .iter()
-                .map(|(rule, key)| Check::new(rule, key.as_bytes()).cost(parsed.cost))
-                .collect();
-            self.gate.check_all(&checks).await
+            self.gate.check_all(&checks_of(&parsed)).await
         };
         match result {
-            Ok(verdict) => answer(self, &parsed, &verdict),
-            Err(Refusal::Invalid(Error::UnknownRule(name))) => error(
-                StatusCode::NOT_FOUND,
-                format!("unknown rule {name:?}; GET /v1/rules lists the rules"),
+            Ok(verdict) => answer(self, &parsed, &verdict, None),
+            Err(e) => refused(e),
+        }
+    }
+}
+
+/// Reads a `POST` body for `path` as `POST /v1/check` does, with the
+/// request's `Content-Type` when it is not JSON; or the answer instead
+/// (405, 408, 413).
+async fn post_body<B>(
+    req: Request<B>,
+    path: &str,
+) -> Result<(Bytes, Option<HeaderValue>), Response<ApiBody>>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if req.method() != Method::POST {
+        return Err(method_not_allowed(req.method(), path, "POST"));
+    }
+    // Read as JSON whatever the Content-Type says (`curl -d` sends a
+    // form type); a body that does not parse names the type it came as.
+    // Kept only when not JSON: the usual check copies nothing.
+    let other_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .filter(|ct| !is_json(ct))
+        .cloned();
+    Ok((read_body(req).await?, other_type))
+}
+
+/// A check body read, or the 400 naming its problem (boxed: large, and
+/// off the admitting path) (and the
+/// `Content-Type` it came as, when not JSON).
+fn parse_or_400(
+    body: &[u8],
+    other_type: Option<HeaderValue>,
+) -> Result<CheckRequest<'_>, Box<Response<ApiBody>>> {
+    parse_check(body).map_err(|e| {
+        let e = match other_type {
+            Some(ct) => format!(
+                "{e} (the body is read as JSON; it came as Content-Type {:?})",
+                String::from_utf8_lossy(ct.as_bytes())
             ),
-            Err(Refusal::Invalid(e)) => error(StatusCode::BAD_REQUEST, e.to_string()),
-            // The store failed and the policy is `deny` (the library may
-            // name more such refusals later: they are the store's, not the
-            // request's).
-            Err(e) => {
-                let e = match e {
-                    Refusal::Unavailable(e) => e.to_string(),
-                    other => other.to_string(),
-                };
-                let mut res = error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("store unavailable and the rule's on_error is deny: {e}"),
-                );
-                res.headers_mut()
-                    .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-                res
-            }
+            None => e,
+        };
+        Box::new(error(StatusCode::BAD_REQUEST, e))
+    })
+}
+
+/// The pairs of a parsed body as the limiter takes them.
+fn checks_of<'a>(parsed: &'a CheckRequest<'_>) -> Vec<Check<'a>> {
+    parsed
+        .pairs
+        .iter()
+        .map(|p| Check::new(&p.rule, p.key.as_bytes()).cost(p.cost))
+        .collect()
+}
+
+/// The answer to a refused request: 404 for an unknown rule, 400 for
+/// another fault of the request, 503 with `Retry-After: 1` when the store
+/// failed and the policy is `deny`.
+fn refused(e: Refusal) -> Response<ApiBody> {
+    match e {
+        Refusal::Invalid(Error::UnknownRule(name)) => error(
+            StatusCode::NOT_FOUND,
+            format!("unknown rule {name:?}; GET /v1/rules lists the rules"),
+        ),
+        Refusal::Invalid(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
+        // The store failed and the policy is `deny` (the library may
+        // name more such refusals later: they are the store's, not the
+        // request's).
+        e => {
+            let e = match e {
+                Refusal::Unavailable(e) => e.to_string(),
+                other => other.to_string(),
+            };
+            let mut res = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("store unavailable and the rule's on_error is deny: {e}"),
+            );
+            res.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+            res
         }
     }
 }
@@ -281,11 +320,18 @@ fn rule_pairs<'a>(
     req.pairs
         .iter()
         .zip(&multi.decisions)
-        .filter_map(|((rule, _), d)| api.gate.rule(rule).map(|r| (r, d)))
+        .filter_map(|(pair, d)| api.gate.rule(&pair.rule).map(|r| (r, d)))
         .collect()
 }
 
-fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiBody> {
+/// The answer to a decided request: 200 or 429, the JSON body (with each
+/// pair's `debt` for a charge), the RateLimit headers.
+fn answer(
+    api: &Api,
+    req: &CheckRequest<'_>,
+    verdict: &Verdict,
+    debts: Option<&[u64]>,
+) -> Response<ApiBody> {
     let multi = &verdict.multi;
     let deciding = multi.decision();
     let status = if multi.allowed {
@@ -293,7 +339,8 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let mut res = bytes_response(status, answer_body(req, multi, verdict.degraded.is_some()));
+    let body = answer_body(req, multi, verdict.degraded.is_some(), debts);
+    let mut res = bytes_response(status, body);
     let retry = if multi.allowed {
         None
     } else {
@@ -305,9 +352,9 @@ fn answer(api: &Api, req: &CheckRequest<'_>, verdict: &Verdict) -> Response<ApiB
     match (req.pairs.as_slice(), multi.decisions.as_slice()) {
         // One decided pair (the usual check): on the stack, not in a
         // `Vec`, and its rule's `RateLimit-Policy` value from the cache.
-        ([(name, _)], [d]) if basis.has_ratelimit() => {
+        ([pair], [d]) if basis.has_ratelimit() => {
             let headers = res.headers_mut();
-            if let Some(i) = api.gate.rule_index(name) {
+            if let Some(i) = api.gate.rule_index(&pair.rule) {
                 let rule = &api.gate.rules()[i];
                 api.policies
                     .insert_headers(headers, i, rule, d, retry, api.headers);

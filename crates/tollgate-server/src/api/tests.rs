@@ -7,7 +7,7 @@ use tollgate::MAX_KEY_LEN;
 
 use super::body::is_json;
 use super::json_read::{
-    CheckRequest, MAX_CHECKS, parse_check, parse_check_json, parse_check_plain,
+    CheckRequest, MAX_CHECKS, Pair, parse_check, parse_check_json, parse_check_plain,
 };
 use value_reader::value_reader;
 
@@ -15,21 +15,27 @@ mod value_reader;
 use super::json_write::answer_body;
 use super::*;
 
+fn pair<'a>(rule: &'a str, key: &'a str, cost: u64) -> Pair<'a> {
+    Pair {
+        rule: rule.into(),
+        key: key.into(),
+        cost,
+    }
+}
+
 #[test]
 fn parses_single_and_multi() {
     assert_eq!(
         parse_check(br#"{"rule":"a","key":"k"}"#),
         Ok(CheckRequest {
-            pairs: vec![("a".into(), "k".into())],
-            cost: 1,
+            pairs: vec![pair("a", "k", 1)],
             multi: false
         })
     );
     assert_eq!(
         parse_check(br#"{"checks":[{"rule":"a","key":"k"},{"rule":"b","key":"j"}],"cost":0}"#),
         Ok(CheckRequest {
-            pairs: vec![("a".into(), "k".into()), ("b".into(), "j".into())],
-            cost: 0,
+            pairs: vec![pair("a", "k", 0), pair("b", "j", 0)],
             multi: true
         })
     );
@@ -79,8 +85,20 @@ fn names_every_problem() {
         (br#"{"checks":{}}"#, "checks: expected an array"),
         (br#"{"checks":[{"rule":"a"}]}"#, "checks[0].key: missing"),
         (
-            br#"{"checks":[{"rule":"a","key":"k","cost":2}]}"#,
-            "checks[0].cost: unknown field",
+            br#"{"checks":[{"rule":"a","key":"k","cost":-2}]}"#,
+            "checks[0].cost: must not be negative, got -2",
+        ),
+        (
+            br#"{"checks":[{"rule":"a","key":"k","cost":1.5}]}"#,
+            "checks[0].cost: expected a whole number",
+        ),
+        (
+            br#"{"checks":[{"rule":"a","key":"k","colour":2}]}"#,
+            "checks[0].colour: unknown field; expected rule, key, cost",
+        ),
+        (
+            br#"{"checks":[{"rule":"a","key":"k","checks":[]}]}"#,
+            "checks[0].checks: unknown field",
         ),
         (br#"{"checks":[1]}"#, "checks[0]: expected an object"),
         (br#"{"rule":"a","key":"k","checks":[]}"#, "not both"),
@@ -284,7 +302,7 @@ fn the_reader_agrees_with_the_value_reader() {
             parsed
                 .pairs
                 .iter()
-                .all(|(r, k)| matches!((r, k), (Cow::Borrowed(_), Cow::Borrowed(_)))),
+                .all(|p| matches!((&p.rule, &p.key), (Cow::Borrowed(_), Cow::Borrowed(_)))),
             "{usual}: copied"
         );
     }
@@ -370,15 +388,30 @@ fn decision_json(rule: &str, d: &Decision) -> Map<String, Value> {
     m
 }
 
-fn answer_oracle(req: &CheckRequest<'_>, multi: &MultiDecision, degraded: bool) -> Vec<u8> {
-    let mut body = decision_json(&req.pairs[multi.deciding].0, multi.decision());
+fn answer_oracle(
+    req: &CheckRequest<'_>,
+    multi: &MultiDecision,
+    degraded: bool,
+    debts: Option<&[u64]>,
+) -> Vec<u8> {
+    let with_debt = |mut m: Map<String, Value>, i: usize| {
+        if let Some(debts) = debts {
+            m.insert("debt".into(), debts[i].into());
+        }
+        m
+    };
+    let mut body = with_debt(
+        decision_json(&req.pairs[multi.deciding].rule, multi.decision()),
+        multi.deciding,
+    );
     body.insert("allowed".into(), multi.allowed.into());
     if req.multi {
         let checks: Vec<Value> = req
             .pairs
             .iter()
             .zip(&multi.decisions)
-            .map(|((rule, _), d)| Value::Object(decision_json(rule, d)))
+            .enumerate()
+            .map(|(i, (pair, d))| Value::Object(with_debt(decision_json(&pair.rule, d), i)))
             .collect();
         body.insert("checks".into(), checks.into());
     }
@@ -431,23 +464,23 @@ fn answers_are_byte_identical_to_the_map_answers() {
                 (true, vec![*first, *second]),
                 (true, vec![*second, *first, *second]),
             ] {
-                let pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> = (0..picked.len())
-                    .map(|j| {
-                        (
-                            Cow::Borrowed(names[(i + j) % names.len()]),
-                            Cow::Borrowed("k"),
-                        )
-                    })
+                let pairs: Vec<Pair<'_>> = (0..picked.len())
+                    .map(|j| pair(names[(i + j) % names.len()], "k", 1))
                     .collect();
                 let req = CheckRequest {
                     pairs,
-                    cost: 1,
                     multi: multi_form,
                 };
                 let multi = MultiDecision::from_decisions(picked);
-                for degraded in [false, true] {
-                    let got = answer_body(&req, &multi, degraded);
-                    let want = answer_oracle(&req, &multi, degraded);
+                let debts: Vec<u64> = (0..req.pairs.len() as u64).map(|d| d * 7).collect();
+                for (degraded, debts) in [
+                    (false, None),
+                    (true, None),
+                    (false, Some(debts.as_slice())),
+                    (true, Some(debts.as_slice())),
+                ] {
+                    let got = answer_body(&req, &multi, degraded, debts);
+                    let want = answer_oracle(&req, &multi, degraded, debts);
                     assert_eq!(
                         String::from_utf8_lossy(&got),
                         String::from_utf8_lossy(&want)

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate::resilient::{self, Refusal, ResilientLimiter, Verdict};
+use tollgate::resilient::{self, ChargeVerdict, Refusal, ResilientLimiter, Verdict};
 use tollgate::store::AnyStore;
 use tollgate::{Check, Limiter, Rule, Store};
 
@@ -127,6 +127,16 @@ impl Gate {
     /// the store failed and a rule's policy is `deny`.
     pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<Verdict, Refusal> {
         self.limiter.check_all(checks).await
+    }
+
+    /// Charges every pair unconditionally, each at its own cost
+    /// (docs/semantics.md, "Charge"); the failure policy answers a store
+    /// failure.
+    ///
+    /// # Errors
+    /// As [`Gate::check_all`].
+    pub async fn charge_all(&self, checks: &[Check<'_>]) -> Result<ChargeVerdict, Refusal> {
+        self.limiter.charge_all(checks).await
     }
 
     /// Whether the store answers: always for the memory store; for Redis,

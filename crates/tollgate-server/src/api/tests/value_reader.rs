@@ -9,7 +9,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use tollgate::MAX_KEY_LEN;
 
-use crate::api::json_read::{CheckRequest, MAX_CHECKS};
+use crate::api::json_read::{CheckRequest, MAX_CHECKS, Pair};
 
 fn type_name(v: &Value) -> &'static str {
     match v {
@@ -22,10 +22,10 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-fn parse_cost(v: &Value) -> Result<u64, String> {
+fn parse_cost(v: &Value, name: &str) -> Result<u64, String> {
     let Value::Number(n) = v else {
         return Err(format!(
-            "cost: expected a non-negative integer, found {}",
+            "{name}: expected a non-negative integer, found {}",
             type_name(v)
         ));
     };
@@ -33,24 +33,24 @@ fn parse_cost(v: &Value) -> Result<u64, String> {
         return Ok(c);
     }
     if n.is_i64() {
-        return Err(format!("cost: must not be negative, got {n}"));
+        return Err(format!("{name}: must not be negative, got {n}"));
     }
     // A float: a fraction, an exponent, or an integer past u64.
     let text = n.to_string();
     let f = n.as_f64().unwrap_or(f64::NAN);
     if f.is_finite() && f.fract() == 0.0 && f >= 1.8e19 {
-        return Err(format!("cost: too large; at most {}", u64::MAX));
+        return Err(format!("{name}: too large; at most {}", u64::MAX));
     }
     if f < 0.0 || (f == 0.0 && f.is_sign_negative()) {
         // -0 too: JSON reads it as a float, and a sign has no place in a cost.
         return Err(format!(
-            "cost: must not be negative or signed, got {}",
+            "{name}: must not be negative or signed, got {}",
             if f == 0.0 { "-0" } else { &text }
         ));
     }
     // The reader keeps the value, not its spelling: `1e2` reads as 100.0.
     Err(format!(
-        "cost: expected a whole number written without a fraction or exponent, read as {text}"
+        "{name}: expected a whole number written without a fraction or exponent, read as {text}"
     ))
 }
 
@@ -112,15 +112,14 @@ pub(in crate::api) fn value_reader(body: &[u8]) -> Result<CheckRequest<'static>,
             type_name(&value)
         ));
     };
-    let cost = obj.get("cost").map_or(Ok(1), parse_cost)?;
+    let cost = obj.get("cost").map_or(Ok(1), |c| parse_cost(c, "cost"))?;
     match obj.get("checks") {
         None => {
             unknown_fields(&obj, "", &["rule", "key", "cost"])?;
             let rule = parse_str(&obj, "rule", "")?;
             let key = parse_str(&obj, "key", "")?;
             Ok(CheckRequest {
-                pairs: vec![(rule, key)],
-                cost,
+                pairs: vec![Pair { rule, key, cost }],
                 multi: false,
             })
         }
@@ -153,14 +152,17 @@ pub(in crate::api) fn value_reader(body: &[u8]) -> Result<CheckRequest<'static>,
                         type_name(item)
                     ));
                 };
-                unknown_fields(o, &path, &["rule", "key"])?;
-                pairs.push((parse_str(o, "rule", &path)?, parse_str(o, "key", &path)?));
+                unknown_fields(o, &path, &["rule", "key", "cost"])?;
+                pairs.push(Pair {
+                    rule: parse_str(o, "rule", &path)?,
+                    key: parse_str(o, "key", &path)?,
+                    cost: match o.get("cost") {
+                        Some(c) => parse_cost(c, &format!("{path}.cost"))?,
+                        None => cost,
+                    },
+                });
             }
-            Ok(CheckRequest {
-                pairs,
-                cost,
-                multi: true,
-            })
+            Ok(CheckRequest { pairs, multi: true })
         }
     }
 }

@@ -1,0 +1,252 @@
+//! The usage endpoints of the HTTP API end to end (docs/http-api.md,
+//! "Usage"): the real `tollgate serve` binary, on the memory store and on
+//! a real Redis. `POST /v1/charge` records usage known after the fact, past
+//! the limit as debt that later checks wait out; multi-rule checks give
+//! each pair its own cost; bad input is a 4xx that names the problem and
+//! charges nothing.
+
+mod common;
+
+use common::{Tollgate, get, post_json, ratelimit_members};
+use redis_harness::RedisServer;
+
+const RULES: &str = r#"
+[[rules]]
+name = "tpm"
+algorithm = "sliding_window"
+limit = 100
+period = "1m"
+
+[[rules]]
+name = "rpm"
+algorithm = "fixed_window"
+limit = 10
+period = "1h"
+
+[[rules]]
+name = "tokens_gcra"
+algorithm = "gcra"
+limit = 100
+period = "1h"
+"#;
+
+fn charge(s: &Tollgate, rule: &str, key: &str, cost: u64) -> common::Resp {
+    post_json(
+        s.api(),
+        "/v1/charge",
+        &format!(r#"{{"rule":"{rule}","key":"{key}","cost":{cost}}}"#),
+    )
+}
+
+fn check(s: &Tollgate, rule: &str, key: &str, cost: u64) -> common::Resp {
+    post_json(
+        s.api(),
+        "/v1/check",
+        &format!(r#"{{"rule":"{rule}","key":"{key}","cost":{cost}}}"#),
+    )
+}
+
+/// Today's failure of the AI-gateway flow, on tollgate: 80 checked, then a
+/// usage of 50 reported after the response. The charge is recorded in
+/// full (debt 30), and the next check is refused instead of admitted with
+/// 20 "remaining".
+fn usage_past_the_limit_is_debt(s: &Tollgate) {
+    assert_eq!(check(s, "tpm", "team-a", 80).status, 200);
+    let r = charge(s, "tpm", "team-a", 50);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let body = r.json();
+    assert_eq!(body["allowed"], true);
+    assert_eq!(body["remaining"], 0);
+    assert_eq!(body["debt"], 30);
+    assert_eq!(body["retry_after_ms"], serde_json::Value::Null);
+    assert!(r.header("retry-after").is_none());
+    let rl = ratelimit_members(r.header("ratelimit").expect("RateLimit"));
+    assert_eq!(rl[0].0, "tpm");
+    assert_eq!(rl[0].1[0], ("r".to_owned(), 0));
+    let next = check(s, "tpm", "team-a", 1);
+    assert_eq!(next.status, 429, "{}", next.text());
+    assert!(next.json()["retry_after_ms"].as_u64().expect("retry") > 0);
+    let peek = check(s, "tpm", "team-a", 0);
+    assert_eq!(peek.json()["remaining"], 0);
+    // Another key is untouched.
+    assert_eq!(check(s, "tpm", "team-b", 1).json()["remaining"], 99);
+    // A GCRA charge: 250 units into a bucket of 100 leave 150 of debt.
+    let r = charge(s, "tokens_gcra", "team-a", 250);
+    assert_eq!((r.status, r.json()["debt"].clone()), (200, 150.into()));
+}
+
+#[test]
+fn a_charge_past_the_limit_is_debt_on_the_memory_store() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    usage_past_the_limit_is_debt(&s);
+}
+
+#[test]
+fn a_charge_past_the_limit_is_debt_on_redis() {
+    let redis = RedisServer::start();
+    let config = format!("[store]\nurl = \"{}\"\n{RULES}", redis.url());
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    usage_past_the_limit_is_debt(&s);
+    assert!(redis.keys_without_ttl().is_empty());
+}
+
+#[test]
+fn multi_rule_checks_and_charges_take_each_pairs_cost() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    // 90 tokens and one request, all-or-nothing.
+    let body = r#"{"checks":[{"rule":"tpm","key":"t","cost":90},{"rule":"rpm","key":"t"}]}"#;
+    let r = post_json(s.api(), "/v1/check", body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let checks = r.json()["checks"].clone();
+    assert_eq!(checks[0]["remaining"], 10);
+    assert_eq!(checks[1]["remaining"], 9);
+    // 20 more tokens do not fit: neither pair consumes.
+    let body = r#"{"checks":[{"rule":"tpm","key":"t","cost":20},{"rule":"rpm","key":"t"}]}"#;
+    let r = post_json(s.api(), "/v1/check", body);
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["rule"], "tpm");
+    assert_eq!(check(&s, "rpm", "t", 0).json()["remaining"], 9);
+    // The top-level cost is the default of pairs without their own.
+    let body =
+        r#"{"cost":2,"checks":[{"rule":"tpm","key":"u","cost":30},{"rule":"rpm","key":"u"}]}"#;
+    let r = post_json(s.api(), "/v1/check", body);
+    let checks = r.json()["checks"].clone();
+    assert_eq!(
+        (
+            checks[0]["remaining"].clone(),
+            checks[1]["remaining"].clone()
+        ),
+        (70.into(), 8.into())
+    );
+    // A multi-pair charge: each pair its own cost and debt.
+    let body =
+        r#"{"checks":[{"rule":"tpm","key":"t","cost":25},{"rule":"rpm","key":"t","cost":1}]}"#;
+    let r = post_json(s.api(), "/v1/charge", body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let checks = r.json()["checks"].clone();
+    assert_eq!(checks[0]["debt"], 15);
+    assert_eq!(checks[1]["debt"], 0);
+    assert_eq!(checks[1]["remaining"], 8);
+    assert_eq!(
+        r.json()["rule"],
+        "tpm",
+        "the pair with the fewest remaining decides"
+    );
+}
+
+#[test]
+fn bad_charges_name_the_problem_and_charge_nothing() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    for (body, status, want) in [
+        (
+            r#"{"rule":"tpm","key":"k","cost":-5}"#,
+            400,
+            "cost: must not be negative",
+        ),
+        (
+            r#"{"rule":"tpm","key":"k","cost":1.5}"#,
+            400,
+            "cost: expected a whole number",
+        ),
+        (
+            r#"{"rule":"tpm","key":"k","cost":"9"}"#,
+            400,
+            "cost: expected a non-negative integer",
+        ),
+        (
+            r#"{"rule":"tpm","key":"k","cost":18446744073709551616}"#,
+            400,
+            "cost: too large",
+        ),
+        (
+            r#"{"rule":"nope","key":"k","cost":5}"#,
+            404,
+            "unknown rule \"nope\"",
+        ),
+        (r#"{"rule":"tpm","cost":5}"#, 400, "key: missing"),
+        (
+            r#"{"checks":[{"rule":"tpm","key":"k","cost":-1}]}"#,
+            400,
+            "checks[0].cost: must not be negative",
+        ),
+        (
+            r#"{"checks":[{"rule":"tpm","key":"k","cost":5},{"rule":"nope","key":"k"}]}"#,
+            404,
+            "unknown rule",
+        ),
+    ] {
+        let r = post_json(s.api(), "/v1/charge", body);
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        let error = r.json()["error"].as_str().unwrap_or_default().to_owned();
+        assert!(error.contains(want), "{body}: {error}");
+    }
+    // Nothing above was charged.
+    assert_eq!(check(&s, "tpm", "k", 0).json()["remaining"], 100);
+    let r = get(s.api(), "/v1/charge");
+    assert_eq!((r.status, r.header("allow")), (405, Some("POST")));
+    // A charge of the largest cost is clamped at the debt cap, not an
+    // overflow: 100 periods' worth of the limit.
+    let r = charge(&s, "rpm", "huge", u64::MAX);
+    assert_eq!((r.status, r.json()["debt"].clone()), (200, 1000.into()));
+    let metrics = get(s.api(), "/metrics").text();
+    let clamped = metrics
+        .lines()
+        .find(|l| l.starts_with("tollgate_charge_clamped_units_total{rule=\"rpm\"}"))
+        .unwrap_or_else(|| panic!("no clamped metric in {metrics}"));
+    // 1010 units recorded (a window of 10 and a debt of 1000); the
+    // counter is a float in Prometheus text.
+    let value: f64 = clamped
+        .rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{clamped}"));
+    #[allow(clippy::cast_precision_loss)]
+    let want = (u64::MAX - 1010) as f64;
+    assert!((value - want).abs() <= want * 1e-12, "{clamped}");
+}
+
+#[test]
+fn charges_to_a_failed_store_follow_the_policy_and_are_counted() {
+    let redis = RedisServer::start();
+    let config = format!(
+        r#"
+[store]
+url = "{}"
+timeout = "100ms"
+
+[[rules]]
+name = "strict"
+algorithm = "fixed_window"
+limit = 4
+period = "1h"
+on_error = "deny"
+
+[[rules]]
+name = "open"
+algorithm = "gcra"
+limit = 4
+period = "1h"
+on_error = "allow"
+"#,
+        redis.url()
+    );
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    assert_eq!(charge(&s, "strict", "k", 1).status, 200);
+    redis.pause();
+    let r = charge(&s, "strict", "k", 7);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let r = charge(&s, "open", "k", 9);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["degraded"], true);
+    assert_eq!(r.header("tollgate-degraded"), Some("store-unavailable"));
+    let metrics = get(s.api(), "/metrics").text();
+    for want in [
+        "tollgate_charge_unrecorded_units_total{rule=\"strict\",policy=\"deny\"} 7",
+        "tollgate_charge_unrecorded_units_total{rule=\"open\",policy=\"allow\"} 9",
+        "tollgate_charge_units_total{rule=\"strict\"} 1",
+    ] {
+        assert!(metrics.contains(want), "{want} not in\n{metrics}");
+    }
+    redis.resume();
+}
