@@ -80,6 +80,15 @@ pub enum Error {
         /// The time given, in microseconds.
         at: u64,
     },
+    /// A reservation's ttl outside 1 ms ..= [`crate::ticket::MAX_RESERVATION_TTL`].
+    TtlOutOfRange {
+        /// The ttl given, in milliseconds.
+        ttl_ms: u64,
+    },
+    /// A settle, cancel, release or renew that does not fit the
+    /// reservation or lease it names (another rule or key, another number
+    /// of pairs, the wrong algorithm), with the reason.
+    Mismatch(String),
     /// The store failed.
     Store(StoreError),
 }
@@ -99,6 +108,12 @@ impl fmt::Display for Error {
                 "time {at} µs is past the latest time a check accepts ({} µs)",
                 crate::MAX_TIME
             ),
+            Error::TtlOutOfRange { ttl_ms } => write!(
+                f,
+                "ttl_ms {ttl_ms} is outside 1 ..= {}",
+                crate::ticket::MAX_RESERVATION_TTL.as_millis()
+            ),
+            Error::Mismatch(why) => f.write_str(why),
             Error::Store(e) => e.fmt(f),
         }
     }

@@ -42,12 +42,13 @@ mod limiter;
 pub mod resilient;
 mod rule;
 pub mod store;
+pub mod ticket;
 mod time;
 
 pub use algorithm::Charged;
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
-pub use limiter::{Check, Limiter, MAX_KEY_LEN};
+pub use limiter::{Check, Limiter, MAX_KEY_LEN, Reserved};
 pub use resilient::{OnError, ResilientLimiter};
 pub use rule::{
     Algorithm, DEBT_PERIODS, MAX_BURST_WINDOW, MAX_LIMIT, MAX_NAME_LEN, MAX_PERIOD,

@@ -8,7 +8,8 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, WaitError};
 use crate::rule::{Rule, RuleError};
 use crate::store::memory::MemoryStore;
-use crate::store::{KeyCheck, Store};
+use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::ticket::{MAX_RESERVATION_TTL, Ticket, TicketKind, TicketPair};
 use crate::time::{Clock, MAX_TIME, Micros, TokioClock, duration_to_micros};
 
 /// The longest key accepted, in bytes. Stores hash keys, so this bounds CPU,
@@ -147,6 +148,26 @@ impl<S> Limiter<S> {
 }
 
 /// A check's pairs with their rules looked up ([`Limiter::resolve_all`]).
+/// What a reservation answered: the decision, and when admitted the ticket
+/// that settles or cancels it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reserved {
+    /// The decision, as a check of each pair's estimate.
+    pub multi: MultiDecision,
+    /// `Some` when admitted.
+    pub ticket: Option<Ticket>,
+}
+
+/// A reservation's ttl in µs, within 1 ms ..= [`MAX_RESERVATION_TTL`].
+pub(crate) fn reservation_ttl(ttl: Duration) -> Result<Micros, Error> {
+    if ttl < Duration::from_millis(1) || ttl > MAX_RESERVATION_TTL {
+        return Err(Error::TtlOutOfRange {
+            ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+        });
+    }
+    Ok(duration_to_micros(ttl))
+}
+
 #[derive(Debug)]
 pub(crate) enum Resolved<'c> {
     /// One pair, held inline.
@@ -312,6 +333,91 @@ impl<S: Store> Limiter<S> {
         check_time(at)?;
         let resolved = self.resolve_all(checks)?;
         Ok(self.store.charge_all(resolved.pairs(), at).await?)
+    }
+
+    /// Reserves: decides `checks` all-or-nothing as a check of each pair's
+    /// cost (its estimate) and, when admitted, returns the ticket that
+    /// settles or cancels it within `ttl` (docs/semantics.md, "Reserve,
+    /// then settle"). `at` as for [`Limiter::check_all_at`].
+    ///
+    /// # Errors
+    /// No pairs, an unknown rule, a key too long, a `ttl` outside 1 ms ..=
+    /// [`MAX_RESERVATION_TTL`], a time past [`MAX_TIME`], the store failed.
+    pub async fn reserve_all_at(
+        &self,
+        checks: &[Check<'_>],
+        ttl: Duration,
+        at: Option<Micros>,
+    ) -> Result<Reserved, Error> {
+        check_time(at)?;
+        let ttl = reservation_ttl(ttl)?;
+        let resolved = self.resolve_all(checks)?;
+        let ticket = Ticket::new(
+            TicketKind::Reservation,
+            checks
+                .iter()
+                .map(|c| TicketPair::new(c.rule, c.key))
+                .collect(),
+        );
+        let multi = self
+            .store
+            .reserve_all(resolved.pairs(), &ticket, ttl, at)
+            .await?;
+        let ticket = multi.allowed.then_some(ticket);
+        Ok(Reserved { multi, ticket })
+    }
+
+    /// Settles the reservation `ticket` at `actual` usage: one number for
+    /// every pair, or one per pair in the ticket's order; `None` cancels it
+    /// (all of every estimate given back while its ttl runs).
+    ///
+    /// # Errors
+    /// A rule of the ticket no longer configured, `actual` of another
+    /// length, a time past [`MAX_TIME`], the store failed.
+    pub async fn settle_at(
+        &self,
+        ticket: &Ticket,
+        actual: Option<&[u64]>,
+        at: Option<Micros>,
+    ) -> Result<Settled, Error> {
+        check_time(at)?;
+        let pairs = self.settle_pairs(ticket, actual)?;
+        Ok(self.store.settle(ticket, &pairs, at).await?)
+    }
+
+    /// The ticket's pairs with their rules and actual usage.
+    pub(crate) fn settle_pairs<'t>(
+        &'t self,
+        ticket: &Ticket,
+        actual: Option<&[u64]>,
+    ) -> Result<Vec<SettlePair<'t>>, Error> {
+        if ticket.kind != TicketKind::Reservation {
+            return Err(Error::Mismatch("a lease is not settled: release it".into()));
+        }
+        let n = ticket.pairs.len();
+        let each = |i: usize| match actual {
+            None => Ok(None),
+            Some([one]) => Ok(Some(*one)),
+            Some(list) if list.len() == n => Ok(Some(list[i])),
+            Some(list) => Err(Error::Mismatch(format!(
+                "the reservation covers {n} pairs; give one cost for all of them or one per pair, not {}",
+                list.len()
+            ))),
+        };
+        ticket
+            .pairs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let rule = self
+                    .rule(&p.rule)
+                    .ok_or_else(|| Error::UnknownRule(p.rule.clone()))?;
+                Ok(SettlePair {
+                    rule,
+                    actual: each(i)?,
+                })
+            })
+            .collect()
     }
 
     /// Waits until `cost` units of `key` under `rule` are admitted, then

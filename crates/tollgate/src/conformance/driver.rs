@@ -9,7 +9,8 @@ use super::{Failure, HOUR, Report, START};
 use crate::algorithm::{self, Charged, KeyState};
 use crate::decision::{Decision, MultiDecision};
 use crate::rule::{Algorithm, Rule, RuleSpec};
-use crate::store::{KeyCheck, Store};
+use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::ticket::{Ticket, TicketKind, TicketPair};
 use crate::time::{Micros, duration_to_micros};
 
 /// Sends checks to the store and to the reference, and compares.
@@ -24,6 +25,10 @@ pub(super) struct Driver<'a, S> {
     pub(super) now: Micros,
     /// Reference state per (rule name, full key).
     pub(super) states: HashMap<(String, Vec<u8>), KeyState>,
+    /// Reservations made, by nonce.
+    pub(super) reservations: HashMap<[u8; 16], OpenReservation>,
+    /// Rules by name, for settles (the store takes them from the ticket).
+    pub(super) rules: HashMap<String, Rule>,
 }
 
 impl<S: Store> Driver<'_, S> {
@@ -101,18 +106,22 @@ impl<S: Store> Driver<'_, S> {
         result
     }
 
-    /// One all-or-nothing check of several distinct (rule, key, cost) pairs.
-    pub(super) async fn all(
+    /// The reference's all-or-nothing decision of distinct `pairs` (their
+    /// full `keys`) at `t`, applied to its states.
+    fn decide_all(
         &mut self,
         pairs: &[(&Rule, &[u8], u64)],
+        keys: &[Vec<u8>],
         t: Micros,
-    ) -> Result<MultiDecision, Failure> {
+    ) -> MultiDecision {
         self.advance(t);
-        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
+        for p in pairs {
+            self.rules.insert(p.0.name().to_owned(), p.0.clone());
+        }
         let empty = KeyState::Empty;
         let evaluated: Vec<Decision> = pairs
             .iter()
-            .zip(&keys)
+            .zip(keys)
             .map(|(&(rule, _, cost), key)| {
                 let state = self.states.get(&(rule.name().to_owned(), key.clone()));
                 algorithm::evaluate(rule, state.unwrap_or(&empty), t, cost)
@@ -121,7 +130,7 @@ impl<S: Store> Driver<'_, S> {
         let decisions: Vec<Decision> = if evaluated.iter().all(|d| d.allowed) {
             pairs
                 .iter()
-                .zip(&keys)
+                .zip(keys)
                 .map(|(&(rule, _, cost), key)| {
                     let state = self
                         .states
@@ -133,7 +142,7 @@ impl<S: Store> Driver<'_, S> {
         } else {
             pairs
                 .iter()
-                .zip(&keys)
+                .zip(keys)
                 .zip(evaluated)
                 .map(|((&(rule, _, _), key), d)| {
                     if d.allowed {
@@ -145,11 +154,22 @@ impl<S: Store> Driver<'_, S> {
                 })
                 .collect()
         };
-        let want = MultiDecision {
+        MultiDecision {
             allowed: decisions.iter().all(|d| d.allowed),
             deciding: deciding(&decisions),
             decisions,
-        };
+        }
+    }
+
+    /// One all-or-nothing check of several distinct (rule, key, cost) pairs.
+    pub(super) async fn all(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        t: Micros,
+    ) -> Result<MultiDecision, Failure> {
+        self.advance(t);
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
+        let want = self.decide_all(pairs, &keys, t);
         let checks: Vec<KeyCheck<'_>> = pairs
             .iter()
             .zip(&keys)
@@ -242,6 +262,150 @@ impl<S: Store> Driver<'_, S> {
         };
         self.step += 1;
         self.report.charges += 1;
+        result
+    }
+}
+
+/// A reservation as the reference keeps it.
+pub(super) struct OpenReservation {
+    /// (rule, full key, estimate) per pair.
+    pairs: Vec<(Rule, Vec<u8>, u64)>,
+    made: Micros,
+    due: Micros,
+    closed: bool,
+}
+
+impl<S: Store> Driver<'_, S> {
+    /// Reserves `pairs` (each cost its estimate) for `ttl` µs at `t`;
+    /// returns the (matching) decision and, when admitted, the ticket.
+    pub(super) async fn reserve(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        ttl: Micros,
+        t: Micros,
+    ) -> Result<Option<Ticket>, Failure> {
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
+        let ticket = Ticket::new(
+            TicketKind::Reservation,
+            pairs
+                .iter()
+                .zip(&keys)
+                .map(|(p, k)| TicketPair::new(p.0.name(), k))
+                .collect(),
+        );
+        // The decision is a check's: the reference and the store's answer
+        // are compared by `all` (which also advances the reference).
+        let checks: Vec<KeyCheck<'_>> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, cost), key)| KeyCheck {
+                rule,
+                key: key.as_slice(),
+                cost,
+            })
+            .collect();
+        let got = self.store.reserve_all(&checks, &ticket, ttl, Some(t)).await;
+        let want = self.decide_all(pairs, &keys, t);
+        let result = match got {
+            Ok(got) if got == want => Ok(want.allowed.then_some(ticket.clone())),
+            other => Err(self.failure(
+                format!(
+                    "reserve_all({} pairs, ttl {ttl}us, at {})",
+                    pairs.len(),
+                    show_time(t)
+                ),
+                format!("{want:?}"),
+                format!("{other:?}"),
+            )),
+        };
+        if want.allowed {
+            self.reservations.insert(
+                ticket.nonce,
+                OpenReservation {
+                    pairs: pairs
+                        .iter()
+                        .zip(keys)
+                        .map(|(p, k)| (p.0.clone(), k, p.2))
+                        .collect(),
+                    made: t,
+                    due: t + ttl,
+                    closed: false,
+                },
+            );
+        }
+        self.step += 1;
+        self.report.reservations += 1;
+        result
+    }
+
+    /// Settles (`actual` per pair) or cancels (`None`) `ticket` at `t`.
+    pub(super) async fn settle(
+        &mut self,
+        ticket: &Ticket,
+        actual: Option<&[u64]>,
+        t: Micros,
+    ) -> Result<Settled, Failure> {
+        self.advance(t);
+        let remembered = crate::time::duration_to_micros(crate::ticket::REMEMBERED_AFTER_TTL);
+        let want = match self.reservations.get_mut(&ticket.nonce) {
+            // Forgotten once its memory after the ttl is over.
+            Some(r) if t >= r.due + remembered => Settled::Unknown,
+            None => Settled::Unknown,
+            Some(r) if r.closed => Settled::Finished,
+            Some(r) => {
+                r.closed = true;
+                let late = t > r.due;
+                let mut charged = Vec::new();
+                for (i, (rule, key, estimate)) in r.pairs.iter().enumerate() {
+                    let state = self
+                        .states
+                        .entry((rule.name().to_owned(), key.clone()))
+                        .or_default();
+                    let a = actual.map(|a| a[i]);
+                    charged.push(match a {
+                        Some(a) if a >= *estimate => {
+                            algorithm::charge(rule, state, t, a - estimate)
+                        }
+                        back => {
+                            if !late {
+                                let units = estimate - back.unwrap_or(0);
+                                algorithm::give_back(rule, state, t, r.made, units);
+                            }
+                            algorithm::charge(rule, state, t, 0)
+                        }
+                    });
+                }
+                Settled::Done { late, charged }
+            }
+        };
+        let rules: Vec<Rule> = ticket
+            .pairs
+            .iter()
+            .filter_map(|p| self.rules.get(&p.rule).cloned())
+            .collect();
+        let pairs: Vec<SettlePair<'_>> = rules
+            .iter()
+            .enumerate()
+            .map(|(i, rule)| SettlePair {
+                rule,
+                actual: actual.map(|a| a[i]),
+            })
+            .collect();
+        let got = self.store.settle(ticket, &pairs, Some(t)).await;
+        let result = match got {
+            Ok(got) if got == want => Ok(want),
+            other => Err(self.failure(
+                format!(
+                    "settle({}, actual {actual:?}, at {})",
+                    ticket.nonce_hex(),
+                    show_time(t)
+                ),
+                format!("{want:?}"),
+                format!("{other:?}"),
+            )),
+        };
+        self.step += 1;
+        self.report.settles += 1;
         result
     }
 }

@@ -62,7 +62,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use self::driver::Driver;
-use self::random::{SplitMix, random_charges, random_multi, random_single};
+use self::random::{SplitMix, random_charges, random_multi, random_reservations, random_single};
 use self::scripted::{
     boundaries, costs, drain_and_retry, isolation, multi_scripted, scripted_rules,
     sliding_log_entries, sliding_window_weights,
@@ -117,14 +117,25 @@ pub struct Report {
     pub denied: usize,
     /// Charges made (each of one or several pairs).
     pub charges: usize,
+    /// Reservations asked for (admitted or not).
+    pub reservations: usize,
+    /// Settles and cancels (of open, closed and unknown reservations).
+    pub settles: usize,
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} cases passed: {} checks and {} multi-rule checks ({} denied), {} charges",
-            self.cases, self.checks, self.multi_checks, self.denied, self.charges
+            "{} cases passed: {} checks and {} multi-rule checks ({} denied), {} charges, \
+             {} reservations, {} settles",
+            self.cases,
+            self.checks,
+            self.multi_checks,
+            self.denied,
+            self.charges,
+            self.reservations,
+            self.settles
         )
     }
 }
@@ -188,6 +199,8 @@ pub async fn run_with<S: Store>(
         step: 0,
         now: START,
         states: HashMap::new(),
+        reservations: HashMap::new(),
+        rules: HashMap::new(),
     };
     for alg in Algorithm::ALL {
         for rule in scripted_rules(alg) {
@@ -214,6 +227,7 @@ pub async fn run_with<S: Store>(
     for alg in Algorithm::ALL {
         for i in 0..config.random_traces.div_ceil(2) {
             random_charges(&mut d, &mut rng, alg, i, config.steps).await?;
+            random_reservations(&mut d, &mut rng, alg, i, config.steps).await?;
         }
     }
     Ok(d.report)

@@ -202,3 +202,76 @@ pub(super) async fn random_charges<S: Store>(
     }
     Ok(())
 }
+
+/// Reservations of one rule's keys among checks and charges: settled
+/// above, at or below the estimate, cancelled, late (past their ttl),
+/// twice, and never made; sometimes two pairs at once.
+pub(super) async fn random_reservations<S: Store>(
+    d: &mut Driver<'_, S>,
+    rng: &mut SplitMix,
+    alg: Algorithm,
+    index: usize,
+    steps: usize,
+) -> Result<(), Failure> {
+    let r = random_rule(rng, alg, &format!("{}.reserve.{index}", alg.as_str()));
+    let mut t = d.begin(label(&format!("reservations-{index}"), &r), rng.below(HOUR));
+    let keys: [&[u8]; 2] = [b"k0", b"k1"];
+    let mut open: Vec<crate::ticket::Ticket> = Vec::new();
+    let mut closed: Vec<crate::ticket::Ticket> = Vec::new();
+    let mut retry = None;
+    for _ in 0..steps {
+        t = next_time(rng, t, &r, retry);
+        match rng.below(100) {
+            0..20 => {
+                let cost = random_cost(rng, r.capacity());
+                retry = d
+                    .one(&r, rng.pick(&keys), cost, t)
+                    .await?
+                    .retry_after
+                    .map(micros);
+            }
+            20..30 => {
+                d.charge(&[(&r, rng.pick(&keys), charge_cost(rng, &r))], t)
+                    .await?;
+            }
+            30..55 => {
+                let ttl = 1 + rng.below(2 * r.period_micros());
+                let first = rng.pick(&keys);
+                let mut pairs = vec![(&r, first, random_cost(rng, r.capacity()))];
+                if rng.below(4) == 0 {
+                    let other: &[u8] = if first == keys[0] { keys[1] } else { keys[0] };
+                    pairs.push((&r, other, random_cost(rng, r.capacity())));
+                }
+                if let Some(ticket) = d.reserve(&pairs, ttl, t).await? {
+                    open.push(ticket);
+                }
+            }
+            55..90 if !open.is_empty() => {
+                let i = usize::try_from(rng.below(open.len() as u64)).unwrap_or(0);
+                let ticket = open.swap_remove(i);
+                let n = ticket.pairs.len();
+                let actual: Option<Vec<u64>> = (rng.below(5) != 0).then(|| {
+                    (0..n)
+                        .map(|_| charge_cost(rng, &r).min(3 * r.capacity() + 3))
+                        .collect()
+                });
+                d.settle(&ticket, actual.as_deref(), t).await?;
+                closed.push(ticket);
+            }
+            90..95 if !closed.is_empty() => {
+                let ticket = rng.pick(&closed.iter().collect::<Vec<_>>()).clone();
+                d.settle(&ticket, Some(&vec![1; ticket.pairs.len()]), t)
+                    .await?;
+            }
+            _ => {
+                // A reservation never made: unknown to the store.
+                let never = crate::ticket::Ticket::new(
+                    crate::ticket::TicketKind::Reservation,
+                    vec![crate::ticket::TicketPair::new(r.name(), b"k0")],
+                );
+                d.settle(&never, None, t).await?;
+            }
+        }
+    }
+    Ok(())
+}

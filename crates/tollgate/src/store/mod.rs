@@ -20,6 +20,7 @@ use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::Rule;
+use crate::ticket::Ticket;
 use crate::time::Micros;
 
 pub use any::AnyStore;
@@ -34,6 +35,35 @@ pub struct KeyCheck<'a> {
     pub key: &'a [u8],
     /// Units to consume; 0 peeks.
     pub cost: u64,
+}
+
+/// How settling (or cancelling) a reservation ended at the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// The store holds no such reservation: never made, or forgotten
+    /// ([`crate::ticket::REMEMBERED_AFTER_TTL`] after its ttl).
+    Unknown,
+    /// It was settled or cancelled before; nothing changed.
+    Finished,
+    /// Settled now.
+    Done {
+        /// It came after the reservation's ttl: its estimate stayed
+        /// charged, only usage beyond it was charged.
+        late: bool,
+        /// Each pair's state after, as a charge answers it.
+        charged: Vec<Charged>,
+    },
+}
+
+/// One pair of a reservation being settled: its rule (the ticket names
+/// it), and the actual usage (`None`: cancelled, all of the estimate
+/// given back).
+#[derive(Debug, Clone, Copy)]
+pub struct SettlePair<'a> {
+    /// The pair's rule.
+    pub rule: &'a Rule,
+    /// The usage to settle at; `None` cancels.
+    pub actual: Option<u64>,
 }
 
 /// A place that keeps rate-limit state and decides checks atomically.
@@ -70,10 +100,36 @@ pub trait Store: Send + Sync + 'static {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         let _ = (checks, at);
-        std::future::ready(Err(StoreError::new(
-            StoreErrorKind::Protocol,
-            "this store does not implement charges",
-        )))
+        std::future::ready(Err(unsupported("charges")))
+    }
+
+    /// Decides `checks` all-or-nothing as [`Store::check_all`] does and,
+    /// when every pair admits, keeps a record of the reservation `ticket`
+    /// beside each pair's state: its estimate (the pair's cost), its time,
+    /// and its `ttl` (µs). The default answers an error.
+    fn reserve_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        ttl: Micros,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        let _ = (checks, ticket, ttl, at);
+        std::future::ready(Err(unsupported("reservations")))
+    }
+
+    /// Settles (or cancels) the reservation `ticket`, `pairs` in its
+    /// order (docs/semantics.md, "Reserve, then settle"): usage above a
+    /// pair's estimate is charged; below it, given back while the ttl runs;
+    /// all of it or nothing, and only once. The default answers an error.
+    fn settle(
+        &self,
+        ticket: &Ticket,
+        pairs: &[SettlePair<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        let _ = (ticket, pairs, at);
+        std::future::ready(Err(unsupported("reservations")))
     }
 
     /// Whether the store answers right now (Redis: a `PING`). An
@@ -107,6 +163,14 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
+/// The error of a store that does not implement `what`.
+fn unsupported(what: &str) -> StoreError {
+    StoreError::new(
+        StoreErrorKind::Protocol,
+        format!("this store does not implement {what}"),
+    )
+}
+
 impl<S: Store> Store for Arc<S> {
     fn check(
         &self,
@@ -132,6 +196,25 @@ impl<S: Store> Store for Arc<S> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         (**self).charge_all(checks, at)
+    }
+
+    fn reserve_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        ttl: Micros,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        (**self).reserve_all(checks, ticket, ttl, at)
+    }
+
+    fn settle(
+        &self,
+        ticket: &Ticket,
+        pairs: &[SettlePair<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        (**self).settle(ticket, pairs, at)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use parking_lot::Mutex;
 
 use super::check::{Core, When};
+use super::fingerprint::Fp;
 use super::table::{Shard, Slot, Table};
 use crate::algorithm::{self, Charged, GcraState, KeyState, gcra};
 use crate::rule::{Algorithm, Rule};
@@ -25,7 +26,11 @@ impl Core {
 
     /// Charges `cost` to (rule, key), `when`.
     pub(super) fn charge(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Charged {
-        let fp = self.fingerprint(rule, key);
+        self.charge_fp(rule, self.fingerprint(rule, key), cost, when)
+    }
+
+    /// Charges `cost` to the key of fingerprint `fp` under `rule`, `when`.
+    pub(super) fn charge_fp(&self, rule: &Rule, fp: Fp, cost: u64, when: When<'_>) -> Charged {
         let shard = self.shard_of(fp);
         {
             let table = shard.0.read();
@@ -70,14 +75,7 @@ impl Core {
     /// A charge to a key not held when looked at: create it under the
     /// exclusive lock (another call may have created it meanwhile).
     #[cold]
-    fn charge_new(
-        &self,
-        shard: &Shard,
-        rule: &Rule,
-        fp: super::fingerprint::Fp,
-        cost: u64,
-        when: When<'_>,
-    ) -> Charged {
+    fn charge_new(&self, shard: &Shard, rule: &Rule, fp: Fp, cost: u64, when: When<'_>) -> Charged {
         let mut table = shard.0.write();
         let t = when.now();
         let charged = Self::charge_locked(&mut table, rule, fp, t, cost);
@@ -85,13 +83,34 @@ impl Core {
         charged
     }
 
-    fn charge_locked(
-        table: &mut Table,
+    /// Gives `units` back at `t` to the key of `fp` under `rule`, of a
+    /// check admitted at `counted_at` ([`algorithm::give_back`]); a key
+    /// no longer held (forgotten, evicted) holds nothing to give back.
+    pub(super) fn give_back_fp(
+        &self,
         rule: &Rule,
-        fp: super::fingerprint::Fp,
+        fp: Fp,
         t: Micros,
-        cost: u64,
-    ) -> Charged {
+        counted_at: Micros,
+        units: u64,
+    ) {
+        let shard = self.shard_of(fp);
+        let table = shard.0.read();
+        if rule.algorithm() == Algorithm::Gcra {
+            if let Some(cell) = table.gcra.get(fp) {
+                let _ = cell.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                    Some(gcra::give_back(rule, GcraState { tat }, t, units).tat)
+                });
+            }
+        } else if let Some(slot) = table.other.get(&fp) {
+            let (_, delta) = slot.lock().apply(rule, |state| {
+                algorithm::give_back(rule, state, t, counted_at, units);
+            });
+            table.add_log_entries(delta);
+        }
+    }
+
+    fn charge_locked(table: &mut Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Charged {
         if rule.algorithm() == Algorithm::Gcra {
             let cell = table.gcra.get_or_insert(fp, rule);
             let (charged, next) = gcra::charge(

@@ -25,6 +25,8 @@ pub(super) struct Core {
     pub(super) shard_log_cap: usize,
     /// SipHash-1-3 keyed with the store's random secret.
     pub(super) sip: Sip13,
+    /// Open and recently closed reservations.
+    pub(super) reservations: super::reserve::Reservations,
 }
 
 /// GCRA on one atomic word: compare-and-swap until the state we decided on

@@ -69,7 +69,8 @@ use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
-use crate::store::{KeyCheck, Store};
+use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::ticket::Ticket;
 use crate::time::{Clock, Micros, MonotonicClock};
 
 mod charge;
@@ -77,6 +78,7 @@ mod check;
 mod classes;
 mod evict;
 mod fingerprint;
+mod reserve;
 mod table;
 
 use check::{Core, When};
@@ -159,6 +161,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
                     random.hash_one(0x746f_6c6c_u64),
                     random.hash_one(0x6761_7465_u64),
                 ),
+                reservations: reserve::Reservations::default(),
             },
         }
     }
@@ -190,6 +193,7 @@ impl<C: fmt::Debug> fmt::Debug for MemoryStore<C> {
             .field("capacity", &self.core.capacity())
             .field("log_entries", &self.core.log_entries())
             .field("shards", &self.core.shards.len())
+            .field("reservations", &self.core.reservations.len())
             .finish_non_exhaustive()
     }
 }
@@ -308,6 +312,30 @@ impl<C: Clock> Store for MemoryStore<C> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         std::future::ready(Ok(self.charge_all_sync(checks, at)))
+    }
+
+    fn reserve_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        ttl: Micros,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        std::future::ready(Ok(self.core.reserve_all(
+            checks,
+            ticket,
+            ttl,
+            self.when(at),
+        )))
+    }
+
+    fn settle(
+        &self,
+        ticket: &Ticket,
+        pairs: &[SettlePair<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        std::future::ready(Ok(self.core.settle(ticket, pairs, self.when(at))))
     }
 
     fn in_process(&self) -> bool {

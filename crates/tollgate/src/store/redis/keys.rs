@@ -13,7 +13,7 @@
 use crate::rule::Algorithm;
 
 /// Keys longer than this are stored by their SHA-1.
-pub const MAX_RAW_KEY: usize = 128;
+pub use crate::ticket::MAX_RAW_KEY;
 
 /// The Redis key of (rule, key) under `prefix`.
 pub(crate) fn redis_key(prefix: &str, rule: &str, algorithm: Algorithm, key: &[u8]) -> Vec<u8> {
@@ -53,13 +53,7 @@ pub(crate) fn write_key_head(out: &mut Vec<u8>, prefix: &str, rule: &str) {
 /// The caller's key as written in a Redis key: `=<key>`, or `#<sha1>` when
 /// longer than [`MAX_RAW_KEY`].
 pub(crate) fn write_key_body(out: &mut Vec<u8>, key: &[u8]) {
-    if key.len() <= MAX_RAW_KEY {
-        out.push(b'=');
-        out.extend_from_slice(key);
-    } else {
-        out.push(b'#');
-        out.extend_from_slice(sha1_smol::Sha1::from(key).digest().to_string().as_bytes());
-    }
+    crate::ticket::write_key_name(out, key);
 }
 
 /// The length of [`write_key_body`]'s output.
