@@ -7,7 +7,8 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
-use crate::store::{KeyCheck, Store};
+use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::ticket::Ticket;
 use crate::time::Micros;
 
 /// Any of the stores this crate provides, dispatched by a `match`.
@@ -93,6 +94,37 @@ impl Store for AnyStore {
             AnyStore::Redis(s) => Box::pin(s.charge_all(checks, at)).await,
             #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.charge_all(checks, at)).await,
+        }
+    }
+
+    async fn reserve_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        ttl: Micros,
+        at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.reserve_all(checks, ticket, ttl, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => Box::pin(s.reserve_all(checks, ticket, ttl, at)).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => Box::pin(s.reserve_all(checks, ticket, ttl, at)).await,
+        }
+    }
+
+    async fn settle(
+        &self,
+        ticket: &Ticket,
+        pairs: &[SettlePair<'_>],
+        at: Option<Micros>,
+    ) -> Result<Settled, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.settle(ticket, pairs, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => Box::pin(s.settle(ticket, pairs, at)).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => Box::pin(s.settle(ticket, pairs, at)).await,
         }
     }
 

@@ -57,7 +57,8 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::redis::RedisStore;
-use crate::store::{KeyCheck, Store};
+use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::ticket::Ticket;
 use crate::time::{Clock, Micros, MonotonicClock, duration_to_micros};
 
 /// How a [`HybridStore`] leases.
@@ -304,6 +305,29 @@ impl Store for HybridStore {
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         Store::charge_all(&self.inner.redis, checks, at)
+    }
+
+    /// Reservations go straight to Redis, as charges do.
+    fn reserve_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        ttl: Micros,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Store::reserve_all(&self.inner.redis, checks, ticket, ttl, at)
+    }
+
+    /// Settles go straight to Redis, where the reservation is.
+    fn settle(
+        &self,
+        ticket: &Ticket,
+        pairs: &[SettlePair<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Store::settle(&self.inner.redis, ticket, pairs, at)
     }
 
     /// Redis answers `PING`: the hybrid store is as reachable as its Redis.

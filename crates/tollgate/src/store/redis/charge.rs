@@ -7,7 +7,7 @@ use futures_util::future::join_all;
 
 use super::encode::{CHARGE, Pair, Pairs};
 use super::eval::decision;
-use super::{Backend, RedisStore, keys, protocol};
+use super::{RedisStore, protocol};
 use crate::algorithm::Charged;
 use crate::error::StoreError;
 use crate::store::KeyCheck;
@@ -27,20 +27,8 @@ impl RedisStore {
                 cost: c.cost,
             })
             .collect();
-        // Pairs in slot groups, in the order given within each.
-        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        if matches!(self.inner.backend, Backend::Cluster { .. }) {
-            for (i, p) in pairs.iter().enumerate() {
-                let slot = keys::slot(&p.key);
-                match groups.iter_mut().find(|g| g.0 == slot) {
-                    Some(g) => g.1.push(i),
-                    None => groups.push((slot, vec![i])),
-                }
-            }
-        } else {
-            groups.push((0, (0..pairs.len()).collect()));
-        }
-        let runs = groups.iter().map(|(_, members)| {
+        let groups = self.slot_groups(&pairs);
+        let runs = groups.iter().map(|members| {
             let group: Vec<Pair<'_>> = members
                 .iter()
                 .map(|&i| Pair {
@@ -52,7 +40,7 @@ impl RedisStore {
             async move { self.charge_run(group, at).await }
         });
         let mut out: Vec<Option<Charged>> = vec![None; pairs.len()];
-        for ((_, members), result) in groups.iter().zip(join_all(runs).await) {
+        for (members, result) in groups.iter().zip(join_all(runs).await) {
             for (&i, charged) in members.iter().zip(result?) {
                 out[i] = Some(charged);
             }

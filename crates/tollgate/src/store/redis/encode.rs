@@ -167,34 +167,121 @@ impl RuleCache {
     }
 }
 
-/// One run of a script: its pairs, mode (`c`onsume, `d`ry run, `r`efund)
-/// and explicit time, if any.
+/// One run of a script: its pairs, mode (`c`onsume, `d`ry run, `r`efund,
+/// ... see `prelude.lua`), explicit time, if any, and what the mode adds.
 #[derive(Clone, Copy)]
 pub(super) struct Run<'a, 'r> {
     pub(super) pairs: Pairs<'a, 'r>,
     pub(super) mode: &'a str,
     pub(super) at: Option<Micros>,
+    pub(super) extra: Extra<'a>,
+}
+
+impl Run<'_, '_> {
+    /// The number of keys the run names.
+    pub(super) fn keys(&self) -> usize {
+        self.pairs.len() + self.extra.records().len()
+    }
+
+    /// The number of arguments after `EVALSHA sha nkeys`.
+    pub(super) fn args(&self) -> usize {
+        self.keys() + 4 + 6 * self.pairs.len() + self.extra.argv()
+    }
+}
+
+/// What a run adds to its pairs' keys and arguments.
+#[derive(Clone, Copy)]
+pub(super) enum Extra<'a> {
+    /// Nothing: a check, a charge, a refund.
+    None,
+    /// A reservation (mode `v`): each pair's record key; then, after the
+    /// pairs' arguments, the ttl and how long the record is remembered
+    /// after it (µs).
+    Reserve {
+        records: &'a [Vec<u8>],
+        ttl: Micros,
+        remember: Micros,
+    },
+    /// A settle (mode `s`): each pair's record key; then one actual usage
+    /// per pair (`-1`: cancelled).
+    Settle {
+        records: &'a [Vec<u8>],
+        actual: &'a [Option<u64>],
+    },
+}
+
+impl Extra<'_> {
+    fn records(&self) -> &[Vec<u8>] {
+        match self {
+            Extra::None => &[],
+            Extra::Reserve { records, .. } | Extra::Settle { records, .. } => records,
+        }
+    }
+
+    fn argv(&self) -> usize {
+        match self {
+            Extra::None => 0,
+            Extra::Reserve { .. } => 2,
+            Extra::Settle { actual, .. } => actual.len(),
+        }
+    }
+
+    fn push(&self, a: &mut impl Args) {
+        for r in self.records() {
+            a.bytes(r);
+        }
+    }
+
+    fn push_argv(&self, a: &mut impl Args) {
+        match self {
+            Extra::None => {}
+            Extra::Reserve { ttl, remember, .. } => {
+                a.uint(*ttl);
+                a.uint(*remember);
+            }
+            Extra::Settle { actual, .. } => {
+                for x in *actual {
+                    match x {
+                        Some(v) => a.uint(*v),
+                        None => a.bytes(b"-1"),
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The arguments after `EVALSHA sha nkeys` or `EVAL source nkeys`:
 /// `keys… t margin n mode` and six per pair (see `check.lua`), with keys
 /// under `prefix` and `margin_ms` added to TTLs at explicit times.
 pub(super) fn script_args(a: &mut impl Args, prefix: &str, margin_ms: u64, run: Run<'_, '_>) {
-    let Run { pairs, mode, at } = run;
+    let Run {
+        pairs,
+        mode,
+        at,
+        extra,
+    } = run;
     let n = pairs.len();
     for i in 0..n {
         pairs.key(i, prefix, a);
     }
+    extra.push(a);
     push_common_args(a, n, margin_ms, mode, at);
     for i in 0..n {
         let (rule, cost) = pairs.rule_cost(i);
-        if mode == CHARGE {
+        if mode == CHARGE || mode == SETTLE {
             push_charge_args(a, rule, cost);
         } else {
             push_pair_args(a, rule, cost);
         }
     }
+    extra.push_argv(a);
 }
+
+/// The mode of a reservation (see `prelude.lua`).
+pub(super) const RESERVE: &str = "v";
+/// The mode of a settle or cancel (see `prelude.lua`).
+pub(super) const SETTLE: &str = "s";
 
 /// The mode of a charge run (see `prelude.lua`).
 pub(super) const CHARGE: &str = "g";
@@ -230,11 +317,18 @@ pub(super) fn encode_run(
     margin_ms: u64,
     run: Run<'_, '_>,
 ) {
-    let Pairs::One { rule, key, cost } = run.pairs else {
-        let n = run.pairs.len();
-        let mut e = Encoder::command(out, 7 + 7 * n);
+    // A single check's rule-dependent bytes are cached; a charge's
+    // arguments differ, so it takes the general path.
+    let single = match run.pairs {
+        Pairs::One { rule, key, cost } if run.mode != CHARGE && run.mode != SETTLE => {
+            Some((rule, key, cost))
+        }
+        _ => None,
+    };
+    let Some((rule, key, cost)) = single else {
+        let mut e = Encoder::command(out, 3 + run.args());
         e.encoded(script.head(by_sha));
-        e.uint(n as u64);
+        e.uint(run.keys() as u64);
         script_args(&mut e, prefix, margin_ms, run);
         return;
     };
@@ -335,18 +429,53 @@ mod tests {
                 runs.push(Pairs::One { rule, key, cost });
             }
         }
+        let records: Vec<Vec<u8>> = (0..pairs.len())
+            .map(|i| format!("rec{i}").into_bytes())
+            .collect();
+        let actual: Vec<Option<u64>> = (0..pairs.len() as u64)
+            .map(|i| (i % 2 == 0).then_some(u64::MAX / 7 * i))
+            .collect();
         // Twice: the second time every rule is cached.
         for pairs in runs.iter().chain(&runs).copied() {
+            let n = pairs.len();
+            let mut extras = vec![
+                ("c", Extra::None),
+                ("d", Extra::None),
+                ("r", Extra::None),
+                ("g", Extra::None),
+            ];
+            if matches!(pairs, Pairs::Many(_)) {
+                extras.push((
+                    "v",
+                    Extra::Reserve {
+                        records: &records[..n],
+                        ttl: 60_000_000,
+                        remember: 3_600_000_000,
+                    },
+                ));
+                extras.push((
+                    "s",
+                    Extra::Settle {
+                        records: &records[..n],
+                        actual: &actual[..n],
+                    },
+                ));
+            }
             for at in [None, Some(1_764_000_000_000_000)] {
-                for mode in ["c", "d", "r"] {
+                for &(mode, extra) in &extras {
                     for (by_sha, verb) in [(true, "EVALSHA"), (false, "EVAL")] {
                         let script = &scripts.multi;
-                        let run = Run { pairs, mode, at };
+                        let run = Run {
+                            pairs,
+                            mode,
+                            at,
+                            extra,
+                        };
                         let mut lean = Vec::new();
                         encode_run(&mut lean, &mut cache, script, by_sha, "tg", 600_000, run);
                         let mut cmd = redis::cmd(verb);
                         let body = if by_sha { &script.sha } else { script.source };
-                        cmd.arg(body).arg(pairs.len());
+                        cmd.arg(body).arg(run.keys());
                         script_args(&mut cmd, "tg", 600_000, run);
                         assert_eq!(
                             String::from_utf8_lossy(&lean),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 
 use super::conn::{self, Conn};
-use super::encode::{Pair, Pairs, RuleCache, Run, encode_run, script_args};
+use super::encode::{Extra, Pair, Pairs, RuleCache, Run, encode_run, script_args};
 use super::resp::{Ints, Reply};
 use super::scripts::Script;
 use super::{Backend, RedisStore, protocol, store_error};
@@ -66,12 +66,29 @@ impl RedisStore {
         mode: &str,
         at: Option<Micros>,
     ) -> Result<Ints, StoreError> {
-        let run = Run { pairs, mode, at };
+        self.eval_run(
+            script,
+            Run {
+                pairs,
+                mode,
+                at,
+                extra: Extra::None,
+            },
+        )
+        .await
+    }
+
+    /// Runs `script` over `run` as [`RedisStore::eval`] does.
+    pub(super) async fn eval_run(
+        &self,
+        script: &Script,
+        run: Run<'_, '_>,
+    ) -> Result<Ints, StoreError> {
         let (prefix, margin_ms) = (self.inner.prefix.as_str(), self.inner.margin_ms);
         let Backend::Lean(conn) = &self.inner.backend else {
             let build = |verb: &str, body: &str| {
                 let mut cmd = redis::cmd(verb);
-                cmd.arg(body).arg(pairs.len());
+                cmd.arg(body).arg(run.keys());
                 script_args(&mut cmd, prefix, margin_ms, run);
                 cmd
             };

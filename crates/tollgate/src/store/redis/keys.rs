@@ -84,6 +84,32 @@ fn suffix(algorithm: Algorithm) -> &'static [u8] {
     }
 }
 
+/// The Redis key of (rule, key) under `prefix`, the key given by its name
+/// ([`crate::ticket::key_name`]: what a ticket holds).
+pub(crate) fn redis_key_of_name(
+    prefix: &str,
+    rule: &str,
+    algorithm: Algorithm,
+    name: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + rule.len() + name.len() + 8);
+    write_key_head(&mut out, prefix, rule);
+    out.extend_from_slice(name);
+    write_key_tail(&mut out, algorithm);
+    out
+}
+
+/// The Redis key of a reservation's record for (rule, key named `name`):
+/// `{prefix}:{<rule>:<name>}:rv:<nonce>`, in the slot of the pair's state.
+pub(crate) fn record_key(prefix: &str, rule: &str, name: &[u8], nonce_hex: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + rule.len() + name.len() + nonce_hex.len() + 10);
+    write_key_head(&mut out, prefix, rule);
+    out.extend_from_slice(name);
+    out.extend_from_slice(b"}:rv:");
+    out.extend_from_slice(nonce_hex.as_bytes());
+    out
+}
+
 /// The Redis Cluster slot of a key, computed as Redis does (CRC16/XMODEM of
 /// the hash tag, or of the whole key without one, modulo 16384).
 pub(crate) fn slot(key: &[u8]) -> u16 {

@@ -45,6 +45,7 @@ pub mod keys;
 pub(crate) mod lease;
 mod open;
 mod replicas;
+mod reserve;
 mod resp;
 mod scripts;
 
@@ -64,7 +65,8 @@ use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::Rule;
-use crate::store::{KeyCheck, Store};
+use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::ticket::Ticket;
 use crate::time::Micros;
 
 /// How the Redis store connects and names its keys.
@@ -225,6 +227,25 @@ impl Store for RedisStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         self.charge_pairs(checks, at)
+    }
+
+    fn reserve_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        ttl: Micros,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        self.reserve_pairs(checks, ticket, ttl, at)
+    }
+
+    fn settle(
+        &self,
+        ticket: &Ticket,
+        pairs: &[SettlePair<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
+        self.settle_pairs(ticket, pairs, at)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

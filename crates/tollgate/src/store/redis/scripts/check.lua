@@ -176,6 +176,51 @@ elseif mode == 'g' then
     reply[#reply + 1] = units
   end
   return reply
+elseif mode == 's' then
+  -- Settle (or cancel) a reservation: KEYS[n+i] are its records. Unknown
+  -- (a record missing or past its memory) or finished (settled before):
+  -- nothing changes. Else every pair: usage above its estimate charged;
+  -- below it given back unless late (past the ttl); a cancel (-1) gives
+  -- the whole estimate back. Reply: t, status (0 done, 1 unknown,
+  -- 2 finished), late (0/1), then 7 per pair: allowed, remaining,
+  -- reset_after, retry_after, debt, units charged, estimate.
+  local recs, status = {}, 0
+  for i = 1, n do
+    local h = redis.call('HMGET', KEYS[n + i], 'e', 'm', 'd', 'f', 's')
+    local e, m, d, f, st = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5])
+    if e == nil or f == nil or t >= f then return { t, 1, 0 } end
+    if st ~= 0 then status = 2 end
+    recs[i] = { e, m, d }
+  end
+  if status ~= 0 then return { t, status, 0 } end
+  local late = t > recs[1][3]
+  local reply = { t, 0, late and 1 or 0 }
+  local base = 4 + 6 * n
+  for i = 1, n do
+    redis.call('HSET', KEYS[n + i], 's', 1)
+    local code, _, p1, p2, p3, p4 = pair(i)
+    local actual = tonumber(ARGV[base + i])
+    local e, made = recs[i][1], recs[i][2]
+    local remaining, reset, debt, units
+    if actual >= e then
+      remaining, reset, debt, units = CHARGES[code](KEYS[i], actual - e, p1, p2, p3, p4, t)
+    else
+      if not late then
+        local back = e
+        if actual > 0 then back = e - actual end
+        GIVEBACKS[code](KEYS[i], back, p1, p2, p3, p4, t, made)
+      end
+      remaining, reset, debt, units = CHARGES[code](KEYS[i], 0, p1, p2, p3, p4, t)
+    end
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    reply[#reply + 1] = -1
+    reply[#reply + 1] = debt
+    reply[#reply + 1] = units
+    reply[#reply + 1] = e
+  end
+  return reply
 elseif mode == 'r' then
   for i = 1, n do
     local code, cost, p1, p2, p3, p4 = pair(i)
@@ -191,9 +236,21 @@ else
     out[i] = { allowed, remaining, reset, retry }
     if allowed and cost > 0 then writes[#writes + 1] = write end
   end
-  if all and mode == 'c' then
+  if all and (mode == 'c' or mode == 'v') then
     for i = 1, #writes do writes[i]() end
-  elseif n > 1 or mode == 'd' then
+    if mode == 'v' then
+      -- A reservation: a record beside each pair's state (same hash slot),
+      -- kept until its memory after the ttl ends.
+      local ttl, remember = tonumber(ARGV[5 + 6 * n]), tonumber(ARGV[6 + 6 * n])
+      for i = 1, n do
+        local _, cost = pair(i)
+        local forget = t + ttl + remember
+        redis.call('HSET', KEYS[n + i], 'e', num(cost), 'm', num(t), 'd', num(t + ttl),
+          'f', num(forget), 's', 0)
+        redis.call('PEXPIRE', KEYS[n + i], ttl_ms(forget - t))
+      end
+    end
+  elseif n > 1 or mode == 'd' or mode == 'v' then
     -- nothing is consumed: pairs that would have admitted report a peek
     for i = 1, n do
       if out[i][1] then out[i] = peek(i) end

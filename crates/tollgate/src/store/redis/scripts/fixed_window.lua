@@ -53,3 +53,9 @@ REFUNDS[3] = function(key, cost, period, limit, _, _, t0)
   if n < 0 then n = 0 end
   redis.call('HSET', key, 'n', num(n))
 end
+
+-- Give back: from the count of the window the reservation counted in,
+-- while it is the key's window.
+GIVEBACKS[3] = function(key, units, period, limit, max_debt, _, t, made)
+  REFUNDS[3](key, units, period, limit, 0, 0, made)
+end

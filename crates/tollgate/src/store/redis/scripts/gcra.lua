@@ -60,3 +60,12 @@ CHARGES[1] = function(key, cost, max_debt, tau, interval, burst, t)
   end
   return idiv(left, interval), used, debt, units
 end
+
+-- Give back: the TAT moves back by units * T, never below t.
+GIVEBACKS[1] = function(key, units, max_debt, tau, interval, burst, t, made)
+  local stored = tonumber(redis.call('GET', key))
+  if stored == nil or stored <= t then return end
+  local tat = stored - units * interval
+  if tat < t then tat = t end
+  redis.call('SET', key, num(tat), 'PX', ttl_ms(tat - t))
+end

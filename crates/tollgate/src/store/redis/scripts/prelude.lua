@@ -15,6 +15,11 @@
 --             "g" charge: every pair charged in turn, never denied
 --             (docs/semantics.md, "Charge"); its six arguments are those of
 --             CHARGE ARGUMENTS below,
+--             "v" reserve: as "c", and when every pair admits, a record per
+--             pair (KEYS[n+i]; ARGV after the pairs: ttl, remember, µs),
+--             "s" settle: KEYS[n+i] the pairs' records, the pairs' six
+--             arguments as in mode "g", then one actual usage per pair
+--             (-1: cancel); see check.lua,
 --             "b" batch: every pair is an independent single check, decided
 --             and written in order (a later pair on the same key sees the
 --             earlier one's write); a pair that raises an error reports it
@@ -102,6 +107,9 @@ end
 local ALGOS = {}
 local REFUNDS = {}
 local CHARGES = {}
+-- Give-backs (docs/semantics.md, "Reserve, then settle"): (key, units,
+-- the pair's charge arguments p1..p4, t, the reservation's time).
+local GIVEBACKS = {}
 -- For GCRA (code 1): the decision as a pure function of the key's one stored
 -- number (see gcra.lua); batches read and write such keys once a run.
 local PURE = {}

@@ -87,3 +87,8 @@ CHARGES[5] = function(key, cost, period, limit, max_debt, _, t)
   if debt < 0 then debt = 0 end
   return remaining, reset, debt, units
 end
+
+-- Give back: shrink the reservation's own entry.
+GIVEBACKS[5] = function(key, units, period, limit, max_debt, _, t, made)
+  REFUNDS[5](key, units, period, limit, 0, 0, made)
+end

@@ -88,3 +88,26 @@ REFUNDS[4] = function(key, cost, period, limit, _, _, t0)
   if v < 0 then v = 0 end
   redis.call('HSET', key, field, num(v))
 end
+
+-- Give back: from the window the reservation counted in, while it still
+-- counts at t (as the current or the previous window).
+GIVEBACKS[4] = function(key, units, period, limit, max_debt, _, t, made)
+  local w = idiv(t, period) * period
+  local h = redis.call('HMGET', key, 'w', 'p', 'c')
+  local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
+  if sw == nil or sw > w then return end
+  local prev, curr = 0, 0
+  if sw == w then prev, curr = sp, sc elseif sw + period == w then prev = sc end
+  local counted = idiv(made, period) * period
+  if counted == w then
+    curr = curr - units
+    if curr < 0 then curr = 0 end
+  elseif counted + period == w then
+    prev = prev - units
+    if prev < 0 then prev = 0 end
+  else
+    return
+  end
+  redis.call('HSET', key, 'w', num(w), 'p', num(prev), 'c', num(curr))
+  redis.call('PEXPIRE', key, ttl_ms(w + 2 * period - t))
+end

@@ -61,3 +61,20 @@ REFUNDS[2] = function(key, cost, need, tau, interval, burst, t0)
   redis.call('HSET', key, 'c', num(c))
   redis.call('PEXPIRE', key, ttl_ms(tau - c))
 end
+
+-- Give back: units * T of credit after the refill, never past full.
+GIVEBACKS[2] = function(key, units, max_debt, tau, interval, burst, t, made)
+  local h = redis.call('HMGET', key, 'c', 'l')
+  local c, l = tonumber(h[1]), tonumber(h[2])
+  if c == nil or l == nil then return end
+  local elapsed = t - l
+  if elapsed < 0 then elapsed = 0 end
+  local credit = c + elapsed
+  if credit > tau then credit = tau end
+  local last = t
+  if l > t then last = l end
+  credit = credit + units * interval
+  if credit > tau then credit = tau end
+  redis.call('HSET', key, 'c', num(credit), 'l', num(last))
+  redis.call('PEXPIRE', key, ttl_ms(tau - credit))
+end
