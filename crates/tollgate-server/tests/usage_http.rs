@@ -250,3 +250,260 @@ on_error = "allow"
     }
     redis.resume();
 }
+
+fn post(s: &Tollgate, path: &str, body: &serde_json::Value) -> common::Resp {
+    post_json(s.api(), path, &body.to_string())
+}
+
+/// Reserve, settle above and below the estimate, cancel, twice; each
+/// answer as docs/http-api.md gives it, and the key's state after.
+fn reservations_settle_once(s: &Tollgate) {
+    use serde_json::json;
+    let r = post(
+        s,
+        "/v1/reserve",
+        &json!({"rule": "tpm", "key": "a", "cost": 60, "ttl_ms": 60000}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["remaining"], 40);
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    assert!(id.starts_with("r1~"), "{id}");
+    // Above the estimate: the excess is charged (80 in all).
+    let r = post(s, "/v1/settle", &json!({"reservation": id, "cost": 80}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        (r.json()["late"].clone(), r.json()["debt"].clone()),
+        (false.into(), 0.into())
+    );
+    assert_eq!(r.json()["remaining"], 20);
+    // Twice: 409, nothing changes.
+    let r = post(s, "/v1/settle", &json!({"reservation": id, "cost": 5}));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(check(s, "tpm", "a", 0).json()["remaining"], 20);
+    // Below the estimate: the rest is given back.
+    let r = post(
+        s,
+        "/v1/reserve",
+        &json!({"rule": "tpm", "key": "b", "cost": 50}),
+    );
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    let r = post(
+        s,
+        "/v1/settle",
+        &json!({"reservation": id, "rule": "tpm", "key": "b", "cost": 10}),
+    );
+    assert_eq!(
+        (r.status, r.json()["remaining"].clone()),
+        (200, 90.into()),
+        "{}",
+        r.text()
+    );
+    // Cancelled: all of it given back.
+    let r = post(
+        s,
+        "/v1/reserve",
+        &json!({"rule": "tpm", "key": "c", "cost": 70}),
+    );
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    let r = post(s, "/v1/cancel", &json!({"reservation": id}));
+    assert_eq!(
+        (r.status, r.json()["remaining"].clone()),
+        (200, 100.into()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        post(s, "/v1/cancel", &json!({"reservation": id})).status,
+        409
+    );
+    // A reservation that does not fit is a 429 without an id.
+    let r = post(
+        s,
+        "/v1/reserve",
+        &json!({"rule": "tpm", "key": "a", "cost": 21}),
+    );
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(r.json()["reservation"], serde_json::Value::Null);
+    assert!(r.header("retry-after").is_some());
+    // All-or-nothing over two rules, settled per pair.
+    let r = post(
+        s,
+        "/v1/reserve",
+        &json!({"checks": [
+        {"rule": "tpm", "key": "m", "cost": 30}, {"rule": "rpm", "key": "m", "cost": 1}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    let r = post(
+        s,
+        "/v1/settle",
+        &json!({"reservation": id, "checks": [
+        {"rule": "tpm", "key": "m", "cost": 130}, {"rule": "rpm", "key": "m", "cost": 1}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["checks"][0]["debt"], 30);
+    assert_eq!(r.json()["checks"][1]["remaining"], 9);
+}
+
+#[test]
+fn reservations_settle_once_on_the_memory_store() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    reservations_settle_once(&s);
+}
+
+#[test]
+fn reservations_settle_once_on_redis() {
+    let redis = RedisServer::start();
+    let config = format!("[store]\nurl = \"{}\"\n{RULES}", redis.url());
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    reservations_settle_once(&s);
+    assert!(redis.keys_without_ttl().is_empty());
+    // Any replica settles what another reserved.
+    let other = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    let r = post(
+        &s,
+        "/v1/reserve",
+        &serde_json::json!({"rule": "rpm", "key": "x", "cost": 4}),
+    );
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    let r = post(
+        &other,
+        "/v1/settle",
+        &serde_json::json!({"reservation": id, "cost": 2}),
+    );
+    assert_eq!(
+        (r.status, r.json()["remaining"].clone()),
+        (200, 8.into()),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn bad_settles_name_the_problem_and_change_nothing() {
+    use serde_json::json;
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    let r = post(
+        &s,
+        "/v1/reserve",
+        &json!({"rule": "tpm", "key": "k", "cost": 40}),
+    );
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    // Another id of the same shape, never made: guessed ids are unknown.
+    let mut forged: Vec<char> = id.chars().collect();
+    forged[5] = if forged[5] == 'A' { 'B' } else { 'A' };
+    let forged: String = forged.into_iter().collect();
+    let long = format!("r1~{}", "A".repeat(40_000));
+    for (path, body, status, want) in [
+        (
+            "/v1/settle",
+            json!({"reservation": id, "cost": -1}),
+            400,
+            "cost: must not be negative",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": id}),
+            400,
+            "cost: missing",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": id, "cost": 1.5}),
+            400,
+            "cost: expected a whole number",
+        ),
+        (
+            "/v1/settle",
+            json!({"cost": 3}),
+            400,
+            "reservation: missing",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": 7, "cost": 3}),
+            400,
+            "reservation: expected a string",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": "garbage", "cost": 3}),
+            400,
+            "not a tollgate reservation id",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": long, "cost": 3}),
+            400,
+            "longer than the limit",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": id, "rule": "tpm", "key": "other", "cost": 3}),
+            400,
+            "is not the reservation's",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": id, "rule": "rpm", "key": "k", "cost": 3}),
+            400,
+            "is not the reservation's",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": id, "lease": id, "cost": 3}),
+            400,
+            "lease: unknown field",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": forged, "cost": 3}),
+            404,
+            "unknown reservation",
+        ),
+        (
+            "/v1/cancel",
+            json!({"reservation": id, "cost": 3}),
+            400,
+            "cost: unknown field",
+        ),
+        (
+            "/v1/reserve",
+            json!({"rule": "tpm", "key": "k", "cost": 1, "ttl_ms": 0}),
+            400,
+            "ttl_ms: must be at least 1",
+        ),
+        (
+            "/v1/reserve",
+            json!({"rule": "tpm", "key": "k", "cost": 1, "ttl_ms": 90_000_000_u64}),
+            400,
+            "ttl_ms 90000000 is outside",
+        ),
+        (
+            "/v1/reserve",
+            json!({"rule": "tpm", "key": "k", "cost": 1, "ttl_ms": -4}),
+            400,
+            "ttl_ms: must not be negative",
+        ),
+        (
+            "/v1/check",
+            json!({"rule": "tpm", "key": "k", "ttl_ms": 5}),
+            400,
+            "ttl_ms: unknown field; expected rule, key, cost",
+        ),
+    ] {
+        let r = post(&s, path, &body);
+        assert_eq!(r.status, status, "{path} {body}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_owned();
+        assert!(e.contains(want), "{path} {body}: {e}");
+    }
+    // Nothing above settled it or charged anything.
+    assert_eq!(check(&s, "tpm", "k", 0).json()["remaining"], 60);
+    let r = post(&s, "/v1/settle", &json!({"reservation": id, "cost": 40}));
+    assert_eq!(
+        (r.status, r.json()["remaining"].clone()),
+        (200, 60.into()),
+        "{}",
+        r.text()
+    );
+}

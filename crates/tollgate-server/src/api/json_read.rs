@@ -57,6 +57,12 @@ pub(super) fn parse_check(body: &[u8]) -> Result<CheckRequest<'_>, String> {
 
 /// The serde reader: every body, every problem named.
 pub(super) fn parse_check_json(body: &[u8]) -> Result<CheckRequest<'_>, String> {
+    read_raw(body)?.check()
+}
+
+/// Reads a body into its fields: a syntax error anywhere, then a field
+/// named twice anywhere, is the error.
+pub(super) fn read_raw(body: &[u8]) -> Result<RawCheck<'_>, String> {
     let mut dup = None;
     let mut de = serde_json::Deserializer::from_slice(body);
     let raw = RawSeed { dup: &mut dup }
@@ -66,7 +72,7 @@ pub(super) fn parse_check_json(body: &[u8]) -> Result<CheckRequest<'_>, String> 
     if let Some(name) = dup {
         return Err(format!("duplicate field {name:?}"));
     }
-    raw.check()
+    Ok(raw)
 }
 
 /// The plainest reader, for the body clients send most: one object of
@@ -146,7 +152,7 @@ fn plain_u64(s: &[u8]) -> Option<(u64, &[u8])> {
 
 /// A JSON value as the reader keeps it until the body has parsed.
 #[derive(Debug)]
-enum Raw<'a> {
+pub(super) enum Raw<'a> {
     Str(Cow<'a, str>),
     /// A non-negative integer that fits a `u64`.
     U64(u64),
@@ -163,7 +169,7 @@ enum Raw<'a> {
 }
 
 impl Raw<'_> {
-    fn type_name(&self) -> &'static str {
+    pub(super) fn type_name(&self) -> &'static str {
         match self {
             Raw::Str(_) => "a string",
             Raw::U64(_) | Raw::I64(_) | Raw::F64(_) => "a number",
@@ -176,31 +182,57 @@ impl Raw<'_> {
 
 /// An object's fields of a check body.
 #[derive(Debug, Default)]
-struct Fields<'a> {
-    rule: Option<Box<Raw<'a>>>,
-    key: Option<Box<Raw<'a>>>,
-    cost: Option<Box<Raw<'a>>>,
-    checks: Option<Box<Raw<'a>>>,
-    /// Where each of the four came, counted in fields from the first:
-    /// rule, key, cost, checks.
-    at: [usize; 4],
+pub(super) struct Fields<'a> {
+    pub(super) rule: Option<Box<Raw<'a>>>,
+    pub(super) key: Option<Box<Raw<'a>>>,
+    pub(super) cost: Option<Box<Raw<'a>>>,
+    pub(super) checks: Option<Box<Raw<'a>>>,
+    pub(super) ttl_ms: Option<Box<Raw<'a>>>,
+    pub(super) reservation: Option<Box<Raw<'a>>>,
+    pub(super) lease: Option<Box<Raw<'a>>>,
+    /// Where each of the seven came, counted in fields from the first, in
+    /// [`KNOWN`]'s order.
+    at: [usize; 7],
     /// The first field that is none of those, in body order, and where.
     unknown: Option<(usize, String)>,
 }
 
+/// The fields any usage body knows; each endpoint allows some of them.
+const KNOWN: [&str; 7] = [
+    "rule",
+    "key",
+    "cost",
+    "checks",
+    "ttl_ms",
+    "reservation",
+    "lease",
+];
+
 /// `checks`' items: the first [`MAX_CHECKS`] kept, the rest counted.
 #[derive(Debug, Default)]
-struct Items<'a> {
-    kept: Vec<Raw<'a>>,
-    len: usize,
+pub(super) struct Items<'a> {
+    pub(super) kept: Vec<Raw<'a>>,
+    pub(super) len: usize,
 }
 
 /// The whole body, read.
-struct RawCheck<'a>(Raw<'a>);
+pub(super) struct RawCheck<'a>(pub(super) Raw<'a>);
 
 impl<'a> RawCheck<'a> {
     /// Judges the fields, in the order `docs/http-api.md` gives.
     fn check(self) -> Result<CheckRequest<'a>, String> {
+        self.check_allowing(&[])
+    }
+
+    /// [`RawCheck::check`], with `extra` top-level fields allowed (taken
+    /// out of the body by the caller).
+    pub(super) fn check_allowing(self, extra: &[&str]) -> Result<CheckRequest<'a>, String> {
+        let one: Vec<&str> = ["rule", "key", "cost"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let many: Vec<&str> = ["checks", "cost"].iter().chain(extra).copied().collect();
         let Raw::Object(mut obj) = self.0 else {
             return Err(format!(
                 "expected a JSON object such as {{\"rule\": \"per_user\", \"key\": \"alice\"}}, found {}",
@@ -209,7 +241,7 @@ impl<'a> RawCheck<'a> {
         };
         let cost = obj.cost.take().map_or(Ok(1), |c| cost(&c, "cost"))?;
         let Some(checks) = obj.checks.take() else {
-            unknown(&obj, "", &["rule", "key", "cost"])?;
+            unknown(&obj, "", &one)?;
             let rule = string(obj.rule, "rule", "")?;
             let key = string(obj.key, "key", "")?;
             return Ok(CheckRequest {
@@ -220,7 +252,7 @@ impl<'a> RawCheck<'a> {
         if obj.rule.is_some() || obj.key.is_some() {
             return Err("give either \"rule\" and \"key\" or \"checks\", not both".to_owned());
         }
-        unknown(&obj, "", &["checks", "cost"])?;
+        unknown(&obj, "", &many)?;
         let Raw::Array(items) = *checks else {
             return Err(format!(
                 "checks: expected an array of {{\"rule\", \"key\"}} objects, found {}",
@@ -259,7 +291,7 @@ impl<'a> RawCheck<'a> {
     }
 }
 
-fn field_name(path: &str, field: &str) -> String {
+pub(super) fn field_name(path: &str, field: &str) -> String {
     if path.is_empty() {
         field.to_owned()
     } else {
@@ -268,15 +300,19 @@ fn field_name(path: &str, field: &str) -> String {
 }
 
 /// The first field of `obj`, in body order, that is not `allowed`.
-fn unknown(obj: &Fields<'_>, path: &str, allowed: &[&str]) -> Result<(), String> {
-    let known = [
-        ("rule", obj.rule.is_some()),
-        ("key", obj.key.is_some()),
-        ("cost", obj.cost.is_some()),
-        ("checks", obj.checks.is_some()),
+pub(super) fn unknown(obj: &Fields<'_>, path: &str, allowed: &[&str]) -> Result<(), String> {
+    let present = [
+        obj.rule.is_some(),
+        obj.key.is_some(),
+        obj.cost.is_some(),
+        obj.checks.is_some(),
+        obj.ttl_ms.is_some(),
+        obj.reservation.is_some(),
+        obj.lease.is_some(),
     ];
-    let out_of_place = known
+    let out_of_place = KNOWN
         .iter()
+        .zip(present)
         .zip(obj.at)
         .filter(|((name, present), _)| *present && !allowed.contains(name))
         .map(|((name, _), at)| (at, *name));
@@ -295,7 +331,7 @@ fn unknown(obj: &Fields<'_>, path: &str, allowed: &[&str]) -> Result<(), String>
 
 /// A `rule` or `key` field: a string, and for keys non-empty and at most
 /// [`MAX_KEY_LEN`] bytes.
-fn string<'a>(
+pub(super) fn string<'a>(
     value: Option<Box<Raw<'a>>>,
     field: &str,
     path: &str,
@@ -319,7 +355,7 @@ fn string<'a>(
 }
 
 /// A `cost` field (`name`, its path): a JSON integer from 0 to 2^64 - 1.
-fn cost(v: &Raw<'_>, name: &str) -> Result<u64, String> {
+pub(super) fn cost(v: &Raw<'_>, name: &str) -> Result<u64, String> {
     match *v {
         Raw::U64(c) => Ok(c),
         Raw::I64(n) => Err(format!("{name}: must not be negative, got {n}")),
@@ -466,6 +502,9 @@ impl<'de> Visitor<'de> for ValueVisitor<'_> {
                 "key" => Some((&mut fields.key, &mut fields.at[1])),
                 "cost" => Some((&mut fields.cost, &mut fields.at[2])),
                 "checks" => Some((&mut fields.checks, &mut fields.at[3])),
+                "ttl_ms" => Some((&mut fields.ttl_ms, &mut fields.at[4])),
+                "reservation" => Some((&mut fields.reservation, &mut fields.at[5])),
+                "lease" => Some((&mut fields.lease, &mut fields.at[6])),
                 _ => None,
             };
             let (depth, is_checks) = (

@@ -48,14 +48,26 @@ fn push_decision(out: &mut Vec<u8>, allowed: bool, rule: &str, d: &Decision, deb
     }
 }
 
+/// A top-level field a usage endpoint adds to the answer.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Tail<'a> {
+    /// A string (a reservation or lease id).
+    Str(&'static str, &'a str),
+    /// `null` (no id: denied, or the failure policy answered).
+    Null(&'static str),
+    /// A boolean (`late`).
+    Bool(&'static str, bool),
+}
+
 /// The answer's JSON body (with its trailing newline); `debts`, one per
-/// pair, for a charge's answer.
+/// pair, for a charge's answer; `tail`, fields a usage endpoint adds.
 #[inline]
 pub(super) fn answer_body(
     req: &CheckRequest<'_>,
     multi: &MultiDecision,
     degraded: bool,
     debts: Option<&[u64]>,
+    tail: &[Tail<'_>],
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(if req.multi {
         160 * (1 + req.pairs.len())
@@ -84,6 +96,20 @@ pub(super) fn answer_body(
     }
     if degraded {
         out.extend_from_slice(b",\"degraded\":true");
+    }
+    for field in tail {
+        let (name, value): (&str, &[u8]) = match field {
+            Tail::Str(name, _) | Tail::Null(name) => (name, b"null"),
+            Tail::Bool(name, true) => (name, b"true"),
+            Tail::Bool(name, false) => (name, b"false"),
+        };
+        out.push(b',');
+        push_json_str(&mut out, name);
+        out.push(b':');
+        match field {
+            Tail::Str(_, s) => push_json_str(&mut out, s),
+            _ => out.extend_from_slice(value),
+        }
     }
     out.extend_from_slice(b"}\n");
     out

@@ -61,6 +61,7 @@ use tollgate_tower::headers::{HeaderOptions, PolicyCache};
 
 mod body;
 mod json_read;
+mod json_usage;
 mod json_write;
 mod reply;
 mod usage;
@@ -71,7 +72,7 @@ pub use reply::ApiBody;
 
 use body::is_json;
 use json_read::{CheckRequest, parse_check};
-use json_write::answer_body;
+use json_write::{Tail, answer_body};
 use reply::{bytes_response, error, json_response, method_not_allowed};
 
 /// What the API's handlers share.
@@ -114,6 +115,9 @@ impl Api {
         let mut res = match req.uri().path() {
             "/v1/check" => self.check(req).await,
             "/v1/charge" => self.charge(req).await,
+            "/v1/reserve" => self.reserve(req).await,
+            "/v1/settle" => self.settle(req, false).await,
+            "/v1/cancel" => self.settle(req, true).await,
             "/v1/rules" => get_only(&req, "/v1/rules", || {
                 json_response(StatusCode::OK, &rules_json(self))
             }),
@@ -186,7 +190,7 @@ impl Api {
             self.gate.check_all(&checks_of(&parsed)).await
         };
         match result {
-            Ok(verdict) => answer(self, &parsed, &verdict, None),
+            Ok(verdict) => answer(self, &parsed, &verdict, None, &[]),
             Err(e) => refused(e),
         }
     }
@@ -331,6 +335,7 @@ fn answer(
     req: &CheckRequest<'_>,
     verdict: &Verdict,
     debts: Option<&[u64]>,
+    tail: &[Tail<'_>],
 ) -> Response<ApiBody> {
     let multi = &verdict.multi;
     let deciding = multi.decision();
@@ -339,7 +344,7 @@ fn answer(
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let body = answer_body(req, multi, verdict.degraded.is_some(), debts);
+    let body = answer_body(req, multi, verdict.degraded.is_some(), debts, tail);
     let mut res = bytes_response(status, body);
     let retry = if multi.allowed {
         None

@@ -351,6 +351,8 @@ fn field_strategy() -> impl Strategy<Value = &'static str> {
         Just("\"checks\""),
         Just("\"r\\u0075le\""),
         Just("\"colour\""),
+        Just("\"ttl_ms\""),
+        Just("\"lease\""),
         Just("\"size\""),
     ]
 }
@@ -479,7 +481,7 @@ fn answers_are_byte_identical_to_the_map_answers() {
                     (false, Some(debts.as_slice())),
                     (true, Some(debts.as_slice())),
                 ] {
-                    let got = answer_body(&req, &multi, degraded, debts);
+                    let got = answer_body(&req, &multi, degraded, debts, &[]);
                     let want = answer_oracle(&req, &multi, degraded, debts);
                     assert_eq!(
                         String::from_utf8_lossy(&got),

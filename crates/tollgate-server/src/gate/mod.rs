@@ -10,8 +10,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate::resilient::{self, ChargeVerdict, Refusal, ResilientLimiter, Verdict};
-use tollgate::store::AnyStore;
+use tollgate::resilient::{
+    self, ChargeVerdict, Refusal, ReserveVerdict, ResilientLimiter, Verdict,
+};
+use tollgate::store::{AnyStore, Settled};
+use tollgate::ticket::Ticket;
 use tollgate::{Check, Limiter, Rule, Store};
 
 use tollgate::OnError;
@@ -137,6 +140,33 @@ impl Gate {
     /// As [`Gate::check_all`].
     pub async fn charge_all(&self, checks: &[Check<'_>]) -> Result<ChargeVerdict, Refusal> {
         self.limiter.charge_all(checks).await
+    }
+
+    /// Reserves every pair's cost for `ttl` (docs/semantics.md, "Reserve,
+    /// then settle").
+    ///
+    /// # Errors
+    /// As [`Gate::check_all`], and a `ttl` out of range.
+    pub async fn reserve_all(
+        &self,
+        checks: &[Check<'_>],
+        ttl: std::time::Duration,
+    ) -> Result<ReserveVerdict, Refusal> {
+        self.limiter.reserve_all(checks, ttl).await
+    }
+
+    /// Settles (`actual`: one usage for every pair, or one per pair) or
+    /// cancels (`None`) the reservation `ticket`.
+    ///
+    /// # Errors
+    /// A ticket whose rules are gone, an `actual` of the wrong length, the
+    /// store failed.
+    pub async fn settle(
+        &self,
+        ticket: &Ticket,
+        actual: Option<&[u64]>,
+    ) -> Result<Settled, Refusal> {
+        self.limiter.settle(ticket, actual).await
     }
 
     /// Whether the store answers: always for the memory store; for Redis,

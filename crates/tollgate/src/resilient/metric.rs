@@ -45,6 +45,13 @@ pub const CHARGES_IN_DEBT: &str = "tollgate_charges_in_debt_total";
 /// of the rule left on its key.
 pub const CHARGE_DEBT: &str = "tollgate_charge_debt_units";
 
+/// Counter, labels `rule`, `outcome`: reservations per pair — `opened`
+/// (admitted), `settled`, `cancelled`, `late` (settled or cancelled after
+/// the ttl: the estimate stayed charged), `unknown` (a settle of an id the
+/// store does not hold: never made, or forgotten an hour after its ttl),
+/// `finished` (settled or cancelled before: 409).
+pub const RESERVATIONS: &str = "tollgate_reservations_total";
+
 /// Metric handles, registered at first use and kept: `counter!` with a
 /// rule label builds its key (two allocations) and looks it up in the
 /// recorder on every call, which is a tenth of a memory-store check.

@@ -84,6 +84,7 @@ mod heartbeat;
 mod local;
 pub mod metric;
 mod policy;
+mod reserve;
 mod throttle;
 
 use breaker::Breaker;
@@ -94,6 +95,7 @@ use local::Local;
 pub use local::local_share;
 use metric::Meters;
 pub use policy::{OnError, Refusal, Verdict};
+pub use reserve::ReserveVerdict;
 pub use throttle::Throttle;
 
 /// A [`Limiter`] with a store timeout, a failure policy per rule, a circuit

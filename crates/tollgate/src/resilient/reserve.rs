@@ -1,0 +1,136 @@
+//! Reservations through the resilient limiter (docs/failure-modes.md,
+//! "Reservations"): reserving is a check, so a store failure is answered by
+//! the failure policy as for a check, without a ticket (nothing was
+//! recorded to settle); a settle or cancel needs the store that holds the
+//! reservation, so its failure is refused whatever the policy, and the
+//! usage it carried is counted as unrecorded.
+
+use std::time::Duration;
+
+use super::{OnError, Refusal, ResilientLimiter, Verdict, metric};
+use crate::limiter::{Check, reservation_ttl};
+use crate::store::{Settled, Store};
+use crate::ticket::{Ticket, TicketKind, TicketPair};
+
+/// What a reservation answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveVerdict {
+    /// The decision, as a check of each pair's estimate.
+    pub verdict: Verdict,
+    /// The ticket that settles or cancels it: `Some` when admitted by the
+    /// store; `None` when denied, or when the failure policy answered.
+    pub ticket: Option<Ticket>,
+}
+
+impl<S: Store> ResilientLimiter<S> {
+    /// Reserves `checks` (each pair's cost its estimate) for `ttl`
+    /// (docs/semantics.md, "Reserve, then settle").
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::check_all`], and [`Refusal::Invalid`] for a
+    /// `ttl` out of range.
+    pub async fn reserve_all(
+        &self,
+        checks: &[Check<'_>],
+        ttl: Duration,
+    ) -> Result<ReserveVerdict, Refusal> {
+        let ttl = reservation_ttl(ttl).map_err(Refusal::Invalid)?;
+        let resolved = self
+            .inner
+            .limiter
+            .resolve_all(checks)
+            .map_err(Refusal::Invalid)?;
+        let (pairs, index) = (resolved.pairs(), resolved.index());
+        self.start_heartbeat();
+        let ticket = Ticket::new(
+            TicketKind::Reservation,
+            checks
+                .iter()
+                .map(|c| TicketPair::new(c.rule, c.key))
+                .collect(),
+        );
+        let inner = &self.inner;
+        let store = inner.limiter.store();
+        match inner
+            .guarded("reserve", store.reserve_all(pairs, &ticket, ttl, None))
+            .await
+        {
+            Ok(multi) => {
+                inner.count(pairs, index, &multi);
+                if multi.allowed {
+                    for p in pairs {
+                        count(p.rule.name(), "opened");
+                    }
+                }
+                let ticket = multi.allowed.then_some(ticket);
+                Ok(ReserveVerdict {
+                    verdict: Verdict {
+                        multi,
+                        degraded: None,
+                    },
+                    ticket,
+                })
+            }
+            Err(e) => Ok(ReserveVerdict {
+                verdict: inner.on_store_error(pairs, index, &e, None).await?,
+                ticket: None,
+            }),
+        }
+    }
+
+    /// Settles the reservation `ticket` at `actual` (one number for every
+    /// pair, or one per pair), or cancels it (`None`).
+    ///
+    /// # Errors
+    /// [`Refusal::Invalid`] for a ticket whose rules are gone or an
+    /// `actual` of the wrong length; [`Refusal::Unavailable`] when the
+    /// store failed, whatever the policy (the reservation lives there).
+    pub async fn settle(
+        &self,
+        ticket: &Ticket,
+        actual: Option<&[u64]>,
+    ) -> Result<Settled, Refusal> {
+        let limiter = &self.inner.limiter;
+        let pairs = limiter
+            .settle_pairs(ticket, actual)
+            .map_err(Refusal::Invalid)?;
+        self.start_heartbeat();
+        let result = self
+            .inner
+            .guarded("settle", limiter.store().settle(ticket, &pairs, None))
+            .await;
+        match result {
+            Ok(settled) => {
+                let outcome = match &settled {
+                    Settled::Unknown => "unknown",
+                    Settled::Finished => "finished",
+                    Settled::Done { late: true, .. } => "late",
+                    Settled::Done { .. } if actual.is_none() => "cancelled",
+                    Settled::Done { .. } => "settled",
+                };
+                for p in &pairs {
+                    count(p.rule.name(), outcome);
+                }
+                Ok(settled)
+            }
+            Err(e) => {
+                for p in &pairs {
+                    if let Some(units) = p.actual {
+                        ::metrics::counter!(
+                            metric::CHARGE_UNRECORDED,
+                            "rule" => p.rule.name().to_owned(),
+                            "policy" => OnError::Deny.as_str()
+                        )
+                        .increment(units);
+                    }
+                }
+                Err(Refusal::Unavailable(e))
+            }
+        }
+    }
+}
+
+fn count(rule: &str, outcome: &'static str) {
+    ::metrics::counter!(metric::RESERVATIONS, "rule" => rule.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
