@@ -51,8 +51,8 @@ pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 pub use limiter::{Check, Limiter, MAX_KEY_LEN, Reserved};
 pub use resilient::{OnError, ResilientLimiter};
 pub use rule::{
-    Algorithm, DEBT_PERIODS, MAX_BURST_WINDOW, MAX_LIMIT, MAX_NAME_LEN, MAX_PERIOD,
-    MAX_SLIDING_LOG_LIMIT, MIN_PERIOD, Rule, RuleError, RuleSpec,
+    Algorithm, DEBT_PERIODS, DEFAULT_LEASE, MAX_BURST_WINDOW, MAX_CONCURRENCY_LIMIT, MAX_LIMIT,
+    MAX_NAME_LEN, MAX_PERIOD, MAX_SLIDING_LOG_LIMIT, MIN_PERIOD, Rule, RuleError, RuleSpec,
 };
 pub use store::Store;
 pub use store::memory::{MemoryStore, MemoryStoreBuilder};

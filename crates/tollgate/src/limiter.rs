@@ -6,9 +6,9 @@ use std::time::Duration;
 use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, WaitError};
-use crate::rule::{Rule, RuleError};
+use crate::rule::{Algorithm, Rule, RuleError};
 use crate::store::memory::MemoryStore;
-use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::{MAX_RESERVATION_TTL, Ticket, TicketKind, TicketPair};
 use crate::time::{Clock, MAX_TIME, Micros, TokioClock, duration_to_micros};
 
@@ -115,11 +115,16 @@ impl<S> Limiter<S> {
     ///
     /// # Errors
     /// No pairs, then per pair a key too long or an unknown rule.
-    pub(crate) fn resolve_all<'c>(&'c self, checks: &[Check<'c>]) -> Result<Resolved<'c>, Error> {
+    pub(crate) fn resolve_all<'c>(
+        &'c self,
+        checks: &[Check<'c>],
+        op: Op,
+    ) -> Result<Resolved<'c>, Error> {
         match checks {
             [] => Err(Error::NoChecks),
             [c] => {
                 let i = self.resolve_index(c)?;
+                op.applies(&self.rules[i], c.cost)?;
                 Ok(Resolved::One(
                     [KeyCheck {
                         rule: &self.rules[i],
@@ -134,6 +139,7 @@ impl<S> Limiter<S> {
                 let mut index = Vec::with_capacity(checks.len());
                 for c in checks {
                     let i = self.resolve_index(c)?;
+                    op.applies(&self.rules[i], c.cost)?;
                     index.push(i);
                     pairs.push(KeyCheck {
                         rule: &self.rules[i],
@@ -147,7 +153,43 @@ impl<S> Limiter<S> {
     }
 }
 
-/// A check's pairs with their rules looked up ([`Limiter::resolve_all`]).
+/// What a request does to its pairs, for [`Limiter::resolve_all`] to refuse
+/// pairs it does not apply to (docs/semantics.md, "Concurrency": only
+/// acquire, release, renew and peeks apply to a `concurrency` rule, and
+/// acquire to no other).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Check,
+    Charge,
+    Reserve,
+    Acquire,
+}
+
+impl Op {
+    fn applies(self, rule: &Rule, cost: u64) -> Result<(), Error> {
+        let concurrency = rule.algorithm() == Algorithm::Concurrency;
+        let refused = match self {
+            Op::Check if concurrency && cost > 0 => {
+                "is a concurrency rule: acquire and release \
+                 it (a check of cost 0, a peek, applies)"
+            }
+            Op::Charge if concurrency => {
+                "is a concurrency rule: its slots are acquired, not charged"
+            }
+            Op::Reserve if concurrency => {
+                "is a concurrency rule: its slots are acquired, not reserved"
+            }
+            Op::Acquire if !concurrency => "is not a concurrency rule: only those are acquired",
+            _ => return Ok(()),
+        };
+        Err(Error::Mismatch(format!(
+            "rule {:?} ({}) {refused}",
+            rule.name(),
+            rule.algorithm()
+        )))
+    }
+}
+
 /// What a reservation answered: the decision, and when admitted the ticket
 /// that settles or cancels it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +198,24 @@ pub struct Reserved {
     pub multi: MultiDecision,
     /// `Some` when admitted.
     pub ticket: Option<Ticket>,
+}
+
+/// The ticket of an acquire: its pairs that take slots (cost 0 peeks),
+/// each (rule, key) at most once.
+pub(crate) fn lease_ticket(checks: &[Check<'_>]) -> Result<Ticket, Error> {
+    let mut pairs: Vec<TicketPair> = Vec::with_capacity(checks.len());
+    for c in checks.iter().filter(|c| c.cost > 0) {
+        let pair = TicketPair::new(c.rule, c.key);
+        if pairs.contains(&pair) {
+            return Err(Error::Mismatch(format!(
+                "rule {:?} and one key are named twice in one acquire: name them once, \
+                 with the slots added",
+                c.rule
+            )));
+        }
+        pairs.push(pair);
+    }
+    Ok(Ticket::new(TicketKind::Lease, pairs))
 }
 
 /// A reservation's ttl in µs, within 1 ms ..= [`MAX_RESERVATION_TTL`].
@@ -168,6 +228,7 @@ pub(crate) fn reservation_ttl(ttl: Duration) -> Result<Micros, Error> {
     Ok(duration_to_micros(ttl))
 }
 
+/// A check's pairs with their rules looked up ([`Limiter::resolve_all`]).
 #[derive(Debug)]
 pub(crate) enum Resolved<'c> {
     /// One pair, held inline.
@@ -270,6 +331,7 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Decision, Error> {
         let key = key.as_ref();
         let rule = self.resolve(rule, key)?;
+        Op::Check.applies(rule, cost)?;
         check_time(at)?;
         Ok(self.store.check(rule, key, cost, at).await?)
     }
@@ -296,7 +358,7 @@ impl<S: Store> Limiter<S> {
             return Err(Error::NoChecks);
         }
         check_time(at)?;
-        let resolved = self.resolve_all(checks)?;
+        let resolved = self.resolve_all(checks, Op::Check)?;
         Ok(self.store.check_all(resolved.pairs(), at).await?)
     }
 
@@ -331,7 +393,7 @@ impl<S: Store> Limiter<S> {
         at: Option<Micros>,
     ) -> Result<Vec<Charged>, Error> {
         check_time(at)?;
-        let resolved = self.resolve_all(checks)?;
+        let resolved = self.resolve_all(checks, Op::Charge)?;
         Ok(self.store.charge_all(resolved.pairs(), at).await?)
     }
 
@@ -351,7 +413,7 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Reserved, Error> {
         check_time(at)?;
         let ttl = reservation_ttl(ttl)?;
-        let resolved = self.resolve_all(checks)?;
+        let resolved = self.resolve_all(checks, Op::Reserve)?;
         let ticket = Ticket::new(
             TicketKind::Reservation,
             checks
@@ -383,6 +445,67 @@ impl<S: Store> Limiter<S> {
         check_time(at)?;
         let pairs = self.settle_pairs(ticket, actual)?;
         Ok(self.store.settle(ticket, &pairs, at).await?)
+    }
+
+    /// Acquires `checks` (all `concurrency` rules, each cost the slots to
+    /// hold) all-or-nothing: admitted, the ticket releases or renews the
+    /// leases, which end after each rule's lease unless renewed
+    /// (docs/semantics.md, "Concurrency").
+    ///
+    /// # Errors
+    /// No pairs, an unknown rule, a rule not `concurrency`, a key too long,
+    /// a time past [`MAX_TIME`], the store failed.
+    pub async fn acquire_all_at(
+        &self,
+        checks: &[Check<'_>],
+        at: Option<Micros>,
+    ) -> Result<Reserved, Error> {
+        check_time(at)?;
+        let resolved = self.resolve_all(checks, Op::Acquire)?;
+        let ticket = lease_ticket(checks)?;
+        let multi = self
+            .store
+            .acquire_all(resolved.pairs(), &ticket, at)
+            .await?;
+        let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
+        Ok(Reserved { multi, ticket })
+    }
+
+    /// Releases the lease `ticket` (or, `renew`, extends it to a whole
+    /// lease from now).
+    ///
+    /// # Errors
+    /// A ticket that is not a lease's, whose rules are gone or are no
+    /// longer `concurrency`; a time past [`MAX_TIME`]; the store failed.
+    pub async fn release_at(
+        &self,
+        ticket: &Ticket,
+        renew: bool,
+        at: Option<Micros>,
+    ) -> Result<Released, Error> {
+        check_time(at)?;
+        let rules = self.lease_rules(ticket)?;
+        Ok(self.store.release(ticket, &rules, renew, at).await?)
+    }
+
+    /// The rules of a lease's pairs.
+    pub(crate) fn lease_rules(&self, ticket: &Ticket) -> Result<Vec<&Rule>, Error> {
+        if ticket.kind != TicketKind::Lease {
+            return Err(Error::Mismatch(
+                "a reservation is settled or cancelled, not released".into(),
+            ));
+        }
+        ticket
+            .pairs
+            .iter()
+            .map(|p| {
+                let rule = self
+                    .rule(&p.rule)
+                    .ok_or_else(|| Error::UnknownRule(p.rule.clone()))?;
+                Op::Acquire.applies(rule, 1)?;
+                Ok(rule)
+            })
+            .collect()
     }
 
     /// The ticket's pairs with their rules and actual usage.

@@ -19,6 +19,11 @@ pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 86_400);
 /// The largest `limit` accepted for `sliding_log`, which keeps one entry per
 /// admitted check (at most 16 bytes each) for every key.
 pub const MAX_SLIDING_LOG_LIMIT: u64 = 100_000;
+/// The largest `limit` accepted for `concurrency`, which keeps one lease
+/// per acquire for every key.
+pub const MAX_CONCURRENCY_LIMIT: u64 = 100_000;
+/// A `concurrency` rule's lease when none is given.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The longest time a full GCRA / token bucket burst may take to refill
 /// (`burst * period / limit`): 3660 days.
 pub const MAX_BURST_WINDOW: Duration = Duration::from_secs(3660 * 86_400);
@@ -41,11 +46,26 @@ pub enum Algorithm {
     SlidingWindow,
     /// A log of admitted checks.
     SlidingLog,
+    /// In-flight limits: at most `limit` slots held at once, each lease
+    /// ending when released or after the rule's lease duration
+    /// (docs/semantics.md, "Concurrency").
+    Concurrency,
 }
 
 impl Algorithm {
     /// Every algorithm, in documentation order.
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+        Algorithm::Concurrency,
+    ];
+
+    /// The five that limit a rate: checked and charged (a `concurrency`
+    /// rule is acquired and released instead).
+    pub const RATES: [Algorithm; 5] = [
         Algorithm::Gcra,
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
@@ -62,6 +82,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -90,7 +111,7 @@ impl FromStr for Algorithm {
                     "algorithm",
                     format!(
                         "unknown algorithm {s:?}; expected one of gcra, token_bucket, \
-                         fixed_window, sliding_window, sliding_log"
+                         fixed_window, sliding_window, sliding_log, concurrency"
                     ),
                 )
             })
@@ -245,6 +266,16 @@ impl RuleSpec {
                 ),
             ));
         }
+        if self.algorithm == Algorithm::Concurrency && self.limit > MAX_CONCURRENCY_LIMIT {
+            return Err(RuleError::new(
+                "limit",
+                format!(
+                    "concurrency keeps one lease per acquire; limit {} exceeds its maximum \
+                     {MAX_CONCURRENCY_LIMIT}",
+                    self.limit
+                ),
+            ));
+        }
         if self.algorithm == Algorithm::SlidingLog && self.limit > MAX_SLIDING_LOG_LIMIT {
             return Err(RuleError::new(
                 "limit",
@@ -388,6 +419,8 @@ impl Rule {
             }
             Algorithm::FixedWindow | Algorithm::SlidingWindow => periods,
             Algorithm::SlidingLog => self.0.limit,
+            // Slots are acquired, never charged.
+            Algorithm::Concurrency => 0,
         }
     }
 

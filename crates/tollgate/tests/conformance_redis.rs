@@ -19,7 +19,8 @@ async fn conforms(url: &str) -> conformance::Report {
 async fn standalone_redis_conforms() {
     let server = RedisServer::start();
     let report = conforms(&server.url()).await;
-    assert_eq!(report.cases, 105, "{report}");
+    assert_eq!(report.cases, 109, "{report}");
+    assert!(report.leases > 300, "{report}");
     assert!(
         report.reservations > 200 && report.settles > 300,
         "{report}"
@@ -34,7 +35,8 @@ async fn standalone_redis_conforms() {
 async fn redis_cluster_conforms() {
     let cluster = RedisCluster::start(3, 0);
     let report = conforms(&cluster.store_url()).await;
-    assert_eq!(report.cases, 105, "{report}");
+    assert_eq!(report.cases, 109, "{report}");
+    assert!(report.leases > 300, "{report}");
     assert!(
         report.reservations > 200 && report.settles > 300,
         "{report}"
@@ -48,7 +50,8 @@ async fn redis_cluster_conforms() {
 async fn redis_behind_sentinel_conforms() {
     let setup = SentinelSetup::start();
     let report = conforms(&setup.store_url()).await;
-    assert_eq!(report.cases, 105, "{report}");
+    assert_eq!(report.cases, 109, "{report}");
+    assert!(report.leases > 300, "{report}");
     assert!(
         report.reservations > 200 && report.settles > 300,
         "{report}"

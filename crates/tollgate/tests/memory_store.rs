@@ -184,7 +184,7 @@ fn log_entries_stay_under_their_cap() {
 fn sweep_drops_idle_keys() {
     let clock = FakeClock::new();
     let store = MemoryStore::builder().clock(clock.clone()).build();
-    let rules: Vec<Rule> = Algorithm::ALL
+    let rules: Vec<Rule> = Algorithm::RATES
         .into_iter()
         .map(|a| rule(a.as_str(), a, 2, Duration::from_secs(1)))
         .collect();
@@ -211,7 +211,7 @@ fn sweep_drops_idle_keys() {
 #[test]
 fn peeks_create_no_key() {
     let store = MemoryStore::builder().clock(FakeClock::new()).build();
-    let rules: Vec<Rule> = Algorithm::ALL
+    let rules: Vec<Rule> = Algorithm::RATES
         .into_iter()
         .map(|a| rule(a.as_str(), a, 5, Duration::from_secs(1)))
         .collect();
@@ -238,7 +238,7 @@ fn peeks_create_no_key() {
 #[test]
 fn denied_checks_create_no_key() {
     let store = MemoryStore::builder().clock(FakeClock::new()).build();
-    let rules: Vec<Rule> = Algorithm::ALL
+    let rules: Vec<Rule> = Algorithm::RATES
         .into_iter()
         .map(|a| rule(a.as_str(), a, 5, Duration::from_secs(1)))
         .collect();
@@ -272,7 +272,7 @@ fn a_one_pair_check_all_decides_as_the_multi_rule_path() {
     let clock = FakeClock::new();
     let one = MemoryStore::builder().clock(clock.clone()).build();
     let multi = MemoryStore::builder().clock(clock.clone()).build();
-    let rules: Vec<Rule> = Algorithm::ALL
+    let rules: Vec<Rule> = Algorithm::RATES
         .into_iter()
         .map(|a| rule(a.as_str(), a, 3, Duration::from_secs(1)))
         .collect();

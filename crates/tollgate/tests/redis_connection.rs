@@ -307,7 +307,7 @@ async fn lost_scripts_under_batches_run_each_check_exactly_once() {
     let store = connect(&server.url(), Duration::from_secs(5)).await;
     let memory = MemoryStore::new();
     let rules: Arc<Vec<Rule>> = Arc::new(
-        Algorithm::ALL
+        Algorithm::RATES
             .iter()
             .map(|&a| {
                 RuleSpec::new(format!("flush_{a}"), a, 50, Duration::from_secs(600))

@@ -70,6 +70,19 @@ pub fn charge(rule: &Rule, state: &mut KeyState, t: Micros, cost: u64) -> Charge
             let c = sliding_log::charge(rule, &mut log, t, cost);
             (c, KeyState::SlidingLog(log))
         }
+        // Slots are acquired, never charged: nothing is recorded.
+        (Algorithm::Concurrency, s) => {
+            let decision = super::evaluate(rule, &s, t, 0);
+            let charged = Charged {
+                decision: Decision {
+                    allowed: true,
+                    ..decision
+                },
+                debt: 0,
+                clamped: cost,
+            };
+            (charged, s)
+        }
     };
     *state = next;
     charged

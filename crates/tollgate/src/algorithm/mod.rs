@@ -22,6 +22,7 @@
 //! ```
 
 mod charge;
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod sliding_log;
@@ -30,6 +31,7 @@ pub mod token_bucket;
 mod usage;
 
 pub use charge::{Charged, charge, give_back};
+pub use concurrency::Leases;
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;
 pub use sliding_log::SlidingLog;
@@ -60,6 +62,8 @@ pub enum KeyState {
     SlidingWindow(SlidingWindowState),
     /// Sliding log.
     SlidingLog(SlidingLog),
+    /// Concurrency: the leases held.
+    Concurrency(Leases),
 }
 
 impl KeyState {
@@ -76,6 +80,7 @@ impl KeyState {
             KeyState::FixedWindow(s) => Some(s.start + period),
             KeyState::SlidingWindow(s) => Some(s.start + 2 * period),
             KeyState::SlidingLog(log) => log.newest().map(|n| n + period),
+            KeyState::Concurrency(l) => Some(l.iter().map(|l| l.expires).max().unwrap_or(0)),
         }
     }
 
@@ -93,15 +98,18 @@ impl KeyState {
                 sliding_window::usage(rule, *s, t)
             }
             (Algorithm::SlidingLog, KeyState::SlidingLog(log)) => sliding_log::usage(rule, log, t),
+            (Algorithm::Concurrency, KeyState::Concurrency(l)) => concurrency::usage(rule, l, t),
             _ => Usage::NONE,
         }
     }
 
-    /// How many sliding-log entries this state holds (0 for the others).
+    /// How many sliding-log entries or leases this state holds (0 for the
+    /// others): what the memory store bounds besides keys.
     #[must_use]
     pub fn log_entries(&self) -> usize {
         match self {
             KeyState::SlidingLog(log) => log.len(),
+            KeyState::Concurrency(l) => l.len(),
             _ => 0,
         }
     }
@@ -129,6 +137,8 @@ pub fn evaluate(rule: &Rule, state: &KeyState, t: Micros, cost: u64) -> Decision
             sliding_log::check(rule, log, t, cost)
         }
         (Algorithm::SlidingLog, _) => sliding_log::check(rule, &SlidingLog::new(), t, cost),
+        (Algorithm::Concurrency, KeyState::Concurrency(l)) => concurrency::check(rule, l, t, cost),
+        (Algorithm::Concurrency, _) => concurrency::check(rule, &Leases::default(), t, cost),
     }
 }
 
@@ -179,6 +189,17 @@ pub fn commit(rule: &Rule, state: &mut KeyState, t: Micros, cost: u64) {
             };
             log.record(rule, t, cost);
             KeyState::SlidingLog(log)
+        }
+        // A check of a concurrency rule takes a lease with no ticket, never
+        // released (the limiters refuse such checks; see `acquire`).
+        (Algorithm::Concurrency, s) => {
+            let mut leases = if let KeyState::Concurrency(l) = s {
+                l
+            } else {
+                Leases::default()
+            };
+            leases.acquire(rule, t, cost, [0; 16]);
+            KeyState::Concurrency(leases)
         }
     };
 }

@@ -9,7 +9,7 @@ use super::{Failure, HOUR, Report, START};
 use crate::algorithm::{self, Charged, KeyState};
 use crate::decision::{Decision, MultiDecision};
 use crate::rule::{Algorithm, Rule, RuleSpec};
-use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::{Ticket, TicketKind, TicketPair};
 use crate::time::{Micros, duration_to_micros};
 
@@ -407,6 +407,159 @@ impl<S: Store> Driver<'_, S> {
         self.step += 1;
         self.report.settles += 1;
         result
+    }
+}
+
+impl<S: Store> Driver<'_, S> {
+    /// Acquires distinct concurrency `pairs` at `t`; returns the (matching)
+    /// decision's ticket when admitted.
+    pub(super) async fn acquire(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        t: Micros,
+    ) -> Result<Option<Ticket>, Failure> {
+        self.advance(t);
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
+        // The pairs taking slots (cost 0 peeks), as the limiter names them.
+        let ticket = Ticket::new(
+            TicketKind::Lease,
+            pairs
+                .iter()
+                .zip(&keys)
+                .filter(|(p, _)| p.2 > 0)
+                .map(|(p, k)| TicketPair::new(p.0.name(), k))
+                .collect(),
+        );
+        let empty = KeyState::Empty;
+        let evaluated: Vec<Decision> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, cost), key)| {
+                self.rules.insert(rule.name().to_owned(), rule.clone());
+                let state = self.states.get(&(rule.name().to_owned(), key.clone()));
+                algorithm::evaluate(rule, state.unwrap_or(&empty), t, cost)
+            })
+            .collect();
+        let all = evaluated.iter().all(|d| d.allowed);
+        let decisions: Vec<Decision> = pairs
+            .iter()
+            .zip(&keys)
+            .zip(evaluated)
+            .map(|((&(rule, _, cost), key), d)| {
+                let state = self
+                    .states
+                    .entry((rule.name().to_owned(), key.clone()))
+                    .or_default();
+                if all {
+                    let mut leases = match std::mem::take(state) {
+                        KeyState::Concurrency(l) => l,
+                        _ => algorithm::Leases::default(),
+                    };
+                    leases.acquire(rule, t, cost, ticket.nonce);
+                    *state = KeyState::Concurrency(leases);
+                    d
+                } else if d.allowed {
+                    algorithm::evaluate(rule, state, t, 0)
+                } else {
+                    d
+                }
+            })
+            .collect();
+        let want = MultiDecision {
+            allowed: all,
+            deciding: deciding(&decisions),
+            decisions,
+        };
+        let checks: Vec<KeyCheck<'_>> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, cost), key)| KeyCheck {
+                rule,
+                key: key.as_slice(),
+                cost,
+            })
+            .collect();
+        let got = self.store.acquire_all(&checks, &ticket, Some(t)).await;
+        let result = match got {
+            Ok(got) if got == want => Ok((all && !ticket.pairs.is_empty()).then_some(ticket)),
+            other => Err(self.failure(
+                format!("acquire_all({} pairs, at {})", pairs.len(), show_time(t)),
+                format!("{want:?}"),
+                format!("{other:?}"),
+            )),
+        };
+        self.step += 1;
+        self.report.leases += 1;
+        result
+    }
+
+    /// Releases (or `renew`s) `ticket` at `t`.
+    pub(super) async fn release(
+        &mut self,
+        ticket: &Ticket,
+        renew: bool,
+        t: Micros,
+    ) -> Result<Released, Failure> {
+        self.advance(t);
+        let rules: Vec<Rule> = ticket
+            .pairs
+            .iter()
+            .filter_map(|p| self.rules.get(&p.rule).cloned())
+            .collect();
+        let keys: Vec<(String, Vec<u8>)> = ticket
+            .pairs
+            .iter()
+            .map(|p| (p.rule.clone(), self.full_key_of_name(&p.key)))
+            .collect();
+        let live = keys.iter().all(|k| match self.states.get(k) {
+            Some(KeyState::Concurrency(l)) => {
+                l.iter().any(|l| l.id == ticket.nonce && l.expires > t)
+            }
+            _ => false,
+        });
+        let want = if live {
+            Released::Done(
+                keys.iter()
+                    .zip(&rules)
+                    .map(|(k, rule)| {
+                        let state = self.states.entry(k.clone()).or_default();
+                        if let KeyState::Concurrency(l) = state {
+                            if renew {
+                                l.renew(rule, t, ticket.nonce);
+                            } else {
+                                l.release(t, ticket.nonce);
+                            }
+                        }
+                        algorithm::evaluate(rule, state, t, 0)
+                    })
+                    .collect(),
+            )
+        } else {
+            Released::Unknown
+        };
+        let refs: Vec<&Rule> = rules.iter().collect();
+        let got = self.store.release(ticket, &refs, renew, Some(t)).await;
+        let result = match got {
+            Ok(got) if got == want => Ok(want),
+            other => Err(self.failure(
+                format!(
+                    "release({}, renew {renew}, at {})",
+                    ticket.nonce_hex(),
+                    show_time(t)
+                ),
+                format!("{want:?}"),
+                format!("{other:?}"),
+            )),
+        };
+        self.step += 1;
+        self.report.leases += 1;
+        result
+    }
+
+    /// The full key a ticket names by `name` (`=` and its bytes: the kit's
+    /// keys are short).
+    fn full_key_of_name(&self, name: &[u8]) -> Vec<u8> {
+        name.get(1..).unwrap_or_default().to_vec()
     }
 }
 

@@ -62,7 +62,9 @@ use std::collections::HashMap;
 use std::fmt;
 
 use self::driver::Driver;
-use self::random::{SplitMix, random_charges, random_multi, random_reservations, random_single};
+use self::random::{
+    SplitMix, random_charges, random_leases, random_multi, random_reservations, random_single,
+};
 use self::scripted::{
     boundaries, costs, drain_and_retry, isolation, multi_scripted, scripted_rules,
     sliding_log_entries, sliding_window_weights,
@@ -121,6 +123,8 @@ pub struct Report {
     pub reservations: usize,
     /// Settles and cancels (of open, closed and unknown reservations).
     pub settles: usize,
+    /// Acquires, releases and renewals.
+    pub leases: usize,
 }
 
 impl fmt::Display for Report {
@@ -128,14 +132,15 @@ impl fmt::Display for Report {
         write!(
             f,
             "{} cases passed: {} checks and {} multi-rule checks ({} denied), {} charges, \
-             {} reservations, {} settles",
+             {} reservations, {} settles, {} lease operations",
             self.cases,
             self.checks,
             self.multi_checks,
             self.denied,
             self.charges,
             self.reservations,
-            self.settles
+            self.settles,
+            self.leases
         )
     }
 }
@@ -202,7 +207,7 @@ pub async fn run_with<S: Store>(
         reservations: HashMap::new(),
         rules: HashMap::new(),
     };
-    for alg in Algorithm::ALL {
+    for alg in Algorithm::RATES {
         for rule in scripted_rules(alg) {
             drain_and_retry(&mut d, &rule).await?;
             boundaries(&mut d, &rule).await?;
@@ -214,7 +219,7 @@ pub async fn run_with<S: Store>(
     isolation(&mut d).await?;
     multi_scripted(&mut d).await?;
     let mut rng = SplitMix(config.seed);
-    for alg in Algorithm::ALL {
+    for alg in Algorithm::RATES {
         for i in 0..config.random_traces {
             random_single(&mut d, &mut rng, alg, i, config.steps).await?;
         }
@@ -224,11 +229,14 @@ pub async fn run_with<S: Store>(
     }
     // Charges on a stream of their own, so the traces above stay as they were.
     let mut rng = SplitMix(config.seed ^ CHARGE_SEED);
-    for alg in Algorithm::ALL {
+    for alg in Algorithm::RATES {
         for i in 0..config.random_traces.div_ceil(2) {
             random_charges(&mut d, &mut rng, alg, i, config.steps).await?;
             random_reservations(&mut d, &mut rng, alg, i, config.steps).await?;
         }
+    }
+    for i in 0..config.random_traces {
+        random_leases(&mut d, &mut rng, i, config.steps).await?;
     }
     Ok(d.report)
 }

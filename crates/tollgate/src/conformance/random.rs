@@ -109,7 +109,7 @@ pub(super) async fn random_multi<S: Store>(
     index: usize,
     steps: usize,
 ) -> Result<(), Failure> {
-    let rules: Vec<Rule> = Algorithm::ALL
+    let rules: Vec<Rule> = Algorithm::RATES
         .iter()
         .map(|&alg| random_rule(rng, alg, &format!("multi.random.{index}.{}", alg.as_str())))
         .collect();
@@ -271,6 +271,62 @@ pub(super) async fn random_reservations<S: Store>(
                 );
                 d.settle(&never, None, t).await?;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Acquires, releases and renewals of concurrency keys, with peeks: leases
+/// that end by themselves, are released twice, renewed after they ended,
+/// and acquires of several keys at once.
+pub(super) async fn random_leases<S: Store>(
+    d: &mut Driver<'_, S>,
+    rng: &mut SplitMix,
+    index: usize,
+    steps: usize,
+) -> Result<(), Failure> {
+    let r = random_rule(rng, Algorithm::Concurrency, &format!("concurrency.{index}"));
+    let mut t = d.begin(label(&format!("leases-{index}"), &r), rng.below(HOUR));
+    let keys: [&[u8]; 2] = [b"k0", b"k1"];
+    let mut open: Vec<crate::ticket::Ticket> = Vec::new();
+    let mut done: Vec<crate::ticket::Ticket> = Vec::new();
+    let mut retry = None;
+    for _ in 0..steps {
+        t = next_time(rng, t, &r, retry);
+        match rng.below(100) {
+            0..20 => {
+                retry = d
+                    .one(&r, rng.pick(&keys), 0, t)
+                    .await?
+                    .retry_after
+                    .map(micros);
+            }
+            20..55 => {
+                let first = rng.pick(&keys);
+                let mut pairs = vec![(&r, first, random_cost(rng, r.capacity()))];
+                if rng.below(4) == 0 {
+                    let other: &[u8] = if first == keys[0] { keys[1] } else { keys[0] };
+                    pairs.push((&r, other, random_cost(rng, r.capacity())));
+                }
+                if let Some(ticket) = d.acquire(&pairs, t).await? {
+                    open.push(ticket);
+                }
+            }
+            55..80 if !open.is_empty() => {
+                let i = usize::try_from(rng.below(open.len() as u64)).unwrap_or(0);
+                let ticket = open.swap_remove(i);
+                d.release(&ticket, false, t).await?;
+                done.push(ticket);
+            }
+            80..92 if !open.is_empty() => {
+                let ticket = rng.pick(&open.iter().collect::<Vec<_>>()).clone();
+                d.release(&ticket, true, t).await?;
+            }
+            _ if !done.is_empty() => {
+                let ticket = rng.pick(&done.iter().collect::<Vec<_>>()).clone();
+                d.release(&ticket, rng.below(2) == 0, t).await?;
+            }
+            _ => {}
         }
     }
     Ok(())

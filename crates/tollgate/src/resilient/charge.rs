@@ -10,7 +10,7 @@ use super::{Inner, OnError, Refusal, ResilientLimiter, metric};
 use crate::algorithm::Charged;
 use crate::decision::Decision;
 use crate::error::StoreError;
-use crate::limiter::Check;
+use crate::limiter::{Check, Op};
 use crate::store::{KeyCheck, Store};
 
 /// What a charge answered: one [`Charged`] per pair, in order.
@@ -50,7 +50,7 @@ impl<S: Store> ResilientLimiter<S> {
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks)
+            .resolve_all(checks, Op::Charge)
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
         self.start_heartbeat();

@@ -60,7 +60,7 @@ use parking_lot::Mutex;
 
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::limiter::{Check, Limiter};
+use crate::limiter::{Check, Limiter, Op};
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Store};
@@ -291,7 +291,7 @@ impl<S: Store> ResilientLimiter<S> {
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks)
+            .resolve_all(checks, Op::Check)
             .map_err(Refusal::Invalid)?;
         self.decide(resolved.pairs(), resolved.index(), policy)
             .await

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::{OnError, Refusal, ResilientLimiter, Verdict, metric};
-use crate::limiter::{Check, reservation_ttl};
+use crate::limiter::{Check, Op, reservation_ttl};
 use crate::store::{Settled, Store};
 use crate::ticket::{Ticket, TicketKind, TicketPair};
 
@@ -38,7 +38,7 @@ impl<S: Store> ResilientLimiter<S> {
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks)
+            .resolve_all(checks, Op::Reserve)
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
         self.start_heartbeat();

@@ -7,7 +7,7 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
-use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 use crate::time::Micros;
 
@@ -125,6 +125,37 @@ impl Store for AnyStore {
             AnyStore::Redis(s) => Box::pin(s.settle(ticket, pairs, at)).await,
             #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.settle(ticket, pairs, at)).await,
+        }
+    }
+
+    async fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.acquire_all(checks, ticket, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => Box::pin(s.acquire_all(checks, ticket, at)).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => Box::pin(s.acquire_all(checks, ticket, at)).await,
+        }
+    }
+
+    async fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> Result<Released, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.release(ticket, rules, renew, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => Box::pin(s.release(ticket, rules, renew, at)).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => Box::pin(s.release(ticket, rules, renew, at)).await,
         }
     }
 

@@ -55,6 +55,16 @@ pub enum Settled {
     },
 }
 
+/// How releasing or renewing a lease ended at the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    /// No such live lease: never taken, released before, or ended.
+    Unknown,
+    /// Released (or renewed) on every pair: each pair's state after, as a
+    /// peek answers it.
+    Done(Vec<Decision>),
+}
+
 /// One pair of a reservation being settled: its rule (the ticket names
 /// it), and the actual usage (`None`: cancelled, all of the estimate
 /// given back).
@@ -130,6 +140,34 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         let _ = (ticket, pairs, at);
         std::future::ready(Err(unsupported("reservations")))
+    }
+
+    /// Acquires `checks` (all `concurrency` pairs) all-or-nothing: when
+    /// every pair has room, each takes a lease of its cost under `ticket`'s
+    /// id, ending after the rule's lease (docs/semantics.md,
+    /// "Concurrency"). The default answers an error.
+    fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        let _ = (checks, ticket, at);
+        std::future::ready(Err(unsupported("leases")))
+    }
+
+    /// Releases (or, `renew`, extends to a whole lease from now) the lease
+    /// `ticket` on every pair, `rules` in its order: all of them live, or
+    /// nothing changes. The default answers an error.
+    fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        let _ = (ticket, rules, renew, at);
+        std::future::ready(Err(unsupported("leases")))
     }
 
     /// Whether the store answers right now (Redis: a `PING`). An
@@ -215,6 +253,25 @@ impl<S: Store> Store for Arc<S> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         (**self).settle(ticket, pairs, at)
+    }
+
+    fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        (**self).acquire_all(checks, ticket, at)
+    }
+
+    fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        (**self).release(ticket, rules, renew, at)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

@@ -57,7 +57,7 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::redis::RedisStore;
-use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 use crate::time::{Clock, Micros, MonotonicClock, duration_to_micros};
 
@@ -328,6 +328,30 @@ impl Store for HybridStore {
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         Store::settle(&self.inner.redis, ticket, pairs, at)
+    }
+
+    /// Leases go straight to Redis: slots held fleet-wide cannot be lent
+    /// out in batches (docs/hybrid.md, "Charges, reservations, leases").
+    fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Store::acquire_all(&self.inner.redis, checks, ticket, at)
+    }
+
+    /// Releases and renewals go straight to Redis, where the lease is.
+    fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Store::release(&self.inner.redis, ticket, rules, renew, at)
     }
 
     /// Redis answers `PING`: the hybrid store is as reachable as its Redis.

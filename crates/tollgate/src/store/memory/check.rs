@@ -27,6 +27,8 @@ pub(super) struct Core {
     pub(super) sip: Sip13,
     /// Open and recently closed reservations.
     pub(super) reservations: super::reserve::Reservations,
+    /// Live leases by id.
+    pub(super) leases: super::inflight::LeaseIndex,
 }
 
 /// GCRA on one atomic word: compare-and-swap until the state we decided on
@@ -130,7 +132,7 @@ impl Core {
     /// The shard of a fingerprint: the top bits of its second word (tables
     /// use the first).
     #[inline]
-    fn shard_index(&self, fp: Fp) -> usize {
+    pub(super) fn shard_index(&self, fp: Fp) -> usize {
         usize::try_from(fp.1.checked_shr(64 - self.shard_bits).unwrap_or(0)).unwrap_or(0)
     }
 
@@ -269,7 +271,13 @@ impl Core {
 
     /// Evaluates one check against the current state of an exclusively held
     /// shard, changing nothing.
-    fn evaluate_locked(table: &Table, rule: &Rule, fp: Fp, t: Micros, cost: u64) -> Decision {
+    pub(super) fn evaluate_locked(
+        table: &Table,
+        rule: &Rule,
+        fp: Fp,
+        t: Micros,
+        cost: u64,
+    ) -> Decision {
         if rule.algorithm() == Algorithm::Gcra {
             let tat = table.gcra.get(fp).map(|c| GcraState {
                 tat: c.load(Ordering::Acquire),

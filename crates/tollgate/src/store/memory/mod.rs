@@ -69,7 +69,7 @@ use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
-use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 use crate::time::{Clock, Micros, MonotonicClock};
 
@@ -78,6 +78,7 @@ mod check;
 mod classes;
 mod evict;
 mod fingerprint;
+mod inflight;
 mod reserve;
 mod table;
 
@@ -162,6 +163,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
                     random.hash_one(0x6761_7465_u64),
                 ),
                 reservations: reserve::Reservations::default(),
+                leases: inflight::LeaseIndex::default(),
             },
         }
     }
@@ -336,6 +338,25 @@ impl<C: Clock> Store for MemoryStore<C> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         std::future::ready(Ok(self.core.settle(ticket, pairs, self.when(at))))
+    }
+
+    fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        std::future::ready(Ok(self.core.acquire_all(checks, ticket, self.when(at))))
+    }
+
+    fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        std::future::ready(Ok(self.core.release(ticket, rules, renew, self.when(at))))
     }
 
     fn in_process(&self) -> bool {

@@ -199,7 +199,7 @@ mod tests {
             .await
             .expect("connect");
         let multi = &store.inner.scripts.multi;
-        for algorithm in Algorithm::ALL {
+        for algorithm in Algorithm::RATES {
             let rule = RuleSpec::new(
                 format!("r_{algorithm}"),
                 algorithm,

@@ -208,12 +208,15 @@ pub(super) enum Extra<'a> {
         records: &'a [Vec<u8>],
         actual: &'a [Option<u64>],
     },
+    /// An acquire, release or renew (modes `a`, `l`, `w`): the lease's id
+    /// after the pairs' arguments.
+    Lease { id: &'a str },
 }
 
 impl Extra<'_> {
     fn records(&self) -> &[Vec<u8>] {
         match self {
-            Extra::None => &[],
+            Extra::None | Extra::Lease { .. } => &[],
             Extra::Reserve { records, .. } | Extra::Settle { records, .. } => records,
         }
     }
@@ -222,6 +225,7 @@ impl Extra<'_> {
         match self {
             Extra::None => 0,
             Extra::Reserve { .. } => 2,
+            Extra::Lease { .. } => 1,
             Extra::Settle { actual, .. } => actual.len(),
         }
     }
@@ -239,6 +243,7 @@ impl Extra<'_> {
                 a.uint(*ttl);
                 a.uint(*remember);
             }
+            Extra::Lease { id } => a.bytes(id.as_bytes()),
             Extra::Settle { actual, .. } => {
                 for x in *actual {
                     match x {
@@ -282,6 +287,10 @@ pub(super) fn script_args(a: &mut impl Args, prefix: &str, margin_ms: u64, run: 
 pub(super) const RESERVE: &str = "v";
 /// The mode of a settle or cancel (see `prelude.lua`).
 pub(super) const SETTLE: &str = "s";
+/// The modes of an acquire, a release and a renew (see `prelude.lua`).
+pub(super) const ACQUIRE: &str = "a";
+pub(super) const RELEASE: &str = "l";
+pub(super) const RENEW: &str = "w";
 
 /// The mode of a charge run (see `prelude.lua`).
 pub(super) const CHARGE: &str = "g";
@@ -397,7 +406,7 @@ mod tests {
     #[test]
     fn runs_are_encoded_as_redis_rs_encodes_them() {
         let scripts = Scripts::new();
-        let rules: Vec<Rule> = Algorithm::ALL
+        let rules: Vec<Rule> = Algorithm::RATES
             .iter()
             .map(|&a| {
                 RuleSpec::new(format!("r_{a}"), a, 100_000, Duration::from_secs(1))
@@ -492,7 +501,7 @@ mod tests {
     #[test]
     fn batched_checks_are_encoded_as_redis_rs_encodes_them() {
         let scripts = Scripts::new();
-        let rules: Vec<Rule> = Algorithm::ALL
+        let rules: Vec<Rule> = Algorithm::RATES
             .iter()
             .map(|&a| {
                 RuleSpec::new(format!("b_{a}"), a, 1_000, Duration::from_secs(60))

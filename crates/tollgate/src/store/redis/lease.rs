@@ -262,7 +262,7 @@ mod tests {
         let store = RedisStore::connect(&server.url(), RedisOptions::default())
             .await
             .unwrap();
-        for algorithm in Algorithm::ALL {
+        for algorithm in Algorithm::RATES {
             let mut spec = RuleSpec::new(
                 format!("lease_{algorithm}"),
                 algorithm,

@@ -41,6 +41,7 @@ mod check;
 mod conn;
 mod encode;
 mod eval;
+mod inflight;
 pub mod keys;
 pub(crate) mod lease;
 mod open;
@@ -65,7 +66,7 @@ use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::Rule;
-use crate::store::{KeyCheck, SettlePair, Settled, Store};
+use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 use crate::time::Micros;
 
@@ -246,6 +247,25 @@ impl Store for RedisStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         self.settle_pairs(ticket, pairs, at)
+    }
+
+    fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
+        self.acquire_pairs(checks, ticket, at)
+    }
+
+    fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
+        self.release_pairs(ticket, rules, renew, at)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

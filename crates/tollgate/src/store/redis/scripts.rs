@@ -83,7 +83,7 @@ impl Script {
 /// Every script the store runs.
 #[derive(Debug, Clone)]
 pub(crate) struct Scripts {
-    single: [Script; 5],
+    single: [Script; 6],
     pub(crate) multi: Script,
 }
 
@@ -96,13 +96,15 @@ impl Scripts {
                 Script::new(script!("fixed_window.lua")),
                 Script::new(script!("sliding_window.lua")),
                 Script::new(script!("sliding_log.lua")),
+                Script::new(script!("concurrency.lua")),
             ],
             multi: Script::new(script!(
                 "gcra.lua",
                 "token_bucket.lua",
                 "fixed_window.lua",
                 "sliding_window.lua",
-                "sliding_log.lua"
+                "sliding_log.lua",
+                "concurrency.lua"
             )),
         }
     }
@@ -117,7 +119,7 @@ impl Scripts {
     /// one: each check's Redis key (a RESP bulk string, from `keys`) and six
     /// pair arguments (RESP, from `args`).
     /// `code` is the algorithm all share (its own script runs them), or
-    /// `None` when they mix (the script holding all five does). One check
+    /// `None` when they mix (the script holding all six does). One check
     /// is written as the ordinary single check (`t margin 1 c`); several
     /// (at most 255) as a batch (`t margin n b refs`, then each distinct
     /// six-argument tuple once: see `prelude.lua`), whose reply is the time
@@ -186,6 +188,7 @@ pub(crate) fn code(algorithm: Algorithm) -> u8 {
         Algorithm::FixedWindow => 3,
         Algorithm::SlidingWindow => 4,
         Algorithm::SlidingLog => 5,
+        Algorithm::Concurrency => 6,
     }
 }
 

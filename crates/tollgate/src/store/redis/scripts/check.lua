@@ -221,6 +221,37 @@ elseif mode == 's' then
     reply[#reply + 1] = e
   end
   return reply
+elseif mode == 'l' or mode == 'w' then
+  -- Release or renew lease ARGV[5 + 6n] on every pair: all of them live, or
+  -- nothing changes (status 1).
+  local id = ARGV[5 + 6 * n]
+  local found = {}
+  for i = 1, n do
+    local member, expires = cc_find(KEYS[i], id, t)
+    if member == nil then return { t, 1 } end
+    found[i] = { member, expires }
+  end
+  for i = 1, n do
+    local _, _, lease = pair(i)
+    if mode == 'l' then
+      redis.call('ZREM', KEYS[i], found[i][1])
+    else
+      local e = t + lease
+      if found[i][2] > e then e = found[i][2] end
+      redis.call('ZADD', KEYS[i], num(e), found[i][1])
+      local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+      redis.call('PEXPIRE', KEYS[i], ttl_ms(tonumber(last[2]) - t))
+    end
+  end
+  local reply = { t, 0 }
+  for i = 1, n do
+    local o = peek(i)
+    reply[#reply + 1] = o[1] and 1 or 0
+    reply[#reply + 1] = o[2]
+    reply[#reply + 1] = o[3]
+    reply[#reply + 1] = o[4]
+  end
+  return reply
 elseif mode == 'r' then
   for i = 1, n do
     local code, cost, p1, p2, p3, p4 = pair(i)
@@ -236,7 +267,15 @@ else
     out[i] = { allowed, remaining, reset, retry }
     if allowed and cost > 0 then writes[#writes + 1] = write end
   end
-  if all and (mode == 'c' or mode == 'v') then
+  if all and mode == 'a' then
+    -- Acquire: every pair takes a lease of its cost with the id.
+    local id = ARGV[5 + 6 * n]
+    for i = 1, n do
+      local _, cost, lease = pair(i)
+      if cost > 0 then cc_acquire(KEYS[i], cost, lease, id, t) end
+      out[i] = { true, out[i][2], out[i][3], out[i][4] }
+    end
+  elseif all and (mode == 'c' or mode == 'v') then
     for i = 1, #writes do writes[i]() end
     if mode == 'v' then
       -- A reservation: a record beside each pair's state (same hash slot),
@@ -250,7 +289,7 @@ else
         redis.call('PEXPIRE', KEYS[n + i], ttl_ms(forget - t))
       end
     end
-  elseif n > 1 or mode == 'd' or mode == 'v' then
+  elseif n > 1 or mode == 'd' or mode == 'v' or mode == 'a' then
     -- nothing is consumed: pairs that would have admitted report a peek
     for i = 1, n do
       if out[i][1] then out[i] = peek(i) end

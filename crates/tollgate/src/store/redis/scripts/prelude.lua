@@ -20,6 +20,12 @@
 --             "s" settle: KEYS[n+i] the pairs' records, the pairs' six
 --             arguments as in mode "g", then one actual usage per pair
 --             (-1: cancel); see check.lua,
+--             "a" acquire: as "c" over concurrency pairs, each taking a lease
+--             with the id ARGV[5 + 6n] (the pairs' own arguments as for a
+--             check: p1 = lease (µs), p2 = limit),
+--             "l" release / "w" renew the lease ARGV[5 + 6n] of every pair:
+--             reply t, status (0 done, 1 no such live lease), then each
+--             pair's four decision integers (a peek after),
 --             "b" batch: every pair is an independent single check, decided
 --             and written in order (a later pair on the same key sees the
 --             earlier one's write); a pair that raises an error reports it

@@ -1,0 +1,215 @@
+//! In-flight limits on the memory store (docs/semantics.md,
+//! "Concurrency"): a `concurrency` key's state is its leases; an index by
+//! lease id (a ticket's nonce) finds the keys of a lease to release or
+//! renew, as a ticket names long keys only by their SHA-1. The index is
+//! bounded like the keys: past the store's key capacity, ended leases go
+//! first, then those that end soonest.
+
+use std::collections::HashMap;
+
+use parking_lot::{Mutex, RwLockWriteGuard};
+
+use super::check::{Core, When};
+use super::fingerprint::Fp;
+use super::table::{Slot, Table};
+use crate::algorithm::{KeyState, Leases};
+use crate::decision::{Decision, MultiDecision};
+use crate::rule::Rule;
+use crate::store::{KeyCheck, Released};
+use crate::ticket::Ticket;
+use crate::time::Micros;
+
+/// The keys a lease holds slots of, and when it ends.
+type Held = (Vec<Fp>, Micros);
+
+/// Lease id → what it holds.
+#[derive(Debug, Default)]
+pub(super) struct LeaseIndex {
+    leases: Mutex<HashMap<[u8; 16], Held>>,
+}
+
+impl Core {
+    /// Acquires `checks` all-or-nothing at one time, under every shard
+    /// they touch; admitted, each key takes a lease with the ticket's id
+    /// (one lease of the slots added, for a key named twice).
+    pub(super) fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        when: When<'_>,
+    ) -> MultiDecision {
+        let mut pairs: Vec<(Fp, &Rule, u64)> = Vec::with_capacity(checks.len());
+        let mut slot_of = Vec::with_capacity(checks.len());
+        for c in checks {
+            let fp = self.fingerprint(c.rule, c.key);
+            if let Some(i) = pairs.iter().position(|p| p.0 == fp) {
+                pairs[i].2 = pairs[i].2.saturating_add(c.cost);
+                slot_of.push(i);
+            } else {
+                slot_of.push(pairs.len());
+                pairs.push((fp, c.rule, c.cost));
+            }
+        }
+        let mut guards = self.lock_all(pairs.iter().map(|p| p.0));
+        let t = when.now();
+        let decided: Vec<Decision> = pairs
+            .iter()
+            .map(|&(fp, rule, cost)| {
+                let table = &guards.table_of(self, fp);
+                Self::evaluate_locked(table, rule, fp, t, cost)
+            })
+            .collect();
+        let allowed = decided.iter().all(|d| d.allowed);
+        let decided: Vec<Decision> = if allowed {
+            for &(fp, rule, cost) in &pairs {
+                let table = guards.table_of_mut(self, fp);
+                let slot = table.other.entry(fp).or_insert_with(|| {
+                    Box::new(Mutex::new(Slot {
+                        state: KeyState::Empty,
+                        expires: 0,
+                        rule: rule.clone(),
+                    }))
+                });
+                let (_, delta) = slot.get_mut().apply(rule, |state| {
+                    let mut leases = match std::mem::take(state) {
+                        KeyState::Concurrency(l) => l,
+                        _ => Leases::default(),
+                    };
+                    leases.acquire(rule, t, cost, ticket.nonce);
+                    *state = KeyState::Concurrency(leases);
+                });
+                table.add_log_entries(delta);
+            }
+            let written: Vec<Fp> = pairs.iter().map(|p| p.0).collect();
+            guards.enforce_caps(self, t, &written);
+            // The keys holding slots, in the ticket's order (cost 0 peeks).
+            let held: Vec<Fp> = pairs.iter().filter(|p| p.2 > 0).map(|p| p.0).collect();
+            let ends =
+                t.saturating_add(pairs.iter().map(|p| p.1.period_micros()).max().unwrap_or(0));
+            let mut index = self.leases.leases.lock();
+            if index.len() >= self.capacity() {
+                index.retain(|_, l| l.1 > t);
+            }
+            if !held.is_empty() {
+                index.insert(ticket.nonce, (held, ends));
+            }
+            decided
+        } else {
+            pairs
+                .iter()
+                .zip(decided)
+                .map(|(&(fp, rule, _), d)| {
+                    if d.allowed {
+                        Self::evaluate_locked(guards.table_of(self, fp), rule, fp, t, 0)
+                    } else {
+                        d
+                    }
+                })
+                .collect()
+        };
+        drop(guards);
+        MultiDecision::from_decisions(slot_of.into_iter().map(|i| decided[i]).collect())
+    }
+
+    /// Releases (or `renew`s) the lease `ticket` on every key it holds
+    /// slots of, `rules` in its order: all of them live, or nothing changes.
+    pub(super) fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        when: When<'_>,
+    ) -> Released {
+        let mut index = self.leases.leases.lock();
+        let Some((fps, _)) = index.get(&ticket.nonce).cloned() else {
+            return Released::Unknown;
+        };
+        if fps.len() != rules.len() {
+            return Released::Unknown;
+        }
+        let mut guards = self.lock_all(fps.iter().copied());
+        let t = when.now();
+        let live = |table: &Table, fp: Fp| {
+            table
+                .other
+                .get(&fp)
+                .is_some_and(|slot| match &slot.lock().state {
+                    KeyState::Concurrency(l) => {
+                        l.iter().any(|l| l.id == ticket.nonce && l.expires > t)
+                    }
+                    _ => false,
+                })
+        };
+        if !fps.iter().all(|&fp| live(guards.table_of(self, fp), fp)) {
+            index.remove(&ticket.nonce);
+            return Released::Unknown;
+        }
+        let mut ends = t;
+        let decisions = fps
+            .iter()
+            .zip(rules)
+            .map(|(&fp, &rule)| {
+                let table = guards.table_of_mut(self, fp);
+                if let Some(slot) = table.other.get_mut(&fp) {
+                    let (_, delta) = slot.get_mut().apply(rule, |state| {
+                        if let KeyState::Concurrency(l) = state {
+                            if renew {
+                                l.renew(rule, t, ticket.nonce);
+                            } else {
+                                l.release(t, ticket.nonce);
+                            }
+                        }
+                    });
+                    table.add_log_entries(delta);
+                }
+                ends = ends.max(t.saturating_add(rule.period_micros()));
+                Self::evaluate_locked(table, rule, fp, t, 0)
+            })
+            .collect();
+        if renew {
+            index.insert(ticket.nonce, (fps, ends));
+        } else {
+            index.remove(&ticket.nonce);
+        }
+        Released::Done(decisions)
+    }
+
+    /// Every shard of `fps`, held exclusively, in index order.
+    fn lock_all(&self, fps: impl Iterator<Item = Fp>) -> Guards<'_> {
+        let mut ids: Vec<usize> = fps.map(|fp| self.shard_index(fp)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let held = ids.iter().map(|&i| self.shards[i].0.write()).collect();
+        Guards { ids, held }
+    }
+}
+
+/// Shards held exclusively, by index.
+struct Guards<'a> {
+    ids: Vec<usize>,
+    held: Vec<RwLockWriteGuard<'a, Table>>,
+}
+
+impl Guards<'_> {
+    fn table_of(&self, core: &Core, fp: Fp) -> &Table {
+        let i = self
+            .ids
+            .binary_search(&core.shard_index(fp))
+            .unwrap_or_default();
+        &self.held[i]
+    }
+
+    fn table_of_mut(&mut self, core: &Core, fp: Fp) -> &mut Table {
+        let i = self
+            .ids
+            .binary_search(&core.shard_index(fp))
+            .unwrap_or_default();
+        &mut self.held[i]
+    }
+
+    fn enforce_caps(&mut self, core: &Core, t: Micros, written: &[Fp]) {
+        for table in &mut self.held {
+            core.enforce_caps(table, t, written);
+        }
+    }
+}
