@@ -28,6 +28,12 @@ name = "tokens_gcra"
 algorithm = "gcra"
 limit = 100
 period = "1h"
+
+[[rules]]
+name = "inflight"
+algorithm = "concurrency"
+limit = 2
+lease = "30s"
 "#;
 
 fn charge(s: &Tollgate, rule: &str, key: &str, cost: u64) -> common::Resp {
@@ -505,5 +511,147 @@ fn bad_settles_name_the_problem_and_change_nothing() {
         (200, 60.into()),
         "{}",
         r.text()
+    );
+}
+
+/// Acquire, renew, release: slots held, given back, never more than the
+/// limit; every misuse a 4xx that names it.
+fn leases_hold_slots(s: &Tollgate) {
+    use serde_json::json;
+    let acquire = |key: &str| post(s, "/v1/acquire", &json!({"rule": "inflight", "key": key}));
+    let r = acquire("t");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["remaining"], 1);
+    let policy = ratelimit_members(r.header("ratelimit-policy").expect("policy"));
+    assert_eq!(policy[0].1, [("q".to_owned(), 2), ("w".to_owned(), 30)]);
+    let first = r.json()["lease"].as_str().expect("a lease").to_owned();
+    assert!(first.starts_with("l1~"), "{first}");
+    let second = acquire("t").json()["lease"]
+        .as_str()
+        .expect("a lease")
+        .to_owned();
+    let full = acquire("t");
+    assert_eq!(full.status, 429, "{}", full.text());
+    assert_eq!(full.json()["lease"], serde_json::Value::Null);
+    assert!(full.header("retry-after").is_some());
+    let r = post(s, "/v1/renew", &json!({"lease": first}));
+    assert_eq!(
+        (r.status, r.json()["remaining"].clone()),
+        (200, 0.into()),
+        "{}",
+        r.text()
+    );
+    let r = post(
+        s,
+        "/v1/release",
+        &json!({"lease": first, "rule": "inflight", "key": "t"}),
+    );
+    assert_eq!(
+        (r.status, r.json()["remaining"].clone()),
+        (200, 1.into()),
+        "{}",
+        r.text()
+    );
+    assert_eq!(post(s, "/v1/release", &json!({"lease": first})).status, 404);
+    assert_eq!(post(s, "/v1/renew", &json!({"lease": first})).status, 404);
+    assert_eq!(acquire("t").status, 200);
+    assert_eq!(
+        post(s, "/v1/release", &json!({"lease": second})).status,
+        200
+    );
+    // A peek of a concurrency rule is a check of cost 0.
+    assert_eq!(check(s, "inflight", "t", 0).json()["remaining"], 1);
+}
+
+#[test]
+fn leases_hold_slots_on_the_memory_store() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    leases_hold_slots(&s);
+}
+
+#[test]
+fn leases_hold_slots_on_redis() {
+    let redis = RedisServer::start();
+    let config = format!("[store]\nurl = \"{}\"\n{RULES}", redis.url());
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    leases_hold_slots(&s);
+    assert!(redis.keys_without_ttl().is_empty());
+}
+
+#[test]
+fn operations_on_the_wrong_kind_of_rule_are_refused() {
+    use serde_json::json;
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    let r = post(
+        &s,
+        "/v1/reserve",
+        &json!({"rule": "tpm", "key": "k", "cost": 5}),
+    );
+    let reservation = r.json()["reservation"].as_str().expect("an id").to_owned();
+    for (path, body, status, want) in [
+        (
+            "/v1/acquire",
+            json!({"rule": "tpm", "key": "k"}),
+            400,
+            "is not a concurrency rule",
+        ),
+        (
+            "/v1/check",
+            json!({"rule": "inflight", "key": "k"}),
+            400,
+            "is a concurrency rule",
+        ),
+        (
+            "/v1/charge",
+            json!({"rule": "inflight", "key": "k", "cost": 3}),
+            400,
+            "not charged",
+        ),
+        (
+            "/v1/reserve",
+            json!({"rule": "inflight", "key": "k", "cost": 1}),
+            400,
+            "not reserved",
+        ),
+        (
+            "/v1/release",
+            json!({"lease": reservation}),
+            400,
+            "not a tollgate lease id",
+        ),
+        (
+            "/v1/release",
+            json!({"lease": "l1~nope"}),
+            400,
+            "not a tollgate lease id",
+        ),
+        (
+            "/v1/release",
+            json!({"reservation": reservation}),
+            400,
+            "reservation: unknown field",
+        ),
+        (
+            "/v1/settle",
+            json!({"reservation": "l1~x", "cost": 1}),
+            400,
+            "not a tollgate reservation id",
+        ),
+        (
+            "/v1/acquire",
+            json!({"checks": [{"rule": "inflight", "key": "k"}, {"rule": "inflight", "key": "k"}]}),
+            400,
+            "named twice",
+        ),
+    ] {
+        let r = post(&s, path, &body);
+        assert_eq!(r.status, status, "{path} {body}: {}", r.text());
+        let e = r.json()["error"].as_str().unwrap_or_default().to_owned();
+        assert!(e.contains(want), "{path} {body}: {e}");
+    }
+    assert_eq!(
+        check(&s, "inflight", "k", 0).json()["remaining"],
+        2,
+        "nothing held"
     );
 }

@@ -193,7 +193,7 @@ fn unknown_algorithm() {
         &rule_with("leaky_bucket", ""),
         &[
             "bad.toml:3: rules[0].algorithm: unknown algorithm \"leaky_bucket\"; expected one of \
-           gcra, token_bucket, fixed_window, sliding_window, sliding_log",
+           gcra, token_bucket, fixed_window, sliding_window, sliding_log, concurrency",
         ],
     );
 }
@@ -251,7 +251,7 @@ fn unknown_fields_everywhere() {
             "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
              ipv6_prefix, on_missing_key, connect_timeout, response_timeout, send_timeout, append_forwarded_for",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \
-             period, burst, key, on_error",
+             period, lease, burst, key, on_error",
             "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy",
         ],
     );

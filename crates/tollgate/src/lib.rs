@@ -48,7 +48,7 @@ mod time;
 pub use algorithm::Charged;
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
-pub use limiter::{Check, Limiter, MAX_KEY_LEN, Reserved};
+pub use limiter::{Check, Limiter, MAX_KEY_LEN, Ticketed};
 pub use resilient::{OnError, ResilientLimiter};
 pub use rule::{
     Algorithm, DEBT_PERIODS, DEFAULT_LEASE, MAX_BURST_WINDOW, MAX_CONCURRENCY_LIMIT, MAX_LIMIT,

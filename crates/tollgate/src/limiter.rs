@@ -193,7 +193,7 @@ impl Op {
 /// What a reservation answered: the decision, and when admitted the ticket
 /// that settles or cancels it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reserved {
+pub struct Ticketed {
     /// The decision, as a check of each pair's estimate.
     pub multi: MultiDecision,
     /// `Some` when admitted.
@@ -410,7 +410,7 @@ impl<S: Store> Limiter<S> {
         checks: &[Check<'_>],
         ttl: Duration,
         at: Option<Micros>,
-    ) -> Result<Reserved, Error> {
+    ) -> Result<Ticketed, Error> {
         check_time(at)?;
         let ttl = reservation_ttl(ttl)?;
         let resolved = self.resolve_all(checks, Op::Reserve)?;
@@ -426,7 +426,7 @@ impl<S: Store> Limiter<S> {
             .reserve_all(resolved.pairs(), &ticket, ttl, at)
             .await?;
         let ticket = multi.allowed.then_some(ticket);
-        Ok(Reserved { multi, ticket })
+        Ok(Ticketed { multi, ticket })
     }
 
     /// Settles the reservation `ticket` at `actual` usage: one number for
@@ -459,7 +459,7 @@ impl<S: Store> Limiter<S> {
         &self,
         checks: &[Check<'_>],
         at: Option<Micros>,
-    ) -> Result<Reserved, Error> {
+    ) -> Result<Ticketed, Error> {
         check_time(at)?;
         let resolved = self.resolve_all(checks, Op::Acquire)?;
         let ticket = lease_ticket(checks)?;
@@ -468,7 +468,7 @@ impl<S: Store> Limiter<S> {
             .acquire_all(resolved.pairs(), &ticket, at)
             .await?;
         let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
-        Ok(Reserved { multi, ticket })
+        Ok(Ticketed { multi, ticket })
     }
 
     /// Releases the lease `ticket` (or, `renew`, extends it to a whole

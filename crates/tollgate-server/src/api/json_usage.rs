@@ -20,12 +20,17 @@ pub(super) enum Form {
     Settle,
     /// `/v1/cancel`.
     Cancel,
+    /// `/v1/release` and `/v1/renew`.
+    Lease,
 }
 
 impl Form {
     /// The field naming the ticket.
     fn id_field(self) -> &'static str {
-        "reservation"
+        match self {
+            Form::Lease => "lease",
+            _ => "reservation",
+        }
     }
 }
 
@@ -76,7 +81,10 @@ pub(super) fn parse_usage(body: &[u8], form: Form) -> Result<UsageRequest<'_>, S
         allowed.push("cost");
     }
     unknown(&obj, "", &allowed)?;
-    let id = obj.reservation.take();
+    let id = match form {
+        Form::Lease => obj.lease.take(),
+        _ => obj.reservation.take(),
+    };
     let id = match id {
         Some(v) => string(Some(v), id_field, "")?,
         None => return Err(format!("{id_field}: missing")),

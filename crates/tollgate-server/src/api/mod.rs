@@ -118,6 +118,9 @@ impl Api {
             "/v1/reserve" => self.reserve(req).await,
             "/v1/settle" => self.settle(req, false).await,
             "/v1/cancel" => self.settle(req, true).await,
+            "/v1/acquire" => self.acquire(req).await,
+            "/v1/release" => self.release(req, false).await,
+            "/v1/renew" => self.release(req, true).await,
             "/v1/rules" => get_only(&req, "/v1/rules", || {
                 json_response(StatusCode::OK, &rules_json(self))
             }),

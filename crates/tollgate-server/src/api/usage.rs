@@ -15,7 +15,7 @@ use http_body::Body;
 use tollgate::MultiDecision;
 use tollgate::algorithm::Charged;
 use tollgate::resilient::Verdict;
-use tollgate::store::Settled;
+use tollgate::store::{Released, Settled};
 use tollgate::ticket::{Ticket, TicketKind};
 
 use super::json_read::{CheckRequest, Pair};
@@ -121,6 +121,69 @@ impl Api {
             Ok(Settled::Done { late, charged }) => {
                 let named = ticket_pairs(&ticket);
                 self.charged(&named, &charged, None, &[Tail::Bool("late", late)])
+            }
+            Err(e) => refused(e),
+        }
+    }
+
+    /// `POST /v1/acquire`: slots of concurrency rules, all-or-nothing;
+    /// admitted, the answer's `lease` releases or renews them.
+    pub(super) async fn acquire<B>(&self, req: Request<B>) -> Response<ApiBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let (body, other_type) = match post_body(req, "/v1/acquire").await {
+            Ok(read) => read,
+            Err(res) => return res,
+        };
+        let parsed = match parse_or_400(&body, other_type) {
+            Ok(p) => p,
+            Err(res) => return *res,
+        };
+        match self.gate.acquire_all(&checks_of(&parsed)).await {
+            Ok(acquired) => {
+                let id = acquired.ticket.as_ref().map(ToString::to_string);
+                let tail = [match &id {
+                    Some(id) => Tail::Str("lease", id),
+                    None => Tail::Null("lease"),
+                }];
+                answer(self, &parsed, &acquired.verdict, None, &tail)
+            }
+            Err(e) => refused(e),
+        }
+    }
+
+    /// `POST /v1/release` and (`renew`) `POST /v1/renew`.
+    pub(super) async fn release<B>(&self, req: Request<B>, renew: bool) -> Response<ApiBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let path = if renew { "/v1/renew" } else { "/v1/release" };
+        let (body, other_type) = match post_body(req, path).await {
+            Ok(read) => read,
+            Err(res) => return res,
+        };
+        let parsed = match usage_or_400(&body, Form::Lease, other_type) {
+            Ok(p) => p,
+            Err(res) => return *res,
+        };
+        let ticket = match ticket_of(&parsed, TicketKind::Lease) {
+            Ok(t) => t,
+            Err(res) => return *res,
+        };
+        match self.gate.release(&ticket, renew).await {
+            Ok(Released::Unknown) => error(
+                StatusCode::NOT_FOUND,
+                "unknown lease: never taken, released before, or ended after its lease",
+            ),
+            Ok(Released::Done(decisions)) => {
+                let verdict = Verdict {
+                    multi: MultiDecision::from_decisions(decisions),
+                    degraded: None,
+                };
+                answer(self, &ticket_pairs(&ticket), &verdict, None, &[])
             }
             Err(e) => refused(e),
         }

@@ -83,6 +83,7 @@ const RULE_FIELDS: &[&str] = &[
     "algorithm",
     "limit",
     "period",
+    "lease",
     "burst",
     "key",
     "on_error",
@@ -538,8 +539,15 @@ impl<'a> Checker<'a> {
         };
         let before = self.errors.len();
         self.unknown_fields(t, &path, RULE_FIELDS);
-        for key in ["name", "algorithm", "limit", "period"] {
+        for key in ["name", "algorithm", "limit"] {
             self.required(t, &header, &path, key);
+        }
+        // A concurrency rule has a lease instead of a period.
+        let concurrency = self
+            .string(t, &path, "algorithm")
+            .is_some_and(|(s, _)| s == Algorithm::Concurrency.as_str());
+        if !concurrency {
+            self.required(t, &header, &path, "period");
         }
         // Fields with a problem of their own; the library is not asked about
         // them again (each gets a stand-in value so the others are checked).
@@ -570,19 +578,44 @@ impl<'a> Checker<'a> {
         if limit.is_none() {
             bad.push("limit");
         }
-        let period = match self.string(t, &path, "period") {
+        let duration = |this: &mut Self, field: &'static str| match this.string(t, &path, field) {
             Some((s, span)) => match tollgate::parse_duration(s) {
-                Ok(d) => {
-                    spans.insert("period", span);
-                    Some(d)
-                }
+                Ok(d) => Some((d, span)),
                 Err(e) => {
-                    self.error(&span, format!("{path}.period"), e);
+                    this.error(&span, format!("{path}.{field}"), e);
                     None
                 }
             },
             None => None,
         };
+        let period = if concurrency {
+            if let Some(v) = t.get("period") {
+                self.error(
+                    &v.span(),
+                    format!("{path}.period"),
+                    "a concurrency rule has no period: its `lease` (default 30s) is how long \
+                     an unreleased lease holds its slots",
+                );
+                bad.push("period");
+            }
+            match t.get("lease") {
+                Some(_) => duration(self, "lease"),
+                None => Some((tollgate::DEFAULT_LEASE, header.clone())),
+            }
+        } else {
+            if let Some(v) = t.get("lease") {
+                self.error(
+                    &v.span(),
+                    format!("{path}.lease"),
+                    "lease applies to concurrency rules only; this one limits a rate over its period",
+                );
+            }
+            duration(self, "period")
+        };
+        let period = period.map(|(d, span)| {
+            spans.insert("period", span);
+            d
+        });
         if period.is_none() {
             bad.push("period");
         }
@@ -637,7 +670,12 @@ impl<'a> Checker<'a> {
                 Err(e) => {
                     if !bad.contains(&e.field) {
                         let span = spans.get(e.field).unwrap_or(&header).clone();
-                        self.error(&span, format!("{path}.{}", e.field), e.message);
+                        // A concurrency rule's period is its lease.
+                        let field = match e.field {
+                            "period" if concurrency => "lease",
+                            other => other,
+                        };
+                        self.error(&span, format!("{path}.{field}"), e.message);
                         bad.push(e.field);
                     }
                     match e.field {

@@ -138,7 +138,7 @@ on_error = 1
         "t.toml:5: store.prefix: prefix \"{x}\" contains '{'; only A-Z a-z 0-9 _ . : - are allowed",
         "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease",
         "t.toml:9: rules[0].name: name \"a b\" contains ' '; only A-Z a-z 0-9 _ . - are allowed",
-        "t.toml:10: rules[0].algorithm: unknown algorithm \"leaky\"; expected one of gcra, token_bucket, fixed_window, sliding_window, sliding_log",
+        "t.toml:10: rules[0].algorithm: unknown algorithm \"leaky\"; expected one of gcra, token_bucket, fixed_window, sliding_window, sliding_log, concurrency",
         "t.toml:11: rules[0].limit: limit must be at least 1, got -3",
         "t.toml:12: rules[0].period: duration \"1.5s\" has unknown unit \".5s\" (use ms, s, m, h or d)",
         "t.toml:13: rules[0].burst: expected an integer, found string",

@@ -10,10 +10,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tollgate::resilient::{
-    self, ChargeVerdict, Refusal, ReserveVerdict, ResilientLimiter, Verdict,
-};
-use tollgate::store::{AnyStore, Settled};
+use tollgate::resilient::{self, ChargeVerdict, Refusal, ResilientLimiter, TicketVerdict, Verdict};
+use tollgate::store::{AnyStore, Released, Settled};
 use tollgate::ticket::Ticket;
 use tollgate::{Check, Limiter, Rule, Store};
 
@@ -151,7 +149,7 @@ impl Gate {
         &self,
         checks: &[Check<'_>],
         ttl: std::time::Duration,
-    ) -> Result<ReserveVerdict, Refusal> {
+    ) -> Result<TicketVerdict, Refusal> {
         self.limiter.reserve_all(checks, ttl).await
     }
 
@@ -167,6 +165,22 @@ impl Gate {
         actual: Option<&[u64]>,
     ) -> Result<Settled, Refusal> {
         self.limiter.settle(ticket, actual).await
+    }
+
+    /// Acquires every pair's cost in slots of its concurrency rule.
+    ///
+    /// # Errors
+    /// As [`Gate::check_all`], and a rule that is not `concurrency`.
+    pub async fn acquire_all(&self, checks: &[Check<'_>]) -> Result<TicketVerdict, Refusal> {
+        self.limiter.acquire_all(checks).await
+    }
+
+    /// Releases (or `renew`s) the lease `ticket`.
+    ///
+    /// # Errors
+    /// A ticket whose rules are gone, the store failed.
+    pub async fn release(&self, ticket: &Ticket, renew: bool) -> Result<Released, Refusal> {
+        self.limiter.release(ticket, renew).await
     }
 
     /// Whether the store answers: always for the memory store; for Redis,

@@ -52,6 +52,11 @@ pub const CHARGE_DEBT: &str = "tollgate_charge_debt_units";
 /// `finished` (settled or cancelled before: 409).
 pub const RESERVATIONS: &str = "tollgate_reservations_total";
 
+/// Counter, labels `rule`, `outcome`: lease operations per pair —
+/// `acquired`, `released`, `renewed`, `unknown` (a release or renew of a
+/// lease not live: never taken, released before, or ended by itself).
+pub const LEASES: &str = "tollgate_leases_total";
+
 /// Metric handles, registered at first use and kept: `counter!` with a
 /// rule label builds its key (two allocations) and looks it up in the
 /// recorder on every call, which is a tenth of a memory-store check.

@@ -81,6 +81,7 @@ mod breaker;
 mod builder;
 mod charge;
 mod heartbeat;
+mod inflight;
 mod local;
 pub mod metric;
 mod policy;
@@ -95,7 +96,7 @@ use local::Local;
 pub use local::local_share;
 use metric::Meters;
 pub use policy::{OnError, Refusal, Verdict};
-pub use reserve::ReserveVerdict;
+pub use reserve::TicketVerdict;
 pub use throttle::Throttle;
 
 /// A [`Limiter`] with a store timeout, a failure policy per rule, a circuit

@@ -14,7 +14,7 @@ use crate::ticket::{Ticket, TicketKind, TicketPair};
 
 /// What a reservation answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReserveVerdict {
+pub struct TicketVerdict {
     /// The decision, as a check of each pair's estimate.
     pub verdict: Verdict,
     /// The ticket that settles or cancels it: `Some` when admitted by the
@@ -33,7 +33,7 @@ impl<S: Store> ResilientLimiter<S> {
         &self,
         checks: &[Check<'_>],
         ttl: Duration,
-    ) -> Result<ReserveVerdict, Refusal> {
+    ) -> Result<TicketVerdict, Refusal> {
         let ttl = reservation_ttl(ttl).map_err(Refusal::Invalid)?;
         let resolved = self
             .inner
@@ -63,7 +63,7 @@ impl<S: Store> ResilientLimiter<S> {
                     }
                 }
                 let ticket = multi.allowed.then_some(ticket);
-                Ok(ReserveVerdict {
+                Ok(TicketVerdict {
                     verdict: Verdict {
                         multi,
                         degraded: None,
@@ -71,7 +71,7 @@ impl<S: Store> ResilientLimiter<S> {
                     ticket,
                 })
             }
-            Err(e) => Ok(ReserveVerdict {
+            Err(e) => Ok(TicketVerdict {
                 verdict: inner.on_store_error(pairs, index, &e, None).await?,
                 ticket: None,
             }),

@@ -542,10 +542,27 @@ impl Loader {
             None => Algorithm::FixedWindow,
             Some(n) => match self.string(n, &algorithm_field) {
                 None => Algorithm::FixedWindow,
-                Some(text) => text.parse().unwrap_or_else(|e: tollgate::RuleError| {
-                    self.error(n.line, &algorithm_field, e.message);
-                    Algorithm::FixedWindow
-                }),
+                Some(text) => match text.parse() {
+                    // A descriptor's limit is a rate; in-flight limits are
+                    // acquired and released, which ShouldRateLimit cannot.
+                    Ok(Algorithm::Concurrency) => {
+                        self.error(
+                            n.line,
+                            &algorithm_field,
+                            "concurrency is not a rate: Envoy's ShouldRateLimit has no release; \
+                             expected one of gcra, token_bucket, fixed_window, sliding_window, \
+                             sliding_log"
+                                .to_owned(),
+                        );
+                        Algorithm::FixedWindow
+                    }
+                    Ok(a) => a,
+                    Err(e) => {
+                        let e: tollgate::RuleError = e;
+                        self.error(n.line, &algorithm_field, e.message);
+                        Algorithm::FixedWindow
+                    }
+                },
             },
         };
         let burst_field = join(field, "burst");
