@@ -10,7 +10,7 @@
 #
 # Usage: bench/http-instructions.sh KIND [N=3000] [KEYS=10000] [CONNS=8] [BIN]
 #   KIND: check-open | check-closed (the rules of bench/http/rules.toml,
-#         POST /v1/check) | healthz | proxy (GET / through the proxy to
+#         POST /v1/check) | charge-open (POST /v1/charge of the open rule) | healthz | proxy (GET / through the proxy to
 #         nginx, keyed by x-key among KEYS keys)
 #   BIN:  the tollgate binary (default target/release/tollgate, built here)
 set -euo pipefail

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """bench/http/load.py HOST:PORT N CONNS KIND [KEYS]: sends N requests over
 CONNS keep-alive connections, one in flight each (bench/http-instructions.sh).
-KIND: check-open | check-closed | healthz | get (GET / with x-key among KEYS)."""
+KIND: check-open | check-closed | charge-open | healthz | get (GET / with
+x-key among KEYS)."""
 import random, selectors, socket, sys
 
 def build(kind, keys):
     reqs = []
     for i in range(keys):
         k = "k%d" % i
-        if kind.startswith("check-"):
-            rule = kind.split("-", 1)[1]
+        if kind.startswith("check-") or kind.startswith("charge-"):
+            verb, rule = kind.split("-", 1)
             body = '{"rule":"%s","key":"%s","cost":1}' % (rule, k)
-            reqs.append(("POST /v1/check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+            reqs.append(("POST /v1/" + verb + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
         elif kind == "healthz":
             reqs.append(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         elif kind == "get":

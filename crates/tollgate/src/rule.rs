@@ -288,6 +288,16 @@ impl RuleSpec {
         }
         let interval = period / self.limit;
         let tau = burst.saturating_mul(interval);
+        let periods = DEBT_PERIODS * self.limit;
+        let max_debt = match self.algorithm {
+            Algorithm::Gcra | Algorithm::TokenBucket => {
+                periods.min(duration_to_micros(MAX_BURST_WINDOW) / interval)
+            }
+            Algorithm::FixedWindow | Algorithm::SlidingWindow => periods,
+            Algorithm::SlidingLog => self.limit,
+            // Slots are acquired, never charged.
+            Algorithm::Concurrency => 0,
+        };
         if self.algorithm.has_burst() && tau > duration_to_micros(MAX_BURST_WINDOW) {
             return Err(RuleError::new(
                 "burst",
@@ -305,6 +315,7 @@ impl RuleSpec {
             burst,
             interval,
             tau,
+            max_debt,
         })))
     }
 }
@@ -354,6 +365,8 @@ struct RuleInner {
     burst: u64,
     interval: Micros,
     tau: Micros,
+    /// [`Rule::max_debt`], computed once.
+    max_debt: u64,
 }
 
 impl Rule {
@@ -412,16 +425,7 @@ impl Rule {
     /// `limit`, which keeps a key to at most `2 × limit` entries.
     #[must_use]
     pub fn max_debt(&self) -> u64 {
-        let periods = DEBT_PERIODS * self.0.limit;
-        match self.0.algorithm {
-            Algorithm::Gcra | Algorithm::TokenBucket => {
-                periods.min(duration_to_micros(MAX_BURST_WINDOW) / self.0.interval)
-            }
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => periods,
-            Algorithm::SlidingLog => self.0.limit,
-            // Slots are acquired, never charged.
-            Algorithm::Concurrency => 0,
-        }
+        self.0.max_debt
     }
 
     /// GCRA / token bucket emission interval `floor(period / limit)`, µs.

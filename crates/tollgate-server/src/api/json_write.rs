@@ -1,7 +1,7 @@
 //! Writing a check's answer: the JSON body, written with `itoa` into one
 //! buffer, byte for byte what the `serde_json` map answer it replaced gave.
 
-use tollgate::{Decision, MultiDecision};
+use tollgate::{Charged, Decision, MultiDecision};
 
 use super::json_read::CheckRequest;
 
@@ -60,13 +60,14 @@ pub(super) enum Tail<'a> {
 }
 
 /// The answer's JSON body (with its trailing newline); `debts`, one per
-/// pair, for a charge's answer; `tail`, fields a usage endpoint adds.
+/// pair (each charge's `debt`), for a charge's or settle's answer; `tail`,
+/// fields a usage endpoint adds.
 #[inline]
 pub(super) fn answer_body(
     req: &CheckRequest<'_>,
     multi: &MultiDecision,
     degraded: bool,
-    debts: Option<&[u64]>,
+    debts: Option<&[Charged]>,
     tail: &[Tail<'_>],
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(if req.multi {
@@ -75,7 +76,7 @@ pub(super) fn answer_body(
         160
     });
     let deciding = multi.decision();
-    let debt = |i: usize| debts.and_then(|d| d.get(i).copied());
+    let debt = |i: usize| debts.and_then(|d| d.get(i)).map(|c| c.debt);
     push_decision(
         &mut out,
         multi.allowed,

@@ -337,7 +337,7 @@ fn answer(
     api: &Api,
     req: &CheckRequest<'_>,
     verdict: &Verdict,
-    debts: Option<&[u64]>,
+    debts: Option<&[tollgate::Charged]>,
     tail: &[Tail<'_>],
 ) -> Response<ApiBody> {
     let multi = &verdict.multi;

@@ -390,15 +390,29 @@ fn decision_json(rule: &str, d: &Decision) -> Map<String, Value> {
     m
 }
 
+/// A charge per decision, with a debt of 7 times its place.
+fn picked_debts(multi: &MultiDecision) -> Vec<tollgate::Charged> {
+    multi
+        .decisions
+        .iter()
+        .enumerate()
+        .map(|(i, d)| tollgate::Charged {
+            decision: *d,
+            debt: 7 * i as u64,
+            clamped: 0,
+        })
+        .collect()
+}
+
 fn answer_oracle(
     req: &CheckRequest<'_>,
     multi: &MultiDecision,
     degraded: bool,
-    debts: Option<&[u64]>,
+    debts: Option<&[tollgate::Charged]>,
 ) -> Vec<u8> {
     let with_debt = |mut m: Map<String, Value>, i: usize| {
         if let Some(debts) = debts {
-            m.insert("debt".into(), debts[i].into());
+            m.insert("debt".into(), debts[i].debt.into());
         }
         m
     };
@@ -474,7 +488,7 @@ fn answers_are_byte_identical_to_the_map_answers() {
                     multi: multi_form,
                 };
                 let multi = MultiDecision::from_decisions(picked);
-                let debts: Vec<u64> = (0..req.pairs.len() as u64).map(|d| d * 7).collect();
+                let debts: Vec<tollgate::Charged> = picked_debts(&multi);
                 for (degraded, debts) in [
                     (false, None),
                     (true, None),

@@ -197,12 +197,11 @@ impl Api {
         degraded: Option<tollgate::OnError>,
         tail: &[Tail<'_>],
     ) -> Response<ApiBody> {
-        let debts: Vec<u64> = charged.iter().map(|c| c.debt).collect();
         let verdict = Verdict {
             multi: MultiDecision::from_decisions(charged.iter().map(|c| c.decision).collect()),
             degraded,
         };
-        answer(self, req, &verdict, Some(&debts), tail)
+        answer(self, req, &verdict, Some(charged), tail)
     }
 }
 

@@ -55,15 +55,42 @@ pub fn usage(rule: &Rule, state: GcraState, t: Micros) -> Usage {
 /// state to store.
 #[must_use]
 pub fn charge(rule: &Rule, state: Option<GcraState>, t: Micros, cost: u64) -> (Charged, GcraState) {
-    let tau = rule.tau_micros();
+    let (next, units) = charge_step(rule, state, t, cost);
+    (charged(rule, t, next, cost - units), next)
+}
+
+/// The state a charge leaves and the units it records: [`charge`]
+/// without its answer (the memory store's compare-and-swap loop runs only
+/// this, and [`charged`] once it has swapped).
+#[inline]
+#[must_use]
+pub fn charge_step(
+    rule: &Rule,
+    state: Option<GcraState>,
+    t: Micros,
+    cost: u64,
+) -> (GcraState, u64) {
     let interval = rule.interval_micros();
     let tat = state.map_or(t, |s| s.tat.max(t));
     // The latest TAT the cap allows: `tau` plus `max_debt` units of wait.
-    let ceiling = t + tau + rule.max_debt() * interval;
+    let ceiling = t + rule.tau_micros() + rule.max_debt() * interval;
     let units = cost.min(ceiling.saturating_sub(tat) / interval);
-    let new_tat = tat + units * interval;
-    let used = new_tat - t;
-    let charged = Charged {
+    (
+        GcraState {
+            tat: tat + units * interval,
+        },
+        units,
+    )
+}
+
+/// What a charge that left `next` at `t` answers, `clamped` units not
+/// recorded.
+#[must_use]
+pub fn charged(rule: &Rule, t: Micros, next: GcraState, clamped: u64) -> Charged {
+    let tau = rule.tau_micros();
+    let interval = rule.interval_micros();
+    let used = next.tat - t;
+    Charged {
         decision: Decision {
             allowed: true,
             limit: rule.burst(),
@@ -71,10 +98,13 @@ pub fn charge(rule: &Rule, state: Option<GcraState>, t: Micros, cost: u64) -> (C
             reset_after: Duration::from_micros(used),
             retry_after: None,
         },
-        debt: used.saturating_sub(tau).div_ceil(interval),
-        clamped: cost - units,
-    };
-    (charged, GcraState { tat: new_tat })
+        // No division while within the limit (the usual charge).
+        debt: match used.saturating_sub(tau) {
+            0 => 0,
+            over => over.div_ceil(interval),
+        },
+        clamped,
+    }
 }
 
 /// Gives `units` back at `t` (a reservation settled below its estimate, or

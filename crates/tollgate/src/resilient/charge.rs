@@ -60,7 +60,7 @@ impl<S: Store> ResilientLimiter<S> {
             .await
         {
             Ok(charged) => {
-                inner.count_charges(pairs, &charged);
+                inner.count_charges(pairs, index, &charged);
                 Ok(ChargeVerdict {
                     charged,
                     degraded: None,
@@ -72,21 +72,13 @@ impl<S: Store> ResilientLimiter<S> {
 }
 
 impl<S: Store> Inner<S> {
-    /// Counts the units recorded and clamped, and the debt left, per rule.
-    fn count_charges(&self, pairs: &[KeyCheck<'_>], charged: &[Charged]) {
-        for (pair, c) in pairs.iter().zip(charged) {
-            let rule = pair.rule.name().to_owned();
+    /// Counts the units recorded and clamped, and the debt left, per rule
+    /// (`index[n]` the rule of pair `n`).
+    fn count_charges(&self, pairs: &[KeyCheck<'_>], index: &[usize], charged: &[Charged]) {
+        for ((pair, &i), c) in pairs.iter().zip(index).zip(charged) {
             let recorded = pair.cost - c.clamped;
-            ::metrics::counter!(metric::CHARGE_UNITS, "rule" => rule.clone()).increment(recorded);
-            if c.clamped > 0 {
-                ::metrics::counter!(metric::CHARGE_CLAMPED, "rule" => rule.clone())
-                    .increment(c.clamped);
-            }
-            if c.debt > 0 {
-                ::metrics::counter!(metric::CHARGES_IN_DEBT, "rule" => rule.clone()).increment(1);
-            }
-            #[allow(clippy::cast_precision_loss)] // a gauge: an approximate debt is enough
-            ::metrics::gauge!(metric::CHARGE_DEBT, "rule" => rule).set(c.debt as f64);
+            self.meters
+                .charge(i, pair.rule.name(), recorded, c.clamped, c.debt);
         }
     }
 

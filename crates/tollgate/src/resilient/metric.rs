@@ -65,6 +65,10 @@ pub(super) struct Meters {
     /// Per rule (the limiter's order): allowed, denied, error,
     /// denied_by_other.
     checks: Vec<[OnceLock<::metrics::Counter>; 4]>,
+    /// Per rule: charged units, clamped units, charges in debt.
+    charges: Vec<[OnceLock<::metrics::Counter>; 3]>,
+    /// Per rule: the debt the latest charge left.
+    debt: Vec<OnceLock<::metrics::Gauge>>,
     latency: OnceLock<::metrics::Histogram>,
 }
 
@@ -72,6 +76,8 @@ impl Meters {
     pub(super) fn new(rules: usize) -> Self {
         Self {
             checks: (0..rules).map(|_| Default::default()).collect(),
+            charges: (0..rules).map(|_| Default::default()).collect(),
+            debt: (0..rules).map(|_| OnceLock::new()).collect(),
             latency: OnceLock::new(),
         }
     }
@@ -79,6 +85,31 @@ impl Meters {
     pub(super) fn latency(&self) -> &::metrics::Histogram {
         self.latency
             .get_or_init(|| ::metrics::histogram!(STORE_LATENCY))
+    }
+
+    /// Counts one charge of rule `i` (named `name`): the units it recorded
+    /// and clamped, and the debt it left.
+    pub(super) fn charge(&self, i: usize, name: &str, recorded: u64, clamped: u64, debt: u64) {
+        const NAMES: [&str; 3] = [CHARGE_UNITS, CHARGE_CLAMPED, CHARGES_IN_DEBT];
+        let Some(slots) = self.charges.get(i) else {
+            return;
+        };
+        for (n, by) in [recorded, clamped, u64::from(debt > 0)]
+            .into_iter()
+            .enumerate()
+        {
+            if by > 0 || n == 0 {
+                slots[n]
+                    .get_or_init(|| ::metrics::counter!(NAMES[n], "rule" => name.to_owned()))
+                    .increment(by);
+            }
+        }
+        if let Some(gauge) = self.debt.get(i) {
+            #[allow(clippy::cast_precision_loss)] // a gauge: an approximate debt is enough
+            gauge
+                .get_or_init(|| ::metrics::gauge!(CHARGE_DEBT, "rule" => name.to_owned()))
+                .set(debt as f64);
+        }
     }
 
     /// Counts one pair of rule `i` (named `name`) under `outcome`

@@ -18,6 +18,9 @@ use crate::time::Micros;
 impl Core {
     /// Charges every pair in turn, `when`; one answer per pair.
     pub(super) fn charge_all(&self, checks: &[KeyCheck<'_>], when: When<'_>) -> Vec<Charged> {
+        if let [c] = checks {
+            return vec![self.charge(c.rule, c.key, c.cost, when)];
+        }
         checks
             .iter()
             .map(|c| self.charge(c.rule, c.key, c.cost, when))
@@ -25,24 +28,28 @@ impl Core {
     }
 
     /// Charges `cost` to (rule, key), `when`.
+    #[inline]
     pub(super) fn charge(&self, rule: &Rule, key: &[u8], cost: u64, when: When<'_>) -> Charged {
         self.charge_fp(rule, self.fingerprint(rule, key), cost, when)
     }
 
     /// Charges `cost` to the key of fingerprint `fp` under `rule`, `when`.
+    #[inline]
     pub(super) fn charge_fp(&self, rule: &Rule, fp: Fp, cost: u64, when: When<'_>) -> Charged {
         let shard = self.shard_of(fp);
         {
             let table = shard.0.read();
             if rule.algorithm() == Algorithm::Gcra {
                 if let Some(cell) = table.gcra.get(fp) {
+                    // As a check's: only the step in the loop, the answer
+                    // (divisions) after the swap and the shard's lock.
                     let mut current = cell.load(Ordering::Acquire);
-                    loop {
+                    let (t, next, units) = loop {
                         let t = when.now();
-                        let (charged, next) =
-                            gcra::charge(rule, Some(GcraState { tat: current }), t, cost);
+                        let (next, units) =
+                            gcra::charge_step(rule, Some(GcraState { tat: current }), t, cost);
                         if next.tat == current {
-                            return charged;
+                            break (t, next, units);
                         }
                         match cell.compare_exchange_weak(
                             current,
@@ -50,10 +57,12 @@ impl Core {
                             Ordering::AcqRel,
                             Ordering::Acquire,
                         ) {
-                            Ok(_) => return charged,
+                            Ok(_) => break (t, next, units),
                             Err(actual) => current = actual,
                         }
-                    }
+                    };
+                    drop(table);
+                    return gcra::charged(rule, t, next, cost - units);
                 }
             } else if let Some(slot) = table.other.get(&fp) {
                 let mut slot = slot.lock();

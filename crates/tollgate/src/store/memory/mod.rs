@@ -274,6 +274,13 @@ impl<C: Clock> MemoryStore<C> {
         self.core.check_all(checks, self.when(at))
     }
 
+    /// Charges `cost` to (rule, key) now, synchronously (docs/semantics.md,
+    /// "Charge"): never denied. `at` overrides the clock.
+    #[inline]
+    pub fn charge_sync(&self, rule: &Rule, key: &[u8], cost: u64, at: Option<Micros>) -> Charged {
+        self.core.charge(rule, key, cost, self.when(at))
+    }
+
     /// Charges every pair in turn, synchronously (docs/semantics.md,
     /// "Charge"): never denied; one answer per pair.
     pub fn charge_all_sync(&self, checks: &[KeyCheck<'_>], at: Option<Micros>) -> Vec<Charged> {

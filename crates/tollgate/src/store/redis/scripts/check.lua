@@ -186,18 +186,21 @@ elseif mode == 's' then
   -- reset_after, retry_after, debt, units charged, estimate.
   local recs, status = {}, 0
   for i = 1, n do
-    local h = redis.call('HMGET', KEYS[n + i], 'e', 'm', 'd', 'f', 's')
-    local e, m, d, f, st = tonumber(h[1]), tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5])
-    if e == nil or f == nil or t >= f then return { t, 1, 0 } end
-    if st ~= 0 then status = 2 end
-    recs[i] = { e, m, d }
+    local rec = redis.call('GET', KEYS[n + i])
+    if not rec then return { t, 1, 0 } end
+    local e, m, d, f, st = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%d)$')
+    e, m, d, f = tonumber(e), tonumber(m), tonumber(d), tonumber(f)
+    if e == nil or t >= f then return { t, 1, 0 } end
+    if st ~= '0' then status = 2 end
+    recs[i] = { e, m, d, rec }
   end
   if status ~= 0 then return { t, status, 0 } end
   local late = t > recs[1][3]
   local reply = { t, 0, late and 1 or 0 }
   local base = 4 + 6 * n
   for i = 1, n do
-    redis.call('HSET', KEYS[n + i], 's', 1)
+    local rec = recs[i][4]
+    redis.call('SET', KEYS[n + i], string.sub(rec, 1, #rec - 1) .. '1', 'KEEPTTL')
     local code, _, p1, p2, p3, p4 = pair(i)
     local actual = tonumber(ARGV[base + i])
     local e, made = recs[i][1], recs[i][2]
@@ -227,31 +230,53 @@ elseif mode == 'l' or mode == 'w' then
   local id = ARGV[5 + 6 * n]
   local found = {}
   for i = 1, n do
-    local member, expires = cc_find(KEYS[i], id, t)
-    if member == nil then return { t, 1 } end
-    found[i] = { member, expires }
-  end
-  for i = 1, n do
-    local _, _, lease = pair(i)
-    if mode == 'l' then
-      redis.call('ZREM', KEYS[i], found[i][1])
-    else
-      local e = t + lease
-      if found[i][2] > e then e = found[i][2] end
-      redis.call('ZADD', KEYS[i], num(e), found[i][1])
-      local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-      redis.call('PEXPIRE', KEYS[i], ttl_ms(tonumber(last[2]) - t))
-    end
+    local at, list = cc_find(KEYS[i], id, t)
+    if at == nil then return { t, 1 } end
+    found[i] = { at, list }
   end
   local reply = { t, 0 }
   for i = 1, n do
-    local o = peek(i)
-    reply[#reply + 1] = o[1] and 1 or 0
-    reply[#reply + 1] = o[2]
-    reply[#reply + 1] = o[3]
-    reply[#reply + 1] = o[4]
+    local _, _, lease, limit = pair(i)
+    local allowed, remaining, reset, retry =
+      cc_end(KEYS[i], found[i][2], found[i][1], mode == 'w', lease, limit, t)
+    reply[#reply + 1] = allowed and 1 or 0
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    reply[#reply + 1] = retry
   end
   return reply
+elseif mode == 'a' then
+  -- Acquire: every pair's decision first; when all admit, each takes a
+  -- lease of its cost with the id ARGV[5 + 6n].
+  local id = ARGV[5 + 6 * n]
+  local all = true
+  if n == 1 then
+    -- One pair decides and takes its lease in one look at the key.
+    local code, cost, lease, limit = pair(1)
+    if code ~= 6 then error('tollgate: only concurrency rules are acquired') end
+    local allowed, remaining, reset, retry = cc_acquire(KEYS[1], cost, lease, limit, id, t)
+    out[1] = { allowed, remaining, reset, retry }
+    n = 0
+  end
+  for i = 1, n do
+    local code, cost, lease, limit = pair(i)
+    if code ~= 6 then error('tollgate: only concurrency rules are acquired') end
+    local allowed, remaining, reset, retry = cc_decide(cc_live(KEYS[i], t), cost, lease, limit, t)
+    if not allowed then all = false end
+    out[i] = { allowed, remaining, reset, retry }
+  end
+  if all then
+    for i = 1, n do
+      local _, cost, lease, limit = pair(i)
+      local allowed, remaining, reset, retry = cc_acquire(KEYS[i], cost, lease, limit, id, t)
+      out[i] = { allowed, remaining, reset, retry }
+    end
+    if n == 0 then n = 1 end
+  else
+    for i = 1, n do
+      if out[i][1] then out[i] = peek(i) end
+    end
+  end
 elseif mode == 'r' then
   for i = 1, n do
     local code, cost, p1, p2, p3, p4 = pair(i)
@@ -267,15 +292,7 @@ else
     out[i] = { allowed, remaining, reset, retry }
     if allowed and cost > 0 then writes[#writes + 1] = write end
   end
-  if all and mode == 'a' then
-    -- Acquire: every pair takes a lease of its cost with the id.
-    local id = ARGV[5 + 6 * n]
-    for i = 1, n do
-      local _, cost, lease = pair(i)
-      if cost > 0 then cc_acquire(KEYS[i], cost, lease, id, t) end
-      out[i] = { true, out[i][2], out[i][3], out[i][4] }
-    end
-  elseif all and (mode == 'c' or mode == 'v') then
+  if all and (mode == 'c' or mode == 'v') then
     for i = 1, #writes do writes[i]() end
     if mode == 'v' then
       -- A reservation: a record beside each pair's state (same hash slot),
@@ -284,12 +301,13 @@ else
       for i = 1, n do
         local _, cost = pair(i)
         local forget = t + ttl + remember
-        redis.call('HSET', KEYS[n + i], 'e', num(cost), 'm', num(t), 'd', num(t + ttl),
-          'f', num(forget), 's', 0)
-        redis.call('PEXPIRE', KEYS[n + i], ttl_ms(forget - t))
+        -- "estimate:made:due:forget:settled"
+        redis.call('SET', KEYS[n + i],
+          num(cost) .. ':' .. num(t) .. ':' .. num(t + ttl) .. ':' .. num(forget) .. ':0',
+          'PX', ttl_ms(forget - t))
       end
     end
-  elseif n > 1 or mode == 'd' or mode == 'v' or mode == 'a' then
+  elseif n > 1 or mode == 'd' or mode == 'v' then
     -- nothing is consumed: pairs that would have admitted report a peek
     for i = 1, n do
       if out[i][1] then out[i] = peek(i) end

@@ -3,24 +3,25 @@
 -- dropped by every run that looks at the key. The key lives until its
 -- latest lease ends.
 
--- The slots held at t, the latest expiry, and the live leases by expiry.
+-- The live leases at t, by expiry: { expiry, slots, member } each (the
+-- ended ones dropped first).
 local function cc_live(key, t)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', num(t))
   local live = redis.call('ZRANGEBYSCORE', key, '(' .. num(t), '+inf', 'WITHSCORES')
-  local held, latest, list = 0, nil, {}
+  local list = {}
   for i = 1, #live, 2 do
-    local slots = tonumber(string.match(live[i], ':(%d+)$'))
-    local e = tonumber(live[i + 1])
-    held = held + slots
-    latest = e
-    list[#list + 1] = { e, slots, live[i] }
+    list[#list + 1] = { tonumber(live[i + 1]), tonumber(string.match(live[i], ':(%d+)$')), live[i] }
   end
-  return held, latest, list
+  return list
 end
 
--- The decision of an acquire of `cost` slots (0: a peek).
-local function cc_decide(key, cost, lease, limit, t)
-  local held, latest, list = cc_live(key, t)
+-- The decision of an acquire of `cost` slots (0: a peek) against `list`.
+local function cc_decide(list, cost, lease, limit, t)
+  local held, latest = 0, nil
+  for i = 1, #list do
+    held = held + list[i][2]
+    if latest == nil or list[i][1] > latest then latest = list[i][1] end
+  end
   local capable = cost <= limit
   local allowed = capable and held + cost <= limit
   local after = held
@@ -44,31 +45,53 @@ local function cc_decide(key, cost, lease, limit, t)
       end
     end
   end
-  return allowed, limit - after, reset, retry, list
+  return allowed, limit - after, reset, retry
 end
 
 ALGOS[6] = function(key, cost, lease, limit, _, _, t)
-  local allowed, remaining, reset, retry = cc_decide(key, cost, lease, limit, t)
+  local allowed, remaining, reset, retry = cc_decide(cc_live(key, t), cost, lease, limit, t)
   local write = function()
     error('tollgate: a concurrency rule is acquired, not checked')
   end
   return allowed, remaining, reset, retry, write
 end
 
--- A lease of `slots` with `id` (call only when cc_decide admitted it).
-local function cc_acquire(key, slots, lease, id, t)
-  local e = t + lease
-  redis.call('ZADD', key, num(e), id .. ':' .. num(slots))
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  redis.call('PEXPIRE', key, ttl_ms(tonumber(last[2]) - t))
+-- Acquire: the decision, and when admitted a lease of `cost` slots with
+-- `id` (0 slots: a peek, no lease).
+local function cc_acquire(key, cost, lease, limit, id, t)
+  local list = cc_live(key, t)
+  local allowed, remaining, reset, retry = cc_decide(list, cost, lease, limit, t)
+  if allowed and cost > 0 then
+    redis.call('ZADD', key, num(t + lease), id .. ':' .. num(cost))
+    redis.call('PEXPIRE', key, ttl_ms(reset))
+  end
+  return allowed, remaining, reset, retry
 end
 
--- The live lease `id` of `key`: its member and expiry, or nil.
+-- The live lease `id` of `key`, and the key's live leases.
 local function cc_find(key, id, t)
-  local _, _, list = cc_live(key, t)
+  local list = cc_live(key, t)
   local prefix = id .. ':'
   for i = 1, #list do
-    if string.sub(list[i][3], 1, #prefix) == prefix then return list[i][3], list[i][1] end
+    if string.sub(list[i][3], 1, #prefix) == prefix then return i, list end
   end
-  return nil
+  return nil, list
+end
+
+-- Releases (or renews) the lease at `list[i]`; the key's state after, as a
+-- peek reports it.
+local function cc_end(key, list, i, renew, lease, limit, t)
+  if renew then
+    local e = t + lease
+    if list[i][1] < e then
+      list[i][1] = e
+      redis.call('ZADD', key, num(e), list[i][3])
+    end
+  else
+    redis.call('ZREM', key, list[i][3])
+    table.remove(list, i)
+  end
+  local allowed, remaining, reset, retry = cc_decide(list, 0, lease, limit, t)
+  if renew then redis.call('PEXPIRE', key, ttl_ms(reset)) end
+  return allowed, remaining, reset, retry
 end
