@@ -56,8 +56,8 @@ impl RedisStore {
         pairs: Vec<Pair<'_>>,
         at: Option<Micros>,
     ) -> Result<Vec<Charged>, StoreError> {
-        let multi = &self.inner.scripts.multi;
-        let reply = self.eval(multi, Pairs::Many(&pairs), CHARGE, at).await?;
+        let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
+        let reply = self.eval(script, Pairs::Many(&pairs), CHARGE, at).await?;
         let reply = reply.as_slice();
         if reply.len() != 1 + 6 * pairs.len() || reply[0] < 0 {
             return Err(protocol(format!(

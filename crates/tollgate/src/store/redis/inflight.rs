@@ -152,7 +152,8 @@ impl RedisStore {
             at,
             extra: Extra::Lease { id },
         };
-        let reply = self.eval_run(&self.inner.scripts.multi, run).await?;
+        let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
+        let reply = self.eval_run(script, run).await?;
         let reply = reply.as_slice();
         let (t, rest) = match (mode, reply) {
             (ACQUIRE, [t, rest @ ..]) => (*t, rest),

@@ -128,7 +128,8 @@ impl RedisStore {
                 remember: duration_to_micros(REMEMBERED_AFTER_TTL),
             },
         };
-        let reply = self.eval_run(&self.inner.scripts.multi, run).await?;
+        let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
+        let reply = self.eval_run(script, run).await?;
         let reply = reply.as_slice();
         if reply.len() != 1 + 4 * pairs.len() || reply[0] < 0 {
             return Err(protocol(format!("the reserve script replied {reply:?}")));
@@ -224,7 +225,8 @@ impl RedisStore {
             at,
             extra: Extra::Settle { records, actual },
         };
-        let reply = self.eval_run(&self.inner.scripts.multi, run).await?;
+        let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
+        let reply = self.eval_run(script, run).await?;
         let reply = reply.as_slice();
         match reply {
             [_, 1, _] => Ok(Settled::Unknown),

@@ -10,7 +10,7 @@
 //! [`Scripts::write_checks`]).
 
 use super::resp::{Args, Encoder};
-use crate::rule::Algorithm;
+use crate::rule::{Algorithm, Rule};
 use crate::time::Micros;
 
 macro_rules! script {
@@ -106,6 +106,21 @@ impl Scripts {
                 "sliding_log.lua",
                 "concurrency.lua"
             )),
+        }
+    }
+
+    /// The smallest script that holds every algorithm of `pairs`: the
+    /// algorithm's own when they share one (a script run defines all the
+    /// functions it holds, so the six-algorithm script costs redis-server
+    /// several times as much per run), else the one holding all six.
+    pub(crate) fn for_pairs<'r>(&self, mut rules: impl Iterator<Item = &'r Rule>) -> &Script {
+        let Some(first) = rules.next().map(Rule::algorithm) else {
+            return &self.multi;
+        };
+        if rules.all(|r| r.algorithm() == first) {
+            self.single(first)
+        } else {
+            &self.multi
         }
     }
 
