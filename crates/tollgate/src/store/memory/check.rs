@@ -26,9 +26,9 @@ pub(super) struct Core {
     /// SipHash-1-3 keyed with the store's random secret.
     pub(super) sip: Sip13,
     /// Open and recently closed reservations.
-    pub(super) reservations: super::reserve::Reservations,
+    pub(super) reservations: super::records::Reservations,
     /// Live leases by id.
-    pub(super) leases: super::inflight::LeaseIndex,
+    pub(super) leases: super::records::LeaseIndex,
 }
 
 /// GCRA on one atomic word: compare-and-swap until the state we decided on

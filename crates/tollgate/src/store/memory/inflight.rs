@@ -5,8 +5,6 @@
 //! bounded like the keys: past the store's key capacity, ended leases go
 //! first, then those that end soonest.
 
-use std::collections::HashMap;
-
 use parking_lot::{Mutex, RwLockWriteGuard};
 
 use super::check::{Core, When};
@@ -18,15 +16,6 @@ use crate::rule::Rule;
 use crate::store::{KeyCheck, Released};
 use crate::ticket::Ticket;
 use crate::time::Micros;
-
-/// The keys a lease holds slots of, and when it ends.
-type Held = (Vec<Fp>, Micros);
-
-/// Lease id → what it holds.
-#[derive(Debug, Default)]
-pub(super) struct LeaseIndex {
-    leases: Mutex<HashMap<[u8; 16], Held>>,
-}
 
 impl Core {
     /// Acquires `checks` all-or-nothing at one time, under every shard

@@ -79,6 +79,7 @@ mod classes;
 mod evict;
 mod fingerprint;
 mod inflight;
+mod records;
 mod reserve;
 mod table;
 
@@ -162,8 +163,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
                     random.hash_one(0x746f_6c6c_u64),
                     random.hash_one(0x6761_7465_u64),
                 ),
-                reservations: reserve::Reservations::default(),
-                leases: inflight::LeaseIndex::default(),
+                reservations: records::Reservations::default(),
+                leases: records::LeaseIndex::default(),
             },
         }
     }

@@ -6,41 +6,13 @@
 
 use std::collections::HashMap;
 
-use parking_lot::Mutex;
-
 use super::check::{Core, When};
-use super::fingerprint::Fp;
+use super::records::Record;
 use crate::algorithm::Charged;
 use crate::decision::MultiDecision;
 use crate::store::{KeyCheck, SettlePair, Settled};
 use crate::ticket::{REMEMBERED_AFTER_TTL, Ticket};
 use crate::time::{Micros, duration_to_micros};
-
-/// The records of open and recently closed reservations.
-#[derive(Debug, Default)]
-pub(super) struct Reservations {
-    records: Mutex<HashMap<[u8; 16], Record>>,
-}
-
-#[derive(Debug)]
-struct Record {
-    /// Each pair's key and estimate, in the ticket's order.
-    pairs: Vec<(Fp, u64)>,
-    /// When it was made: the check it is, and the window it counted in.
-    made: Micros,
-    /// The end of its ttl.
-    due: Micros,
-    /// When it is forgotten.
-    forget: Micros,
-    /// Settled or cancelled.
-    closed: bool,
-}
-
-impl Reservations {
-    pub(super) fn len(&self) -> usize {
-        self.records.lock().len()
-    }
-}
 
 impl Core {
     /// Decides `checks` all-or-nothing at one time and, when admitted,
