@@ -206,7 +206,10 @@ fn main() {
             .expect("runtime")
             .block_on(redis(arg(2), arg(3), num(4, 20_000))),
         _ => {
-            eprintln!("usage: usage_load memory ROUNDS N | only check|charge N | redis URL KIND N")
+            eprintln!(
+                "usage: usage_load memory ROUNDS N | only check|charge|check_all|charge_all N \
+                 | redis URL check|charge|reserve-settle|acquire-release N"
+            );
         }
     }
 }
