@@ -253,30 +253,11 @@ impl<'a> RawCheck<'a> {
             return Err("give either \"rule\" and \"key\" or \"checks\", not both".to_owned());
         }
         unknown(&obj, "", &many)?;
-        let Raw::Array(items) = *checks else {
-            return Err(format!(
-                "checks: expected an array of {{\"rule\", \"key\"}} objects, found {}",
-                checks.type_name()
-            ));
-        };
-        if items.len == 0 {
-            return Err("checks: must not be empty".to_owned());
-        }
-        if items.len > MAX_CHECKS {
-            return Err(format!(
-                "checks: {} pairs, more than the limit of {MAX_CHECKS}",
-                items.len
-            ));
-        }
+        let items = items_of(*checks)?;
         let mut pairs = Vec::with_capacity(items.len);
         for (i, item) in items.kept.into_iter().enumerate() {
             let path = format!("checks[{i}]");
-            let Raw::Object(o) = item else {
-                return Err(format!(
-                    "{path}: expected an object {{\"rule\", \"key\"}}, found {}",
-                    item.type_name()
-                ));
-            };
+            let o = item_object(item, &path)?;
             unknown(&o, &path, &["rule", "key", "cost"])?;
             pairs.push(Pair {
                 rule: string(o.rule, "rule", &path)?,
@@ -288,6 +269,37 @@ impl<'a> RawCheck<'a> {
             });
         }
         Ok(CheckRequest { pairs, multi: true })
+    }
+}
+
+/// `checks`: an array of 1 to [`MAX_CHECKS`] items.
+pub(super) fn items_of(checks: Raw<'_>) -> Result<Items<'_>, String> {
+    let Raw::Array(items) = checks else {
+        return Err(format!(
+            "checks: expected an array of {{\"rule\", \"key\"}} objects, found {}",
+            checks.type_name()
+        ));
+    };
+    if items.len == 0 {
+        return Err("checks: must not be empty".to_owned());
+    }
+    if items.len > MAX_CHECKS {
+        return Err(format!(
+            "checks: {} pairs, more than the limit of {MAX_CHECKS}",
+            items.len
+        ));
+    }
+    Ok(items)
+}
+
+/// One item of `checks` (at `path`): an object.
+pub(super) fn item_object<'a>(item: Raw<'a>, path: &str) -> Result<Fields<'a>, String> {
+    match item {
+        Raw::Object(o) => Ok(o),
+        other => Err(format!(
+            "{path}: expected an object {{\"rule\", \"key\"}}, found {}",
+            other.type_name()
+        )),
     }
 }
 

@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use super::json_read::{
-    CheckRequest, Fields, MAX_CHECKS, Pair, Raw, cost, read_raw, string, unknown,
+    CheckRequest, Fields, Pair, Raw, cost, item_object, items_of, read_raw, string, unknown,
 };
 
 /// The usage endpoints' bodies.
@@ -137,21 +137,7 @@ fn named_pairs<'a>(
     if obj.rule.is_some() || obj.key.is_some() {
         return Err("give either \"rule\" and \"key\" or \"checks\", not both".to_owned());
     }
-    let Raw::Array(items) = *checks else {
-        return Err(format!(
-            "checks: expected an array of {{\"rule\", \"key\"}} objects, found {}",
-            checks.type_name()
-        ));
-    };
-    if items.len == 0 {
-        return Err("checks: must not be empty".to_owned());
-    }
-    if items.len > MAX_CHECKS {
-        return Err(format!(
-            "checks: {} pairs, more than the limit of {MAX_CHECKS}",
-            items.len
-        ));
-    }
+    let items = items_of(*checks)?;
     let item_fields: &[&str] = if with_cost {
         &["rule", "key", "cost"]
     } else {
@@ -160,12 +146,7 @@ fn named_pairs<'a>(
     let mut pairs = Vec::with_capacity(items.len);
     for (i, item) in items.kept.into_iter().enumerate() {
         let path = format!("checks[{i}]");
-        let Raw::Object(o) = item else {
-            return Err(format!(
-                "{path}: expected an object {{\"rule\", \"key\"}}, found {}",
-                item.type_name()
-            ));
-        };
+        let o = item_object(item, &path)?;
         unknown(&o, &path, item_fields)?;
         pairs.push(Pair {
             rule: string(o.rule, "rule", &path)?,

@@ -170,15 +170,7 @@ impl<S: Store> Driver<'_, S> {
         self.advance(t);
         let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
         let want = self.decide_all(pairs, &keys, t);
-        let checks: Vec<KeyCheck<'_>> = pairs
-            .iter()
-            .zip(&keys)
-            .map(|(&(rule, _, cost), key)| KeyCheck {
-                rule,
-                key: key.as_slice(),
-                cost,
-            })
-            .collect();
+        let checks = key_checks(pairs, &keys);
         let got = self.store.check_all(&checks, Some(t)).await;
         let result = match got {
             Ok(got) if got == want => Ok(want.clone()),
@@ -230,15 +222,7 @@ impl<S: Store> Driver<'_, S> {
                 algorithm::charge(rule, state, t, cost)
             })
             .collect();
-        let checks: Vec<KeyCheck<'_>> = pairs
-            .iter()
-            .zip(&keys)
-            .map(|(&(rule, _, cost), key)| KeyCheck {
-                rule,
-                key: key.as_slice(),
-                cost,
-            })
-            .collect();
+        let checks = key_checks(pairs, &keys);
         let got = self.store.charge_all(&checks, Some(t)).await;
         let result = match got {
             Ok(got) if got == want => Ok(want),
@@ -295,15 +279,7 @@ impl<S: Store> Driver<'_, S> {
         );
         // The decision is a check's: the reference and the store's answer
         // are compared by `all` (which also advances the reference).
-        let checks: Vec<KeyCheck<'_>> = pairs
-            .iter()
-            .zip(&keys)
-            .map(|(&(rule, _, cost), key)| KeyCheck {
-                rule,
-                key: key.as_slice(),
-                cost,
-            })
-            .collect();
+        let checks = key_checks(pairs, &keys);
         let got = self.store.reserve_all(&checks, &ticket, ttl, Some(t)).await;
         let want = self.decide_all(pairs, &keys, t);
         let result = match got {
@@ -470,15 +446,7 @@ impl<S: Store> Driver<'_, S> {
             deciding: deciding(&decisions),
             decisions,
         };
-        let checks: Vec<KeyCheck<'_>> = pairs
-            .iter()
-            .zip(&keys)
-            .map(|(&(rule, _, cost), key)| KeyCheck {
-                rule,
-                key: key.as_slice(),
-                cost,
-            })
-            .collect();
+        let checks = key_checks(pairs, &keys);
         let got = self.store.acquire_all(&checks, &ticket, Some(t)).await;
         let result = match got {
             Ok(got) if got == want => Ok((all && !ticket.pairs.is_empty()).then_some(ticket)),
@@ -561,6 +529,19 @@ impl<S: Store> Driver<'_, S> {
     fn full_key_of_name(&self, name: &[u8]) -> Vec<u8> {
         name.get(1..).unwrap_or_default().to_vec()
     }
+}
+
+/// The store's form of `pairs`, each with its full key.
+fn key_checks<'a>(pairs: &[(&'a Rule, &[u8], u64)], keys: &'a [Vec<u8>]) -> Vec<KeyCheck<'a>> {
+    pairs
+        .iter()
+        .zip(keys)
+        .map(|(&(rule, _, cost), key)| KeyCheck {
+            rule,
+            key: key.as_slice(),
+            cost,
+        })
+        .collect()
 }
 
 /// docs/semantics.md, "Several rules in one check": the denying pair with

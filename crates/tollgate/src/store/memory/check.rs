@@ -290,6 +290,27 @@ impl Core {
         }
     }
 
+    /// The pairs of `checks` with those naming the same (rule, key) merged,
+    /// their costs added; and for each check, the index of its pair.
+    pub(super) fn merged<'r>(
+        &self,
+        checks: &[KeyCheck<'r>],
+    ) -> (Vec<(Fp, &'r Rule, u64)>, Vec<usize>) {
+        let mut pairs: Vec<(Fp, &Rule, u64)> = Vec::with_capacity(checks.len());
+        let mut slot_of = Vec::with_capacity(checks.len());
+        for c in checks {
+            let fp = self.fingerprint(c.rule, c.key);
+            if let Some(i) = pairs.iter().position(|p| p.0 == fp) {
+                pairs[i].2 = pairs[i].2.saturating_add(c.cost);
+                slot_of.push(i);
+            } else {
+                slot_of.push(pairs.len());
+                pairs.push((fp, c.rule, c.cost));
+            }
+        }
+        (pairs, slot_of)
+    }
+
     /// Decides several checks all-or-nothing, `when` (the clock read once
     /// every shard they touch is held).
     pub(super) fn check_all(&self, checks: &[KeyCheck<'_>], when: When<'_>) -> MultiDecision {
@@ -305,19 +326,7 @@ impl Core {
                 decisions: vec![decision],
             };
         }
-        // Merge pairs naming the same (rule, key).
-        let mut pairs: Vec<(Fp, &Rule, u64)> = Vec::with_capacity(checks.len());
-        let mut slot_of = Vec::with_capacity(checks.len());
-        for c in checks {
-            let fp = self.fingerprint(c.rule, c.key);
-            if let Some(i) = pairs.iter().position(|p| p.0 == fp) {
-                pairs[i].2 = pairs[i].2.saturating_add(c.cost);
-                slot_of.push(i);
-            } else {
-                slot_of.push(pairs.len());
-                pairs.push((fp, c.rule, c.cost));
-            }
-        }
+        let (pairs, slot_of) = self.merged(checks);
         let mut shard_ids: Vec<usize> = pairs.iter().map(|p| self.shard_index(p.0)).collect();
         shard_ids.sort_unstable();
         shard_ids.dedup();

@@ -27,18 +27,7 @@ impl Core {
         ticket: &Ticket,
         when: When<'_>,
     ) -> MultiDecision {
-        let mut pairs: Vec<(Fp, &Rule, u64)> = Vec::with_capacity(checks.len());
-        let mut slot_of = Vec::with_capacity(checks.len());
-        for c in checks {
-            let fp = self.fingerprint(c.rule, c.key);
-            if let Some(i) = pairs.iter().position(|p| p.0 == fp) {
-                pairs[i].2 = pairs[i].2.saturating_add(c.cost);
-                slot_of.push(i);
-            } else {
-                slot_of.push(pairs.len());
-                pairs.push((fp, c.rule, c.cost));
-            }
-        }
+        let (pairs, slot_of) = self.merged(checks);
         let mut guards = self.lock_all(pairs.iter().map(|p| p.0));
         let t = when.now();
         let decided: Vec<Decision> = pairs

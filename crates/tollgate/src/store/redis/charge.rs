@@ -5,7 +5,7 @@
 
 use futures_util::future::join_all;
 
-use super::encode::{CHARGE, Pair, Pairs};
+use super::encode::{CHARGE, Pair, Pairs, subset};
 use super::eval::decision;
 use super::{RedisStore, protocol};
 use crate::algorithm::Charged;
@@ -19,24 +19,10 @@ impl RedisStore {
         checks: &[KeyCheck<'_>],
         at: Option<Micros>,
     ) -> Result<Vec<Charged>, StoreError> {
-        let pairs: Vec<Pair<'_>> = checks
-            .iter()
-            .map(|c| Pair {
-                rule: c.rule,
-                key: self.redis_key(c.rule, c.key),
-                cost: c.cost,
-            })
-            .collect();
+        let pairs = self.pairs_of(checks);
         let groups = self.slot_groups(&pairs);
         let runs = groups.iter().map(|members| {
-            let group: Vec<Pair<'_>> = members
-                .iter()
-                .map(|&i| Pair {
-                    rule: pairs[i].rule,
-                    key: pairs[i].key.clone(),
-                    cost: pairs[i].cost,
-                })
-                .collect();
+            let group = subset(&pairs, members);
             async move { self.charge_run(group, at).await }
         });
         let mut out: Vec<Option<Charged>> = vec![None; pairs.len()];

@@ -4,7 +4,7 @@
 
 use futures_util::future::join_all;
 
-use super::encode::{Pair, Pairs, RuleCache, encode_check};
+use super::encode::{Pair, Pairs, RuleCache, encode_check, subset};
 use super::eval::{decision, lean_eval};
 use super::{Backend, RedisStore, keys, protocol, scripts};
 use crate::decision::{Decision, MultiDecision};
@@ -111,16 +111,7 @@ impl RedisStore {
             return Ok(self.run(multi, &pairs, "c", at).await?.1);
         }
         groups.sort_unstable_by_key(|g| g.0);
-        let take = |g: &[usize]| -> Vec<Pair<'_>> {
-            g.iter()
-                .map(|&i| Pair {
-                    rule: pairs[i].rule,
-                    key: pairs[i].key.clone(),
-                    cost: pairs[i].cost,
-                })
-                .collect()
-        };
-        let grouped: Vec<Vec<Pair<'_>>> = groups.iter().map(|g| take(&g.1)).collect();
+        let grouped: Vec<Vec<Pair<'_>>> = groups.iter().map(|g| subset(&pairs, &g.1)).collect();
         let mut out: Vec<Option<Decision>> = vec![None; pairs.len()];
 
         let dry = join_all(grouped.iter().map(|g| self.run(multi, g, "d", at))).await;

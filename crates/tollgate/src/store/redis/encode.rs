@@ -8,10 +8,16 @@ use crate::rule::{Algorithm, Rule};
 use crate::time::Micros;
 
 /// A check of one (rule, key) pair, ready for a script.
+#[derive(Clone)]
 pub(super) struct Pair<'a> {
     pub(super) rule: &'a Rule,
     pub(super) key: Vec<u8>,
     pub(super) cost: u64,
+}
+
+/// The pairs at `members` of `pairs` (a Cluster slot's group).
+pub(super) fn subset<'a>(pairs: &[Pair<'a>], members: &[usize]) -> Vec<Pair<'a>> {
+    members.iter().map(|&i| pairs[i].clone()).collect()
 }
 
 /// The pairs of one script run: a single check (its Redis key written

@@ -7,7 +7,7 @@
 
 use futures_util::future::join_all;
 
-use super::encode::{ACQUIRE, Extra, Pair, Pairs, RELEASE, RENEW, Run};
+use super::encode::{ACQUIRE, Extra, Pair, Pairs, RELEASE, RENEW, Run, subset};
 use super::eval::decision;
 use super::{RedisStore, keys, protocol};
 use crate::decision::{Decision, MultiDecision};
@@ -25,29 +25,13 @@ impl RedisStore {
         at: Option<Micros>,
     ) -> Result<MultiDecision, StoreError> {
         let id = ticket.nonce_hex();
-        let pairs: Vec<Pair<'_>> = checks
-            .iter()
-            .map(|c| Pair {
-                rule: c.rule,
-                key: self.redis_key(c.rule, c.key),
-                cost: c.cost,
-            })
-            .collect();
+        let pairs = self.pairs_of(checks);
         let groups = self.slot_groups(&pairs);
-        let pick = |g: &[usize]| -> Vec<Pair<'_>> {
-            g.iter()
-                .map(|&i| Pair {
-                    rule: pairs[i].rule,
-                    key: pairs[i].key.clone(),
-                    cost: pairs[i].cost,
-                })
-                .collect()
-        };
         if groups.len() == 1 {
             let (_, ds) = self.lease_run(&pairs, ACQUIRE, &id, at).await?;
             return Ok(MultiDecision::from_decisions(ds));
         }
-        let grouped: Vec<Vec<Pair<'_>>> = groups.iter().map(|g| pick(g)).collect();
+        let grouped: Vec<Vec<Pair<'_>>> = groups.iter().map(|g| subset(&pairs, g)).collect();
         let multi = &self.inner.scripts.multi;
         let mut out: Vec<Option<Decision>> = vec![None; pairs.len()];
         let dry = join_all(grouped.iter().map(|g| self.run(multi, g, "d", at))).await;
@@ -110,14 +94,7 @@ impl RedisStore {
         let mode = if renew { RENEW } else { RELEASE };
         let mut out: Vec<Option<Decision>> = vec![None; pairs.len()];
         for (n, g) in self.slot_groups(&pairs).iter().enumerate() {
-            let group: Vec<Pair<'_>> = g
-                .iter()
-                .map(|&i| Pair {
-                    rule: pairs[i].rule,
-                    key: pairs[i].key.clone(),
-                    cost: 0,
-                })
-                .collect();
+            let group = subset(&pairs, g);
             match self.lease_run(&group, mode, &id, at).await {
                 Ok((_, ds)) => {
                     for (&i, d) in g.iter().zip(ds) {

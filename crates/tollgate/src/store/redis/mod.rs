@@ -179,6 +179,19 @@ impl RedisStore {
         keys::redis_key(&self.inner.prefix, rule.name(), rule.algorithm(), key)
     }
 
+    /// Each check as a script's pair, its Redis key built, in order (not
+    /// merged: usage operations apply each pair in turn).
+    fn pairs_of<'a>(&self, checks: &[KeyCheck<'a>]) -> Vec<encode::Pair<'a>> {
+        checks
+            .iter()
+            .map(|c| encode::Pair {
+                rule: c.rule,
+                key: self.redis_key(c.rule, c.key),
+                cost: c.cost,
+            })
+            .collect()
+    }
+
     /// Sends `PING`: whether the store answers (all nodes' answers are not
     /// required on a cluster; one suffices).
     ///

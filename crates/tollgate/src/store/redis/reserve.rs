@@ -11,7 +11,7 @@
 
 use futures_util::future::join_all;
 
-use super::encode::{Extra, Pair, Pairs, RESERVE, Run, SETTLE};
+use super::encode::{Extra, Pair, Pairs, RESERVE, Run, SETTLE, subset};
 use super::eval::decision;
 use super::{Backend, RedisStore, keys, protocol};
 use crate::algorithm::Charged;
@@ -31,14 +31,7 @@ impl RedisStore {
     ) -> Result<MultiDecision, StoreError> {
         let prefix = &*self.inner.prefix;
         let nonce = ticket.nonce_hex();
-        let pairs: Vec<Pair<'_>> = checks
-            .iter()
-            .map(|c| Pair {
-                rule: c.rule,
-                key: self.redis_key(c.rule, c.key),
-                cost: c.cost,
-            })
-            .collect();
+        let pairs = self.pairs_of(checks);
         let records: Vec<Vec<u8>> = checks
             .iter()
             .zip(&ticket.pairs)
@@ -52,22 +45,15 @@ impl RedisStore {
         // Across slots: a dry run of every group decides; then each group
         // consumes and records in turn, undone if a later one denies.
         let multi = &self.inner.scripts.multi;
-        let pick = |g: &[usize]| -> (Vec<Pair<'_>>, Vec<Vec<u8>>) {
-            g.iter()
-                .map(|&i| {
-                    let p = &pairs[i];
-                    (
-                        Pair {
-                            rule: p.rule,
-                            key: p.key.clone(),
-                            cost: p.cost,
-                        },
-                        records[i].clone(),
-                    )
-                })
-                .unzip()
-        };
-        let grouped: Vec<(Vec<Pair<'_>>, Vec<Vec<u8>>)> = groups.iter().map(|g| pick(g)).collect();
+        let grouped: Vec<(Vec<Pair<'_>>, Vec<Vec<u8>>)> = groups
+            .iter()
+            .map(|g| {
+                (
+                    subset(&pairs, g),
+                    g.iter().map(|&i| records[i].clone()).collect(),
+                )
+            })
+            .collect();
         let mut out: Vec<Option<Decision>> = vec![None; pairs.len()];
         let dry = join_all(grouped.iter().map(|(g, _)| self.run(multi, g, "d", at))).await;
         let mut all = true;
@@ -173,14 +159,7 @@ impl RedisStore {
         let mut late = false;
         for (n, g) in groups.iter().enumerate() {
             let sub = |v: &[Vec<u8>]| g.iter().map(|&i| v[i].clone()).collect::<Vec<_>>();
-            let group_pairs: Vec<Pair<'_>> = g
-                .iter()
-                .map(|&i| Pair {
-                    rule: pairs[i].rule,
-                    key: pairs[i].key.clone(),
-                    cost: 0,
-                })
-                .collect();
+            let group_pairs = subset(&pairs, g);
             let group_actual: Vec<Option<u64>> = g.iter().map(|&i| actual[i]).collect();
             match self
                 .settle_run(&group_pairs, &sub(&records), &group_actual, at)

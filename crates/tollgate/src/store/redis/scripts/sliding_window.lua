@@ -25,7 +25,10 @@ local function sw_retry(period, limit, elapsed, prev, curr, cost)
   return to_next + period
 end
 
-ALGOS[4] = function(key, cost, period, limit, _, _, t)
+-- The window index at t, the previous and current counts as seen from
+-- it, the previous count's weight ceil(prev * (period - elapsed) / period),
+-- and the time elapsed in the window.
+local function sw_state(key, period, t)
   local w = idiv(t, period)
   local elapsed = t - w * period
   local h = redis.call('HMGET', key, 'w', 'p', 'c')
@@ -34,6 +37,11 @@ ALGOS[4] = function(key, cost, period, limit, _, _, t)
   if sw == w * period then prev, curr = sp, sc elseif sw == (w - 1) * period then prev = sc end
   local weighted = 0
   if prev > 0 then weighted = prev - muldiv(prev, elapsed, period) end
+  return w, prev, curr, weighted, elapsed
+end
+
+ALGOS[4] = function(key, cost, period, limit, _, _, t)
+  local w, prev, curr, weighted, elapsed = sw_state(key, period, t)
   local fits = cost <= limit
   local allowed = fits and weighted + curr + cost <= limit
   local after = curr
@@ -54,14 +62,7 @@ end
 -- Charge: count[w] += cost, so far as the debt weighted + count[w] - limit
 -- stays within max_debt (weighted = ceil(prev * (period - elapsed) / period)).
 CHARGES[4] = function(key, cost, period, limit, max_debt, _, t)
-  local w = idiv(t, period)
-  local elapsed = t - w * period
-  local h = redis.call('HMGET', key, 'w', 'p', 'c')
-  local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
-  local prev, curr = 0, 0
-  if sw == w * period then prev, curr = sp, sc elseif sw == (w - 1) * period then prev = sc end
-  local weighted = 0
-  if prev > 0 then weighted = prev - muldiv(prev, elapsed, period) end
+  local w, prev, curr, weighted, elapsed = sw_state(key, period, t)
   local units = limit + max_debt - weighted - curr
   if units < 0 then units = 0 end
   if cost < units then units = cost end

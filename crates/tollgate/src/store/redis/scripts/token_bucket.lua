@@ -1,15 +1,20 @@
 -- Token bucket on one hash: c = credit in µs (tokens = c / T), l = last refill.
-ALGOS[2] = function(key, cost, need, tau, interval, burst, t)
+
+-- The credit and last refill at t (a new key is full); the third value
+-- says whether the key exists.
+local function tb_state(key, tau, t)
   local h = redis.call('HMGET', key, 'c', 'l')
-  local credit, last = tau, t
   local c, l = tonumber(h[1]), tonumber(h[2])
-  if c and l then
-    local elapsed = t - l
-    if elapsed < 0 then elapsed = 0 end
-    credit = c + elapsed
-    if credit > tau then credit = tau end
-    if l > t then last = l end
-  end
+  if not (c and l) then return tau, t, false end
+  local elapsed = t - l
+  if elapsed < 0 then elapsed = 0 end
+  local credit = c + elapsed
+  if credit > tau then credit = tau end
+  if l > t then return credit, l, true end
+  return credit, t, true
+end
+ALGOS[2] = function(key, cost, need, tau, interval, burst, t)
+  local credit, last = tb_state(key, tau, t)
   local fits = cost <= burst
   local allowed = fits and credit >= need
   local after = credit
@@ -27,16 +32,7 @@ end
 
 -- Charge: the credit goes negative by the debt, at most max_debt units.
 CHARGES[2] = function(key, cost, max_debt, tau, interval, burst, t)
-  local h = redis.call('HMGET', key, 'c', 'l')
-  local credit, last = tau, t
-  local c, l = tonumber(h[1]), tonumber(h[2])
-  if c and l then
-    local elapsed = t - l
-    if elapsed < 0 then elapsed = 0 end
-    credit = c + elapsed
-    if credit > tau then credit = tau end
-    if l > t then last = l end
-  end
+  local credit, last = tb_state(key, tau, t)
   local units = 0
   local room = credit + max_debt * interval
   if room > 0 then units = idiv(room, interval) end
@@ -64,15 +60,8 @@ end
 
 -- Give back: units * T of credit after the refill, never past full.
 GIVEBACKS[2] = function(key, units, max_debt, tau, interval, burst, t, made)
-  local h = redis.call('HMGET', key, 'c', 'l')
-  local c, l = tonumber(h[1]), tonumber(h[2])
-  if c == nil or l == nil then return end
-  local elapsed = t - l
-  if elapsed < 0 then elapsed = 0 end
-  local credit = c + elapsed
-  if credit > tau then credit = tau end
-  local last = t
-  if l > t then last = l end
+  local credit, last, exists = tb_state(key, tau, t)
+  if not exists then return end
   credit = credit + units * interval
   if credit > tau then credit = tau end
   redis.call('HSET', key, 'c', num(credit), 'l', num(last))
