@@ -200,6 +200,17 @@ pub struct Ticketed {
     pub ticket: Option<Ticket>,
 }
 
+/// The ticket of a reservation of `checks`: every pair, in order.
+pub(crate) fn reservation_ticket(checks: &[Check<'_>]) -> Ticket {
+    Ticket::new(
+        TicketKind::Reservation,
+        checks
+            .iter()
+            .map(|c| TicketPair::new(c.rule, c.key))
+            .collect(),
+    )
+}
+
 /// The ticket of an acquire: its pairs that take slots (cost 0 peeks),
 /// each (rule, key) at most once.
 pub(crate) fn lease_ticket(checks: &[Check<'_>]) -> Result<Ticket, Error> {
@@ -414,13 +425,7 @@ impl<S: Store> Limiter<S> {
         check_time(at)?;
         let ttl = reservation_ttl(ttl)?;
         let resolved = self.resolve_all(checks, Op::Reserve)?;
-        let ticket = Ticket::new(
-            TicketKind::Reservation,
-            checks
-                .iter()
-                .map(|c| TicketPair::new(c.rule, c.key))
-                .collect(),
-        );
+        let ticket = reservation_ticket(checks);
         let multi = self
             .store
             .reserve_all(resolved.pairs(), &ticket, ttl, at)

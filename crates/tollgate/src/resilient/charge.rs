@@ -4,11 +4,8 @@
 //! check, and the units that did not reach the store are counted
 //! ([`metric::CHARGE_UNRECORDED`]), never dropped silently.
 
-use std::time::Duration;
-
-use super::{Inner, OnError, Refusal, ResilientLimiter, metric};
+use super::{Inner, OnError, Refusal, ResilientLimiter, metric, untouched};
 use crate::algorithm::Charged;
-use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::limiter::{Check, Op};
 use crate::store::{KeyCheck, Store};
@@ -102,40 +99,21 @@ impl<S: Store> Inner<S> {
         }
         match policy {
             OnError::Deny => Err(Refusal::Unavailable(error.clone())),
-            OnError::Local => {
-                let (local, shares) = self.local_shares();
-                let resolved: Vec<KeyCheck<'_>> = pairs
-                    .iter()
-                    .zip(index)
-                    .map(|(c, &i)| KeyCheck {
-                        rule: &shares[i],
-                        key: c.key,
-                        cost: c.cost,
-                    })
-                    .collect();
-                Ok(ChargeVerdict {
-                    charged: local.store.charge_all_sync(&resolved, None),
-                    degraded: Some(OnError::Local),
-                })
-            }
+            OnError::Local => Ok(ChargeVerdict {
+                charged: self.on_local(pairs, index, |store, local| {
+                    store.charge_all_sync(local, None)
+                }),
+                degraded: Some(OnError::Local),
+            }),
             OnError::Allow => Ok(ChargeVerdict {
                 // Nothing was decided: every pair reads as an untouched key
                 // charged its cost, as a degraded check reads.
                 charged: pairs
                     .iter()
-                    .map(|c| {
-                        let capacity = c.rule.capacity();
-                        Charged {
-                            decision: Decision {
-                                allowed: true,
-                                limit: capacity,
-                                remaining: capacity.saturating_sub(c.cost),
-                                reset_after: Duration::ZERO,
-                                retry_after: None,
-                            },
-                            debt: 0,
-                            clamped: 0,
-                        }
+                    .map(|c| Charged {
+                        decision: untouched(c),
+                        debt: 0,
+                        clamped: 0,
                     })
                     .collect(),
                 degraded: Some(OnError::Allow),

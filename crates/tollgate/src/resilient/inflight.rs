@@ -6,10 +6,7 @@
 //! refused whatever the policy, and the slots stay held until the lease
 //! ends.
 
-use std::time::Duration;
-
 use super::{OnError, Refusal, ResilientLimiter, TicketVerdict, Verdict, metric};
-use crate::decision::{Decision, MultiDecision};
 use crate::limiter::{Check, Op, lease_ticket};
 use crate::store::{Released, Store};
 use crate::ticket::Ticket;
@@ -58,24 +55,8 @@ impl<S: Store> ResilientLimiter<S> {
                     return Err(Refusal::Unavailable(e));
                 }
                 // Admitted without a lease: nothing to release.
-                let multi = MultiDecision::from_decisions(
-                    pairs
-                        .iter()
-                        .map(|c| Decision {
-                            allowed: true,
-                            limit: c.rule.limit(),
-                            remaining: c.rule.limit().saturating_sub(c.cost),
-                            reset_after: Duration::ZERO,
-                            retry_after: None,
-                        })
-                        .collect(),
-                );
-                inner.count(pairs, index, &multi);
                 Ok(TicketVerdict {
-                    verdict: Verdict {
-                        multi,
-                        degraded: Some(OnError::Allow),
-                    },
+                    verdict: inner.admit_untouched(pairs, index),
                     ticket: None,
                 })
             }

@@ -369,6 +369,19 @@ impl<S: Store> ResilientLimiter<S> {
     }
 }
 
+/// What a pair reads as when the `allow` policy answered for it: an
+/// untouched key that took `cost` (nothing was decided).
+fn untouched(c: &KeyCheck<'_>) -> Decision {
+    let capacity = c.rule.capacity();
+    Decision {
+        allowed: true,
+        limit: capacity,
+        remaining: capacity.saturating_sub(c.cost),
+        reset_after: Duration::ZERO,
+        retry_after: None,
+    }
+}
+
 fn timed_out(t: Duration, what: &str) -> StoreError {
     StoreError::new(
         StoreErrorKind::Timeout,
@@ -527,34 +540,14 @@ impl<S: Store> Inner<S> {
                 Err(Refusal::Unavailable(error.clone()))
             }
             OnError::Local => {
-                let multi = self.check_locally(checks, index).await?;
+                let multi = self.check_locally(checks, index);
                 self.count(checks, index, &multi);
                 Ok(Verdict {
                     multi,
                     degraded: Some(OnError::Local),
                 })
             }
-            OnError::Allow => {
-                let decisions = checks
-                    .iter()
-                    .map(|c| {
-                        let capacity = c.rule.capacity();
-                        Decision {
-                            allowed: true,
-                            limit: capacity,
-                            remaining: capacity.saturating_sub(c.cost),
-                            reset_after: Duration::ZERO,
-                            retry_after: None,
-                        }
-                    })
-                    .collect();
-                let multi = MultiDecision::from_decisions(decisions);
-                self.count(checks, index, &multi);
-                Ok(Verdict {
-                    multi,
-                    degraded: Some(OnError::Allow),
-                })
-            }
+            OnError::Allow => Ok(self.admit_untouched(checks, index)),
         }
     }
 
@@ -581,22 +574,18 @@ impl<S: Store> Inner<S> {
         policy
     }
 
-    /// Every rule's quota divided by the live replicas, and the in-process
-    /// store that decides with them.
-    fn local_shares(&self) -> (&Local, Arc<Vec<Rule>>) {
-        let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
-        let replicas = self.live.load(Ordering::Acquire).max(1);
-        (local, local.shares(replicas, self.limiter.rules()))
-    }
-
-    /// The in-process decision: every rule's quota divided by the live
-    /// replicas.
-    async fn check_locally(
+    /// Runs `f` on the in-process fallback's store with `checks` (rule
+    /// `index[n]` for pair `n`) under every rule's quota divided by the
+    /// live replicas.
+    fn on_local<R>(
         &self,
         checks: &[KeyCheck<'_>],
         index: &[usize],
-    ) -> Result<MultiDecision, Refusal> {
-        let (local, shares) = self.local_shares();
+        f: impl FnOnce(&MemoryStore, &[KeyCheck<'_>]) -> R,
+    ) -> R {
+        let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
+        let replicas = self.live.load(Ordering::Acquire).max(1);
+        let shares = local.shares(replicas, self.limiter.rules());
         let resolved: Vec<KeyCheck<'_>> = checks
             .iter()
             .zip(index)
@@ -606,10 +595,25 @@ impl<S: Store> Inner<S> {
                 cost: c.cost,
             })
             .collect();
-        local
-            .store
-            .check_all(&resolved, None)
-            .await
-            .map_err(Refusal::Unavailable)
+        f(&local.store, &resolved)
+    }
+
+    /// The answer of the `allow` policy: every pair admitted and read as
+    /// an untouched key (nothing was decided), counted, marked degraded.
+    fn admit_untouched(&self, checks: &[KeyCheck<'_>], index: &[usize]) -> Verdict {
+        let multi = MultiDecision::from_decisions(checks.iter().map(untouched).collect());
+        self.count(checks, index, &multi);
+        Verdict {
+            multi,
+            degraded: Some(OnError::Allow),
+        }
+    }
+
+    /// The in-process decision: every rule's quota divided by the live
+    /// replicas.
+    fn check_locally(&self, checks: &[KeyCheck<'_>], index: &[usize]) -> MultiDecision {
+        self.on_local(checks, index, |store, pairs| {
+            store.check_all_sync(pairs, None)
+        })
     }
 }

@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use super::{OnError, Refusal, ResilientLimiter, Verdict, metric};
-use crate::limiter::{Check, Op, reservation_ttl};
+use crate::limiter::{Check, Op, reservation_ticket, reservation_ttl};
 use crate::store::{Settled, Store};
-use crate::ticket::{Ticket, TicketKind, TicketPair};
+use crate::ticket::Ticket;
 
 /// What a reservation answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,13 +42,7 @@ impl<S: Store> ResilientLimiter<S> {
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
         self.start_heartbeat();
-        let ticket = Ticket::new(
-            TicketKind::Reservation,
-            checks
-                .iter()
-                .map(|c| TicketPair::new(c.rule, c.key))
-                .collect(),
-        );
+        let ticket = reservation_ticket(checks);
         let inner = &self.inner;
         let store = inner.limiter.store();
         match inner
