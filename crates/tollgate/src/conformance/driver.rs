@@ -66,6 +66,27 @@ impl<S: Store> Driver<'_, S> {
         }
     }
 
+    /// The store's answer `got` if it is `want`; else the failure of
+    /// `check` (named only then: building the name costs).
+    fn compare<T: PartialEq + std::fmt::Debug>(
+        &self,
+        check: impl FnOnce() -> String,
+        want: T,
+        got: Result<T, crate::error::StoreError>,
+    ) -> Result<T, Failure> {
+        match got {
+            Ok(got) if got == want => Ok(want),
+            other => Err(self.failure(
+                check(),
+                format!("{want:?}"),
+                match other {
+                    Ok(got) => format!("{got:?}"),
+                    Err(e) => format!("store error: {e}"),
+                },
+            )),
+        }
+    }
+
     /// One check of `key` under `rule` at `t`; returns the (matching) answer.
     pub(super) async fn one(
         &mut self,
@@ -82,22 +103,15 @@ impl<S: Store> Driver<'_, S> {
             .or_default();
         let want = algorithm::decide(rule, state, t, cost);
         let got = self.store.check(rule, &full, cost, Some(t)).await;
-        let result = match got {
-            Ok(got) if got == want => Ok(want),
-            other => Err(self.failure(
-                format!(
-                    "check({}, key {}, cost {cost}, at {})",
-                    describe(rule),
-                    show_key(&full),
-                    show_time(t)
-                ),
-                format!("{want:?}"),
-                match other {
-                    Ok(got) => format!("{got:?}"),
-                    Err(e) => format!("store error: {e}"),
-                },
-            )),
+        let check = || {
+            format!(
+                "check({}, key {}, cost {cost}, at {})",
+                describe(rule),
+                show_key(&full),
+                show_time(t)
+            )
         };
+        let result = self.compare(check, want, got);
         self.step += 1;
         self.report.checks += 1;
         if !want.allowed {
@@ -172,26 +186,8 @@ impl<S: Store> Driver<'_, S> {
         let want = self.decide_all(pairs, &keys, t);
         let checks = key_checks(pairs, &keys);
         let got = self.store.check_all(&checks, Some(t)).await;
-        let result = match got {
-            Ok(got) if got == want => Ok(want.clone()),
-            other => {
-                let listed: Vec<String> = pairs
-                    .iter()
-                    .zip(&keys)
-                    .map(|(&(rule, _, cost), key)| {
-                        format!("({}, key {}, cost {cost})", describe(rule), show_key(key))
-                    })
-                    .collect();
-                Err(self.failure(
-                    format!("check_all([{}], at {})", listed.join(", "), show_time(t)),
-                    format!("{want:?}"),
-                    match other {
-                        Ok(got) => format!("{got:?}"),
-                        Err(e) => format!("store error: {e}"),
-                    },
-                ))
-            }
-        };
+        let check = || format!("check_all([{}], at {})", listed(pairs, &keys), show_time(t));
+        let result = self.compare(check, want.clone(), got);
         self.step += 1;
         self.report.multi_checks += 1;
         if !want.allowed {
@@ -224,26 +220,14 @@ impl<S: Store> Driver<'_, S> {
             .collect();
         let checks = key_checks(pairs, &keys);
         let got = self.store.charge_all(&checks, Some(t)).await;
-        let result = match got {
-            Ok(got) if got == want => Ok(want),
-            other => {
-                let listed: Vec<String> = pairs
-                    .iter()
-                    .zip(&keys)
-                    .map(|(&(rule, _, cost), key)| {
-                        format!("({}, key {}, cost {cost})", describe(rule), show_key(key))
-                    })
-                    .collect();
-                Err(self.failure(
-                    format!("charge_all([{}], at {})", listed.join(", "), show_time(t)),
-                    format!("{want:?}"),
-                    match other {
-                        Ok(got) => format!("{got:?}"),
-                        Err(e) => format!("store error: {e}"),
-                    },
-                ))
-            }
+        let check = || {
+            format!(
+                "charge_all([{}], at {})",
+                listed(pairs, &keys),
+                show_time(t)
+            )
         };
+        let result = self.compare(check, want, got);
         self.step += 1;
         self.report.charges += 1;
         result
@@ -282,18 +266,16 @@ impl<S: Store> Driver<'_, S> {
         let checks = key_checks(pairs, &keys);
         let got = self.store.reserve_all(&checks, &ticket, ttl, Some(t)).await;
         let want = self.decide_all(pairs, &keys, t);
-        let result = match got {
-            Ok(got) if got == want => Ok(want.allowed.then_some(ticket.clone())),
-            other => Err(self.failure(
-                format!(
-                    "reserve_all({} pairs, ttl {ttl}us, at {})",
-                    pairs.len(),
-                    show_time(t)
-                ),
-                format!("{want:?}"),
-                format!("{other:?}"),
-            )),
+        let check = || {
+            format!(
+                "reserve_all({} pairs, ttl {ttl}us, at {})",
+                pairs.len(),
+                show_time(t)
+            )
         };
+        let result = self
+            .compare(check, want.clone(), got)
+            .map(|got| got.allowed.then_some(ticket.clone()));
         if want.allowed {
             self.reservations.insert(
                 ticket.nonce,
@@ -368,18 +350,14 @@ impl<S: Store> Driver<'_, S> {
             })
             .collect();
         let got = self.store.settle(ticket, &pairs, Some(t)).await;
-        let result = match got {
-            Ok(got) if got == want => Ok(want),
-            other => Err(self.failure(
-                format!(
-                    "settle({}, actual {actual:?}, at {})",
-                    ticket.nonce_hex(),
-                    show_time(t)
-                ),
-                format!("{want:?}"),
-                format!("{other:?}"),
-            )),
+        let check = || {
+            format!(
+                "settle({}, actual {actual:?}, at {})",
+                ticket.nonce_hex(),
+                show_time(t)
+            )
         };
+        let result = self.compare(check, want, got);
         self.step += 1;
         self.report.settles += 1;
         result
@@ -448,14 +426,10 @@ impl<S: Store> Driver<'_, S> {
         };
         let checks = key_checks(pairs, &keys);
         let got = self.store.acquire_all(&checks, &ticket, Some(t)).await;
-        let result = match got {
-            Ok(got) if got == want => Ok((all && !ticket.pairs.is_empty()).then_some(ticket)),
-            other => Err(self.failure(
-                format!("acquire_all({} pairs, at {})", pairs.len(), show_time(t)),
-                format!("{want:?}"),
-                format!("{other:?}"),
-            )),
-        };
+        let check = || format!("acquire_all({} pairs, at {})", pairs.len(), show_time(t));
+        let result = self
+            .compare(check, want, got)
+            .map(|_| (all && !ticket.pairs.is_empty()).then_some(ticket));
         self.step += 1;
         self.report.leases += 1;
         result
@@ -507,18 +481,14 @@ impl<S: Store> Driver<'_, S> {
         };
         let refs: Vec<&Rule> = rules.iter().collect();
         let got = self.store.release(ticket, &refs, renew, Some(t)).await;
-        let result = match got {
-            Ok(got) if got == want => Ok(want),
-            other => Err(self.failure(
-                format!(
-                    "release({}, renew {renew}, at {})",
-                    ticket.nonce_hex(),
-                    show_time(t)
-                ),
-                format!("{want:?}"),
-                format!("{other:?}"),
-            )),
+        let check = || {
+            format!(
+                "release({}, renew {renew}, at {})",
+                ticket.nonce_hex(),
+                show_time(t)
+            )
         };
+        let result = self.compare(check, want, got);
         self.step += 1;
         self.report.leases += 1;
         result
@@ -529,6 +499,18 @@ impl<S: Store> Driver<'_, S> {
     fn full_key_of_name(&self, name: &[u8]) -> Vec<u8> {
         name.get(1..).unwrap_or_default().to_vec()
     }
+}
+
+/// `pairs` as a failure names them.
+fn listed(pairs: &[(&Rule, &[u8], u64)], keys: &[Vec<u8>]) -> String {
+    pairs
+        .iter()
+        .zip(keys)
+        .map(|(&(rule, _, cost), key)| {
+            format!("({}, key {}, cost {cost})", describe(rule), show_key(key))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The store's form of `pairs`, each with its full key.
