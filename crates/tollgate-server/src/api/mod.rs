@@ -231,16 +231,21 @@ fn parse_or_400(
     body: &[u8],
     other_type: Option<HeaderValue>,
 ) -> Result<CheckRequest<'_>, Box<Response<ApiBody>>> {
-    parse_check(body).map_err(|e| {
-        let e = match other_type {
-            Some(ct) => format!(
-                "{e} (the body is read as JSON; it came as Content-Type {:?})",
-                String::from_utf8_lossy(ct.as_bytes())
-            ),
-            None => e,
-        };
-        Box::new(error(StatusCode::BAD_REQUEST, e))
-    })
+    parse_check(body).map_err(|e| bad_body(e, other_type))
+}
+
+/// The 400 of a body that does not read: `e`, and the `Content-Type` it
+/// came as when that is not JSON (boxed: large, and off the admitting
+/// path).
+fn bad_body(e: String, other_type: Option<HeaderValue>) -> Box<Response<ApiBody>> {
+    let e = match other_type {
+        Some(ct) => format!(
+            "{e} (the body is read as JSON; it came as Content-Type {:?})",
+            String::from_utf8_lossy(ct.as_bytes())
+        ),
+        None => e,
+    };
+    Box::new(error(StatusCode::BAD_REQUEST, e))
 }
 
 /// The pairs of a parsed body as the limiter takes them.

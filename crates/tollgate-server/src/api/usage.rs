@@ -22,7 +22,7 @@ use super::json_read::{CheckRequest, Pair};
 use super::json_usage::{Form, UsageRequest, parse_usage};
 use super::json_write::Tail;
 use super::reply::{ApiBody, error};
-use super::{Api, answer, checks_of, parse_or_400, post_body, refused};
+use super::{Api, answer, bad_body, checks_of, parse_or_400, post_body, refused};
 
 /// A reservation's ttl when the body gives none.
 const DEFAULT_TTL: Duration = Duration::from_secs(60);
@@ -212,16 +212,7 @@ fn usage_or_400(
     form: Form,
     other_type: Option<HeaderValue>,
 ) -> Result<UsageRequest<'_>, Box<Response<ApiBody>>> {
-    parse_usage(body, form).map_err(|e| {
-        let e = match other_type {
-            Some(ct) => format!(
-                "{e} (the body is read as JSON; it came as Content-Type {:?})",
-                String::from_utf8_lossy(ct.as_bytes())
-            ),
-            None => e,
-        };
-        Box::new(error(StatusCode::BAD_REQUEST, e))
-    })
+    parse_usage(body, form).map_err(|e| bad_body(e, other_type))
 }
 
 /// The ticket a body names, checked against the pairs it names too; or
