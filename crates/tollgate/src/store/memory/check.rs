@@ -4,8 +4,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::RwLockWriteGuard;
-
 use super::fingerprint::{Fp, Sip13};
 use super::table::{Shard, Slot, Table};
 use parking_lot::Mutex;
@@ -327,31 +325,20 @@ impl Core {
             };
         }
         let (pairs, slot_of) = self.merged(checks);
-        let mut shard_ids: Vec<usize> = pairs.iter().map(|p| self.shard_index(p.0)).collect();
-        shard_ids.sort_unstable();
-        shard_ids.dedup();
-        let mut guards: Vec<RwLockWriteGuard<'_, Table>> = shard_ids
-            .iter()
-            .map(|&i| self.shards[i].0.write())
-            .collect();
+        let mut guards = self.lock_all(pairs.iter().map(|p| p.0));
         let t = when.now();
-        let guard_of = |fp: Fp| {
-            shard_ids
-                .binary_search(&self.shard_index(fp))
-                .unwrap_or_default()
-        };
 
         let decided: Vec<Decision> = pairs
             .iter()
             .map(|&(fp, rule, cost)| {
-                Self::evaluate_locked(&guards[guard_of(fp)], rule, fp, t, cost)
+                Self::evaluate_locked(guards.table_of(self, fp), rule, fp, t, cost)
             })
             .collect();
         let allowed = decided.iter().all(|d| d.allowed);
         let decided: Vec<Decision> = if allowed {
             let mut committed = Vec::with_capacity(pairs.len());
             for &(fp, rule, cost) in &pairs {
-                let table = &mut guards[guard_of(fp)];
+                let table = guards.table_of_mut(self, fp);
                 committed.push(if cost == 0 {
                     Self::evaluate_locked(table, rule, fp, t, 0)
                 } else {
@@ -359,9 +346,7 @@ impl Core {
                 });
             }
             let written: Vec<Fp> = pairs.iter().map(|p| p.0).collect();
-            for table in &mut guards {
-                self.enforce_caps(table, t, &written);
-            }
+            guards.enforce_caps(self, t, &written);
             committed
         } else {
             // Nothing consumed: pairs that would admit report a peek.
@@ -370,7 +355,7 @@ impl Core {
                 .zip(decided)
                 .map(|(&(fp, rule, _), d)| {
                     if d.allowed {
-                        Self::evaluate_locked(&guards[guard_of(fp)], rule, fp, t, 0)
+                        Self::evaluate_locked(guards.table_of(self, fp), rule, fp, t, 0)
                     } else {
                         d
                     }

@@ -5,7 +5,7 @@
 //! bounded like the keys: past the store's key capacity, ended leases go
 //! first, then those that end soonest.
 
-use parking_lot::{Mutex, RwLockWriteGuard};
+use parking_lot::Mutex;
 
 use super::check::{Core, When};
 use super::fingerprint::Fp;
@@ -15,7 +15,6 @@ use crate::decision::{Decision, MultiDecision};
 use crate::rule::Rule;
 use crate::store::{KeyCheck, Released};
 use crate::ticket::Ticket;
-use crate::time::Micros;
 
 impl Core {
     /// Acquires `checks` all-or-nothing at one time, under every shard
@@ -150,44 +149,5 @@ impl Core {
             index.remove(&ticket.nonce);
         }
         Released::Done(decisions)
-    }
-
-    /// Every shard of `fps`, held exclusively, in index order.
-    fn lock_all(&self, fps: impl Iterator<Item = Fp>) -> Guards<'_> {
-        let mut ids: Vec<usize> = fps.map(|fp| self.shard_index(fp)).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let held = ids.iter().map(|&i| self.shards[i].0.write()).collect();
-        Guards { ids, held }
-    }
-}
-
-/// Shards held exclusively, by index.
-struct Guards<'a> {
-    ids: Vec<usize>,
-    held: Vec<RwLockWriteGuard<'a, Table>>,
-}
-
-impl Guards<'_> {
-    fn table_of(&self, core: &Core, fp: Fp) -> &Table {
-        let i = self
-            .ids
-            .binary_search(&core.shard_index(fp))
-            .unwrap_or_default();
-        &self.held[i]
-    }
-
-    fn table_of_mut(&mut self, core: &Core, fp: Fp) -> &mut Table {
-        let i = self
-            .ids
-            .binary_search(&core.shard_index(fp))
-            .unwrap_or_default();
-        &mut self.held[i]
-    }
-
-    fn enforce_caps(&mut self, core: &Core, t: Micros, written: &[Fp]) {
-        for table in &mut self.held {
-            core.enforce_caps(table, t, written);
-        }
     }
 }

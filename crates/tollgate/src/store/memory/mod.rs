@@ -78,6 +78,7 @@ mod check;
 mod classes;
 mod evict;
 mod fingerprint;
+mod guards;
 mod inflight;
 mod records;
 mod reserve;
