@@ -157,6 +157,17 @@ async fn redis(url: &str, kind: &str, n: u64) {
             "charge" => {
                 store.charge_all(&pair(&rate), None).await.expect("charge");
             }
+            "reserve" => {
+                let ticket = Ticket::new(
+                    TicketKind::Reservation,
+                    vec![TicketPair::new(rate.name(), key)],
+                );
+                let multi = store
+                    .reserve_all(&pair(&rate), &ticket, 60_000_000, None)
+                    .await
+                    .expect("reserve");
+                assert!(multi.allowed);
+            }
             "reserve-settle" => {
                 let ticket = Ticket::new(
                     TicketKind::Reservation,

@@ -230,7 +230,7 @@ impl Extra<'_> {
     fn argv(&self) -> usize {
         match self {
             Extra::None => 0,
-            Extra::Reserve { .. } => 2,
+            Extra::Reserve { .. } => 3,
             Extra::Lease { .. } => 1,
             Extra::Settle { actual, .. } => actual.len(),
         }
@@ -242,12 +242,21 @@ impl Extra<'_> {
         }
     }
 
-    fn push_argv(&self, a: &mut impl Args) {
+    /// `margin_ms`: what the script adds to every TTL (0 at the server's
+    /// time).
+    fn push_argv(&self, a: &mut impl Args, margin_ms: u64) {
         match self {
             Extra::None => {}
             Extra::Reserve { ttl, remember, .. } => {
-                a.uint(*ttl);
-                a.uint(*remember);
+                // In hex, as the record keeps them: the script copies them
+                // into it and its settle reads them back with strtoul, far
+                // cheaper in Redis's Lua than decimal's strtod and
+                // string.format (docs/redis-store.md, "Reservations").
+                a.bytes(format!("{ttl:x}").as_bytes());
+                a.bytes(format!("{remember:x}").as_bytes());
+                // The record's PX, as the script's ttl_ms would make it.
+                let ms = (ttl + remember).div_ceil(1000) + margin_ms;
+                a.uint(ms.max(1));
             }
             Extra::Lease { id } => a.bytes(id.as_bytes()),
             Extra::Settle { actual, .. } => {
@@ -286,7 +295,7 @@ pub(super) fn script_args(a: &mut impl Args, prefix: &str, margin_ms: u64, run: 
             push_pair_args(a, rule, cost);
         }
     }
-    extra.push_argv(a);
+    extra.push_argv(a, if at.is_some() { margin_ms } else { 0 });
 }
 
 /// The mode of a reservation (see `prelude.lua`).

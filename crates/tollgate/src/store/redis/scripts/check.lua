@@ -35,6 +35,16 @@ local function algo_of(code)
   return algo
 end
 
+-- A single pair's six numbers, converted directly: the table above pays
+-- for itself only when pairs share arguments (a usage run of one pair
+-- spends less without it; its replies are built whole for the same reason:
+-- growing a table one element at a time costs Redis's Lua more than the
+-- elements).
+local function pair_one()
+  return tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
+    tonumber(ARGV[9]), tonumber(ARGV[10])
+end
+
 -- what a check of zero cost reports (for gcra and token_bucket p1 is the
 -- cost's increment: a peek has none)
 local function peek(i)
@@ -157,6 +167,33 @@ if mode == 'b' then
     end
   end
   return reply
+elseif (mode == 'g' or mode == 'f') and n == 1 then
+  -- One charge or refund (below, each for several pairs).
+  local code, cost, p1, p2, p3, p4 = pair_one()
+  local charge = CHARGES[code]
+  if charge == nil then
+    error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
+  end
+  if mode == 'f' then
+    local give = RETURNS[code]
+    if give == nil then
+      error('tollgate: algorithm ' .. tostring(code) .. ' is not refunded in this script')
+    end
+    give(KEYS[1], cost, p1, p2, p3, p4, t)
+    cost = 0
+  end
+  local remaining, reset, debt, units = charge(KEYS[1], cost, p1, p2, p3, p4, t)
+  return { t, 1, remaining, reset, -1, debt, units }
+elseif mode == 'v' and n == 1 then
+  -- One reservation (several: with the checks, below).
+  local code, cost, p1, p2, p3, p4 = pair_one()
+  local allowed, remaining, reset, retry, write = algo_of(code)(KEYS[1], cost, p1, p2, p3, p4, t)
+  if allowed then
+    if cost > 0 then write() end
+    redis.call('SET', KEYS[2], '0:' .. ARGV[6] .. ':' .. string.format('%x', t) .. ':'
+      .. ARGV[11] .. ':' .. ARGV[12], 'PX', ARGV[13])
+  end
+  return { t, allowed and 1 or 0, remaining, reset, retry }
 elseif mode == 'g' then
   -- Charge: every pair in turn (a later pair on the same key sees the
   -- earlier one's units), never denied.
@@ -204,37 +241,74 @@ elseif mode == 's' then
   -- the whole estimate back. Reply: t, status (0 done, 1 unknown,
   -- 2 finished), late (0/1), then 7 per pair: allowed, remaining,
   -- reset_after, retry_after, debt, units charged, estimate.
-  local recs, status = {}, 0
-  for i = 1, n do
-    local rec = redis.call('GET', KEYS[n + i])
-    if not rec then return { t, 1, 0 } end
-    local e, m, d, f, st = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%d)$')
-    e, m, d, f = tonumber(e), tonumber(m), tonumber(d), tonumber(f)
-    if e == nil or t >= f then return { t, 1, 0 } end
-    if st ~= '0' then status = 2 end
-    recs[i] = { e, m, d, rec }
+  --
+  -- A record "settled:estimate:made:ttl:remember" (see mode 'v'): its
+  -- state (0 open, 1 settled or unknown: nil) and, when open, the
+  -- estimate, the time made, the end of the ttl and of its memory.
+  local function record(rec)
+    if not rec then return nil end
+    if rec == '1' then return 1 end
+    local st, e, m, d, f = string.match(rec, '^(%d):(%d+):(%x+):(%x+):(%x+)$')
+    if st == nil then return nil end
+    m = tonumber(m, 16)
+    d = m + tonumber(d, 16)
+    f = d + tonumber(f, 16)
+    if t >= f then return nil end
+    if st ~= '0' then return 1 end
+    return 0, tonumber(e), m, d
   end
-  if status ~= 0 then return { t, status, 0 } end
-  local late = t > recs[1][3]
+  -- Pair i's usage `actual` against its estimate e made at `made`.
+  local function settle(i, code, p1, p2, p3, p4, e, made, late, actual)
+    if actual >= e then
+      return CHARGES[code](KEYS[i], actual - e, p1, p2, p3, p4, t)
+    end
+    if not late then
+      local back = e
+      if actual > 0 then back = e - actual end
+      GIVEBACKS[code](KEYS[i], back, p1, p2, p3, p4, t, made)
+    end
+    return CHARGES[code](KEYS[i], 0, p1, p2, p3, p4, t)
+  end
+  if n == 1 then
+    -- At the server's time the record is read and closed in one call
+    -- (SET … GET), its value becoming "1"; the key's TTL still forgets
+    -- it. At an explicit time the record keeps its times once settled
+    -- (its first byte set to 1), so that its memory after the ttl is
+    -- counted on that clock, not on Redis's.
+    local at_once = ARGV[1] == ''
+    local rec
+    if at_once then
+      rec = redis.call('SET', KEYS[2], '1', 'XX', 'KEEPTTL', 'GET')
+    else
+      rec = redis.call('GET', KEYS[2])
+    end
+    local st, e, made, due = record(rec)
+    if st ~= 0 then return { t, st == nil and 1 or 2, 0 } end
+    if not at_once then redis.call('SETRANGE', KEYS[2], 0, '1') end
+    local late = t > due
+    local code, _, p1, p2, p3, p4 = pair_one()
+    local remaining, reset, debt, units =
+      settle(1, code, p1, p2, p3, p4, e, made, late, tonumber(ARGV[11]))
+    return { t, 0, late and 1 or 0, 1, remaining, reset, -1, debt, units, e }
+  end
+  local recs = {}
+  for i = 1, n do
+    local st, e, made, due = record(redis.call('GET', KEYS[n + i]))
+    if st == nil then return { t, 1, 0 } end
+    recs[i] = { st, e, made, due }
+  end
+  for i = 1, n do
+    if recs[i][1] ~= 0 then return { t, 2, 0 } end
+  end
+  local late = t > recs[1][4]
   local reply = { t, 0, late and 1 or 0 }
   local base = 4 + 6 * n
   for i = 1, n do
-    local rec = recs[i][4]
-    redis.call('SET', KEYS[n + i], string.sub(rec, 1, #rec - 1) .. '1', 'KEEPTTL')
+    redis.call('SETRANGE', KEYS[n + i], 0, '1')
     local code, _, p1, p2, p3, p4 = pair(i)
-    local actual = tonumber(ARGV[base + i])
-    local e, made = recs[i][1], recs[i][2]
-    local remaining, reset, debt, units
-    if actual >= e then
-      remaining, reset, debt, units = CHARGES[code](KEYS[i], actual - e, p1, p2, p3, p4, t)
-    else
-      if not late then
-        local back = e
-        if actual > 0 then back = e - actual end
-        GIVEBACKS[code](KEYS[i], back, p1, p2, p3, p4, t, made)
-      end
-      remaining, reset, debt, units = CHARGES[code](KEYS[i], 0, p1, p2, p3, p4, t)
-    end
+    local e = recs[i][2]
+    local remaining, reset, debt, units =
+      settle(i, code, p1, p2, p3, p4, e, recs[i][3], late, tonumber(ARGV[base + i]))
     reply[#reply + 1] = 1
     reply[#reply + 1] = remaining
     reply[#reply + 1] = reset
@@ -316,15 +390,16 @@ else
     for i = 1, #writes do writes[i]() end
     if mode == 'v' then
       -- A reservation: a record beside each pair's state (same hash slot),
-      -- kept until its memory after the ttl ends.
-      local ttl, remember = tonumber(ARGV[5 + 6 * n]), tonumber(ARGV[6 + 6 * n])
+      -- kept until its memory after the ttl ends:
+      -- "settled:estimate:made:ttl:remember", settled 0 or 1 (the first
+      -- byte, so a settle marks it with SETRANGE), the estimate as its
+      -- argument, the times in hex (µs; the ttl, the memory after it and
+      -- the record's PX come from the client): no decimal formatting,
+      -- and a settle parses them with strtoul (docs/redis-store.md).
+      local tail = ':' .. string.format('%x', t) .. ':' .. ARGV[5 + 6 * n] .. ':' .. ARGV[6 + 6 * n]
+      local px = ARGV[7 + 6 * n]
       for i = 1, n do
-        local _, cost = pair(i)
-        local forget = t + ttl + remember
-        -- "estimate:made:due:forget:settled"
-        redis.call('SET', KEYS[n + i],
-          num(cost) .. ':' .. num(t) .. ':' .. num(t + ttl) .. ':' .. num(forget) .. ':0',
-          'PX', ttl_ms(forget - t))
+        redis.call('SET', KEYS[n + i], '0:' .. ARGV[6 + (i - 1) * 6] .. tail, 'PX', px)
       end
     end
   elseif n > 1 or mode == 'd' or mode == 'v' then

@@ -19,7 +19,8 @@
 --             counted last first (docs/semantics.md, "Refund"); arguments
 --             and reply as mode "g" (units: 0),
 --             "v" reserve: as "c", and when every pair admits, a record per
---             pair (KEYS[n+i]; ARGV after the pairs: ttl, remember, µs),
+--             pair (KEYS[n+i]; ARGV after the pairs: ttl and remember, µs
+--             in hex, and the record's PX in ms),
 --             "s" settle: KEYS[n+i] the pairs' records, the pairs' six
 --             arguments as in mode "g", then one actual usage per pair
 --             (-1: cancel); see check.lua,
