@@ -24,6 +24,8 @@ pub enum ReplayError {
         /// What is wrong with it.
         message: String,
     },
+    /// Drawing or writing the `--plot` file failed.
+    Plot(String),
     /// Reading the trace or writing the output failed.
     Io {
         /// What was being read or written.
@@ -37,7 +39,7 @@ impl fmt::Display for ReplayError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ReplayError::Config(e) => e.fmt(f),
-            ReplayError::Store(m) => f.write_str(m),
+            ReplayError::Store(m) | ReplayError::Plot(m) => f.write_str(m),
             ReplayError::Trace {
                 file,
                 line,

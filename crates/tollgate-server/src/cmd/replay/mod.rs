@@ -15,7 +15,10 @@
 //! the replay with its line number; the rows before it have been written.
 
 mod error;
+mod open;
+mod ops;
 mod output;
+mod plot;
 mod summary;
 mod trace;
 
@@ -32,11 +35,14 @@ use crate::gate::open_store;
 use crate::store_url::StoreUrl;
 
 pub use error::ReplayError;
-pub use output::OUTPUT_HEADER;
+pub use open::MAX_OPEN;
+pub use output::{OP_COLUMNS, OUTPUT_HEADER};
+pub use plot::{MAX_BUCKETS, Plot};
 pub use summary::{RuleCounts, Summary};
-pub use trace::{MAX_ROW_BYTES, MAX_T_MS};
+pub use trace::{DEFAULT_TTL_MS, MAX_ROW_BYTES, MAX_T_MS, MAX_TTL_MS};
 
 use error::io_error;
+use ops::Failed;
 use output::Output;
 use trace::{Trace, parse_row};
 
@@ -79,6 +85,15 @@ pub fn run(args: &ReplayArgs) -> Result<Summary, ReplayError> {
             Box::new(File::create(p).map_err(io_error(format!("cannot create {}", p.display())))?)
         }
     };
+    if let Some(p) = &args.plot
+        && (same_file(p, &args.trace)
+            || args.out.as_ref().is_some_and(|o| o == p || same_file(o, p)))
+    {
+        return Err(ReplayError::Plot(format!(
+            "--plot {} is the trace or the output; refusing to overwrite it",
+            p.display()
+        )));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -88,7 +103,13 @@ pub fn run(args: &ReplayArgs) -> Result<Summary, ReplayError> {
         .block_on(open_store(&url, &replay_store(&config.store), false))
         .map_err(ReplayError::Store)?;
     let limiter = Limiter::new(store, rules).map_err(|e| ReplayError::Store(e.to_string()))?;
-    runtime.block_on(replay(&limiter, trace, &trace_name, out))
+    let mut plot = args.plot.as_ref().map(|_| Plot::new(limiter.rules().len()));
+    let summary = runtime.block_on(replay(&limiter, trace, &trace_name, out, plot.as_mut()))?;
+    if let (Some(plot), Some(path)) = (plot, &args.plot) {
+        plot.draw(limiter.rules(), path)
+            .map_err(ReplayError::Plot)?;
+    }
+    Ok(summary)
 }
 
 /// The `[store]` settings for a replay: a fresh key prefix under the configured one,
@@ -113,8 +134,9 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Replays `trace` through `limiter`, writing decisions to `out` (buffered).
-/// `trace_name` names the trace in errors.
+/// Replays `trace` through `limiter`, writing decisions to `out` (buffered)
+/// and, when given, gathering `plot`'s data. `trace_name` names the trace
+/// in errors.
 ///
 /// # Errors
 /// A bad header or row (with its line), a store failure, or an I/O error.
@@ -124,11 +146,13 @@ pub async fn replay<S: Store>(
     trace: impl Read,
     trace_name: &str,
     out: impl Write,
+    mut plot: Option<&mut Plot>,
 ) -> Result<Summary, ReplayError> {
     let mut trace = Trace::new(trace, trace_name);
     let columns = trace.columns()?;
-    let mut output = Output::new(out)?;
+    let mut output = Output::new(out, columns.op.is_some())?;
     let mut counts: Vec<(u64, u64)> = vec![(0, 0); limiter.rules().len()];
+    let mut book = open::Book::default();
     let mut record = ByteRecord::new();
     let mut prev_t: Option<u64> = None;
 
@@ -165,26 +189,25 @@ pub async fn replay<S: Store>(
                 format!("t_ms {} is too large; the most is {MAX_T_MS}", row.t_ms),
             ));
         }
-        let t_us = row.t_ms * 1_000;
-        let decision = match limiter
-            .check_at(row.rule, row.key, row.cost, Some(t_us))
-            .await
-        {
-            Ok(d) => d,
-            Err(tollgate::Error::Store(e)) => {
+        let done = match ops::run(limiter, &mut book, &row, rule_index, line).await {
+            Ok(done) => done,
+            Err(Failed::Store(e)) => {
                 break Err(ReplayError::Store(format!(
                     "{trace_name}:{line}: the store failed: {e}"
                 )));
             }
-            Err(e) => break Err(trace.error(line, e.to_string())),
+            Err(Failed::Row(m)) => break Err(trace.error(line, m)),
         };
         let c = &mut counts[rule_index];
-        if decision.allowed {
+        if done.decision.allowed {
             c.0 += 1;
         } else {
             c.1 += 1;
         }
-        if let Err(e) = output.write(&row, &decision) {
+        if let Some(plot) = plot.as_deref_mut() {
+            plot.add(rule_index, &limiter.rules()[rule_index], row.t_ms, &done);
+        }
+        if let Err(e) = output.write(&row, &done) {
             break Err(e);
         }
     };
