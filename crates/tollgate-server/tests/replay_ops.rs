@@ -395,3 +395,40 @@ fn output_columns_with_and_without_op() {
         format!("{HEADER}\n0,fw,a,150,true,0,,60000,charge,50\n")
     );
 }
+
+// The LLM example (docs/replay.md) replays through, with every op it
+// shows: in-flight slots, reservations settled and cancelled, charges
+// into debt, and reservations denied while the team is over budget.
+#[test]
+fn the_llm_example_replays_with_its_ops() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("replay")
+        .arg("--config")
+        .arg(root.join("examples/llm-tokens.toml"))
+        .arg("--trace")
+        .arg(root.join("examples/llm-trace.csv"))
+        .output()
+        .expect("run tollgate");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with(&format!("{HEADER}\n")));
+    for op in [
+        "acquire", "release", "reserve", "settle", "cancel", "charge",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(",true,") && l.contains(&format!(",{op},"))),
+            "no admitted {op} row"
+        );
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.contains(",false,") && l.contains(",reserve,"))
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(",charge,") && !l.ends_with(",charge,0")),
+        "the batch job's charges run into debt"
+    );
+}

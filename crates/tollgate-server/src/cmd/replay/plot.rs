@@ -36,6 +36,8 @@ struct Bucket {
     /// The largest debt a row of the bucket reported (a concurrency rule:
     /// the most slots one key held after a row).
     level: u64,
+    /// Whether a row of the bucket reported a level.
+    reported: bool,
 }
 
 impl Bucket {
@@ -44,6 +46,7 @@ impl Bucket {
             admitted: self.admitted.saturating_add(other.admitted),
             denied: self.denied.saturating_add(other.denied),
             level: self.level.max(other.level),
+            reported: self.reported || other.reported,
         }
     }
 }
@@ -91,7 +94,10 @@ impl Plot {
         let b = &mut buckets[at];
         b.admitted = b.admitted.saturating_add(done.admitted);
         b.denied = b.denied.saturating_add(done.denied);
-        b.level = b.level.max(level.unwrap_or(0));
+        if let Some(level) = level {
+            b.level = b.level.max(level);
+            b.reported = true;
+        }
     }
 
     /// Doubles the bucket width, merging pairs of buckets.
@@ -138,6 +144,13 @@ impl Plot {
         for (area, (rule, series)) in root.split_evenly((drawn.len(), 1)).iter().zip(&drawn) {
             let concurrency = rule.algorithm() == Algorithm::Concurrency;
             let level_name = if concurrency { "slots held" } else { "debt" };
+            let filled;
+            let series: &[Bucket] = if concurrency {
+                filled = carried(series);
+                &filled
+            } else {
+                series
+            };
             let y_max = series
                 .iter()
                 .map(|b| b.admitted.max(b.denied).max(b.level))
@@ -191,4 +204,22 @@ impl Plot {
         root.present()?;
         Ok(())
     }
+}
+
+/// A concurrency rule's buckets with the slots held carried over buckets
+/// where no row reported them: slots stay held between rows (a lease
+/// that runs out between them shows at the next row).
+fn carried(series: &[Bucket]) -> Vec<Bucket> {
+    let mut last = 0;
+    series
+        .iter()
+        .map(|b| {
+            if b.reported {
+                last = b.level;
+                *b
+            } else {
+                Bucket { level: last, ..*b }
+            }
+        })
+        .collect()
 }
