@@ -1,15 +1,22 @@
-//! `tollgate replay`: run a CSV trace of checks through the limiter.
+//! `tollgate replay`: run a CSV trace through the limiter (docs/replay.md).
 //!
-//! Input: a header `t_ms,rule,key` or `t_ms,rule,key,cost`, then one check
-//! per row. `t_ms` is whole milliseconds on the trace's own clock and must
-//! not decrease; an empty or absent `cost` is 1; `0` peeks. Output: header
-//! [`OUTPUT_HEADER`], one row per input row with `t_ms`, `rule`, `key` as
-//! read and the effective `cost`; `retry_after_ms` is empty when admitted or
-//! when the check can never be admitted; durations are whole milliseconds
-//! rounded up. Each check runs at `t = t_ms * 1000` µs.
+//! Input: a header `t_ms,rule,key` or `t_ms,rule,key,cost`, optionally
+//! followed by `op` and `ttl_ms`, then one row per line (`trace.rs` reads
+//! them). `t_ms` is whole milliseconds on the trace's own clock and must
+//! not decrease; an empty or absent `cost` is 1; `0` peeks. Each row runs
+//! its op (`ops.rs`: check, charge, reserve, settle, cancel, acquire,
+//! release, renew) at `t = t_ms * 1000` µs; settles, cancels, releases and
+//! renews act on the oldest entry `open.rs` holds for the row's (rule, key).
+//! Output (`output.rs`): header [`OUTPUT_HEADER`] (and [`OP_COLUMNS`] when
+//! the trace has an `op` column), one row per input row with `t_ms`,
+//! `rule`, `key` as read and the effective `cost`; `retry_after_ms` is
+//! empty when admitted or when the check can never be admitted; durations
+//! are whole milliseconds rounded up. `--plot` gathers [`Plot`]'s buckets
+//! on the way and draws them at the end.
 //!
 //! Rows are streamed: memory use does not grow with the trace (only with the
-//! keys the store holds), and a row (the header included) may take at most
+//! keys the store holds and the open reservations and leases, at most
+//! [`MAX_OPEN`]), and a row (the header included) may take at most
 //! [`MAX_ROW_BYTES`], so a trace without line ends (`/dev/zero`) is an
 //! error, not a buffer that grows until memory runs out. A bad row stops
 //! the replay with its line number; the rows before it have been written.
