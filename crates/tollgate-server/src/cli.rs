@@ -22,8 +22,8 @@ pub enum Command {
     /// Check a config file without serving: exit 0 if good, 1 with every
     /// problem (file:line: field: why) if not.
     Validate(ValidateArgs),
-    /// Run a CSV trace of checks through the limiter and write one decision
-    /// per row.
+    /// Run a CSV trace of checks (or charges, reservations and leases)
+    /// through the limiter and write one decision per row.
     Replay(ReplayArgs),
     /// Check one key against the configured store at the store's own time
     /// (an operator's probe; also what fleet tests run as separate
@@ -72,13 +72,16 @@ pub struct ValidateArgs {
     pub envoy_config: Vec<PathBuf>,
 }
 
-/// `tollgate replay --config FILE --trace FILE.csv [--store URL] [--out FILE.csv]`.
+/// `tollgate replay --config FILE --trace FILE.csv [--store URL] [--out FILE.csv]
+/// [--plot FILE.svg]`.
 #[derive(Debug, Clone, Args)]
 pub struct ReplayArgs {
     /// The TOML config file with the rules the trace names.
     #[arg(long, value_name = "FILE")]
     pub config: PathBuf,
-    /// Input CSV with header `t_ms,rule,key[,cost]`; `-` reads stdin.
+    /// Input CSV with header `t_ms,rule,key[,cost]`, optionally followed by
+    /// `op` (check, charge, reserve, settle, cancel, acquire, release,
+    /// renew) and `ttl_ms` (for reserve); `-` reads stdin.
     #[arg(long, value_name = "FILE.csv")]
     pub trace: PathBuf,
     /// The store to replay through; defaults to the config's `[store] url`.
@@ -88,6 +91,10 @@ pub struct ReplayArgs {
     /// Where to write the decisions CSV; stdout when absent or `-`.
     #[arg(long, value_name = "FILE.csv")]
     pub out: Option<PathBuf>,
+    /// Also draw, per rule, the units admitted and denied and the debt (or
+    /// slots held) over the trace's time, as SVG into this file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// `tollgate check --config FILE [--store URL] --rule NAME --key KEY [--cost N] [--count N] [--concurrency N]`.

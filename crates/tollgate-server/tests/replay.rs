@@ -488,7 +488,7 @@ fn bad_rows_name_the_line() {
         ),
         (
             "time,rule,key,cost\n0,fw,k,1\n",
-            "trace.csv:1: the header must be t_ms,rule,key,cost (cost optional), found \"time,rule,key,cost\"",
+            "trace.csv:1: the header must be t_ms,rule,key,cost (cost optional), then op and ttl_ms if wanted, found \"time,rule,key,cost\"",
         ),
         (
             "t_ms,rule,key,cost\n99999999999999999999,fw,k,1\n",
