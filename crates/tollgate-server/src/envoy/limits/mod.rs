@@ -51,12 +51,20 @@
 //!
 //! The folder: `tree.rs` (the descriptor trees and
 //! [`EnvoyLimits::find`]), `yaml.rs` (a YAML reader that keeps every
-//! node's line), `loader.rs` (the schema check that builds the trees and
-//! names the rules, and [`EnvoyLimits::load`]/[`EnvoyLimits::parse`]),
-//! `naming.rs` ([`store_key`]); the tests are in `tests.rs`.
+//! node's line), `scalars.rs` (YAML 1.1 booleans and integers), the schema
+//! check that builds the trees: `loader.rs` (its state, error reporting and
+//! typed field readers), `files.rs` (each file's domain, and
+//! [`EnvoyLimits::load`]/[`EnvoyLimits::parse`]), `descriptors.rs` (the
+//! descriptor trees), `rate_limit.rs` (each limit and its rule);
+//! `naming.rs` ([`store_key`] and the generated rule names); the tests are
+//! in `tests/`.
 
+mod descriptors;
+mod files;
 mod loader;
 mod naming;
+mod rate_limit;
+mod scalars;
 mod tree;
 mod yaml;
 

@@ -1,5 +1,5 @@
 //! The descriptor trees and their lookup: [`EnvoyLimits`], built by the
-//! loader (`loader.rs`), and [`EnvoyLimits::find`], the reference service's
+//! loader (`loader.rs` and the files beside it), and [`EnvoyLimits::find`], the reference service's
 //! `GetLimit`.
 
 use std::collections::{BTreeMap, HashMap};
