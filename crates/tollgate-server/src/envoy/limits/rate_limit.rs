@@ -1,5 +1,6 @@
 //! One node's `rate_limit`: its fields, `replaces`, tollgate's
-//! extensions (`algorithm`, `burst`), and the tollgate rule it becomes.
+//! extensions (`algorithm`, `burst`, `charge`), and the tollgate rule it
+//! becomes.
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ const RATE_LIMIT_FIELDS: &[&str] = &[
     "replaces",
     "algorithm",
     "burst",
+    "charge",
 ];
 const REPLACES_FIELDS: &[&str] = &["name"];
 
@@ -115,6 +117,7 @@ impl Loader {
                 None
             }
         });
+        let charge = self.charge(&fields, field, unlimited, requests_per_unit);
         if self.errors.len() > before {
             return None;
         }
@@ -128,6 +131,7 @@ impl Loader {
             shadow_mode,
             detailed_metric,
             replaces,
+            charge,
         };
         if let (Some(unit), false, true) = (unit, unlimited, requests_per_unit >= 1) {
             let mut spec = RuleSpec::new(
@@ -156,6 +160,24 @@ impl Loader {
             }
         }
         Some(limit)
+    }
+
+    /// `rate_limit.charge` (tollgate's, docs/envoy.md "Charging usage"):
+    /// only a limit the store counts can be charged.
+    fn charge(&mut self, fields: &Fields, field: &str, unlimited: bool, per_unit: u32) -> bool {
+        let charge = self.flag(fields, field, "charge");
+        let why = if unlimited {
+            "an unlimited limit counts nothing"
+        } else if per_unit == 0 {
+            "requests_per_unit 0 denies every request and counts nothing"
+        } else {
+            return charge;
+        };
+        if let (true, Some(node)) = (charge, fields.get("charge")) {
+            let message = format!("charge needs a counted limit: {why}");
+            self.error(node.line, join(field, "charge"), message);
+        }
+        false
     }
 
     /// `rate_limit.unit` (its text, `""` when absent or null) checked
