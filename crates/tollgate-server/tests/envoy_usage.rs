@@ -280,3 +280,41 @@ fn a_charge_on_one_replica_is_seen_by_a_peek_on_another() {
     );
     assert_eq!(debt(&a, "envoy.ai.tokens", "tokens=fleet"), (30, 0));
 }
+
+#[test]
+fn a_charge_the_store_cannot_take_follows_the_policy_and_is_counted() {
+    for (policy, want) in [("allow", Code::Ok), ("deny", Code::OverLimit)] {
+        let redis = RedisServer::start();
+        let config = format!(
+            "[store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"{policy}\"\n\n\
+             [[rules]]\nname = \"http_rule\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n",
+            redis.url()
+        );
+        let mut rls = Rls::start_with(&config, AI, &["--http", "127.0.0.1:0"]);
+        assert_eq!(
+            answer(&mut rls, vec![hits("fast", "f", 10)]),
+            (Code::Ok, vec![(Code::Ok, 90)])
+        );
+        redis.kill();
+        let r = rls.ok(call(vec![hits("fast", "f", 25), hits("audit", "f", 5)]));
+        assert_eq!(code(r.overall_code), want, "{policy}: {r:?}");
+        assert_eq!(code(r.statuses[0].code), want, "{policy}: {r:?}");
+        // Under allow nothing was decided: no limit, no numbers; under
+        // deny the limit is named. The shadow limit never fails the call.
+        assert_eq!(
+            r.statuses[0].current_limit.is_some(),
+            policy == "deny",
+            "{policy}: {r:?}"
+        );
+        assert_eq!(code(r.statuses[1].code), Code::Ok, "{policy}: {r:?}");
+        let metrics = common::get(rls.server.api(), "/metrics").text();
+        let unrecorded = metrics.lines().find(|l| {
+            l.starts_with("tollgate_charge_unrecorded_units_total{")
+                && l.contains("rule=\"envoy.ai.fast\"")
+        });
+        assert!(
+            unrecorded.is_some_and(|l| l.ends_with(" 25")),
+            "{policy}: {unrecorded:?}\n{metrics}"
+        );
+    }
+}

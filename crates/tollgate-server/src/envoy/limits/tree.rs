@@ -1,6 +1,6 @@
 //! The descriptor trees and their lookup: [`EnvoyLimits`], built by the
-//! loader (`loader.rs` and the files beside it), and [`EnvoyLimits::find`], the reference service's
-//! `GetLimit`.
+//! loader (`loader.rs` and the files beside it), and
+//! [`EnvoyLimits::find`], the reference service's `GetLimit`.
 
 use std::collections::{BTreeMap, HashMap};
 
