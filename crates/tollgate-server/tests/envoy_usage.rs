@@ -318,3 +318,17 @@ fn a_charge_the_store_cannot_take_follows_the_policy_and_is_counted() {
         );
     }
 }
+
+#[test]
+fn one_call_charging_a_key_twice_records_both() {
+    let mut rls = start("memory");
+    away_from_a_minute_edge();
+    let (overall, statuses) = answer(
+        &mut rls,
+        vec![hits("tokens", "twice", 60), hits("tokens", "twice", 70)],
+    );
+    assert_eq!(overall, Code::Ok);
+    assert_eq!(statuses.len(), 2);
+    assert!(statuses.iter().all(|s| s.0 == Code::Ok), "{statuses:?}");
+    assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=twice"), (30, 0));
+}
