@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::rls::{Rls, code, desc, toml};
+use common::rls::{Rls, code, desc, toml, yaml_file};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -331,4 +331,35 @@ fn one_call_charging_a_key_twice_records_both() {
     assert_eq!(statuses.len(), 2);
     assert!(statuses.iter().all(|s| s.0 == Code::Ok), "{statuses:?}");
     assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=twice"), (30, 0));
+}
+
+#[test]
+fn serve_refuses_a_charge_it_cannot_apply_naming_the_field() {
+    for (yaml, field, why) in [
+        (
+            "domain: ai\ndescriptors:\n  - key: slots\n    rate_limit:\n      unit: minute\n      requests_per_unit: 4\n      algorithm: concurrency\n      charge: true\n",
+            "rls.yaml:7: descriptors[0].rate_limit.algorithm:",
+            "concurrency is not a rate",
+        ),
+        (
+            "domain: ai\ndescriptors:\n  - key: free\n    rate_limit:\n      unlimited: true\n      charge: true\n",
+            "rls.yaml:6: descriptors[0].rate_limit.charge:",
+            "charge needs a counted limit",
+        ),
+        (
+            "domain: ai\ndescriptors:\n  - key: t\n    rate_limit:\n      unit: minute\n      requests_per_unit: 4\n      charge: always\n",
+            "rls.yaml:7: descriptors[0].rate_limit.charge:",
+            "expected a boolean",
+        ),
+    ] {
+        let (_dir, path) = yaml_file(yaml);
+        let path = path.to_str().expect("utf-8 path");
+        let out = common::serve_output(
+            &toml("memory"),
+            &["--grpc", "127.0.0.1:0", "--envoy-config", path],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(field) && stderr.contains(why), "{stderr}");
+    }
 }
