@@ -161,6 +161,7 @@ impl<S> Limiter<S> {
 pub(crate) enum Op {
     Check,
     Charge,
+    Refund,
     Reserve,
     Acquire,
 }
@@ -175,6 +176,9 @@ impl Op {
             }
             Op::Charge if concurrency => {
                 "is a concurrency rule: its slots are acquired, not charged"
+            }
+            Op::Refund if concurrency => {
+                "is a concurrency rule: its slots are released, not refunded"
             }
             Op::Reserve if concurrency => {
                 "is a concurrency rule: its slots are acquired, not reserved"
@@ -406,6 +410,24 @@ impl<S: Store> Limiter<S> {
         check_time(at)?;
         let resolved = self.resolve_all(checks, Op::Charge)?;
         Ok(self.store.charge_all(resolved.pairs(), at).await?)
+    }
+
+    /// Gives every pair its cost back at `at` (the store's clock when
+    /// `None`; docs/semantics.md, "Refund"): the units counted last come
+    /// off first, never past empty/full. One answer per pair, in order: the
+    /// key as a charge of nothing reads it after the refund.
+    ///
+    /// # Errors
+    /// No pairs, an unknown rule, a `concurrency` rule, a key too long, a
+    /// time past [`MAX_TIME`], or the store failed.
+    pub async fn refund_all_at(
+        &self,
+        checks: &[Check<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, Error> {
+        check_time(at)?;
+        let resolved = self.resolve_all(checks, Op::Refund)?;
+        Ok(self.store.refund_all(resolved.pairs(), at).await?)
     }
 
     /// Reserves: decides `checks` all-or-nothing as a check of each pair's

@@ -26,6 +26,7 @@ async fn memory_store_conforms() {
         "{report}"
     );
     assert!(report.charges > 500, "{report}");
+    assert!(report.refunds > 100, "{report}");
     assert!(report.checks > 3_000, "{report}");
     assert!(report.multi_checks > 300, "{report}");
     assert!(report.denied > 1_000, "{report}");

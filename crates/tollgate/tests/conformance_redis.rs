@@ -26,6 +26,7 @@ async fn standalone_redis_conforms() {
         "{report}"
     );
     assert!(report.charges > 500, "{report}");
+    assert!(report.refunds > 100, "{report}");
     assert!(report.denied > 1_000, "{report}");
     let bare = server.keys_without_ttl();
     assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
@@ -42,6 +43,7 @@ async fn redis_cluster_conforms() {
         "{report}"
     );
     assert!(report.charges > 500, "{report}");
+    assert!(report.refunds > 100, "{report}");
     let bare = cluster.keys_without_ttl();
     assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
 }
@@ -57,5 +59,6 @@ async fn redis_behind_sentinel_conforms() {
         "{report}"
     );
     assert!(report.charges > 500, "{report}");
+    assert!(report.refunds > 100, "{report}");
     assert!(setup.keys_without_ttl().is_empty());
 }

@@ -221,6 +221,25 @@ async fn charges_to_a_hung_redis_follow_each_policy_and_are_recorded_after() {
     let local = charge("fallback", 7).await.expect("local answers");
     assert_eq!(local.degraded, Some(OnError::Local));
     assert_eq!(local.charged[0].debt, 3);
+    // A refund follows the policy as a charge does: deny refuses it, local
+    // gives the in-process share back.
+    let refund = |rule: &'static str, cost: u64| {
+        let limiter = &limiter;
+        async move {
+            limiter
+                .refund_all(&[tollgate::Check::new(rule, "k").cost(cost)])
+                .await
+        }
+    };
+    assert!(matches!(
+        refund("strict", 1).await,
+        Err(Refusal::Unavailable(_))
+    ));
+    let local = refund("fallback", 2).await.expect("local answers");
+    assert_eq!(
+        (local.degraded, local.charged[0].debt),
+        (Some(OnError::Local), 1)
+    );
 
     redis.resume();
     let start = Instant::now();
@@ -242,6 +261,16 @@ async fn charges_to_a_hung_redis_follow_each_policy_and_are_recorded_after() {
     assert!([3, 6].contains(&recorded.charged[0].debt), "{recorded:?}");
     let v = limiter.check("strict", "k", 0).await.expect("store up");
     assert!(!v.multi.allowed, "a key in debt refuses even a peek: {v:?}");
+    // A refund gives the debt back in Redis, and never past empty.
+    let back = refund("strict", 100).await.expect("store up");
+    assert_eq!(
+        (
+            back.degraded,
+            back.charged[0].debt,
+            back.charged[0].decision.remaining
+        ),
+        (None, 0, 4)
+    );
     assert_all_keys_expire(&redis.keys_without_ttl());
 }
 

@@ -140,6 +140,14 @@ impl Gate {
         self.limiter.charge_all(checks).await
     }
 
+    /// Gives every pair its cost back now (docs/semantics.md, "Refund").
+    ///
+    /// # Errors
+    /// As [`Gate::check_all`].
+    pub async fn refund_all(&self, checks: &[Check<'_>]) -> Result<ChargeVerdict, Refusal> {
+        self.limiter.refund_all(checks).await
+    }
+
     /// Reserves every pair's cost for `ttl` (docs/semantics.md, "Reserve,
     /// then settle").
     ///

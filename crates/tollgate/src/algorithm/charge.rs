@@ -1,7 +1,8 @@
 //! Usage known after the fact (docs/semantics.md, "Charge"): a charge
 //! consumes its cost unconditionally, carrying what goes past the limit as
 //! debt, and a give-back returns units of an admitted check (a reservation
-//! settled below its estimate, or cancelled). One entry point each over
+//! settled below its estimate, or cancelled), and a refund returns units
+//! now (docs/semantics.md, "Refund"). One entry point each over
 //! [`KeyState`], as [`decide`](super::decide) is for checks.
 
 use super::{KeyState, SlidingLog, fixed_window, gcra, sliding_log, sliding_window, token_bucket};
@@ -86,6 +87,25 @@ pub fn charge(rule: &Rule, state: &mut KeyState, t: Micros, cost: u64) -> Charge
     };
     *state = next;
     charged
+}
+
+/// Gives `units` back at `t` whatever counted them (docs/semantics.md,
+/// "Refund"): the units counted last come off first, never past
+/// empty/full — GCRA and token bucket move back by `units * T`, the fixed
+/// window's count shrinks, the sliding window's current count and then the
+/// previous one's, the sliding log's newest entries. Answers the key's
+/// state after it as a charge of nothing reads it (`clamped` 0).
+pub fn refund(rule: &Rule, state: &mut KeyState, t: Micros, units: u64) -> Charged {
+    match (rule.algorithm(), &mut *state) {
+        (Algorithm::SlidingWindow, KeyState::SlidingWindow(s)) => {
+            *s = sliding_window::refund(rule, *s, t, units);
+        }
+        (Algorithm::SlidingLog, KeyState::SlidingLog(log)) => {
+            log.refund(rule.period_micros(), t, units);
+        }
+        _ => give_back(rule, state, t, t, units),
+    }
+    charge(rule, state, t, 0)
 }
 
 /// Gives back at `t` `units` of a check admitted at `counted_at` (at or

@@ -30,7 +30,7 @@ pub mod sliding_window;
 pub mod token_bucket;
 mod usage;
 
-pub use charge::{Charged, charge, give_back};
+pub use charge::{Charged, charge, give_back, refund};
 pub use concurrency::Leases;
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;

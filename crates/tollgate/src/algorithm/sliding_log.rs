@@ -85,6 +85,24 @@ impl SlidingLog {
             _ => self.entries.push_back((t, cost)),
         }
     }
+    /// Takes `units` off the entries counting at `t`, newest first (a
+    /// refund, docs/semantics.md "Refund"), removing each emptied entry.
+    pub fn refund(&mut self, period: Micros, t: Micros, units: u64) {
+        let (start, _) = self.live(period, t);
+        let mut left = units;
+        while left > 0 && self.entries.len() > start {
+            let Some(last) = self.entries.back_mut() else {
+                break;
+            };
+            let take = left.min(last.1);
+            last.1 -= take;
+            left -= take;
+            if last.1 == 0 {
+                self.entries.pop_back();
+            }
+        }
+    }
+
     /// Shrinks the entry made at `counted_at` by up to `units` (a
     /// reservation settled below its estimate, or cancelled), removing it
     /// when nothing is left; nothing when no entry was made then.

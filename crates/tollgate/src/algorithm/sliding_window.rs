@@ -216,6 +216,27 @@ pub fn give_back(
     SlidingWindowState { start, prev, curr }
 }
 
+/// Gives back `units` at `t` (a refund, docs/semantics.md "Refund"): from
+/// the current window's count first, then the previous one's, never below
+/// zero.
+#[must_use]
+pub fn refund(rule: &Rule, state: SlidingWindowState, t: Micros, units: u64) -> SlidingWindowState {
+    let period = rule.period_micros();
+    let start = t / period * period;
+    if state.start > start {
+        // state from a later time than `t`: leave it as it is
+        return state;
+    }
+    let (prev, curr) = counts(Some(state), start, period);
+    let from_curr = units.min(curr);
+    let from_prev = (units - from_curr).min(prev);
+    SlidingWindowState {
+        start,
+        prev: prev - from_prev,
+        curr: curr - from_curr,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Expected values by hand from docs/semantics.md, sliding window counter,

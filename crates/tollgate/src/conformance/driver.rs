@@ -234,6 +234,43 @@ impl<S: Store> Driver<'_, S> {
     }
 }
 
+impl<S: Store> Driver<'_, S> {
+    /// One refund of several (rule, key, units) pairs, each in turn;
+    /// returns the (matching) answers.
+    pub(super) async fn refund(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        t: Micros,
+    ) -> Result<Vec<Charged>, Failure> {
+        self.advance(t);
+        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
+        let want: Vec<Charged> = pairs
+            .iter()
+            .zip(&keys)
+            .map(|(&(rule, _, units), key)| {
+                let state = self
+                    .states
+                    .entry((rule.name().to_owned(), key.clone()))
+                    .or_default();
+                algorithm::refund(rule, state, t, units)
+            })
+            .collect();
+        let checks = key_checks(pairs, &keys);
+        let got = self.store.refund_all(&checks, Some(t)).await;
+        let check = || {
+            format!(
+                "refund_all([{}], at {})",
+                listed(pairs, &keys),
+                show_time(t)
+            )
+        };
+        let result = self.compare(check, want, got);
+        self.step += 1;
+        self.report.refunds += 1;
+        result
+    }
+}
+
 /// A reservation as the reference keeps it.
 pub(super) struct OpenReservation {
     /// (rule, full key, estimate) per pair.

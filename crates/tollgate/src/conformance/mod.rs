@@ -119,6 +119,8 @@ pub struct Report {
     pub denied: usize,
     /// Charges made (each of one or several pairs).
     pub charges: usize,
+    /// Refunds made (each of one or several pairs).
+    pub refunds: usize,
     /// Reservations asked for (admitted or not).
     pub reservations: usize,
     /// Settles and cancels (of open, closed and unknown reservations).
@@ -132,12 +134,13 @@ impl fmt::Display for Report {
         write!(
             f,
             "{} cases passed: {} checks and {} multi-rule checks ({} denied), {} charges, \
-             {} reservations, {} settles, {} lease operations",
+             {} refunds, {} reservations, {} settles, {} lease operations",
             self.cases,
             self.checks,
             self.multi_checks,
             self.denied,
             self.charges,
+            self.refunds,
             self.reservations,
             self.settles,
             self.leases

@@ -163,9 +163,9 @@ fn charge_cost(rng: &mut SplitMix, r: &Rule) -> u64 {
     }
 }
 
-/// Checks and charges of one rule's keys, single and several pairs at a
-/// time (a key named twice included): debt, clamping, and the checks that
-/// wait the debt out.
+/// Checks, charges and refunds of one rule's keys, single and several
+/// pairs at a time (a key named twice included): debt, clamping, the checks
+/// that wait the debt out, and refunds that never pass empty/full.
 pub(super) async fn random_charges<S: Store>(
     d: &mut Driver<'_, S>,
     rng: &mut SplitMix,
@@ -188,9 +188,15 @@ pub(super) async fn random_charges<S: Store>(
                     .retry_after
                     .map(micros);
             }
-            45..85 => {
+            45..70 => {
                 let cost = charge_cost(rng, &r);
                 d.charge(&[(&r, rng.pick(&keys), cost)], t).await?;
+            }
+            70..85 => {
+                let pairs: Vec<(&Rule, &[u8], u64)> = (0..1 + rng.below(2))
+                    .map(|_| (&r, rng.pick(&keys), charge_cost(rng, &r)))
+                    .collect();
+                d.refund(&pairs, t).await?;
             }
             _ => {
                 let pairs: Vec<(&Rule, &[u8], u64)> = (0..2 + rng.below(2))

@@ -1,8 +1,9 @@
-//! Charges through the resilient limiter (docs/failure-modes.md, "Charges"):
-//! the store's [`Store::charge_all`] within the timeout and behind the
-//! breaker; when the store fails, the failure policy answers as for a
-//! check, and the units that did not reach the store are counted
-//! ([`metric::CHARGE_UNRECORDED`]), never dropped silently.
+//! Charges and refunds through the resilient limiter (docs/failure-modes.md,
+//! "Charges"): the store's [`Store::charge_all`] / [`Store::refund_all`]
+//! within the timeout and behind the breaker; when the store fails, the
+//! failure policy answers as for a check, and the units that did not reach
+//! the store are counted ([`metric::CHARGE_UNRECORDED`],
+//! [`metric::REFUND_UNRECORDED`]), never dropped silently.
 
 use super::{Inner, OnError, Refusal, ResilientLimiter, metric, untouched};
 use crate::algorithm::Charged;
@@ -63,7 +64,54 @@ impl<S: Store> ResilientLimiter<S> {
                     degraded: None,
                 })
             }
-            Err(e) => inner.charge_failed(pairs, index, &e, policy).await,
+            Err(e) => inner.charge_failed(pairs, index, &e, policy, false).await,
+        }
+    }
+
+    /// Gives every pair its cost back now (docs/semantics.md, "Refund"):
+    /// the units counted last first, never past empty/full; on a store
+    /// failure the strictest policy among the pairs' rules answers, as for
+    /// a charge, and the units not given back are counted.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::charge_all`].
+    pub async fn refund_all(&self, checks: &[Check<'_>]) -> Result<ChargeVerdict, Refusal> {
+        self.refund_all_as(checks, None).await
+    }
+
+    /// Like [`ResilientLimiter::refund_all`], with `policy` (when given)
+    /// answering a store failure instead of the rules' own.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::charge_all`].
+    pub async fn refund_all_as(
+        &self,
+        checks: &[Check<'_>],
+        policy: Option<OnError>,
+    ) -> Result<ChargeVerdict, Refusal> {
+        let resolved = self
+            .inner
+            .limiter
+            .resolve_all(checks, Op::Refund)
+            .map_err(Refusal::Invalid)?;
+        let (pairs, index) = (resolved.pairs(), resolved.index());
+        self.start_heartbeat();
+        let inner = &self.inner;
+        match inner
+            .guarded("refund", inner.limiter.store().refund_all(pairs, None))
+            .await
+        {
+            Ok(charged) => {
+                for pair in pairs {
+                    ::metrics::counter!(metric::REFUND_UNITS, "rule" => pair.rule.name().to_owned())
+                        .increment(pair.cost);
+                }
+                Ok(ChargeVerdict {
+                    charged,
+                    degraded: None,
+                })
+            }
+            Err(e) => inner.charge_failed(pairs, index, &e, policy, true).await,
         }
     }
 }
@@ -79,19 +127,25 @@ impl<S: Store> Inner<S> {
         }
     }
 
-    /// The policy answers a charge the store failed; every unit is
-    /// counted as unrecorded in the store, labelled with the policy.
+    /// The policy answers a charge (a `refund`) the store failed; every
+    /// unit is counted as unrecorded in the store, labelled with the policy.
     async fn charge_failed(
         &self,
         pairs: &[KeyCheck<'_>],
         index: &[usize],
         error: &StoreError,
         policy: Option<OnError>,
+        refund: bool,
     ) -> Result<ChargeVerdict, Refusal> {
         let policy = self.policy_for(index, policy, error);
+        let unrecorded = if refund {
+            metric::REFUND_UNRECORDED
+        } else {
+            metric::CHARGE_UNRECORDED
+        };
         for pair in pairs {
             ::metrics::counter!(
-                metric::CHARGE_UNRECORDED,
+                unrecorded,
                 "rule" => pair.rule.name().to_owned(),
                 "policy" => policy.as_str()
             )
@@ -101,7 +155,11 @@ impl<S: Store> Inner<S> {
             OnError::Deny => Err(Refusal::Unavailable(error.clone())),
             OnError::Local => Ok(ChargeVerdict {
                 charged: self.on_local(pairs, index, |store, local| {
-                    store.charge_all_sync(local, None)
+                    if refund {
+                        store.refund_all_sync(local, None)
+                    } else {
+                        store.charge_all_sync(local, None)
+                    }
                 }),
                 degraded: Some(OnError::Local),
             }),

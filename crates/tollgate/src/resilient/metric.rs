@@ -39,6 +39,12 @@ pub const CHARGE_CLAMPED: &str = "tollgate_charge_clamped_units_total";
 /// take because it failed (the failure policy answered; under `local`
 /// they were charged to this replica's in-process fallback only).
 pub const CHARGE_UNRECORDED: &str = "tollgate_charge_unrecorded_units_total";
+/// Counter, label `rule`: units refunds gave back in the store.
+pub const REFUND_UNITS: &str = "tollgate_refund_units_total";
+/// Counter, labels `rule`, `policy`: units of refunds the store did not
+/// take back because it failed (with `local`, they were given back to this
+/// replica's in-process fallback only).
+pub const REFUND_UNRECORDED: &str = "tollgate_refund_unrecorded_units_total";
 /// Counter, label `rule`: charges that left their key in debt.
 pub const CHARGES_IN_DEBT: &str = "tollgate_charges_in_debt_total";
 /// Gauge, label `rule`: the debt (units over the limit) the latest charge

@@ -97,6 +97,20 @@ impl Store for AnyStore {
         }
     }
 
+    async fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.refund_all(checks, at).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => Box::pin(s.refund_all(checks, at)).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => Box::pin(s.refund_all(checks, at)).await,
+        }
+    }
+
     async fn reserve_all(
         &self,
         checks: &[KeyCheck<'_>],

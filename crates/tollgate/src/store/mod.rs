@@ -113,6 +113,19 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Err(unsupported("charges")))
     }
 
+    /// Gives every pair its cost back now (docs/semantics.md, "Refund"),
+    /// the units counted last first, never past empty/full; one answer per
+    /// pair, in order, as a charge of nothing reads the key after it.
+    /// `checks` is not empty. The default answers an error.
+    fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        let _ = (checks, at);
+        std::future::ready(Err(unsupported("refunds")))
+    }
+
     /// Decides `checks` all-or-nothing as [`Store::check_all`] does and,
     /// when every pair admits, keeps a record of the reservation `ticket`
     /// beside each pair's state: its estimate (the pair's cost), its time,
@@ -234,6 +247,14 @@ impl<S: Store> Store for Arc<S> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         (**self).charge_all(checks, at)
+    }
+
+    fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        (**self).refund_all(checks, at)
     }
 
     fn reserve_all(

@@ -206,4 +206,54 @@ proptest! {
             prop_assert!(s.credit <= i64::try_from(rule.tau_micros()).expect("tau"));
         }
     }
+
+    /// A refund of `k` right after a charge of `a >= k` leaves the key as a
+    /// charge of `a - k` would (the units counted last come off first), and
+    /// a refund of more than the key holds leaves it as a key never seen,
+    /// at once and later.
+    #[test]
+    fn refunds_undo_charges_and_never_pass_empty(
+        rule in rule(), ops in ops(), a in 0u64..=12, k in 0u64..=12, extra in 0u64..1000,
+        later in 0u64..200_000, t0 in 0u64..1_000_000,
+    ) {
+        let k = k.min(a);
+        let mut state = KeyState::Empty;
+        let mut t = t0;
+        for (gap, op) in ops {
+            t += gap;
+            match op {
+                Op::Charge(c) => { algorithm::charge(&rule, &mut state, t, c); }
+                Op::Check(c) | Op::Reserve(c) => { algorithm::decide(&rule, &mut state, t, c); }
+                _ => {}
+            }
+        }
+        let mut net = state.clone();
+        let direct = algorithm::charge(&rule, &mut net, t, a - k);
+        let charged = algorithm::charge(&rule, &mut state, t, a);
+        let refunded = algorithm::refund(&rule, &mut state, t, k);
+        if charged.clamped == 0 && direct.clamped == 0 {
+            prop_assert_eq!((refunded.decision, refunded.debt), (direct.decision, direct.debt));
+            for probe in [0, 1, rule.capacity()] {
+                for at in [t, t + later] {
+                    prop_assert_eq!(
+                        algorithm::evaluate(&rule, &state, at, probe),
+                        algorithm::evaluate(&rule, &net, at, probe),
+                        "cost {} at {} after charging {} and refunding {} at {}", probe, at, a, k, t
+                    );
+                }
+            }
+        }
+        let all = algorithm::refund(&rule, &mut state, t, rule.capacity() + rule.max_debt() + extra);
+        prop_assert_eq!(all.debt, 0);
+        prop_assert_eq!(all.clamped, 0);
+        for probe in [0, 1, rule.capacity(), rule.capacity() + 1] {
+            for at in [t, t + later] {
+                prop_assert_eq!(
+                    algorithm::evaluate(&rule, &state, at, probe),
+                    algorithm::evaluate(&rule, &KeyState::Empty, at, probe),
+                    "cost {} at {} after refunding everything at {}", probe, at, t
+                );
+            }
+        }
+    }
 }

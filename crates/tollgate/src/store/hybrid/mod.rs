@@ -307,6 +307,17 @@ impl Store for HybridStore {
         Store::charge_all(&self.inner.redis, checks, at)
     }
 
+    /// Refunds go straight to Redis, as charges do: units this replica
+    /// holds in a local lease stay spent there until it ends.
+    fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Store::refund_all(&self.inner.redis, checks, at)
+    }
+
     /// Reservations go straight to Redis, as charges do.
     fn reserve_all(
         &self,

@@ -92,6 +92,45 @@ impl Core {
         charged
     }
 
+    /// Refunds every pair its cost in turn, `when` (docs/semantics.md,
+    /// "Refund"); one answer per pair.
+    pub(super) fn refund_all(&self, checks: &[KeyCheck<'_>], when: When<'_>) -> Vec<Charged> {
+        checks
+            .iter()
+            .map(|c| self.refund_fp(c.rule, self.fingerprint(c.rule, c.key), c.cost, when))
+            .collect()
+    }
+
+    /// Gives `units` back now to the key of `fp` under `rule`
+    /// ([`algorithm::refund`]); a key not held has nothing to give back and
+    /// is not created.
+    fn refund_fp(&self, rule: &Rule, fp: Fp, units: u64, when: When<'_>) -> Charged {
+        let shard = self.shard_of(fp);
+        let table = shard.0.read();
+        if rule.algorithm() == Algorithm::Gcra {
+            if let Some(cell) = table.gcra.get(fp) {
+                let t = when.now();
+                let back = |tat| gcra::give_back(rule, GcraState { tat }, t, units).tat;
+                let tat = match cell
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| Some(back(tat)))
+                {
+                    Ok(before) | Err(before) => back(before),
+                };
+                drop(table);
+                return gcra::charged(rule, t, GcraState { tat: tat.max(t) }, 0);
+            }
+        } else if let Some(slot) = table.other.get(&fp) {
+            let t = when.now();
+            let (charged, delta) = slot
+                .lock()
+                .apply(rule, |state| algorithm::refund(rule, state, t, units));
+            table.add_log_entries(delta);
+            return charged;
+        }
+        drop(table);
+        algorithm::refund(rule, &mut KeyState::Empty, when.now(), units)
+    }
+
     /// Gives `units` back at `t` to the key of `fp` under `rule`, of a
     /// check admitted at `counted_at` ([`algorithm::give_back`]); a key
     /// no longer held (forgotten, evicted) holds nothing to give back.

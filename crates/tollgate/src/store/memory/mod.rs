@@ -289,6 +289,12 @@ impl<C: Clock> MemoryStore<C> {
         self.core.charge_all(checks, self.when(at))
     }
 
+    /// Gives every pair its cost back, in turn, at `at` (this store's
+    /// clock when `None`): [`Store::refund_all`] without the future.
+    pub fn refund_all_sync(&self, checks: &[KeyCheck<'_>], at: Option<Micros>) -> Vec<Charged> {
+        self.core.refund_all(checks, self.when(at))
+    }
+
     #[inline]
     fn when(&self, at: Option<Micros>) -> When<'_> {
         match at {
@@ -323,6 +329,14 @@ impl<C: Clock> Store for MemoryStore<C> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         std::future::ready(Ok(self.charge_all_sync(checks, at)))
+    }
+
+    fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        std::future::ready(Ok(self.refund_all_sync(checks, at)))
     }
 
     fn reserve_all(

@@ -280,7 +280,7 @@ pub(super) fn script_args(a: &mut impl Args, prefix: &str, margin_ms: u64, run: 
     push_common_args(a, n, margin_ms, mode, at);
     for i in 0..n {
         let (rule, cost) = pairs.rule_cost(i);
-        if mode == CHARGE || mode == SETTLE {
+        if mode == CHARGE || mode == REFUND || mode == SETTLE {
             push_charge_args(a, rule, cost);
         } else {
             push_pair_args(a, rule, cost);
@@ -300,6 +300,9 @@ pub(super) const RENEW: &str = "w";
 
 /// The mode of a charge run (see `prelude.lua`).
 pub(super) const CHARGE: &str = "g";
+/// Mode `f`: every pair given its cost back now (docs/semantics.md,
+/// "Refund"); the reply as mode `g`'s.
+pub(super) const REFUND: &str = "f";
 
 /// The six script arguments of a charge (`prelude.lua`, CHARGE
 /// ARGUMENTS): the cost as it is, and the debt cap in place of what only a
@@ -335,7 +338,7 @@ pub(super) fn encode_run(
     // A single check's rule-dependent bytes are cached; a charge's
     // arguments differ, so it takes the general path.
     let single = match run.pairs {
-        Pairs::One { rule, key, cost } if run.mode != CHARGE && run.mode != SETTLE => {
+        Pairs::One { rule, key, cost } if ![CHARGE, REFUND, SETTLE].contains(&run.mode) => {
             Some((rule, key, cost))
         }
         _ => None,

@@ -59,7 +59,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use self::conn::Conn;
-use self::encode::RuleCache;
+use self::encode::{CHARGE, REFUND, RuleCache};
 use self::resp::{Reply, Value};
 use self::scripts::Scripts;
 use crate::algorithm::Charged;
@@ -240,7 +240,15 @@ impl Store for RedisStore {
         checks: &[KeyCheck<'_>],
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
-        self.charge_pairs(checks, at)
+        self.charge_pairs(checks, at, CHARGE)
+    }
+
+    fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
+        self.charge_pairs(checks, at, REFUND)
     }
 
     fn reserve_all(

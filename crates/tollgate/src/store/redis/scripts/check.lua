@@ -176,6 +176,26 @@ elseif mode == 'g' then
     reply[#reply + 1] = units
   end
   return reply
+elseif mode == 'f' then
+  -- Refund: every pair in turn given its cost back now, then read as a
+  -- charge of nothing reads it; the reply as mode 'g''s.
+  local reply = { t }
+  for i = 1, n do
+    local code, cost, p1, p2, p3, p4 = pair(i)
+    local give = RETURNS[code]
+    if give == nil then
+      error('tollgate: algorithm ' .. tostring(code) .. ' is not refunded in this script')
+    end
+    give(KEYS[i], cost, p1, p2, p3, p4, t)
+    local remaining, reset, debt = CHARGES[code](KEYS[i], 0, p1, p2, p3, p4, t)
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    reply[#reply + 1] = -1
+    reply[#reply + 1] = debt
+    reply[#reply + 1] = 0
+  end
+  return reply
 elseif mode == 's' then
   -- Settle (or cancel) a reservation: KEYS[n+i] are its records. Unknown
   -- (a record missing or past its memory) or finished (settled before):

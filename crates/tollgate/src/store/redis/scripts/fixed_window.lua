@@ -59,3 +59,7 @@ end
 GIVEBACKS[3] = function(key, units, period, limit, max_debt, _, t, made)
   REFUNDS[3](key, units, period, limit, 0, 0, made)
 end
+
+RETURNS[3] = function(key, units, period, limit, _, _, t)
+  REFUNDS[3](key, units, period, limit, 0, 0, t)
+end

@@ -69,3 +69,7 @@ GIVEBACKS[1] = function(key, units, max_debt, tau, interval, burst, t, made)
   if tat < t then tat = t end
   redis.call('SET', key, num(tat), 'PX', ttl_ms(tat - t))
 end
+
+RETURNS[1] = function(key, units, p1, p2, p3, p4, t)
+  GIVEBACKS[1](key, units, p1, p2, p3, p4, t, t)
+end

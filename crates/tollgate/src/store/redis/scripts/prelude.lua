@@ -15,6 +15,9 @@
 --             "g" charge: every pair charged in turn, never denied
 --             (docs/semantics.md, "Charge"); its six arguments are those of
 --             CHARGE ARGUMENTS below,
+--             "f" refund: every pair given its cost back now, the units
+--             counted last first (docs/semantics.md, "Refund"); arguments
+--             and reply as mode "g" (units: 0),
 --             "v" reserve: as "c", and when every pair admits, a record per
 --             pair (KEYS[n+i]; ARGV after the pairs: ttl, remember, µs),
 --             "s" settle: KEYS[n+i] the pairs' records, the pairs' six
@@ -116,6 +119,9 @@ local CHARGES = {}
 -- Give-backs (docs/semantics.md, "Reserve, then settle"): (key, units,
 -- the pair's charge arguments p1..p4, t, the reservation's time).
 local GIVEBACKS = {}
+-- Refunds (docs/semantics.md, "Refund"): (key, units, the pair's charge
+-- arguments p1..p4, t); the units counted last come off first.
+local RETURNS = {}
 -- For GCRA (code 1): the decision as a pure function of the key's one stored
 -- number (see gcra.lua); batches read and write such keys once a run.
 local PURE = {}

@@ -92,3 +92,19 @@ end
 GIVEBACKS[5] = function(key, units, period, limit, max_debt, _, t, made)
   REFUNDS[5](key, units, period, limit, 0, 0, made)
 end
+
+-- Refund: the entries counting at t shrink, newest first.
+RETURNS[5] = function(key, units, period, limit, max_debt, _, t)
+  local live = redis.call('ZRANGEBYSCORE', key, '(' .. num(t - period), '+inf')
+  local i = #live
+  while units > 0 and i >= 1 do
+    local at, c = string.match(live[i], '^(%d+):(%d+)$')
+    c = tonumber(c)
+    local take = units
+    if take > c then take = c end
+    units = units - take
+    redis.call('ZREM', key, live[i])
+    if c > take then redis.call('ZADD', key, at, at .. ':' .. num(c - take)) end
+    i = i - 1
+  end
+end

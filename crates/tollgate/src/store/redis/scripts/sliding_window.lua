@@ -112,3 +112,19 @@ GIVEBACKS[4] = function(key, units, period, limit, max_debt, _, t, made)
   redis.call('HSET', key, 'w', num(w), 'p', num(prev), 'c', num(curr))
   redis.call('PEXPIRE', key, ttl_ms(w + 2 * period - t))
 end
+
+-- Refund: from the current window's count first, then the previous one's.
+RETURNS[4] = function(key, units, period, limit, max_debt, _, t)
+  local w = idiv(t, period) * period
+  local h = redis.call('HMGET', key, 'w', 'p', 'c')
+  local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
+  if sw == nil or sw > w then return end
+  local prev, curr = 0, 0
+  if sw == w then prev, curr = sp, sc elseif sw + period == w then prev = sc end
+  local c = units
+  if c > curr then c = curr end
+  local p = units - c
+  if p > prev then p = prev end
+  redis.call('HSET', key, 'w', num(w), 'p', num(prev - p), 'c', num(curr - c))
+  redis.call('PEXPIRE', key, ttl_ms(w + 2 * period - t))
+end

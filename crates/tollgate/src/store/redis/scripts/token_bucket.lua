@@ -67,3 +67,7 @@ GIVEBACKS[2] = function(key, units, max_debt, tau, interval, burst, t, made)
   redis.call('HSET', key, 'c', num(credit), 'l', num(last))
   redis.call('PEXPIRE', key, ttl_ms(tau - credit))
 end
+
+RETURNS[2] = function(key, units, p1, p2, p3, p4, t)
+  GIVEBACKS[2](key, units, p1, p2, p3, p4, t, t)
+end
