@@ -270,14 +270,11 @@ fn unlimited_zero_shadow_and_replaces() {
 #[test]
 fn bad_requests_are_invalid_argument_naming_the_problem() {
     let mut rls = Rls::start("memory", RLS);
-    let mut negative = desc(&[("user", "x")]);
-    negative.is_negative_hits = true;
     let cases = vec![
         (req("", vec![desc(&[("user", "x")])]), "domain"),
         (req("rl", vec![]), "descriptor list must not be empty"),
         (req("rl", vec![desc(&[])]), "descriptors[0] has no entries"),
         (req("rl", vec![desc(&[("user", "x")]); 65]), "at most 64"),
-        (req("rl", vec![negative]), "is_negative_hits"),
     ];
     for (request, why) in cases {
         let status = rls.call(request).expect_err(why);

@@ -2,7 +2,8 @@
 //! gRPC (docs/envoy.md, "Charging usage"): request-phase peeks (a
 //! descriptor's own `hits_addend: 0`), response-phase charges on a
 //! `charge: true` limit (Envoy's `apply_on_stream_done` call carrying the
-//! real usage), debt paid back by time, and the bad input around them. What
+//! real usage), debt paid back by time, `is_negative_hits` giving units
+//! back, and the bad input around them. What
 //! was recorded is read back through the HTTP API (`/v1/charge` of cost 0
 //! reports a key's debt and changes nothing).
 
@@ -61,6 +62,13 @@ fn call(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
         descriptors,
         hits_addend: 0,
     }
+}
+
+/// A descriptor giving `n` back (`is_negative_hits`).
+fn give_back(key: &str, value: &str, n: u64) -> RateLimitDescriptor {
+    let mut d = hits(key, value, n);
+    d.is_negative_hits = true;
+    d
 }
 
 /// (overall code, each status's (code, limit_remaining)).
@@ -279,6 +287,15 @@ fn a_charge_on_one_replica_is_seen_by_a_peek_on_another() {
         (Code::OverLimit, vec![(Code::OverLimit, 0)])
     );
     assert_eq!(debt(&a, "envoy.ai.tokens", "tokens=fleet"), (30, 0));
+    // A give-back on one replica is seen by the other too.
+    assert_eq!(
+        answer(&mut b, vec![give_back("tokens", "fleet", 50)]),
+        (Code::Ok, vec![(Code::Ok, 20)])
+    );
+    assert_eq!(
+        answer(&mut a, vec![hits("tokens", "fleet", 0)]),
+        (Code::Ok, vec![(Code::Ok, 20)])
+    );
 }
 
 #[test]
@@ -320,7 +337,7 @@ fn a_charge_the_store_cannot_take_follows_the_policy_and_is_counted() {
 }
 
 #[test]
-fn one_call_charging_a_key_twice_records_both() {
+fn one_call_charging_a_key_twice_records_both_and_gives_back_after_charging() {
     let mut rls = start("memory");
     away_from_a_minute_edge();
     let (overall, statuses) = answer(
@@ -331,6 +348,17 @@ fn one_call_charging_a_key_twice_records_both() {
     assert_eq!(statuses.len(), 2);
     assert!(statuses.iter().all(|s| s.0 == Code::Ok), "{statuses:?}");
     assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=twice"), (30, 0));
+    // Charges are recorded before give-backs of the same call, so they net
+    // out: on a fresh key, 10 charged and 40 given back leave nothing used
+    // (the other order would give back from empty, then leave 10).
+    assert_eq!(
+        answer(
+            &mut rls,
+            vec![give_back("tokens", "net", 40), hits("tokens", "net", 10)]
+        ),
+        (Code::Ok, vec![(Code::Ok, 100), (Code::Ok, 90)])
+    );
+    assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=net"), (0, 100));
 }
 
 #[test]
@@ -362,4 +390,92 @@ fn serve_refuses_a_charge_it_cannot_apply_naming_the_field() {
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(field) && stderr.contains(why), "{stderr}");
     }
+}
+
+#[test]
+fn negative_hits_give_units_back_never_past_empty() {
+    let mut rls = start("memory");
+    away_from_a_minute_edge();
+    assert_eq!(
+        answer(&mut rls, vec![hits("tokens", "back", 130)]),
+        (Code::Ok, vec![(Code::Ok, 0)])
+    );
+    assert_eq!(
+        answer(&mut rls, vec![hits("tokens", "back", 0)]),
+        (Code::OverLimit, vec![(Code::OverLimit, 0)])
+    );
+    // 50 back: 80 used, the debt gone, the peek admitted again. A give-back
+    // answers OK, with the state after it.
+    assert_eq!(
+        answer(&mut rls, vec![give_back("tokens", "back", 50)]),
+        (Code::Ok, vec![(Code::Ok, 20)])
+    );
+    assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=back"), (0, 20));
+    assert_eq!(
+        answer(&mut rls, vec![hits("tokens", "back", 0)]),
+        (Code::Ok, vec![(Code::Ok, 20)])
+    );
+    // 500 back: empty, not past it (no credit beyond the limit).
+    assert_eq!(
+        answer(&mut rls, vec![give_back("tokens", "back", 500)]),
+        (Code::Ok, vec![(Code::Ok, 100)])
+    );
+    assert_eq!(
+        answer(&mut rls, vec![hits("tokens", "back", 101)]),
+        (Code::Ok, vec![(Code::Ok, 0)])
+    );
+    assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=back"), (1, 0));
+    // Without its own hits_addend a give-back takes the request's, 0
+    // meaning 1.
+    let mut one_back = desc(&[("tokens", "back")]);
+    one_back.is_negative_hits = true;
+    assert_eq!(
+        answer(&mut rls, vec![one_back]),
+        (Code::Ok, vec![(Code::Ok, 0)])
+    );
+    assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=back"), (0, 0));
+}
+
+#[test]
+fn negative_hits_give_back_on_checked_and_gcra_limits_too() {
+    let mut rls = start("memory");
+    // A checked limit (2 per hour): spent, one given back, one more
+    // admitted, and no more.
+    for want in [Code::Ok, Code::Ok, Code::OverLimit] {
+        assert_eq!(answer(&mut rls, vec![desc(&[("rps", "g")])]).0, want);
+    }
+    assert_eq!(
+        answer(&mut rls, vec![give_back("rps", "g", 1)]),
+        (Code::Ok, vec![(Code::Ok, 1)])
+    );
+    assert_eq!(answer(&mut rls, vec![desc(&[("rps", "g")])]).0, Code::Ok);
+    assert_eq!(
+        answer(&mut rls, vec![desc(&[("rps", "g")])]).0,
+        Code::OverLimit
+    );
+    // GCRA: a charge of 250 (150 in debt) and 250 back: full again; 1000
+    // more back leaves it full.
+    answer(&mut rls, vec![hits("fast", "g", 250)]);
+    assert_eq!(
+        answer(&mut rls, vec![give_back("fast", "g", 250)]).0,
+        Code::Ok
+    );
+    assert_eq!(debt(&rls, "envoy.ai.fast", "fast=g"), (0, 100));
+    assert_eq!(
+        answer(&mut rls, vec![give_back("fast", "g", 1000)]),
+        (Code::Ok, vec![(Code::Ok, 100)])
+    );
+    assert_eq!(debt(&rls, "envoy.ai.fast", "fast=g"), (0, 100));
+    // A give-back never makes a call OVER_LIMIT, even in debt; one to a key
+    // never seen creates nothing.
+    answer(&mut rls, vec![hits("tokens", "g", 150)]);
+    assert_eq!(
+        answer(&mut rls, vec![give_back("tokens", "g", 10)]),
+        (Code::Ok, vec![(Code::Ok, 0)])
+    );
+    assert_eq!(debt(&rls, "envoy.ai.tokens", "tokens=g"), (40, 0));
+    assert_eq!(
+        answer(&mut rls, vec![give_back("tokens", "never", 10)]),
+        (Code::Ok, vec![(Code::Ok, 100)])
+    );
 }

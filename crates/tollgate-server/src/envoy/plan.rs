@@ -1,7 +1,7 @@
 //! A `ShouldRateLimit` request checked and resolved, descriptor by
 //! descriptor, into what the service will do with it ([`Plan`]): the limit
 //! each descriptor finds (`replaces` applied), its store key, its cost and
-//! whether it is a check, a peek or a charge
+//! whether it is a check, a peek, a charge or a give-back
 //! (docs/envoy.md, "Deciding" and "Charging usage").
 
 use std::collections::HashSet;
@@ -24,6 +24,9 @@ pub(crate) enum Op {
     /// A charge (`rate_limit.charge` and a cost above 0): recorded in full,
     /// even past the limit; never refused.
     Charge,
+    /// `is_negative_hits`: the cost given back, the units counted last
+    /// first, never past empty/full; never refused.
+    GiveBack,
 }
 
 /// One descriptor's limit, as the request resolved it.
@@ -100,11 +103,6 @@ pub(crate) fn plan<'a>(
                 d.entries.len()
             )));
         }
-        if d.is_negative_hits {
-            return Err(tonic::Status::invalid_argument(format!(
-                "descriptors[{i}].is_negative_hits: giving quota back is not supported"
-            )));
-        }
         if d.limit.is_some() {
             overrides_log.report(|suppressed| {
                 tracing::warn!(
@@ -126,7 +124,8 @@ pub(crate) fn plan<'a>(
             .iter()
             .map(|e| (e.key.as_slice(), e.value.as_slice()))
             .collect();
-        found.push((limits.find(domain, &entries), cost, entries));
+        let found_limit = limits.find(domain, &entries);
+        found.push((found_limit, cost, d.is_negative_hits, entries));
     }
     let replaced: HashSet<&str> = found
         .iter()
@@ -135,7 +134,7 @@ pub(crate) fn plan<'a>(
         .collect();
     Ok(found
         .into_iter()
-        .map(|(limit, cost, entries)| match limit {
+        .map(|(limit, cost, negative, entries)| match limit {
             None => Plan::None,
             // Unlimited first, as the reference service: a replaced
             // unlimited limit still reads unlimited.
@@ -149,12 +148,16 @@ pub(crate) fn plan<'a>(
                     rule: first_rule + r,
                     key: store_key(&entries),
                     cost,
-                    op: if l.charge && cost > 0 {
+                    op: if negative {
+                        Op::GiveBack
+                    } else if l.charge && cost > 0 {
                         Op::Charge
                     } else {
                         Op::Check
                     },
                 },
+                // Nothing is counted, so nothing to give back.
+                None if negative => Plan::None,
                 None => Plan::Zero(l),
             },
         })

@@ -21,6 +21,8 @@
 //!   even past the limit, and `OK` whatever the key's state; it is recorded
 //!   even when the request's checks deny, and after they decided (so the
 //!   checks see the state before this call's charges);
+//! * `is_negative_hits`: its cost given back (a refund: the units counted
+//!   last first, never past empty/full), after the charges; `OK`;
 //! * a `shadow_mode` limit: counted (and in the metrics as it decides) but
 //!   always `OK`. A checked one consumes only when the request is admitted,
 //!   each shadow limit on its own (all of them in one round of store calls,
@@ -41,10 +43,10 @@
 //! the user chose), not such an error; under `allow` the statuses are `OK`
 //! with no limit or numbers (nothing was decided). A bad request (empty
 //! domain, no descriptors, a descriptor without entries, too many
-//! descriptors or entries, `is_negative_hits`) is `INVALID_ARGUMENT`
-//! naming the problem, before anything is counted; so is a domain that is
-//! not UTF-8 (domains come from Envoy's config, never from a client, and
-//! name a config's `domain`, which is UTF-8).
+//! descriptors or entries) is `INVALID_ARGUMENT` naming the problem, before
+//! anything is counted; so is a domain that is not UTF-8 (domains come from
+//! Envoy's config, never from a client, and name a config's `domain`, which
+//! is UTF-8).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -151,16 +153,21 @@ impl EnvoyService {
         // Then, at once (one store round trip between them): the shadow
         // checks, each on its own, consuming only if the request goes
         // through, always OK (one the store cannot decide reads OK with no
-        // numbers: it never fails the request); and the charges, recorded
-        // whatever the checks answered.
+        // numbers: it never fails the request); and the charges and
+        // give-backs, recorded whatever the checks answered.
         let (shadows, checks) = self.checks(&plans, |p| p.is(Op::Check, true), !admitted);
-        let (decided, charged) = tokio::join!(
+        // Charges before give-backs, so one call charging and giving back
+        // the same key nets out rather than giving back from empty first.
+        let (decided, (charged, given)) = tokio::join!(
             join_all(
                 checks
                     .iter()
                     .map(|check| self.gate.check_all(std::slice::from_ref(check))),
             ),
-            self.record(&plans, Op::Charge),
+            async {
+                let charged = self.record(&plans, Op::Charge).await;
+                (charged, self.record(&plans, Op::GiveBack).await)
+            },
         );
         for (&i, result) in shadows.iter().zip(decided) {
             if let Ok(verdict) = result
@@ -169,10 +176,11 @@ impl EnvoyService {
                 statuses[i] = status(&plans[i], verdict.decision(), true);
             }
         }
-        let charged = charged?;
-        admitted &= charged.admitted;
-        for (i, s) in charged.statuses {
-            statuses[i] = s;
+        for recorded in [charged?, given?] {
+            admitted &= recorded.admitted;
+            for (i, s) in recorded.statuses {
+                statuses[i] = s;
+            }
         }
 
         Ok(RateLimitResponse {
@@ -195,7 +203,11 @@ impl EnvoyService {
         if at.is_empty() {
             return Ok(recorded);
         }
-        let result = self.gate.charge_all(&checks).await;
+        let result = if op == Op::GiveBack {
+            self.gate.refund_all(&checks).await
+        } else {
+            self.gate.charge_all(&checks).await
+        };
         match result {
             // Under `allow` nothing was recorded: OK, with no numbers.
             Ok(verdict) if verdict.degraded == Some(OnError::Allow) => {}
