@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::envoy::{Envoy, UsageUpstream, envoy_binary, rate_limited_bootstrap};
 use common::rls::{Rls, toml};
+use redis_harness::RedisServer;
 
 const AI: &str = "\
 domain: ai
@@ -94,7 +95,22 @@ fn get(envoy: &Envoy, team: &str, usage: u64) -> u16 {
 fn real_envoy_charges_the_usage_header_on_stream_done_and_answers_429_in_debt() {
     envoy_binary();
     away_from_an_hour_edge();
-    let rls = Rls::start_with(&toml("memory"), AI, &["--http", "127.0.0.1:0"]);
+    the_usage_flow("memory");
+}
+
+#[test]
+fn real_envoy_over_redis_records_the_sum_of_usage_in_redis() {
+    envoy_binary();
+    away_from_an_hour_edge();
+    let redis = RedisServer::start();
+    the_usage_flow(&redis.url());
+}
+
+/// Four requests through Envoy with usage 30, 40, 25 and 50 against a limit
+/// of 100 (on `store`): each is admitted by its peek and its usage charged
+/// in full; then 429s that charge nothing.
+fn the_usage_flow(store: &str) {
+    let rls = Rls::start_with(&toml(store), AI, &["--http", "127.0.0.1:0"]);
     let upstream = UsageUpstream::start();
     let envoy = Envoy::start(&rate_limited_bootstrap(
         upstream.addr,
