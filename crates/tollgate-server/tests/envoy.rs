@@ -5,28 +5,16 @@
 
 mod common;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::Tollgate;
+use common::rls::{Rls, code, desc, toml, yaml_file};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use redis_harness::RedisServer;
 use tonic::transport::Channel;
-
-/// The TOML side: the store, and one HTTP rule (the TOML config needs one).
-fn toml(store: &str) -> String {
-    format!(
-        "[store]\nurl = \"{store}\"\ntimeout = \"2s\"\n\n\
-         [[rules]]\nname = \"http_rule\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n"
-    )
-}
 
 const RLS: &str = "\
 domain: rl
@@ -95,77 +83,6 @@ descriptors:
       algorithm: gcra
 ";
 
-/// A running service and a tokio runtime to call it from.
-struct Rls {
-    server: Tollgate,
-    rt: tokio::runtime::Runtime,
-    client: RateLimitServiceClient<Channel>,
-    _dir: tempfile::TempDir,
-}
-
-fn yaml_file(text: &str) -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("rls.yaml");
-    std::fs::write(&path, text).expect("write yaml");
-    (dir, path)
-}
-
-impl Rls {
-    fn start(store: &str, yaml: &str) -> Rls {
-        Rls::start_with(&toml(store), yaml, &[])
-    }
-
-    /// With a TOML config of its own and more flags.
-    fn start_with(config: &str, yaml: &str, more: &[&str]) -> Rls {
-        let (dir, path) = yaml_file(yaml);
-        let path = path.to_str().expect("utf-8 path").to_owned();
-        let mut args = vec!["--grpc", "127.0.0.1:0", "--envoy-config", path.as_str()];
-        args.extend_from_slice(more);
-        let server = Tollgate::start(config, &args);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let client = rt.block_on(connect(server.grpc()));
-        Rls {
-            server,
-            rt,
-            client,
-            _dir: dir,
-        }
-    }
-
-    fn call(&mut self, req: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
-        let client = &mut self.client;
-        self.rt
-            .block_on(client.should_rate_limit(req))
-            .map(tonic::Response::into_inner)
-    }
-
-    fn ok(&mut self, req: RateLimitRequest) -> RateLimitResponse {
-        self.call(req).expect("ShouldRateLimit")
-    }
-}
-
-async fn connect(addr: SocketAddr) -> RateLimitServiceClient<Channel> {
-    RateLimitServiceClient::connect(format!("http://{addr}"))
-        .await
-        .expect("connect")
-}
-
-fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: entries
-            .iter()
-            .map(|(k, v)| Entry {
-                key: (*k).to_owned(),
-                value: (*v).to_owned(),
-            })
-            .collect(),
-        ..RateLimitDescriptor::default()
-    }
-}
-
 fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
     RateLimitRequest {
         domain: domain.to_owned(),
@@ -176,10 +93,6 @@ fn req(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest 
 
 fn one(entries: &[(&str, &str)]) -> RateLimitRequest {
     req("rl", vec![desc(entries)])
-}
-
-fn code(c: i32) -> Code {
-    Code::try_from(c).expect("a known code")
 }
 
 /// (code, requests_per_unit, unit, remaining) of a status with a limit.
@@ -357,14 +270,11 @@ fn unlimited_zero_shadow_and_replaces() {
 #[test]
 fn bad_requests_are_invalid_argument_naming_the_problem() {
     let mut rls = Rls::start("memory", RLS);
-    let mut negative = desc(&[("user", "x")]);
-    negative.is_negative_hits = true;
     let cases = vec![
         (req("", vec![desc(&[("user", "x")])]), "domain"),
         (req("rl", vec![]), "descriptor list must not be empty"),
         (req("rl", vec![desc(&[])]), "descriptors[0] has no entries"),
         (req("rl", vec![desc(&[("user", "x")]); 65]), "at most 64"),
-        (req("rl", vec![negative]), "is_negative_hits"),
     ];
     for (request, why) in cases {
         let status = rls.call(request).expect_err(why);

@@ -512,7 +512,7 @@ fn envoy_configs_are_checked_with_the_config() {
     std::fs::write(dir.path().join("ok.toml"), GOOD).expect("write");
     std::fs::write(
         dir.path().join("rls.yaml"),
-        "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n  - key: free\n    rate_limit:\n      unlimited: true\n",
+        "domain: edge\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n  - key: free\n    rate_limit:\n      unlimited: true\n  - key: tokens\n    rate_limit:\n      unit: hour\n      requests_per_unit: 100\n      charge: true\n",
     )
     .expect("write");
     let out = run_in(
@@ -536,6 +536,13 @@ fn envoy_configs_are_checked_with_the_config() {
     );
     assert!(
         out.stdout.contains("envoy limit edge.free: unlimited\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains(
+            "envoy limit edge.tokens: 100 per hour (fixed_window envoy.edge.tokens), charge\n"
+        ),
         "{}",
         out.stdout
     );

@@ -211,6 +211,9 @@ pub fn summary(config: &Config, file: &str) -> String {
         if !limit.replaces.is_empty() {
             let _ = write!(out, ", replaces {}", limit.replaces.join(", "));
         }
+        if limit.charge {
+            let _ = write!(out, ", charge");
+        }
         if limit.shadow_mode {
             let _ = write!(out, ", shadow_mode");
         }

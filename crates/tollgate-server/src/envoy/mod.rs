@@ -3,12 +3,14 @@
 //! as tollgate rules with the same store and semantics as every other rule.
 //!
 //! The folder: [`limits`] (the YAML files: reader, schema check, descriptor
-//! trees, store keys), [`service`] (deciding a `ShouldRateLimit`),
+//! trees, store keys), `plan.rs` (a request resolved descriptor by
+//! descriptor), [`service`] (deciding a `ShouldRateLimit`),
 //! [`wire`] (its request as bytes-valued messages), [`grpc`] (the tonic
 //! service over them), [`deadline`] (the request body's time bound).
 
 pub mod deadline;
 pub mod grpc;
 pub mod limits;
+mod plan;
 pub mod service;
 pub mod wire;

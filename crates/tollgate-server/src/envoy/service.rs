@@ -1,43 +1,53 @@
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over a
 //! [`Gate`]: each request descriptor is matched to its limit in the
-//! envoyproxy/ratelimit config ([`EnvoyLimits::find`]) and the matched
-//! limits are decided together, all-or-nothing, with the same store,
-//! failure policy and metrics as every other rule.
+//! envoyproxy/ratelimit config ([`EnvoyLimits::find`], in `plan.rs`) and
+//! the matched limits are decided together, all-or-nothing, with the same
+//! store, failure policy and metrics as every other rule (docs/envoy.md).
 //!
 //! What a request gets, descriptor by descriptor, in order:
 //!
 //! * no limit matches (unknown domain, no node, or the limit was replaced
 //!   by another matched limit's `replaces`): `OK`, no `current_limit`;
 //! * an `unlimited` limit: `OK`, `limit_remaining` `u32::MAX`;
-//! * a limit: its decision. The request's enforced limits are one
+//! * a limit: its decision. The request's enforced checks are one
 //!   all-or-nothing check: if any is over, none consumes (a denied request
 //!   takes no quota, unlike the reference service, which counts every
 //!   descriptor of a denied request). `requests_per_unit: 0` is always over.
+//!   A cost of 0 peeks: it consumes nothing and is `OVER_LIMIT` while the
+//!   key is over its limit (in debt after a charge), by the ordinary
+//!   formulas (docs/semantics.md, "Cost 0").
+//! * a `charge: true` limit with a cost above 0 (Envoy's
+//!   `apply_on_stream_done` call carrying the real usage): charged in full,
+//!   even past the limit, and `OK` whatever the key's state; it is recorded
+//!   even when the request's checks deny, and after they decided (so the
+//!   checks see the state before this call's charges);
+//! * `is_negative_hits`: its cost given back (a refund: the units counted
+//!   last first, never past empty/full), after the charges; `OK`;
 //! * a `shadow_mode` limit: counted (and in the metrics as it decides) but
-//!   always `OK`. It consumes only when the request is admitted, each shadow
-//!   limit on its own (all of them in one round of store calls, after the
-//!   enforced check); on a denied request it is only read.
+//!   always `OK`. A checked one consumes only when the request is admitted,
+//!   each shadow limit on its own (all of them in one round of store calls,
+//!   after the enforced check); on a denied request it is only read.
 //!
-//! `hits_addend` is the cost: the descriptor's own when set (0 reads without
-//! consuming), else the request's, where 0 means 1. A descriptor whose
-//! store key would pass [`tollgate::MAX_KEY_LEN`] is counted under its
-//! digest ([`store_key`]), never refused: a refusal would be a gRPC error,
-//! which Envoy's default `failure_mode_deny: false` turns into an
-//! admission, so one long header would switch every limit of the request
-//! off. A value (or key) that is not UTF-8, as a header value may be, is
-//! matched and counted like any other, by its bytes ([`EnvoyLimits::find`],
-//! [`store_key`]): such a value never equals a configured value but can
-//! match a wildcard or key-only node, and each distinct byte string has its
-//! own counter, apart from every UTF-8 string's. A store that fails under
-//! `on_error = "deny"` answers `OVER_LIMIT` for every enforced limit (as
+//! `hits_addend` is the cost: the descriptor's own when set (0 peeks), else
+//! the request's, where 0 means 1. A descriptor whose store key would pass
+//! [`tollgate::MAX_KEY_LEN`] is counted under its digest
+//! ([`crate::envoy::limits::store_key`]), never refused: a refusal would be
+//! a gRPC error, which Envoy's default `failure_mode_deny: false` turns
+//! into an admission, so one long header would switch every limit of the
+//! request off. A value (or key) that is not UTF-8, as a header value may
+//! be, is matched and counted like any other, by its bytes: such a value
+//! never equals a configured value but can match a wildcard or key-only
+//! node, and each distinct byte string has its own counter, apart from
+//! every UTF-8 string's. A store that fails under `on_error = "deny"`
+//! answers `OVER_LIMIT` for every enforced limit, charged ones included (as
 //! the user chose), not such an error; under `allow` the statuses are `OK`
-//! with no limit or numbers (nothing was decided). A bad request (empty domain, no descriptors, a descriptor
-//! without entries, too many descriptors or entries, `is_negative_hits`) is
-//! `INVALID_ARGUMENT` naming the problem, before anything is counted; so is
-//! a domain that is not UTF-8 (domains come from Envoy's config, never from
-//! a client, and name a config's `domain`, which is UTF-8).
+//! with no limit or numbers (nothing was decided). A bad request (empty
+//! domain, no descriptors, a descriptor without entries, too many
+//! descriptors or entries) is `INVALID_ARGUMENT` naming the problem, before
+//! anything is counted; so is a domain that is not UTF-8 (domains come from
+//! Envoy's config, never from a client, and name a config's `domain`, which
+//! is UTF-8).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -47,18 +57,15 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures_util::future::join_all;
+use tollgate::resilient::Refusal;
 use tollgate::{Check, Decision, OnError};
 
-use crate::envoy::limits::{EnvoyLimits, Limit, Unit, store_key};
+use crate::envoy::limits::{EnvoyLimits, Limit, Unit};
+use crate::envoy::plan::{Op, Plan, plan};
 use crate::envoy::wire::RateLimitRequest;
-use tollgate::resilient::Refusal;
-
 use crate::gate::{Gate, Throttle};
 
-/// The most descriptors one request may carry.
-pub const MAX_DESCRIPTORS: usize = 64;
-/// The most entries one descriptor may carry.
-pub const MAX_ENTRIES: usize = 64;
+pub use crate::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
 
 /// The Envoy rate limit service.
 #[derive(Debug)]
@@ -70,23 +77,11 @@ pub struct EnvoyService {
     overrides_log: Throttle,
 }
 
-/// One descriptor's limit, as the request resolved it.
-#[derive(Debug, Clone)]
-enum Plan<'a> {
-    /// No limit applies.
-    None,
-    /// `unlimited: true`.
-    Unlimited,
-    /// `requests_per_unit: 0`: always over.
-    Zero(&'a Limit),
-    /// A limit the store decides: gate rule `rule`, the descriptor's store
-    /// key, and the cost.
-    Counted {
-        limit: &'a Limit,
-        rule: usize,
-        key: String,
-        cost: u64,
-    },
+/// Statuses found for some descriptors (by position), and whether they let
+/// the request through.
+struct Recorded {
+    statuses: Vec<(usize, DescriptorStatus)>,
+    admitted: bool,
 }
 
 impl EnvoyService {
@@ -117,41 +112,16 @@ impl EnvoyService {
     /// # Errors
     /// `INVALID_ARGUMENT` naming what is wrong with the request.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
-        let plans = self.plan(req)?;
+        let plans = plan(&self.limits, self.first_rule, &self.overrides_log, req)?;
 
-        let mut statuses: Vec<DescriptorStatus> = plans
-            .iter()
-            .map(|p| match p {
-                Plan::None | Plan::Counted { .. } => DescriptorStatus {
-                    code: Code::Ok.into(),
-                    ..DescriptorStatus::default()
-                },
-                Plan::Unlimited => DescriptorStatus {
-                    code: Code::Ok.into(),
-                    limit_remaining: u32::MAX,
-                    ..DescriptorStatus::default()
-                },
-                Plan::Zero(limit) => DescriptorStatus {
-                    code: if limit.shadow_mode {
-                        Code::Ok
-                    } else {
-                        Code::OverLimit
-                    }
-                    .into(),
-                    current_limit: Some(current(limit)),
-                    limit_remaining: 0,
-                    duration_until_reset: limit.unit.map(|u| to_window_end(u.seconds())),
-                    ..DescriptorStatus::default()
-                },
-            })
-            .collect();
+        let mut statuses: Vec<DescriptorStatus> = plans.iter().map(initial).collect();
         let zero_enforced = plans
             .iter()
             .any(|p| matches!(p, Plan::Zero(l) if !l.shadow_mode));
 
-        // The enforced limits: one all-or-nothing check (read only when a
-        // zero limit already denies the request).
-        let (enforced, checks) = self.checks(&plans, false, zero_enforced);
+        // The enforced checks and peeks: one all-or-nothing check (read
+        // only when a zero limit already denies the request).
+        let (enforced, checks) = self.checks(&plans, |p| p.is(Op::Check, false), zero_enforced);
         let mut admitted = !zero_enforced;
         if !enforced.is_empty() {
             match self.gate.check_all(&checks).await {
@@ -169,39 +139,47 @@ impl EnvoyService {
                 Err(Refusal::Invalid(e)) => {
                     return Err(tonic::Status::invalid_argument(e.to_string()));
                 }
-                // The store failed and the policy is `deny`.
+                // The store failed and the policy is `deny`: the user's
+                // choice stands.
                 Err(_) => {
-                    // `on_error = "deny"`: the user's choice stands.
                     admitted = false;
                     for &i in &enforced {
-                        if let Plan::Counted { limit, .. } = &plans[i] {
-                            statuses[i] = DescriptorStatus {
-                                code: Code::OverLimit.into(),
-                                current_limit: Some(current(limit)),
-                                ..DescriptorStatus::default()
-                            };
-                        }
+                        statuses[i] = failed(&plans[i]);
                     }
                 }
             }
         }
 
-        // Shadow limits: each on its own, all at once (one store round trip
-        // between them, not one each), consuming only if the request goes
-        // through; always OK. A shadow limit the store cannot decide reads
-        // OK with no numbers: it never fails the request.
-        let (shadows, checks) = self.checks(&plans, true, !admitted);
-        let decided = join_all(
-            checks
-                .iter()
-                .map(|check| self.gate.check_all(std::slice::from_ref(check))),
-        )
-        .await;
+        // Then, at once (one store round trip between them): the shadow
+        // checks, each on its own, consuming only if the request goes
+        // through, always OK (one the store cannot decide reads OK with no
+        // numbers: it never fails the request); and the charges and
+        // give-backs, recorded whatever the checks answered.
+        let (shadows, checks) = self.checks(&plans, |p| p.is(Op::Check, true), !admitted);
+        // Charges before give-backs, so one call charging and giving back
+        // the same key nets out rather than giving back from empty first.
+        let (decided, (charged, given)) = tokio::join!(
+            join_all(
+                checks
+                    .iter()
+                    .map(|check| self.gate.check_all(std::slice::from_ref(check))),
+            ),
+            async {
+                let charged = self.record(&plans, Op::Charge).await;
+                (charged, self.record(&plans, Op::GiveBack).await)
+            },
+        );
         for (&i, result) in shadows.iter().zip(decided) {
             if let Ok(verdict) = result
                 && verdict.degraded != Some(OnError::Allow)
             {
                 statuses[i] = status(&plans[i], verdict.decision(), true);
+            }
+        }
+        for recorded in [charged?, given?] {
+            admitted &= recorded.admitted;
+            for (i, s) in recorded.statuses {
+                statuses[i] = s;
             }
         }
 
@@ -212,114 +190,63 @@ impl EnvoyService {
         })
     }
 
-    /// Each descriptor's limit and cost, `replaces` applied.
-    fn plan<'a>(&'a self, req: &RateLimitRequest) -> Result<Vec<Plan<'a>>, tonic::Status> {
-        if req.domain.is_empty() {
-            return Err(tonic::Status::invalid_argument(
-                "rate limit domain must not be empty",
-            ));
-        }
-        let Ok(domain) = std::str::from_utf8(&req.domain) else {
-            return Err(tonic::Status::invalid_argument(
-                "rate limit domain is not valid UTF-8",
-            ));
+    /// Records every counted descriptor doing `op` (a charge or a
+    /// give-back) in one store call: never refused, so each reads `OK` with
+    /// the key's state after it; under a store failure the failure policy
+    /// answers, as for a check.
+    async fn record(&self, plans: &[Plan<'_>], op: Op) -> Result<Recorded, tonic::Status> {
+        let (at, checks) = self.checks(plans, |p| p.is(op, false) || p.is(op, true), false);
+        let mut recorded = Recorded {
+            statuses: Vec::new(),
+            admitted: true,
         };
-        if req.descriptors.is_empty() {
-            return Err(tonic::Status::invalid_argument(
-                "rate limit descriptor list must not be empty",
-            ));
+        if at.is_empty() {
+            return Ok(recorded);
         }
-        if req.descriptors.len() > MAX_DESCRIPTORS {
-            return Err(tonic::Status::invalid_argument(format!(
-                "{} descriptors in one request; at most {MAX_DESCRIPTORS}",
-                req.descriptors.len()
-            )));
+        let result = if op == Op::GiveBack {
+            self.gate.refund_all(&checks).await
+        } else {
+            self.gate.charge_all(&checks).await
+        };
+        match result {
+            // Under `allow` nothing was recorded: OK, with no numbers.
+            Ok(verdict) if verdict.degraded == Some(OnError::Allow) => {}
+            Ok(verdict) => {
+                recorded.statuses = at
+                    .iter()
+                    .zip(&verdict.charged)
+                    .map(|(&i, c)| (i, status(&plans[i], &c.decision, true)))
+                    .collect();
+            }
+            // Not for a loaded config (its rules are rates, its keys
+            // bounded), but never a panic.
+            Err(Refusal::Invalid(e)) => {
+                return Err(tonic::Status::invalid_argument(e.to_string()));
+            }
+            Err(_) => {
+                recorded.admitted = at.iter().all(|&i| plans[i].is(op, true));
+                recorded.statuses = at.iter().map(|&i| (i, failed(&plans[i]))).collect();
+            }
         }
-        let mut found = Vec::with_capacity(req.descriptors.len());
-        for (i, d) in req.descriptors.iter().enumerate() {
-            if d.entries.is_empty() {
-                return Err(tonic::Status::invalid_argument(format!(
-                    "descriptors[{i}] has no entries"
-                )));
-            }
-            if d.entries.len() > MAX_ENTRIES {
-                return Err(tonic::Status::invalid_argument(format!(
-                    "descriptors[{i}] has {} entries; at most {MAX_ENTRIES}",
-                    d.entries.len()
-                )));
-            }
-            if d.is_negative_hits {
-                return Err(tonic::Status::invalid_argument(format!(
-                    "descriptors[{i}].is_negative_hits: giving quota back is not supported"
-                )));
-            }
-            if d.limit.is_some() {
-                self.overrides_log.report(|suppressed| {
-                    tracing::warn!(
-                        "Envoy rate limit service: a descriptor carries a limit override; \
-                         overrides are not supported, the config's limit applies \
-                         ({suppressed} more since the last report)"
-                    );
-                });
-            }
-            let cost = match &d.hits_addend {
-                Some(h) => h.value,
-                None if req.hits_addend == 0 => 1,
-                None => u64::from(req.hits_addend),
-            };
-            let entries: Vec<(&[u8], &[u8])> = d
-                .entries
-                .iter()
-                .map(|e| (e.key.as_slice(), e.value.as_slice()))
-                .collect();
-            found.push((self.limits.find(domain, &entries), cost, entries));
-        }
-        let replaced: HashSet<&str> = found
-            .iter()
-            .filter_map(|(l, ..)| *l)
-            .flat_map(|l| l.replaces.iter().map(String::as_str))
-            .collect();
-        Ok(found
-            .into_iter()
-            .map(|(limit, cost, entries)| match limit {
-                None => Plan::None,
-                // Unlimited first, as the reference service: a replaced
-                // unlimited limit still reads unlimited.
-                Some(l) if l.unlimited => Plan::Unlimited,
-                Some(l) if !l.name.is_empty() && replaced.contains(l.name.as_str()) => Plan::None,
-                Some(l) => match l.rule {
-                    // The key only for what the store counts (a long one
-                    // costs a SHA-256).
-                    Some(r) => Plan::Counted {
-                        limit: l,
-                        rule: self.first_rule + r,
-                        key: store_key(&entries),
-                        cost,
-                    },
-                    None => Plan::Zero(l),
-                },
-            })
-            .collect())
+        Ok(recorded)
     }
 
-    /// The counted plans in shadow mode (`shadow`) or not, by position,
-    /// with their checks; `read_only` checks read without consuming.
+    /// The counted plans `keep` selects, by position, with their checks;
+    /// `read_only` checks read without consuming.
     fn checks<'a>(
         &'a self,
         plans: &'a [Plan<'a>],
-        shadow: bool,
+        keep: impl Fn(&Plan<'_>) -> bool,
         read_only: bool,
     ) -> (Vec<usize>, Vec<Check<'a>>) {
         plans
             .iter()
             .enumerate()
+            .filter(|(_, p)| keep(p))
             .filter_map(|(i, p)| match p {
                 Plan::Counted {
-                    limit,
-                    rule,
-                    key,
-                    cost,
-                } if limit.shadow_mode == shadow => {
+                    rule, key, cost, ..
+                } => {
                     let name = self.gate.rules()[*rule].name();
                     let cost = if read_only { 0 } else { *cost };
                     Some((i, Check::new(name, key.as_bytes()).cost(cost)))
@@ -327,6 +254,51 @@ impl EnvoyService {
                 _ => None,
             })
             .unzip()
+    }
+}
+
+/// A descriptor's status before the store answers.
+fn initial(plan: &Plan<'_>) -> DescriptorStatus {
+    match plan {
+        Plan::None | Plan::Counted { .. } => DescriptorStatus {
+            code: Code::Ok.into(),
+            ..DescriptorStatus::default()
+        },
+        Plan::Unlimited => DescriptorStatus {
+            code: Code::Ok.into(),
+            limit_remaining: u32::MAX,
+            ..DescriptorStatus::default()
+        },
+        Plan::Zero(limit) => DescriptorStatus {
+            code: if limit.shadow_mode {
+                Code::Ok
+            } else {
+                Code::OverLimit
+            }
+            .into(),
+            current_limit: Some(current(limit)),
+            limit_remaining: 0,
+            duration_until_reset: limit.unit.map(|u| to_window_end(u.seconds())),
+            ..DescriptorStatus::default()
+        },
+    }
+}
+
+/// A counted limit's status when the store failed under `deny`:
+/// `OVER_LIMIT` (`OK` in shadow mode), no numbers.
+fn failed(plan: &Plan<'_>) -> DescriptorStatus {
+    let Plan::Counted { limit, .. } = plan else {
+        return initial(plan);
+    };
+    DescriptorStatus {
+        code: if limit.shadow_mode {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        }
+        .into(),
+        current_limit: Some(current(limit)),
+        ..DescriptorStatus::default()
     }
 }
 

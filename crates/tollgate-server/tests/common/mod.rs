@@ -20,6 +20,9 @@ use http_body_util::combinators::BoxBody;
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
+pub mod envoy;
+pub mod rls;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long a server may take to start.

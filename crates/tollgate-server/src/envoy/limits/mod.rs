@@ -10,13 +10,16 @@
 //!
 //! Every node with a unit and `requests_per_unit >= 1` becomes one tollgate
 //! rule ([`EnvoyLimits::rules`]), enforced with the same store and semantics
-//! as every other rule. Two fields are tollgate's own extension of the
-//! format, both optional inside `rate_limit`:
+//! as every other rule. Three fields are tollgate's own extension of the
+//! format, all optional inside `rate_limit`:
 //!
 //! * `algorithm`: `gcra`, `token_bucket`, `fixed_window`, `sliding_window`
 //!   or `sliding_log`; `fixed_window` by default, as Envoy's users expect.
 //! * `burst`: for `gcra` and `token_bucket` only; defaults to
 //!   `requests_per_unit`.
+//! * `charge`: `true` makes a call with a cost above 0 a charge (usage
+//!   recorded in full, even past the limit) instead of a check
+//!   ([`Limit::charge`]); only on a limit the store counts.
 //!
 //! [`EnvoyLimits::find`] is the reference service's `GetLimit`: exact
 //! `key_value`, then a wildcard value (`value: use*`) at the same level, then
@@ -51,12 +54,20 @@
 //!
 //! The folder: `tree.rs` (the descriptor trees and
 //! [`EnvoyLimits::find`]), `yaml.rs` (a YAML reader that keeps every
-//! node's line), `loader.rs` (the schema check that builds the trees and
-//! names the rules, and [`EnvoyLimits::load`]/[`EnvoyLimits::parse`]),
-//! `naming.rs` ([`store_key`]); the tests are in `tests.rs`.
+//! node's line), `scalars.rs` (YAML 1.1 booleans and integers), the schema
+//! check that builds the trees: `loader.rs` (its state, error reporting and
+//! typed field readers), `files.rs` (each file's domain, and
+//! [`EnvoyLimits::load`]/[`EnvoyLimits::parse`]), `descriptors.rs` (the
+//! descriptor trees), `rate_limit.rs` (each limit and its rule);
+//! `naming.rs` ([`store_key`] and the generated rule names); the tests are
+//! in `tests/`.
 
+mod descriptors;
+mod files;
 mod loader;
 mod naming;
+mod rate_limit;
+mod scalars;
 mod tree;
 mod yaml;
 

@@ -1,4 +1,37 @@
-//! How a matched request descriptor is named in the store ([`store_key`]).
+//! Names: how a matched request descriptor is named in the store
+//! ([`store_key`]), and the tollgate rule generated for a limit
+//! ([`rule_name`]).
+
+use std::collections::HashSet;
+
+use tollgate::MAX_NAME_LEN;
+
+/// A unique rule name for the node at `path` (see
+/// [`super::EnvoyLimits::rules`]), added to `used`.
+pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
+    let mut base: String = "envoy."
+        .chars()
+        .chain(path.chars().map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        }))
+        .collect();
+    // Every character is ASCII now, so any byte length is a boundary.
+    base.truncate(MAX_NAME_LEN);
+    let mut name = base.clone();
+    let mut n = 2u64;
+    while used.contains(&name) {
+        let suffix = format!(".{n}");
+        let stem = &base[..base.len().min(MAX_NAME_LEN - suffix.len())];
+        name = format!("{stem}{suffix}");
+        n += 1;
+    }
+    used.insert(name.clone());
+    name
+}
 
 /// The store key for a request descriptor matched to a limit: its entries
 /// as `key=value` joined by `;`, with `\`, `;` and `=` escaped by a `\`,

@@ -1,6 +1,6 @@
 //! The descriptor trees and their lookup: [`EnvoyLimits`], built by the
-//! loader (`loader.rs`), and [`EnvoyLimits::find`], the reference service's
-//! `GetLimit`.
+//! loader (`loader.rs` and the files beside it), and
+//! [`EnvoyLimits::find`], the reference service's `GetLimit`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -115,6 +115,10 @@ pub struct Limit {
     pub detailed_metric: bool,
     /// Names of the limits this one replaces (`rate_limit.replaces`).
     pub replaces: Vec<String>,
+    /// `rate_limit.charge` (tollgate's extension): a call with a cost
+    /// above 0 records it in full, even past the limit, and is never
+    /// refused; a cost of 0 still peeks (docs/envoy.md, "Charging usage").
+    pub charge: bool,
 }
 
 /// One level of a descriptor tree: the nodes, by composite key.

@@ -85,7 +85,7 @@ descriptors:
     assert_eq!(
         all[2].2,
         "unknown field; expected one of unit, requests_per_unit, unlimited, name, replaces, \
-             algorithm, burst"
+             algorithm, burst, charge"
     );
     assert_eq!(all[3].2, "unknown field; expected one of name");
 }
@@ -326,6 +326,60 @@ fn algorithm_and_burst_are_checked() {
         (8, "descriptors[0].rate_limit.burst")
     );
     assert!(message.contains("out of range"), "{message}");
+}
+
+#[test]
+fn charge_is_checked() {
+    // Only a limit the store counts can be charged.
+    assert_eq!(
+        error(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unlimited: true\n      charge: true\n"
+        ),
+        (
+            6,
+            "descriptors[0].rate_limit.charge".into(),
+            "charge needs a counted limit: an unlimited limit counts nothing".into()
+        )
+    );
+    assert_eq!(
+        error(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      charge: yes\n"
+        ),
+        (
+            6,
+            "descriptors[0].rate_limit.charge".into(),
+            "charge needs a counted limit: requests_per_unit 0 denies every request and counts \
+             nothing"
+                .into()
+        )
+    );
+    assert_eq!(
+        error(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      charge: 1\n"
+        ),
+        (
+            7,
+            "descriptors[0].rate_limit.charge".into(),
+            "expected a boolean (true or false), found \"1\"".into()
+        )
+    );
+    // A concurrency rule cannot be charged (nor checked) through Envoy.
+    let (line, field, message) = error(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n      algorithm: concurrency\n      charge: true\n",
+    );
+    assert_eq!(
+        (line, field.as_str()),
+        (7, "descriptors[0].rate_limit.algorithm")
+    );
+    assert!(
+        message.starts_with("concurrency is not a rate"),
+        "{message}"
+    );
+    // `charge: false` on an unlimited limit asks for nothing: no error.
+    let limits = ok(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, charge: false}\n",
+    );
+    assert!(!limits.limits().next().expect("a limit").charge);
 }
 
 #[test]

@@ -126,6 +126,31 @@ descriptors:
 }
 
 #[test]
+fn charge_defaults_to_false_and_can_be_asked_for() {
+    let limits = ok("
+domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: b
+    rate_limit: {unit: minute, requests_per_unit: 100, charge: true}
+  - key: c
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 100, charge: on, algorithm: gcra}
+");
+    let charge: Vec<(&str, bool)> = limits
+        .limits()
+        .map(|l| (l.path.as_str(), l.charge))
+        .collect();
+    assert_eq!(charge, [("d.a", false), ("d.b", true), ("d.c", true)]);
+    assert_eq!(
+        limits.rules().len(),
+        3,
+        "a charged limit is a rule like any"
+    );
+}
+
+#[test]
 fn algorithm_defaults_to_fixed_window_and_can_be_chosen() {
     let limits = ok("
 domain: d

