@@ -53,7 +53,7 @@
 //! assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
 //! assert_eq!(denied.headers()["retry-after"], "30");
 //! assert_eq!(denied.headers()["content-type"], "application/problem+json");
-//! assert!(denied.body().contains(r#""violated":["per_key"]"#));
+//! assert!(denied.body().get_ref().contains(r#""violated":["per_key"]"#));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
@@ -93,6 +93,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cidr;
+pub mod cost;
 pub mod decide;
 pub mod extract;
 mod future;
@@ -101,6 +102,7 @@ pub mod key;
 mod layer;
 pub mod response;
 mod service;
+pub mod usage;
 
 pub use future::ResponseFuture;
 pub use layer::{
