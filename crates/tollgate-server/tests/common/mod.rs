@@ -20,6 +20,8 @@ use http_body_util::combinators::BoxBody;
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
+pub mod usage_upstream;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long a server may take to start.
