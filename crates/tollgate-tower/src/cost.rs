@@ -121,3 +121,35 @@ impl ResponseCost {
         self.estimate
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append("x-usage-tokens", v.parse().expect("value"));
+        }
+        h
+    }
+
+    #[test]
+    fn a_usage_is_one_whole_number() {
+        let source: UsageSource = "response_header:x-usage-tokens".parse().expect("source");
+        assert_eq!(source.read(&fields(&["1340"])), Reading::Found(1340));
+        assert_eq!(source.read(&fields(&[" 7 "])), Reading::Found(7));
+        assert_eq!(source.read(&fields(&["0"])), Reading::Found(0));
+        assert_eq!(source.read(&fields(&[])), Reading::Absent);
+        for bad in [
+            &["-5"][..],
+            &["1.5"],
+            &["lots"],
+            &[""],
+            &["99999999999999999999999"],
+            &["3", "4"],
+        ] {
+            assert_eq!(source.read(&fields(bad)), Reading::Garbage, "{bad:?}");
+        }
+    }
+}

@@ -9,6 +9,10 @@
 //!   [`RuleKeys::keys`] builds a request's keys, or the 400 (problem+json)
 //!   that refuses it; [`RuleKeys::check`] checks them all-or-nothing in one
 //!   [`ResilientLimiter::check_all_as`] and answers with an [`HttpVerdict`].
+//!   Rules that hold something past the answer (a cost read from the
+//!   response, [`RuleKeys::with_response_cost`]; a `concurrency` rule) are
+//!   admitted with [`RuleKeys::admit`] (in [`crate::usage`]), whose hold
+//!   ends with the response body.
 //! * [`answer`] and [`refusal`]: a check's outcome as an [`HttpVerdict`]
 //!   (admit with RateLimit headers; 429; 503 when the store failed under
 //!   `deny`), for a door that checks by itself.
