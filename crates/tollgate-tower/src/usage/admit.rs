@@ -75,8 +75,9 @@ impl RuleKeys {
         let leased = keys.only(|i| entries[i].lease.is_some());
         let rated = keys.only(|i| entries[i].lease.is_none());
 
-        let mut lease: Option<(Ticket, Verdict)> = None;
-        let mut lease_verdict = None;
+        // A lease admitted by the failure policy has no ticket: nothing to
+        // hold, but its decision still goes into the answer.
+        let (mut lease, mut lease_verdict) = (None, None);
         if !leased.is_empty() {
             match limiter.acquire_all(&self.checks(&leased)).await {
                 Err(refused) => return Admission::bare(refusal(&refused)),
@@ -84,15 +85,12 @@ impl RuleKeys {
                     let rules = self.rules_of(all, &leased);
                     return Admission::bare(answer(&rules, taken.verdict, options));
                 }
-                Ok(taken) => match taken.ticket {
-                    Some(ticket) => lease = Some((ticket, taken.verdict)),
-                    // Admitted by the failure policy: no lease to hold.
-                    None => lease_verdict = Some(taken.verdict),
-                },
+                Ok(taken) => {
+                    lease = taken.ticket;
+                    lease_verdict = Some(taken.verdict);
+                }
             }
         }
-        let lease_verdict = lease.as_ref().map(|(_, v)| v.clone()).or(lease_verdict);
-        let lease = lease.map(|(t, _)| t);
 
         let pairs: Vec<Pair> = rated
             .iter()
