@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::usage_upstream::start_usage_upstream;
-use common::{Tollgate, connect, get, post_json, request};
+use common::{Tollgate, connect, dead_addr, get, post_json, request};
 
 const TPM: &str = r#"
 [[rules]]
@@ -66,6 +66,23 @@ fn settles_to(s: &Tollgate, rule: &str, key: &str, want: u64) {
             "{rule}/{key}: {now} remaining, never {want}"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (up to 5 s) for `/metrics` to hold the line `want`; returns the
+/// page.
+fn metric_appears(s: &Tollgate, want: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let metrics = get(s.api(), "/metrics").text();
+        if metrics.lines().any(|l| l == want) {
+            return metrics;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{want} never in\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
@@ -157,20 +174,41 @@ fn a_client_gone_mid_stream_settles_at_the_estimate() {
     // Reserved, not yet settled, while it streams.
     assert_eq!(remaining(&s, "tpm", "a"), 900);
     drop(stream);
-    settles_to(&s, "tpm", "a", 900);
-    let start = Instant::now();
-    let metrics = loop {
-        let metrics = get(s.api(), "/metrics").text();
-        if metrics.contains(r#"tollgate_usage_unread_total{rule="tpm",reason="dropped"} 1"#) {
-            break metrics;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "the dropped body was never settled:\n{metrics}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let metrics = metric_appears(
+        &s,
+        r#"tollgate_usage_unread_total{rule="tpm",reason="dropped"} 1"#,
+    );
     assert!(!metrics.contains("reason=\"missing\""), "{metrics}");
+    assert_eq!(remaining(&s, "tpm", "a"), 900);
+}
+
+#[test]
+fn an_upstream_never_reached_gives_everything_back() {
+    let config = format!("{TPM}{}", INFLIGHT.replace("LEASE", "30s"));
+    let s = serve(&config, dead_addr());
+    let r = team(s.proxy(), "/usage/250", "a");
+    assert_eq!(r.status, 502, "{}", r.text());
+    // The request was admitted (its headers count the estimate and the
+    // slot), but no work was done: the reservation is cancelled and the
+    // slot released.
+    let rl = r.header("ratelimit").expect("RateLimit");
+    assert!(rl.contains(r#""tpm";r=900"#), "{rl}");
+    settles_to(&s, "tpm", "a", 1000);
+    settles_to(&s, "inflight", "a", 1);
+}
+
+#[test]
+fn an_upstream_that_does_not_answer_in_time_settles_at_the_estimate() {
+    let up = start_usage_upstream();
+    let config = format!("[proxy]\nresponse_timeout = \"200ms\"\n{TPM}");
+    let s = serve(&config, up.addr);
+    let r = team(s.proxy(), "/silent/1000", "a");
+    assert_eq!(r.status, 504, "{}", r.text());
+    // The upstream may have done the work: nothing is given back.
+    metric_appears(
+        &s,
+        r#"tollgate_usage_unread_total{rule="tpm",reason="no_response"} 1"#,
+    );
     assert_eq!(remaining(&s, "tpm", "a"), 900);
 }
 
@@ -207,18 +245,18 @@ fn a_lease_is_held_while_the_response_streams_then_released() {
 #[test]
 fn a_lease_is_renewed_while_a_stream_outlives_it() {
     let up = start_usage_upstream();
-    // A 400 ms lease, a 2 s stream: unrenewed, the slot would come back
-    // after 400 ms.
-    let s = serve(&INFLIGHT.replace("LEASE", "400ms"), up.addr);
-    let (status, mut streaming) = open(s.proxy(), "/stream/2000", "a");
+    // A 1 s lease, a 3 s stream: unrenewed, the slot would come back
+    // after 1 s. (Renewed every 500 ms: room for a loaded machine.)
+    let s = serve(&INFLIGHT.replace("LEASE", "1s"), up.addr);
+    let (status, mut streaming) = open(s.proxy(), "/stream/3000", "a");
     assert_eq!(status, 200);
     let reader = std::thread::spawn(move || {
         let mut rest = Vec::new();
         streaming.read_to_end(&mut rest).expect("the stream");
         rest
     });
-    for _ in 0..8 {
-        std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..11 {
+        std::thread::sleep(Duration::from_millis(250));
         if reader.is_finished() {
             break;
         }

@@ -269,9 +269,9 @@ async fn a_lease_is_held_while_the_body_streams_then_released() {
 
 #[tokio::test]
 async fn a_lease_is_renewed_while_a_stream_outlives_it() {
-    // The real clock: the lease (300 ms) would end by itself half-way
-    // through a 1.2 s stream unless renewed.
-    let lease = Duration::from_millis(300);
+    // The real clock: the lease (500 ms) would end by itself early in a
+    // 1.5 s stream unless renewed (every 250 ms).
+    let lease = Duration::from_millis(500);
     let limiter = Arc::new(
         Limiter::new(
             MemoryStore::new(),
@@ -287,7 +287,7 @@ async fn a_lease_is_renewed_while_a_stream_outlives_it() {
     assert_eq!(streaming.status(), StatusCode::OK);
     let reader = tokio::spawn(async move { streaming.into_body().collect().await });
     for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
         tx.send(Frame::data(Bytes::from_static(b"tok")))
             .expect("send");
         assert_eq!(

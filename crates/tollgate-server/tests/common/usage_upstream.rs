@@ -8,6 +8,7 @@
 //! * `/garbage`: `x-usage-tokens: lots`.
 //! * `/trailer/N`: chunked, the usage in the trailers only.
 //! * `/stream/MS`: chunked, `tok` every 50 ms for MS ms, no usage.
+//! * `/silent/MS`: answers `/none`'s answer only after MS ms.
 //! * `/forever`: chunked, `tok` every 50 ms until the proxy stops reading
 //!   (at most 30 s), no usage.
 
@@ -59,6 +60,10 @@ fn answer(mut s: TcpStream, path: &str) -> std::io::Result<()> {
     match segments.as_slice() {
         ["usage", n] => s.write_all(plain(Some(n)).as_bytes()),
         ["none"] => s.write_all(plain(None).as_bytes()),
+        ["silent", ms] => {
+            std::thread::sleep(Duration::from_millis(ms.parse().unwrap_or(0)));
+            s.write_all(plain(None).as_bytes())
+        }
         ["garbage"] => s.write_all(plain(Some("lots")).as_bytes()),
         ["trailer", n] => s.write_all(
             format!(
