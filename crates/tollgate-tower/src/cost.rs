@@ -2,7 +2,8 @@
 //! "response_header:x-usage-tokens"`, `estimate = 1000`): the usage a
 //! request made is known only when its response ends, so the door
 //! reserves an estimate when the request arrives and settles at the
-//! usage the response reports (docs/proxy.md, "Usage from the response").
+//! usage the response reports (docs/proxy.md, "Usage from the response and
+//! in-flight limits").
 //!
 //! ```
 //! use tollgate_tower::cost::{ResponseCost, UsageSource};

@@ -4,7 +4,11 @@
 //! check at cost 1, each rule keyed by its `key` extractor (a rule without
 //! `key` is keyed by `client_ip`). Keys, the check and its answer (RateLimit
 //! headers, degraded marker, 429/503/400 problem+json) come from
-//! `tollgate_tower::decide`, exactly as in the tower layer.
+//! `tollgate_tower::decide`, exactly as in the tower layer. A rule charged
+//! from the response (`cost`, `estimate`) and a `concurrency` rule hold a
+//! reservation and a lease until the response body ends or is dropped
+//! (`RuleKeys::admit`; docs/proxy.md, "Usage from the response and
+//! in-flight limits").
 //!
 //! An admitted request is forwarded as it came — method, path, query,
 //! headers, body streamed without buffering — except for the hop-by-hop
@@ -75,7 +79,8 @@ pub const MAX_IDLE: usize = 256;
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a response body may stream, past `response_timeout` for its
 /// head, before the reservation of a rule charged from the response
-/// counts as expired (docs/proxy.md, "Usage from the response"): an hour.
+/// counts as expired: an hour (docs/proxy.md, "Usage from the response
+/// and in-flight limits").
 /// A longer stream still settles, late: what exceeds the estimate is
 /// charged, unused estimate is not given back.
 pub const STREAM_ALLOWANCE: Duration = Duration::from_secs(3600);
