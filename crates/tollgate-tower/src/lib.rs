@@ -66,6 +66,16 @@
 //! the IETF httpapi draft; [`key`] and [`cidr`] parse key extractors and
 //! trusted-proxy blocks.
 //!
+//! # Usage and in-flight limits
+//!
+//! A rule may take its cost from the response
+//! ([`RateLimitLayer::with_response_cost`]: an estimate reserved when the
+//! request arrives, settled at the usage the response head or trailers
+//! report when the body ends), and a `concurrency` rule holds a lease for
+//! the life of each request, renewed while the body streams. The
+//! response body is then a [`usage::UsageBody`], whose end or drop settles
+//! and releases, once, on a task of its own ([`usage`], [`cost`]).
+//!
 //! # Response body
 //!
 //! The layer answers some requests itself, so the inner service's response
