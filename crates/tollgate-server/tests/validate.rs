@@ -76,6 +76,8 @@ limit = 1000
 period = "1m"
 key = "client_ip+path"
 on_error = "deny"
+cost = "response_header:X-Usage-Tokens"
+estimate = 5
 "#;
 
 #[test]
@@ -90,7 +92,7 @@ fn good_config_exits_zero_with_a_summary() {
          store: replicas 4 until the first heartbeat, heartbeat every 500ms\n\
          proxy: trusted_proxies 10.0.0.0/8, fd00::/8\n\
          rule per_user: gcra 100 per 1s, burst 200, key header:x-api-key, on_error local\n\
-         rule per_ip: fixed_window 1000 per 1m, key client_ip+path, on_error deny\n"
+         rule per_ip: fixed_window 1000 per 1m, key client_ip+path, cost response_header:x-usage-tokens (estimate 5), on_error deny\n"
     );
 }
 
@@ -251,7 +253,7 @@ fn unknown_fields_everywhere() {
             "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
              ipv6_prefix, on_missing_key, connect_timeout, response_timeout, send_timeout, append_forwarded_for",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \
-             period, lease, burst, key, on_error",
+             period, lease, burst, key, on_error, cost, estimate",
             "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy",
         ],
     );

@@ -9,6 +9,10 @@
 //!   [`RuleKeys::keys`] builds a request's keys, or the 400 (problem+json)
 //!   that refuses it; [`RuleKeys::check`] checks them all-or-nothing in one
 //!   [`ResilientLimiter::check_all_as`] and answers with an [`HttpVerdict`].
+//!   Rules that hold something past the answer (a cost read from the
+//!   response, [`RuleKeys::with_response_cost`]; a `concurrency` rule) are
+//!   admitted with [`RuleKeys::admit`] (in [`crate::usage`]), whose hold
+//!   ends with the response body.
 //! * [`answer`] and [`refusal`]: a check's outcome as an [`HttpVerdict`]
 //!   (admit with RateLimit headers; 429; 503 when the store failed under
 //!   `deny`), for a door that checks by itself.
@@ -61,7 +65,9 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 use tollgate::resilient::{self, OnError, Refusal, ResilientLimiter};
-use tollgate::{Check, Decision, Error, MAX_KEY_LEN, MultiDecision, Rule, Store};
+use tollgate::{Algorithm, Check, Decision, Error, MAX_KEY_LEN, MultiDecision, Rule, Store};
+
+use crate::cost::ResponseCost;
 
 use crate::extract::{ClientIpConfig, KeyError, MissingKey};
 use crate::headers::{HeaderOptions, insert_headers, insert_policy};
@@ -81,6 +87,15 @@ pub enum BuildError {
     UnknownRule(String),
     /// The rule is named twice (its RateLimit header members would clash).
     DuplicateRule(String),
+    /// The rule cannot take its cost from the response: it is a
+    /// `concurrency` rule, has no key here, or the estimate is more than
+    /// it ever admits at once.
+    BadCost {
+        /// The rule's name.
+        rule: String,
+        /// Why.
+        why: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -91,6 +106,7 @@ impl fmt::Display for BuildError {
                 write!(f, "the limiter has no rule named {name:?}")
             }
             BuildError::DuplicateRule(name) => write!(f, "rule {name:?} is named twice"),
+            BuildError::BadCost { rule, why } => write!(f, "rule {rule:?}: {why}"),
         }
     }
 }
@@ -159,13 +175,19 @@ impl HttpVerdict {
 /// The boxed future of [`RateLimitLayer::decide`](crate::RateLimitLayer::decide).
 pub type HttpVerdictFuture = Pin<Box<dyn Future<Output = HttpVerdict> + Send + 'static>>;
 
-/// One rule a door checks: its name, its position in the limiter's rules
-/// and its key extractor.
+/// One rule a door checks: its name, its position in the limiter's rules,
+/// its key extractor, and how a request is charged to it.
 #[derive(Debug, Clone)]
-struct RuleKey {
-    name: String,
-    index: usize,
+pub(crate) struct RuleKey {
+    pub(crate) name: String,
+    pub(crate) index: usize,
     extractor: KeyExtractor,
+    /// Read from the response (reserve, then settle) instead of 1 per
+    /// request.
+    pub(crate) cost: Option<ResponseCost>,
+    /// A `concurrency` rule: a lease held for the life of the request,
+    /// renewed within this lease.
+    pub(crate) lease: Option<Duration>,
 }
 
 /// The rules a front door checks every request against, each with its key
@@ -204,6 +226,18 @@ impl Keys {
     pub fn iter(&self) -> impl Iterator<Item = (usize, &[u8])> {
         self.keys.iter().map(|(i, k)| (*i, k.as_slice()))
     }
+
+    /// The keys of the rules `keep` (given a position) picks.
+    pub(crate) fn only(&self, keep: impl Fn(usize) -> bool) -> Keys {
+        Keys {
+            keys: self
+                .keys
+                .iter()
+                .filter(|(i, _)| keep(*i))
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 impl RuleKeys {
@@ -227,10 +261,13 @@ impl RuleKeys {
             if keyed.iter().any(|r| r.name == name) {
                 return Err(BuildError::DuplicateRule(name));
             }
+            let rule = &all[index];
             keyed.push(RuleKey {
                 name,
                 index,
                 extractor,
+                cost: None,
+                lease: (rule.algorithm() == Algorithm::Concurrency).then(|| rule.period()),
             });
         }
         Ok(Self {
@@ -253,6 +290,68 @@ impl RuleKeys {
     pub fn with_missing_key(mut self, policy: MissingKey) -> Self {
         self.missing_key = policy;
         self
+    }
+
+    /// Charges the rule named `rule` by the usage its response reports
+    /// ([`ResponseCost`]): its estimate reserved when a request arrives,
+    /// settled when the response ends (docs/tower.md, "Usage and
+    /// in-flight limits"). `all` are the limiter's rules.
+    ///
+    /// # Errors
+    /// [`BuildError::UnknownRule`] for a rule these keys do not check;
+    /// [`BuildError::BadCost`] for a `concurrency` rule (its slots are
+    /// held, not charged) or an estimate above the rule's capacity (no
+    /// request could ever be admitted).
+    pub fn with_response_cost(
+        mut self,
+        all: &[Rule],
+        rule: &str,
+        cost: ResponseCost,
+    ) -> Result<Self, BuildError> {
+        let Some(entry) = self.rules.iter_mut().find(|r| r.name == rule) else {
+            return Err(BuildError::UnknownRule(rule.to_owned()));
+        };
+        let bad = |why: String| BuildError::BadCost {
+            rule: rule.to_owned(),
+            why,
+        };
+        if entry.lease.is_some() {
+            return Err(bad(
+                "a concurrency rule holds slots for the life of a request; its cost is not read                  from the response"
+                    .to_owned(),
+            ));
+        }
+        let capacity = all[entry.index].capacity();
+        if cost.estimate() > capacity {
+            return Err(bad(format!(
+                "estimate {} is more than the rule admits at once ({capacity}):                  no request could ever be admitted",
+                cost.estimate()
+            )));
+        }
+        entry.cost = Some(cost);
+        Ok(self)
+    }
+
+    /// The rules with their costs and leases, in check order.
+    pub(crate) fn entries(&self) -> &[RuleKey] {
+        &self.rules
+    }
+
+    /// Whether a request holds anything past its answer: a rule charged
+    /// from the response, or a `concurrency` rule. Such keys are admitted
+    /// with [`RuleKeys::admit`], whose hold ends with the response body.
+    #[must_use]
+    pub fn holds(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.cost.is_some() || r.lease.is_some())
+    }
+
+    /// Each rule's response cost, by name (only the rules that have one).
+    pub fn response_costs(&self) -> impl Iterator<Item = (&str, &ResponseCost)> {
+        self.rules
+            .iter()
+            .filter_map(|r| Some((r.name.as_str(), r.cost.as_ref()?)))
     }
 
     /// The (rule name, key extractor) pairs, in check order.

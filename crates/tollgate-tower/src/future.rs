@@ -9,8 +9,9 @@ use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::decide::{HttpVerdict, HttpVerdictFuture};
+use crate::decide::HttpVerdict;
 use crate::headers::merge_into;
+use crate::usage::{AdmissionFuture, Hold, UsageBody};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): waits for
@@ -33,17 +34,19 @@ pin_project! {
         I: Service<Request<ReqB>>,
     {
         Deciding {
-            verdict: HttpVerdictFuture,
+            verdict: AdmissionFuture,
             call: Option<(I, Request<ReqB>)>,
         },
         Readying {
             call: Option<(I, Request<ReqB>)>,
             headers: Option<HeaderMap>,
+            hold: Option<Hold>,
         },
         Calling {
             #[pin]
             future: I::Future,
             headers: Option<HeaderMap>,
+            hold: Option<Hold>,
         },
     }
 }
@@ -52,7 +55,7 @@ impl<I, ReqB> ResponseFuture<I, ReqB>
 where
     I: Service<Request<ReqB>>,
 {
-    pub(crate) fn new(verdict: HttpVerdictFuture, inner: I, req: Request<ReqB>) -> Self {
+    pub(crate) fn new(verdict: AdmissionFuture, inner: I, req: Request<ReqB>) -> Self {
         Self {
             state: State::Deciding {
                 verdict,
@@ -83,41 +86,64 @@ where
     I: Service<Request<ReqB>, Response = Response<ResB>>,
     ResB: From<String>,
 {
-    type Output = Result<Response<ResB>, I::Error>;
+    type Output = Result<Response<UsageBody<ResB>>, I::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Deciding { verdict, call } => match ready!(verdict.as_mut().poll(cx)) {
-                    HttpVerdict::Admit { headers, .. } => {
-                        let call = call.take();
-                        this.state.set(State::Readying {
-                            call,
-                            headers: Some(headers),
-                        });
+                StateProj::Deciding { verdict, call } => {
+                    let admission = ready!(verdict.as_mut().poll(cx));
+                    match admission.verdict {
+                        HttpVerdict::Admit { headers, .. } => {
+                            let call = call.take();
+                            this.state.set(State::Readying {
+                                call,
+                                headers: Some(headers),
+                                hold: admission.hold,
+                            });
+                        }
+                        HttpVerdict::Respond { response, .. } => {
+                            // Drop the inner service's clone and the request now.
+                            *call = None;
+                            let response = response.map(|b| UsageBody::plain(ResB::from(b)));
+                            return Poll::Ready(Ok(response));
+                        }
                     }
-                    HttpVerdict::Respond { response, .. } => {
-                        // Drop the inner service's clone and the request now.
-                        *call = None;
-                        return Poll::Ready(Ok(response.map(ResB::from)));
-                    }
-                },
-                StateProj::Readying { call, headers } => {
+                }
+                StateProj::Readying {
+                    call,
+                    headers,
+                    hold,
+                } => {
                     let (inner, _) = call
                         .as_mut()
                         .expect("ResponseFuture polled after completion");
                     ready!(inner.poll_ready(cx))?;
                     let (mut inner, req) = call.take().expect("checked above");
                     let future = inner.call(req);
-                    let headers = headers.take();
-                    this.state.set(State::Calling { future, headers });
+                    let (headers, hold) = (headers.take(), hold.take());
+                    this.state.set(State::Calling {
+                        future,
+                        headers,
+                        hold,
+                    });
                 }
-                StateProj::Calling { future, headers } => {
+                StateProj::Calling {
+                    future,
+                    headers,
+                    hold,
+                } => {
+                    // An inner service that fails drops the hold: settled at
+                    // the estimate, released.
                     let mut response = ready!(future.poll(cx))?;
                     if let Some(headers) = headers.take() {
                         merge_into(response.headers_mut(), headers);
                     }
+                    let response = match hold.take() {
+                        Some(hold) => hold.wrap(response),
+                        None => response.map(UsageBody::plain),
+                    };
                     return Poll::Ready(Ok(response));
                 }
             }

@@ -3,16 +3,19 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Extensions, HeaderMap, Request, Response};
 use tollgate::resilient::{OnError, ResilientLimiter};
 use tollgate::{Limiter, Store};
 
+use crate::cost::ResponseCost;
 pub use crate::decide::{BuildError, HttpVerdict, HttpVerdictFuture};
 use crate::decide::{Keys, RuleKeys};
 use crate::extract::{ClientIpConfig, MissingKey};
 use crate::headers::HeaderOptions;
 use crate::key::KeyExtractor;
+use crate::usage::{Admission, AdmissionFuture, DEFAULT_RESERVATION_TTL};
 
 /// The peer address of a request, as an extension. The layer's default
 /// peer lookup reads it (or a bare [`SocketAddr`] extension); a hyper
@@ -41,6 +44,8 @@ pub(crate) struct Shared<S> {
     /// One policy for every rule, or `None`: each rule's own.
     on_error: Option<OnError>,
     peer_addr: PeerAddrFn,
+    /// How long a reservation of a rule charged from the response lives.
+    reservation_ttl: Duration,
 }
 
 impl<S> Clone for Shared<S> {
@@ -51,6 +56,7 @@ impl<S> Clone for Shared<S> {
             header_options: self.header_options,
             on_error: self.on_error,
             peer_addr: self.peer_addr,
+            reservation_ttl: self.reservation_ttl,
         }
     }
 }
@@ -203,6 +209,7 @@ impl<S: Store> RateLimitLayer<S> {
                 header_options: HeaderOptions::default(),
                 on_error,
                 peer_addr: default_peer_addr,
+                reservation_ttl: DEFAULT_RESERVATION_TTL,
             }),
         })
     }
@@ -272,6 +279,27 @@ impl<S> RateLimitLayer<S> {
         self.edit(|s| s.peer_addr = peer_addr)
     }
 
+    /// How long the reservation of a rule charged from the response
+    /// ([`RateLimitLayer::with_response_cost`]) lives: set it to the
+    /// longest response the inner service sends, body included (default
+    /// [`DEFAULT_RESERVATION_TTL`], an hour; at most a day). A response
+    /// that ends later still settles, late: what exceeds the estimate is
+    /// charged, unused estimate is not given back.
+    #[must_use]
+    pub fn with_reservation_ttl(self, ttl: Duration) -> Self {
+        let ttl = ttl.clamp(
+            Duration::from_millis(1),
+            tollgate::ticket::MAX_RESERVATION_TTL,
+        );
+        self.edit(|s| s.reservation_ttl = ttl)
+    }
+
+    /// The reservation ttl ([`RateLimitLayer::with_reservation_ttl`]).
+    #[must_use]
+    pub fn reservation_ttl(&self) -> Duration {
+        self.shared.reservation_ttl
+    }
+
     /// The shared limiter.
     #[must_use]
     pub fn limiter(&self) -> &Arc<Limiter<S>> {
@@ -313,11 +341,64 @@ impl<S> RateLimitLayer<S> {
 }
 
 impl<S: Store> RateLimitLayer<S> {
+    /// Charges the rule named `rule` by the usage each response reports
+    /// (`"response_header:x-usage-tokens".parse()?` and an estimate):
+    /// the estimate is reserved when a request arrives and settled at the
+    /// usage read from the response head, or its trailers, when the
+    /// response body ends (docs/tower.md, "Usage and in-flight limits").
+    /// A `concurrency` rule needs nothing of this: its lease is held for
+    /// the life of every request.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+    /// use tollgate_tower::RateLimitLayer;
+    /// use tollgate_tower::cost::ResponseCost;
+    ///
+    /// let limiter = Arc::new(Limiter::new(MemoryStore::new(), [
+    ///     RuleSpec::new("tpm", Algorithm::Gcra, 100_000, Duration::from_secs(60)).build()?,
+    ///     RuleSpec::new("inflight", Algorithm::Concurrency, 10, Duration::from_secs(30)).build()?,
+    /// ])?);
+    /// let layer = RateLimitLayer::new(limiter, [
+    ///     ("tpm", "header:x-team".parse()?),
+    ///     ("inflight", "header:x-team".parse()?),
+    /// ])?
+    /// .with_response_cost("tpm", ResponseCost::new("response_header:x-usage-tokens".parse()?, 1000)?)?
+    /// .with_reservation_ttl(Duration::from_secs(600));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A rule the layer does not check, a `concurrency` rule, or an
+    /// estimate above the rule's capacity ([`BuildError::BadCost`]).
+    pub fn with_response_cost(self, rule: &str, cost: ResponseCost) -> Result<Self, BuildError> {
+        let mut shared = Arc::unwrap_or_clone(self.shared);
+        shared.keys = shared
+            .keys
+            .with_response_cost(shared.limiter.rules(), rule, cost)?;
+        Ok(Self {
+            shared: Arc::new(shared),
+        })
+    }
+
+    /// Decides `req` as the layer's service does, without calling
+    /// anything, and returns what the admitted request holds (a
+    /// reservation, a lease) with the answer: hand the hold to the
+    /// response with [`Hold::wrap`](crate::usage::Hold::wrap). The future
+    /// owns what it needs.
+    pub fn admit<B>(&self, req: &Request<B>) -> AdmissionFuture {
+        self.shared.admit(req)
+    }
+
     /// Decides `req` as the layer's service would, without calling anything:
     /// builds every rule's key from the request head (the peer address from
     /// the extensions, see [`RateLimitLayer::with_peer_addr`]), then checks
     /// them all-or-nothing in one [`ResilientLimiter::check_all`] at cost 1. The
     /// future owns what it needs; the request can be moved on at once.
+    /// With rules that hold something past the answer (a cost from the
+    /// response, a `concurrency` rule) use [`RateLimitLayer::admit`]:
+    /// here the hold ends at once (settled at the estimate, released).
     pub fn decide<B>(&self, req: &Request<B>) -> HttpVerdictFuture {
         self.shared.decide(req)
     }
@@ -325,8 +406,15 @@ impl<S: Store> RateLimitLayer<S> {
 
 impl<S: Store> Shared<S> {
     pub(crate) fn decide<B>(self: &Arc<Self>, req: &Request<B>) -> HttpVerdictFuture {
+        let admission = self.admit(req);
+        Box::pin(async move { admission.await.verdict })
+    }
+
+    pub(crate) fn admit<B>(self: &Arc<Self>, req: &Request<B>) -> AdmissionFuture {
         match self.keys(req) {
-            Err(response) => Box::pin(std::future::ready(HttpVerdict::respond(*response))),
+            Err(response) => Box::pin(std::future::ready(Admission::bare(HttpVerdict::respond(
+                *response,
+            )))),
             Ok(keys) => {
                 let shared = Arc::clone(self);
                 Box::pin(async move { shared.check(&keys).await })
@@ -345,16 +433,22 @@ impl<S: Store> Shared<S> {
         self.keys.keys(req.method(), req.uri(), req.headers(), peer)
     }
 
-    async fn check(&self, keys: &Keys) -> HttpVerdict {
+    async fn check(&self, keys: &Keys) -> Admission {
         if keys.is_empty() {
             // Every rule skipped (`MissingKey::Skip`): nothing to check.
-            return HttpVerdict::Admit {
+            return Admission::bare(HttpVerdict::Admit {
                 headers: HeaderMap::new(),
                 decision: None,
-            };
+            });
         }
         self.keys
-            .check(&self.limiter, keys, self.on_error, self.header_options)
+            .admit(
+                &self.limiter,
+                keys,
+                self.on_error,
+                self.header_options,
+                self.reservation_ttl,
+            )
             .await
     }
 }

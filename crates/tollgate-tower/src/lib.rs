@@ -53,7 +53,7 @@
 //! assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
 //! assert_eq!(denied.headers()["retry-after"], "30");
 //! assert_eq!(denied.headers()["content-type"], "application/problem+json");
-//! assert!(denied.body().contains(r#""violated":["per_key"]"#));
+//! assert!(denied.body().get_ref().contains(r#""violated":["per_key"]"#));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
@@ -65,6 +65,16 @@
 //! problem+json answers; [`headers`] renders the RateLimit header fields of
 //! the IETF httpapi draft; [`key`] and [`cidr`] parse key extractors and
 //! trusted-proxy blocks.
+//!
+//! # Usage and in-flight limits
+//!
+//! A rule may take its cost from the response
+//! ([`RateLimitLayer::with_response_cost`]: an estimate reserved when the
+//! request arrives, settled at the usage the response head or trailers
+//! report when the body ends), and a `concurrency` rule holds a lease for
+//! the life of each request, renewed while the body streams. The
+//! response body is then a [`usage::UsageBody`], whose end or drop settles
+//! and releases, once, on a task of its own ([`usage`], [`cost`]).
 //!
 //! # Response body
 //!
@@ -93,6 +103,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod cidr;
+pub mod cost;
 pub mod decide;
 pub mod extract;
 mod future;
@@ -101,6 +112,7 @@ pub mod key;
 mod layer;
 pub mod response;
 mod service;
+pub mod usage;
 
 pub use future::ResponseFuture;
 pub use layer::{

@@ -10,6 +10,7 @@ use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::layer::RateLimitLayer;
+use crate::usage::UsageBody;
 
 /// The rate-limiting service made by [`RateLimitLayer`]. Cloning it is
 /// cheap (an [`Arc`](std::sync::Arc) and the inner service's clone) and
@@ -27,7 +28,9 @@ use crate::layer::RateLimitLayer;
 /// The response body `ResB` must be `From<String>` to carry a 429, 503 or
 /// 400 problem+json body: axum's `Body`, `http_body_util::Full<Bytes>` and
 /// `String` are. For another body, map it (`MapResponseBody`) before this
-/// layer.
+/// layer. The response's body is a [`UsageBody`] around `ResB`: frames
+/// pass through unchanged, and for a request that holds a reservation or
+/// a lease its end (or drop) settles and releases them.
 pub struct RateLimit<S, I> {
     inner: I,
     layer: RateLimitLayer<S>,
@@ -84,7 +87,7 @@ where
     I: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     ResB: From<String>,
 {
-    type Response = Response<ResB>;
+    type Response = Response<UsageBody<ResB>>;
     type Error = I::Error;
     type Future = ResponseFuture<I, ReqB>;
 
@@ -95,7 +98,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let verdict = self.layer.shared().decide(&req);
+        let verdict = self.layer.shared().admit(&req);
         ResponseFuture::new(verdict, self.inner.clone(), req)
     }
 }

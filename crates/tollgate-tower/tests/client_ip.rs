@@ -20,7 +20,7 @@ fn per_ip(
 ) -> (
     impl tower::Service<
         http::Request<String>,
-        Response = http::Response<String>,
+        Response = http::Response<tollgate_tower::usage::UsageBody<String>>,
         Error = std::convert::Infallible,
     > + Clone,
     Arc<common::TestLimiter>,

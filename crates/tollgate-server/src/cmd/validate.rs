@@ -178,6 +178,14 @@ pub fn summary(config: &Config, file: &str) -> String {
         if let Some(key) = &rc.key {
             let _ = write!(out, ", key {key}");
         }
+        if let Some(cost) = &rc.cost {
+            let _ = write!(
+                out,
+                ", cost {} (estimate {})",
+                cost.source(),
+                cost.estimate()
+            );
+        }
         let _ = writeln!(out, ", on_error {}", config.on_error_for(rc));
     }
     let envoy = &config.envoy.0;

@@ -1,19 +1,16 @@
 //! Checking a config file field by field into a [`Config`]: every problem
 //! found in one pass, each with its line and field.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
 
-use tollgate::{Algorithm, OnError, RuleSpec};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use crate::cidr::Cidr;
 use crate::config::upstream::Upstream;
-use crate::key::KeyExtractor;
 
 use super::model::*;
 use super::syntax;
@@ -78,16 +75,6 @@ const STORE_FIELDS: &[&str] = &[
     "hybrid_batch",
     "hybrid_lease",
 ];
-const RULE_FIELDS: &[&str] = &[
-    "name",
-    "algorithm",
-    "limit",
-    "period",
-    "lease",
-    "burst",
-    "key",
-    "on_error",
-];
 const HTTP_FIELDS: &[&str] = &["listen", "legacy_headers"];
 const PROXY_FIELDS: &[&str] = &[
     "listen",
@@ -101,16 +88,16 @@ const PROXY_FIELDS: &[&str] = &[
     "append_forwarded_for",
 ];
 
-type Value<'i> = Spanned<DeValue<'i>>;
+pub(super) type Value<'i> = Spanned<DeValue<'i>>;
 
 /// Walks the spanned document, collecting problems.
-struct Checker<'a> {
+pub(super) struct Checker<'a> {
     file: &'a str,
     line_starts: Vec<usize>,
-    errors: Vec<ConfigError>,
+    pub(super) errors: Vec<ConfigError>,
 }
 
-fn join(path: &str, key: &str) -> String {
+pub(super) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_owned()
     } else {
@@ -136,13 +123,18 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn line(&self, offset: usize) -> usize {
+    pub(super) fn line(&self, offset: usize) -> usize {
         self.line_starts
             .partition_point(|&start| start <= offset)
             .max(1)
     }
 
-    fn error(&mut self, span: &Range<usize>, field: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn error(
+        &mut self,
+        span: &Range<usize>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
         let line = self.line(span.start);
         self.errors.push(ConfigError {
             file: self.file.to_owned(),
@@ -159,7 +151,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn unknown_fields(&mut self, table: &DeTable<'_>, path: &str, allowed: &[&str]) {
+    pub(super) fn unknown_fields(&mut self, table: &DeTable<'_>, path: &str, allowed: &[&str]) {
         for key in table.keys() {
             if !allowed.contains(&key.get_ref().as_ref()) {
                 self.error(
@@ -172,7 +164,7 @@ impl<'a> Checker<'a> {
     }
 
     /// The value of `key` in `table` as a string; reports a wrong type.
-    fn string<'t>(
+    pub(super) fn string<'t>(
         &mut self,
         table: &'t DeTable<'_>,
         path: &str,
@@ -189,7 +181,7 @@ impl<'a> Checker<'a> {
 
     /// The value of `key` in `table` as a positive integer; reports a wrong
     /// type or a value below 1 (with `min_message`).
-    fn positive(
+    pub(super) fn positive(
         &mut self,
         table: &DeTable<'_>,
         path: &str,
@@ -228,7 +220,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn wrong_type(&mut self, value: &Value<'_>, field: &str, expected: &str) {
+    pub(super) fn wrong_type(&mut self, value: &Value<'_>, field: &str, expected: &str) {
         self.error(
             &value.span(),
             field,
@@ -236,7 +228,13 @@ impl<'a> Checker<'a> {
         );
     }
 
-    fn required(&mut self, table: &DeTable<'_>, header: &Range<usize>, path: &str, key: &str) {
+    pub(super) fn required(
+        &mut self,
+        table: &DeTable<'_>,
+        header: &Range<usize>,
+        path: &str,
+        key: &str,
+    ) {
         if !table.contains_key(key) {
             self.error(header, join(path, key), "missing required field");
         }
@@ -370,7 +368,12 @@ impl<'a> Checker<'a> {
     }
 
     /// The value of `key` in `table` as a duration of at least 1 ms.
-    fn duration(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<Duration> {
+    pub(super) fn duration(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+    ) -> Option<Duration> {
         let (s, span) = self.string(table, path, key)?;
         match tollgate::parse_duration(s) {
             Ok(d) if d < Duration::from_millis(1) => {
@@ -472,231 +475,6 @@ impl<'a> Checker<'a> {
             }
         }
         (self.errors.len() == before).then_some(proxy)
-    }
-
-    fn rules(&mut self, value: Option<&Value<'_>>) -> Option<Vec<RuleConfig>> {
-        let Some(value) = value else {
-            self.error(
-                &(0..0),
-                "rules",
-                "no rules; add at least one [[rules]] table",
-            );
-            return None;
-        };
-        let DeValue::Array(items) = value.get_ref() else {
-            self.wrong_type(value, "rules", "an array of tables ([[rules]])");
-            return None;
-        };
-        if items.is_empty() {
-            self.error(
-                &value.span(),
-                "rules",
-                "no rules; add at least one [[rules]] table",
-            );
-            return None;
-        }
-        let mut rules = Vec::with_capacity(items.len());
-        let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
-        let mut all_ok = true;
-        for (i, item) in items.iter().enumerate() {
-            let rule = self.rule(i, item);
-            // Duplicate names are checked on every rule whose name is a
-            // valid string, even when another field of it is wrong.
-            let name = item
-                .get_ref()
-                .as_table()
-                .and_then(|t| t.get("name"))
-                .and_then(|v| Some((v.get_ref().as_str()?, v.span())));
-            if let Some((name, span)) = name {
-                if let Some(&(first, line)) = seen.get(name) {
-                    self.error(
-                        &span,
-                        format!("rules[{i}].name"),
-                        format!(
-                            "rule name {name:?} is already used by rules[{first}] (line {line})"
-                        ),
-                    );
-                    all_ok = false;
-                } else {
-                    let line = self.line(item.span().start);
-                    seen.insert(name.to_owned(), (i, line));
-                }
-            }
-            match rule {
-                Some(r) => rules.push(r),
-                None => all_ok = false,
-            }
-        }
-        all_ok.then_some(rules)
-    }
-
-    fn rule(&mut self, index: usize, item: &Value<'_>) -> Option<RuleConfig> {
-        let path = format!("rules[{index}]");
-        let header = item.span();
-        let DeValue::Table(t) = item.get_ref() else {
-            self.wrong_type(item, &path, "a table ([[rules]])");
-            return None;
-        };
-        let before = self.errors.len();
-        self.unknown_fields(t, &path, RULE_FIELDS);
-        for key in ["name", "algorithm", "limit"] {
-            self.required(t, &header, &path, key);
-        }
-        // A concurrency rule has a lease instead of a period.
-        let concurrency = self
-            .string(t, &path, "algorithm")
-            .is_some_and(|(s, _)| s == Algorithm::Concurrency.as_str());
-        if !concurrency {
-            self.required(t, &header, &path, "period");
-        }
-        // Fields with a problem of their own; the library is not asked about
-        // them again (each gets a stand-in value so the others are checked).
-        let mut bad: Vec<&'static str> = Vec::new();
-        let mut spans: HashMap<&'static str, Range<usize>> = HashMap::new();
-
-        let name = self.string(t, &path, "name").map(|(s, span)| {
-            spans.insert("name", span);
-            s.to_owned()
-        });
-        if name.is_none() {
-            bad.push("name");
-        }
-        let algorithm = match self.string(t, &path, "algorithm") {
-            Some((s, span)) => match s.parse::<Algorithm>() {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    self.error(&span, format!("{path}.algorithm"), e.message);
-                    None
-                }
-            },
-            None => None,
-        };
-        let limit = self.positive(t, &path, "limit").map(|(n, span)| {
-            spans.insert("limit", span);
-            n
-        });
-        if limit.is_none() {
-            bad.push("limit");
-        }
-        let duration = |this: &mut Self, field: &'static str| match this.string(t, &path, field) {
-            Some((s, span)) => match tollgate::parse_duration(s) {
-                Ok(d) => Some((d, span)),
-                Err(e) => {
-                    this.error(&span, format!("{path}.{field}"), e);
-                    None
-                }
-            },
-            None => None,
-        };
-        let period = if concurrency {
-            if let Some(v) = t.get("period") {
-                self.error(
-                    &v.span(),
-                    format!("{path}.period"),
-                    "a concurrency rule has no period: its `lease` (default 30s) is how long \
-                     an unreleased lease holds its slots",
-                );
-                bad.push("period");
-            }
-            match t.get("lease") {
-                Some(_) => duration(self, "lease"),
-                None => Some((tollgate::DEFAULT_LEASE, header.clone())),
-            }
-        } else {
-            if let Some(v) = t.get("lease") {
-                self.error(
-                    &v.span(),
-                    format!("{path}.lease"),
-                    "lease applies to concurrency rules only; this one limits a rate over its period",
-                );
-            }
-            duration(self, "period")
-        };
-        let period = period.map(|(d, span)| {
-            spans.insert("period", span);
-            d
-        });
-        if period.is_none() {
-            bad.push("period");
-        }
-        let burst_given = t.contains_key("burst");
-        let burst = self.positive(t, &path, "burst").map(|(n, span)| {
-            spans.insert("burst", span);
-            n
-        });
-        if burst_given && burst.is_none() {
-            bad.push("burst");
-        }
-        let key = match self.string(t, &path, "key") {
-            Some((s, span)) => match s.parse::<KeyExtractor>() {
-                Ok(k) => Some(k),
-                Err(e) => {
-                    self.error(&span, format!("{path}.key"), e);
-                    None
-                }
-            },
-            None => None,
-        };
-        let on_error = match self.string(t, &path, "on_error") {
-            Some((s, span)) => match s.parse::<OnError>() {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    self.error(&span, format!("{path}.on_error"), e);
-                    None
-                }
-            },
-            None => None,
-        };
-
-        let mut spec = RuleSpec {
-            name: name.unwrap_or_else(|| "rule".to_owned()),
-            // an unknown algorithm stands in as one that accepts the burst given
-            algorithm: algorithm.unwrap_or(if burst_given {
-                Algorithm::Gcra
-            } else {
-                Algorithm::FixedWindow
-            }),
-            limit: limit.unwrap_or(1),
-            period: period.unwrap_or(Duration::from_secs(1)),
-            burst,
-        };
-        let mut built = None;
-        for _ in 0..8 {
-            match spec.build() {
-                Ok(rule) => {
-                    built = Some(rule);
-                    break;
-                }
-                Err(e) => {
-                    if !bad.contains(&e.field) {
-                        let span = spans.get(e.field).unwrap_or(&header).clone();
-                        // A concurrency rule's period is its lease.
-                        let field = match e.field {
-                            "period" if concurrency => "lease",
-                            other => other,
-                        };
-                        self.error(&span, format!("{path}.{field}"), e.message);
-                        bad.push(e.field);
-                    }
-                    match e.field {
-                        "name" => "rule".clone_into(&mut spec.name),
-                        "limit" => spec.limit = 1,
-                        "period" => spec.period = Duration::from_secs(1),
-                        "burst" => spec.burst = None,
-                        _ => break,
-                    }
-                }
-            }
-        }
-        if self.errors.len() != before {
-            return None;
-        }
-        Some(RuleConfig {
-            rule: built?,
-            key,
-            on_error,
-            line: self.line(header.start),
-        })
     }
 }
 

@@ -13,6 +13,7 @@ use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
 
 use tollgate::OnError;
+use tollgate_tower::cost::ResponseCost;
 use tollgate_tower::extract::MissingKey;
 
 /// Default `[store] url`.
@@ -91,6 +92,10 @@ pub struct RuleConfig {
     pub key: Option<KeyExtractor>,
     /// `on_error` for this rule; `None` means the store's.
     pub on_error: Option<OnError>,
+    /// `cost = "response_header:NAME"` and `estimate`: the reverse proxy
+    /// charges the usage each response reports instead of 1 per request;
+    /// `None` when not set.
+    pub cost: Option<ResponseCost>,
     /// The line of the rule's `[[rules]]` header (1-based).
     pub line: usize,
 }

@@ -313,3 +313,88 @@ fn format_durations() {
     assert_eq!(format_duration(Duration::from_micros(1500)), "1500us");
     assert_eq!(format_duration(Duration::ZERO), "0ms");
 }
+
+#[test]
+fn cost_from_the_response() {
+    let config = Config::parse(
+        r#"
+        [[rules]]
+        name = "tpm"
+        algorithm = "gcra"
+        limit = 10000
+        period = "1m"
+        cost = "response_header:X-Usage-Tokens"
+        estimate = 500
+
+        [[rules]]
+        name = "inflight"
+        algorithm = "concurrency"
+        limit = 4
+        "#,
+        "ok.toml",
+    )
+    .expect("valid");
+    let cost = config.rules[0].cost.as_ref().expect("a cost");
+    assert_eq!(cost.source().header().as_str(), "x-usage-tokens");
+    assert_eq!(cost.estimate(), 500);
+    assert!(config.rules[1].cost.is_none());
+}
+
+#[test]
+fn cost_problems_name_line_and_field() {
+    let e = errors(
+        r#"[[rules]]
+name = "a"
+algorithm = "gcra"
+limit = 100
+period = "1m"
+cost = "header:x-usage"
+estimate = 10
+[[rules]]
+name = "b"
+algorithm = "gcra"
+limit = 100
+period = "1m"
+cost = "response_header:x-usage"
+[[rules]]
+name = "c"
+algorithm = "fixed_window"
+limit = 100
+period = "1m"
+estimate = 5
+[[rules]]
+name = "d"
+algorithm = "concurrency"
+limit = 3
+cost = "response_header:x-usage"
+estimate = 1
+[[rules]]
+name = "e"
+algorithm = "gcra"
+limit = 100
+period = "1m"
+cost = "response_header:x-usage"
+estimate = 101
+[[rules]]
+name = "f"
+algorithm = "gcra"
+limit = 100
+period = "1m"
+cost = "response_header:bad name"
+estimate = -3
+"#,
+    );
+    let expect = [
+        "t.toml:6: rules[0].cost: cost \"header:x-usage\" is not a usage source",
+        "t.toml:8: rules[1].estimate: missing required field",
+        "t.toml:19: rules[2].estimate: estimate applies only with cost",
+        "t.toml:24: rules[3].cost: a concurrency rule holds one slot",
+        "t.toml:32: rules[4].estimate: estimate 101 is more than the rule admits at once (100)",
+        "t.toml:38: rules[5].cost: cost \"response_header:bad name\": \"bad name\" is not a header field name",
+        "t.toml:39: rules[5].estimate: estimate must be at least 1, got -3",
+    ];
+    assert_eq!(e.len(), expect.len(), "{e:#?}");
+    for (got, want) in e.iter().zip(expect) {
+        assert!(got.starts_with(want), "{got:?} should start with {want:?}");
+    }
+}

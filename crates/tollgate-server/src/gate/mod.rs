@@ -8,6 +8,7 @@
 //! `check` and `replay` subcommands open theirs with it too.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::resilient::{self, ChargeVerdict, Refusal, ResilientLimiter, TicketVerdict, Verdict};
@@ -36,7 +37,9 @@ pub const BREAKER_OPEN_FOR: Duration = resilient::DEFAULT_BREAKER_OPEN_FOR;
 /// Rules over the configured store, with the failure policy applied.
 #[derive(Debug)]
 pub struct Gate {
-    limiter: ResilientLimiter<AnyStore>,
+    /// Shared with the tasks that settle and release what a proxied
+    /// request holds when its response ends.
+    limiter: Arc<ResilientLimiter<AnyStore>>,
     keys: HashMap<String, KeyExtractor>,
 }
 
@@ -74,7 +77,7 @@ impl Gate {
             }
         }
         Ok(Self {
-            limiter: builder.build().map_err(|e| e.to_string())?,
+            limiter: Arc::new(builder.build().map_err(|e| e.to_string())?),
             keys,
         })
     }
@@ -118,6 +121,12 @@ impl Gate {
     /// The limiter with its failure handling.
     #[must_use]
     pub fn limiter(&self) -> &ResilientLimiter<AnyStore> {
+        &self.limiter
+    }
+
+    /// The limiter, shared (for tasks that outlive a request's answer).
+    #[must_use]
+    pub fn shared_limiter(&self) -> &Arc<ResilientLimiter<AnyStore>> {
         &self.limiter
     }
 

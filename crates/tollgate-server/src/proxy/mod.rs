@@ -4,7 +4,11 @@
 //! check at cost 1, each rule keyed by its `key` extractor (a rule without
 //! `key` is keyed by `client_ip`). Keys, the check and its answer (RateLimit
 //! headers, degraded marker, 429/503/400 problem+json) come from
-//! `tollgate_tower::decide`, exactly as in the tower layer.
+//! `tollgate_tower::decide`, exactly as in the tower layer. A rule charged
+//! from the response (`cost`, `estimate`) and a `concurrency` rule hold a
+//! reservation and a lease until the response body ends or is dropped
+//! (`RuleKeys::admit`; docs/proxy.md, "Usage from the response and
+//! in-flight limits").
 //!
 //! An admitted request is forwarded as it came — method, path, query,
 //! headers, body streamed without buffering — except for the hop-by-hop
@@ -28,7 +32,8 @@
 //! forwarded with its target's host as `Host` (the host `host` keys read).
 //!
 //! The folder: this file is the proxy service ([`Proxy`]); [`pool`] keeps
-//! the HTTP/1.1 connections to the upstream and sends on them. The
+//! the HTTP/1.1 connections to the upstream and sends on them; `fields.rs`
+//! drops the hop-by-hop fields and appends `X-Forwarded-For`. The
 //! `--upstream` URL and how a request's target maps onto it is
 //! [`crate::config::upstream`], held by the config.
 
@@ -45,27 +50,40 @@ use http_body::Body as _;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use tollgate_tower::decide::{Keys, RuleKeys};
-use tollgate_tower::extract::{ClientIpConfig, X_FORWARDED_FOR};
+use tollgate_tower::extract::ClientIpConfig;
 use tollgate_tower::headers::{HeaderOptions, is_list_field};
 use tollgate_tower::key::KeyExtractor;
 use tollgate_tower::response::problem;
+use tollgate_tower::usage::{Hold, UsageBody};
 
 use crate::config::Config;
 use crate::gate::{Gate, Throttle};
 
+mod fields;
 pub mod pool;
+
+pub use fields::strip_hop_by_hop;
+use fields::{append_forwarded_for, is_host_port};
 
 use crate::config::upstream::Upstream;
 use pool::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
 
-/// The body of a proxied response: the upstream's, streamed, or one made
-/// here (429, 502, ...).
-pub type ProxyBody = Either<LinkedBody, Full<Bytes>>;
+/// The body of a proxied response: the upstream's, streamed (its end
+/// settles and releases what the request holds), or one made here (429,
+/// 502, ...).
+pub type ProxyBody = Either<UsageBody<LinkedBody>, Full<Bytes>>;
 
 /// The most idle upstream connections kept.
 pub const MAX_IDLE: usize = 256;
 /// How long an idle upstream connection is kept.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a response body may stream, past `response_timeout` for its
+/// head, before the reservation of a rule charged from the response
+/// counts as expired: an hour (docs/proxy.md, "Usage from the response
+/// and in-flight limits").
+/// A longer stream still settles, late: what exceeds the estimate is
+/// charged, unused estimate is not given back.
+pub const STREAM_ALLOWANCE: Duration = Duration::from_secs(3600);
 
 /// The reverse proxy: rules with their key extractors, the client-address
 /// policy, and a pool of HTTP/1.1 connections to the upstream
@@ -82,6 +100,8 @@ pub struct Proxy {
     /// missing-key policy.
     keys: RuleKeys,
     response_timeout: Duration,
+    /// The ttl of a reservation: `response_timeout` + [`STREAM_ALLOWANCE`].
+    reservation_ttl: Duration,
     headers: HeaderOptions,
     append_forwarded_for: bool,
     /// Upstream failures are logged at most once a second.
@@ -105,10 +125,19 @@ impl Proxy {
                 r.key.clone().unwrap_or_else(|| default_key.clone()),
             )
         });
-        let keys = RuleKeys::new(gate.rules(), rules)
+        let mut keys = RuleKeys::new(gate.rules(), rules)
             .map_err(|e| e.to_string())?
             .with_client_ip(client_ip)
             .with_missing_key(config.proxy.on_missing_key);
+        for r in &config.rules {
+            if let Some(cost) = &r.cost {
+                keys = keys
+                    .with_response_cost(gate.rules(), r.rule.name(), cost.clone())
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        let reservation_ttl = (config.proxy.response_timeout + STREAM_ALLOWANCE)
+            .min(tollgate::ticket::MAX_RESERVATION_TTL);
         Ok(Self {
             gate,
             address: upstream.address(),
@@ -117,6 +146,7 @@ impl Proxy {
             links: Arc::new(LinkPool::new(MAX_IDLE, IDLE_TIMEOUT)),
             keys,
             response_timeout: config.proxy.response_timeout,
+            reservation_ttl,
             headers: HeaderOptions {
                 legacy: config.http.legacy_headers,
             },
@@ -157,7 +187,10 @@ impl Proxy {
     }
 
     /// Checks `keys` and forwards the request with the check's headers,
-    /// or answers the refusal (429, 503, ...): [`RuleKeys::check`].
+    /// or answers the refusal (429, 503, ...): [`RuleKeys::admit`] (a
+    /// plain check unless a rule is charged from the response or is a
+    /// `concurrency` rule; then what the request holds ends with the
+    /// response body).
     async fn check_and_forward(
         &self,
         req: Request<Incoming>,
@@ -166,25 +199,35 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         if keys.is_empty() {
             // Every rule skipped (on_missing_key = "skip"): nothing to check.
-            return self.forward(req, peer, &HeaderMap::new()).await;
+            return self.forward(req, peer, &HeaderMap::new(), None).await;
         }
-        let verdict = self
+        let admission = self
             .keys
-            .check(self.gate.limiter(), &keys, None, self.headers)
+            .admit(
+                self.gate.shared_limiter(),
+                &keys,
+                None,
+                self.headers,
+                self.reservation_ttl,
+            )
             .await;
-        match verdict.into_headers() {
-            Ok(extra) => self.forward(req, peer, &extra).await,
+        match admission.verdict.into_headers() {
+            Ok(extra) => self.forward(req, peer, &extra, admission.hold).await,
             Err(refusal) => refusal.map(full),
         }
     }
 
     /// Sends `req` upstream and streams the answer back with `extra`
-    /// headers added.
+    /// headers added; `hold` ends with the response body. An answer made
+    /// here drops it (settled at the estimate: the upstream may have done
+    /// the work), except for an upstream that could not be reached, which
+    /// did none: the whole estimate is given back.
     async fn forward(
         &self,
         req: Request<Incoming>,
         peer: SocketAddr,
         extra: &HeaderMap,
+        hold: Option<Hold>,
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         if let Some(authority) = parts.uri.authority()
@@ -260,7 +303,7 @@ impl Proxy {
             }
         };
         let mut res = match answer {
-            Some(Ok(res)) => res.map(Either::Left),
+            Some(Ok(res)) => res,
             Some(Err(_)) if upload.as_ref().is_some_and(|u| u.failed()) => {
                 // The client's body could not be read (malformed chunks, or
                 // the client went away): the client's doing, not the
@@ -275,7 +318,12 @@ impl Proxy {
             }
             Some(Err(e)) => {
                 let (kind, detail) = match e {
-                    LinkError::Connect(_) => ("connect", "could not be reached"),
+                    LinkError::Connect(_) => {
+                        if let Some(hold) = hold {
+                            hold.cancel();
+                        }
+                        ("connect", "could not be reached")
+                    }
                     LinkError::Failed(_) => ("other", "failed to answer"),
                 };
                 self.upstream_trouble(kind, &e.to_string());
@@ -330,7 +378,10 @@ impl Proxy {
         }
         strip_hop_by_hop(res.headers_mut());
         add_headers(res.headers_mut(), extra);
-        res
+        match hold {
+            Some(hold) => hold.wrap(res).map(Either::Left),
+            None => res.map(|b| Either::Left(UsageBody::plain(b))),
+        }
     }
 }
 
@@ -442,262 +493,5 @@ fn refuse(req: &Request<Incoming>) -> Option<Response<String>> {
             ))
         }
         _ => None,
-    }
-}
-
-/// Whether `a` is `host[:port]` (RFC 9110 §7.2): no userinfo (which would
-/// reach the upstream's Host, and make a `host` key a new bucket per name
-/// before the `@`), and a port, if any, of 1 to 5 digits within 0..65535
-/// (not `-1`, `+80` or empty).
-fn is_host_port(a: &Authority) -> bool {
-    let text = a.as_str();
-    if text.contains('@') {
-        return false;
-    }
-    match text.get(a.host().len()..) {
-        Some("") => true,
-        Some(rest) => rest.strip_prefix(':').is_some_and(|port| {
-            !port.is_empty()
-                && port.bytes().all(|b| b.is_ascii_digit())
-                && port.parse::<u16>().is_ok()
-        }),
-        None => false,
-    }
-}
-
-/// The fixed hop-by-hop fields (RFC 9110 §7.6.1, and `Proxy-Connection`,
-/// `Keep-Alive`), lowercase; `connection` first.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authorization",
-    "proxy-authenticate",
-];
-
-/// The index in [`HOP_BY_HOP`] of a field name, in any case.
-fn hop_by_hop_index(name: &str) -> Option<usize> {
-    HOP_BY_HOP.iter().position(|h| h.eq_ignore_ascii_case(name))
-}
-
-/// [`hop_by_hop_index`] of a `HeaderName`, which is lowercase already
-/// (one `match`: a length switch, then at most two comparisons).
-fn hop_by_hop_index_of(name: &HeaderName) -> Option<usize> {
-    match name.as_str() {
-        "connection" => Some(0),
-        "proxy-connection" => Some(1),
-        "keep-alive" => Some(2),
-        "te" => Some(3),
-        "trailer" => Some(4),
-        "transfer-encoding" => Some(5),
-        "upgrade" => Some(6),
-        "proxy-authorization" => Some(7),
-        "proxy-authenticate" => Some(8),
-        _ => None,
-    }
-}
-
-/// Drops the hop-by-hop fields (RFC 9110 §7.6.1): those `Connection`
-/// names (but never `Host` or `Content-Length`), and the fixed list.
-///
-/// Built for the common cases — none at all, or `Connection: keep-alive` /
-/// `close` (nginx sends one on every response) — with no allocation: one
-/// pass over the names present finds which fixed fields are there, and a
-/// name `Connection` lists is looked up as a string (a `HeaderName` is
-/// built only for a field it names that is present and not in the fixed
-/// list).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let mut present = 0u16;
-    for name in headers.keys() {
-        if let Some(i) = hop_by_hop_index_of(name) {
-            present |= 1 << i;
-        }
-    }
-    if present == 0 {
-        return;
-    }
-    let mut named: Vec<HeaderName> = Vec::new();
-    if present & 1 != 0 {
-        for value in &headers.get_all(header::CONNECTION) {
-            let Ok(value) = value.to_str() else { continue };
-            for token in value.split(',').map(str::trim) {
-                // A field every recipient needs is never a connection
-                // option (RFC 9110 §7.6.1): `Connection: Host` must not
-                // send the upstream an HTTP/1.1 request without a Host.
-                if token.is_empty()
-                    || hop_by_hop_index(token).is_some()
-                    || token.eq_ignore_ascii_case("host")
-                    || token.eq_ignore_ascii_case("content-length")
-                {
-                    continue;
-                }
-                if headers.contains_key(token)
-                    && let Ok(name) = HeaderName::from_bytes(token.as_bytes())
-                {
-                    named.push(name);
-                }
-            }
-        }
-    }
-    for (i, name) in HOP_BY_HOP.iter().enumerate() {
-        if present & (1 << i) != 0 {
-            headers.remove(*name);
-        }
-    }
-    for name in named {
-        headers.remove(name);
-    }
-}
-
-/// Appends the peer's address to `X-Forwarded-For` (one field line).
-fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
-    let ip = peer.ip().to_canonical().to_string();
-    let joined: Vec<&str> = headers
-        .get_all(X_FORWARDED_FOR)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        // An empty field line adds no hop (and no leading ", ").
-        .map(|v| v.trim_matches(|c| c == ' ' || c == '\t' || c == ','))
-        .filter(|v| !v.is_empty())
-        .collect();
-    let value = if joined.is_empty() {
-        ip
-    } else {
-        format!("{}, {ip}", joined.join(", "))
-    };
-    if let Ok(v) = HeaderValue::from_str(&value) {
-        headers.insert(X_FORWARDED_FOR, v);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_host_is_a_host_and_a_port() {
-        for good in [
-            "a.example",
-            "a.example:80",
-            "127.0.0.1:8080",
-            "[::1]",
-            "[::1]:443",
-            "a:65535",
-        ] {
-            let a = Authority::try_from(good).expect(good);
-            assert!(is_host_port(&a), "{good}");
-        }
-        for bad in [
-            "u@a.example",
-            "u:pw@a.example:80",
-            "a:-1",
-            "a:+80",
-            "a:",
-            "a:65536",
-            "a:8o",
-        ] {
-            let ok = Authority::try_from(bad).is_ok_and(|a| is_host_port(&a));
-            assert!(!ok, "{bad}");
-        }
-    }
-
-    #[test]
-    fn hop_by_hop_fields_go() {
-        let mut h = HeaderMap::new();
-        for (k, v) in [
-            ("connection", "close, x-secret"),
-            ("x-secret", "1"),
-            ("keep-alive", "timeout=5"),
-            ("proxy-connection", "keep-alive"),
-            ("te", "trailers"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "websocket"),
-            ("proxy-authorization", "Basic x"),
-            ("x-api-key", "k"),
-            ("content-length", "3"),
-        ] {
-            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
-        }
-        strip_hop_by_hop(&mut h);
-        // (The order of different names is not kept, nor meaningful.)
-        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
-        left.sort_unstable();
-        assert_eq!(left, ["content-length", "x-api-key"]);
-
-        // The common cases: `Connection: keep-alive` or `close` alone, in
-        // any case; a listed name that is absent; nothing to do.
-        for value in [
-            "keep-alive",
-            "Close",
-            " close , Keep-Alive ",
-            "x-absent",
-            "",
-        ] {
-            let mut h = HeaderMap::new();
-            h.insert(header::CONNECTION, HeaderValue::from_static(value));
-            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-            h.insert("x-absent-not", HeaderValue::from_static("1"));
-            strip_hop_by_hop(&mut h);
-            let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
-            left.sort_unstable();
-            assert_eq!(left, ["content-type", "x-absent-not"], "{value:?}");
-        }
-        // `Connection` cannot take away what every hop needs.
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("Host, content-length, x-gone"),
-        );
-        h.insert(header::HOST, HeaderValue::from_static("a.example"));
-        h.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
-        h.insert("x-gone", HeaderValue::from_static("1"));
-        strip_hop_by_hop(&mut h);
-        let mut left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
-        left.sort_unstable();
-        assert_eq!(left, ["content-length", "host"]);
-
-        // A listed name in another case than the field's.
-        let mut h = HeaderMap::new();
-        h.insert(header::CONNECTION, HeaderValue::from_static("X-Secret"));
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("te", HeaderValue::from_static("trailers"));
-        h.insert("x-kept", HeaderValue::from_static("1"));
-        strip_hop_by_hop(&mut h);
-        let left: Vec<&str> = h.keys().map(HeaderName::as_str).collect();
-        assert_eq!(left, ["x-kept"]);
-    }
-
-    #[test]
-    fn both_hop_by_hop_lookups_agree() {
-        for (i, name) in HOP_BY_HOP.iter().enumerate() {
-            assert_eq!(hop_by_hop_index(name), Some(i));
-            assert_eq!(hop_by_hop_index(&name.to_uppercase()), Some(i));
-            let header = HeaderName::from_static(name);
-            assert_eq!(hop_by_hop_index_of(&header), Some(i));
-        }
-        for other in ["content-length", "x-te", "connections", "tes"] {
-            assert_eq!(hop_by_hop_index(other), None);
-            assert_eq!(hop_by_hop_index_of(&HeaderName::from_static(other)), None);
-        }
-    }
-
-    #[test]
-    fn forwarded_for_is_appended() {
-        let mut h = HeaderMap::new();
-        h.append(X_FORWARDED_FOR, HeaderValue::from_static("1.2.3.4"));
-        h.append(X_FORWARDED_FOR, HeaderValue::from_static("5.6.7.8"));
-        append_forwarded_for(&mut h, "[::ffff:10.0.0.1]:80".parse().expect("addr"));
-        assert_eq!(h[X_FORWARDED_FOR], "1.2.3.4, 5.6.7.8, 10.0.0.1");
-        let mut h = HeaderMap::new();
-        h.append(X_FORWARDED_FOR, HeaderValue::from_static(""));
-        append_forwarded_for(&mut h, "127.0.0.1:80".parse().expect("addr"));
-        assert_eq!(
-            h[X_FORWARDED_FOR], "127.0.0.1",
-            "an empty field adds no hop"
-        );
     }
 }

@@ -22,6 +22,7 @@ use hyper::{Request, Response};
 
 pub mod envoy;
 pub mod rls;
+pub mod usage_upstream;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

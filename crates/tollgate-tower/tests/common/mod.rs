@@ -12,6 +12,7 @@ use http::{HeaderValue, Request, Response};
 use sfv::{ListEntry, Parser};
 use tollgate::{Algorithm, Decision, FakeClock, Limiter, MemoryStore, Rule, RuleSpec};
 use tollgate_tower::PeerAddr;
+use tollgate_tower::usage::UsageBody;
 use tower::{Service, ServiceExt, service_fn};
 
 /// A rule with a long period, so nothing refills during a test on the real
@@ -49,13 +50,33 @@ pub fn ok_service(
     })
 }
 
+/// A response body these tests read as text: the inner service's
+/// `String`, or the layer's [`UsageBody`] around one.
+pub trait Text {
+    /// The text.
+    fn text(self) -> String;
+}
+
+impl Text for String {
+    fn text(self) -> String {
+        self
+    }
+}
+
+impl<B: Text> Text for UsageBody<B> {
+    fn text(self) -> String {
+        self.into_inner().text()
+    }
+}
+
 /// Sends `req` through a clone of `svc`.
-pub async fn send<S>(svc: &S, req: Request<String>) -> Response<String>
+pub async fn send<S, B>(svc: &S, req: Request<String>) -> Response<String>
 where
-    S: Service<Request<String>, Response = Response<String>, Error = Infallible> + Clone,
+    S: Service<Request<String>, Response = Response<B>, Error = Infallible> + Clone,
+    B: Text,
 {
     match svc.clone().oneshot(req).await {
-        Ok(r) => r,
+        Ok(r) => r.map(Text::text),
         Err(never) => match never {},
     }
 }

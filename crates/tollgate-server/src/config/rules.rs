@@ -1,0 +1,334 @@
+//! Checking `[[rules]]`: each rule field by field, built with the
+//! library's [`RuleSpec::build`] so its bounds apply, names unique across
+//! the file, and the door-side fields (`key`, `on_error`, `cost`,
+//! `estimate`).
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::time::Duration;
+
+use tollgate::{Algorithm, OnError, RuleSpec};
+use toml::de::DeValue;
+
+use super::checker::{Checker, Value};
+use super::model::RuleConfig;
+use crate::key::KeyExtractor;
+use tollgate_tower::cost::{ResponseCost, UsageSource};
+
+const RULE_FIELDS: &[&str] = &[
+    "name",
+    "algorithm",
+    "limit",
+    "period",
+    "lease",
+    "burst",
+    "key",
+    "on_error",
+    "cost",
+    "estimate",
+];
+
+impl Checker<'_> {
+    pub(super) fn rules(&mut self, value: Option<&Value<'_>>) -> Option<Vec<RuleConfig>> {
+        let Some(value) = value else {
+            self.error(
+                &(0..0),
+                "rules",
+                "no rules; add at least one [[rules]] table",
+            );
+            return None;
+        };
+        let DeValue::Array(items) = value.get_ref() else {
+            self.wrong_type(value, "rules", "an array of tables ([[rules]])");
+            return None;
+        };
+        if items.is_empty() {
+            self.error(
+                &value.span(),
+                "rules",
+                "no rules; add at least one [[rules]] table",
+            );
+            return None;
+        }
+        let mut rules = Vec::with_capacity(items.len());
+        let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+        let mut all_ok = true;
+        for (i, item) in items.iter().enumerate() {
+            let rule = self.rule(i, item);
+            // Duplicate names are checked on every rule whose name is a
+            // valid string, even when another field of it is wrong.
+            let name = item
+                .get_ref()
+                .as_table()
+                .and_then(|t| t.get("name"))
+                .and_then(|v| Some((v.get_ref().as_str()?, v.span())));
+            if let Some((name, span)) = name {
+                if let Some(&(first, line)) = seen.get(name) {
+                    self.error(
+                        &span,
+                        format!("rules[{i}].name"),
+                        format!(
+                            "rule name {name:?} is already used by rules[{first}] (line {line})"
+                        ),
+                    );
+                    all_ok = false;
+                } else {
+                    let line = self.line(item.span().start);
+                    seen.insert(name.to_owned(), (i, line));
+                }
+            }
+            match rule {
+                Some(r) => rules.push(r),
+                None => all_ok = false,
+            }
+        }
+        all_ok.then_some(rules)
+    }
+
+    fn rule(&mut self, index: usize, item: &Value<'_>) -> Option<RuleConfig> {
+        let path = format!("rules[{index}]");
+        let header = item.span();
+        let DeValue::Table(t) = item.get_ref() else {
+            self.wrong_type(item, &path, "a table ([[rules]])");
+            return None;
+        };
+        let before = self.errors.len();
+        self.unknown_fields(t, &path, RULE_FIELDS);
+        for key in ["name", "algorithm", "limit"] {
+            self.required(t, &header, &path, key);
+        }
+        // A concurrency rule has a lease instead of a period.
+        let concurrency = self
+            .string(t, &path, "algorithm")
+            .is_some_and(|(s, _)| s == Algorithm::Concurrency.as_str());
+        if !concurrency {
+            self.required(t, &header, &path, "period");
+        }
+        // Fields with a problem of their own; the library is not asked about
+        // them again (each gets a stand-in value so the others are checked).
+        let mut bad: Vec<&'static str> = Vec::new();
+        let mut spans: HashMap<&'static str, Range<usize>> = HashMap::new();
+
+        let name = self.string(t, &path, "name").map(|(s, span)| {
+            spans.insert("name", span);
+            s.to_owned()
+        });
+        if name.is_none() {
+            bad.push("name");
+        }
+        let algorithm = match self.string(t, &path, "algorithm") {
+            Some((s, span)) => match s.parse::<Algorithm>() {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    self.error(&span, format!("{path}.algorithm"), e.message);
+                    None
+                }
+            },
+            None => None,
+        };
+        let limit = self.positive(t, &path, "limit").map(|(n, span)| {
+            spans.insert("limit", span);
+            n
+        });
+        if limit.is_none() {
+            bad.push("limit");
+        }
+        let duration = |this: &mut Self, field: &'static str| match this.string(t, &path, field) {
+            Some((s, span)) => match tollgate::parse_duration(s) {
+                Ok(d) => Some((d, span)),
+                Err(e) => {
+                    this.error(&span, format!("{path}.{field}"), e);
+                    None
+                }
+            },
+            None => None,
+        };
+        let period = if concurrency {
+            if let Some(v) = t.get("period") {
+                self.error(
+                    &v.span(),
+                    format!("{path}.period"),
+                    "a concurrency rule has no period: its `lease` (default 30s) is how long \
+                     an unreleased lease holds its slots",
+                );
+                bad.push("period");
+            }
+            match t.get("lease") {
+                Some(_) => duration(self, "lease"),
+                None => Some((tollgate::DEFAULT_LEASE, header.clone())),
+            }
+        } else {
+            if let Some(v) = t.get("lease") {
+                self.error(
+                    &v.span(),
+                    format!("{path}.lease"),
+                    "lease applies to concurrency rules only; this one limits a rate over its period",
+                );
+            }
+            duration(self, "period")
+        };
+        let period = period.map(|(d, span)| {
+            spans.insert("period", span);
+            d
+        });
+        if period.is_none() {
+            bad.push("period");
+        }
+        let burst_given = t.contains_key("burst");
+        let burst = self.positive(t, &path, "burst").map(|(n, span)| {
+            spans.insert("burst", span);
+            n
+        });
+        if burst_given && burst.is_none() {
+            bad.push("burst");
+        }
+        let key = match self.string(t, &path, "key") {
+            Some((s, span)) => match s.parse::<KeyExtractor>() {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    self.error(&span, format!("{path}.key"), e);
+                    None
+                }
+            },
+            None => None,
+        };
+        let on_error = match self.string(t, &path, "on_error") {
+            Some((s, span)) => match s.parse::<OnError>() {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    self.error(&span, format!("{path}.on_error"), e);
+                    None
+                }
+            },
+            None => None,
+        };
+
+        let mut spec = RuleSpec {
+            name: name.unwrap_or_else(|| "rule".to_owned()),
+            // an unknown algorithm stands in as one that accepts the burst given
+            algorithm: algorithm.unwrap_or(if burst_given {
+                Algorithm::Gcra
+            } else {
+                Algorithm::FixedWindow
+            }),
+            limit: limit.unwrap_or(1),
+            period: period.unwrap_or(Duration::from_secs(1)),
+            burst,
+        };
+        let mut built = None;
+        for _ in 0..8 {
+            match spec.build() {
+                Ok(rule) => {
+                    built = Some(rule);
+                    break;
+                }
+                Err(e) => {
+                    if !bad.contains(&e.field) {
+                        let span = spans.get(e.field).unwrap_or(&header).clone();
+                        // A concurrency rule's period is its lease.
+                        let field = match e.field {
+                            "period" if concurrency => "lease",
+                            other => other,
+                        };
+                        self.error(&span, format!("{path}.{field}"), e.message);
+                        bad.push(e.field);
+                    }
+                    match e.field {
+                        "name" => "rule".clone_into(&mut spec.name),
+                        "limit" => spec.limit = 1,
+                        "period" => spec.period = Duration::from_secs(1),
+                        "burst" => spec.burst = None,
+                        _ => break,
+                    }
+                }
+            }
+        }
+        let cost = self.cost(t, &path, &header, concurrency, built.as_ref());
+        if self.errors.len() != before {
+            return None;
+        }
+        Some(RuleConfig {
+            rule: built?,
+            key,
+            on_error,
+            cost,
+            line: self.line(header.start),
+        })
+    }
+
+    /// `cost = "response_header:NAME"` with `estimate = N`: the rule is
+    /// charged the usage the response reports (docs/config.md, "Cost from
+    /// the response"). Both or neither; never on a `concurrency` rule; an
+    /// estimate the rule can admit.
+    fn cost(
+        &mut self,
+        t: &toml::de::DeTable<'_>,
+        path: &str,
+        header: &Range<usize>,
+        concurrency: bool,
+        rule: Option<&tollgate::Rule>,
+    ) -> Option<ResponseCost> {
+        let source = match self.string(t, path, "cost") {
+            Some((s, span)) => match s.parse::<UsageSource>() {
+                Ok(source) => Some((source, span)),
+                Err(e) => {
+                    self.error(&span, format!("{path}.cost"), e);
+                    None
+                }
+            },
+            None => None,
+        };
+        let estimate = self.positive(t, path, "estimate");
+        if concurrency && let Some(v) = t.get("cost") {
+            self.error(
+                &v.span(),
+                format!("{path}.cost"),
+                "a concurrency rule holds one slot per request for its whole life; \
+                 its cost is not read from the response",
+            );
+            return None;
+        }
+        match (t.get("cost"), t.get("estimate")) {
+            (Some(_), None) => {
+                self.error(
+                    header,
+                    format!("{path}.estimate"),
+                    "missing required field: a cost read from the response needs the estimate \
+                     reserved when the request arrives",
+                );
+                return None;
+            }
+            (None, Some(v)) => {
+                self.error(
+                    &v.span(),
+                    format!("{path}.estimate"),
+                    "estimate applies only with cost = \"response_header:NAME\"",
+                );
+                return None;
+            }
+            _ => {}
+        }
+        let ((source, _), (estimate, span)) = (source?, estimate?);
+        if let Some(rule) = rule
+            && estimate > rule.capacity()
+        {
+            self.error(
+                &span,
+                format!("{path}.estimate"),
+                format!(
+                    "estimate {estimate} is more than the rule admits at once ({}): \
+                     no request could ever be admitted",
+                    rule.capacity()
+                ),
+            );
+            return None;
+        }
+        match ResponseCost::new(source, estimate) {
+            Ok(cost) => Some(cost),
+            Err(e) => {
+                self.error(&span, format!("{path}.estimate"), e);
+                None
+            }
+        }
+    }
+}

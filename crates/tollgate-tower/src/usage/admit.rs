@@ -1,0 +1,209 @@
+//! Admitting a request whose rules hold something past the answer.
+//!
+//! The order, so that a denial takes nothing (docs/tower.md, "Usage and
+//! in-flight limits"): first the `concurrency` rules' leases, in one
+//! all-or-nothing [`ResilientLimiter::acquire_all`]; then every other rule
+//! in one all-or-nothing call — [`ResilientLimiter::reserve_all`] when a
+//! rule's cost comes from the response (the other rules reserved at 1 and
+//! settled at 1, so they stay all-or-nothing with it), else the ordinary
+//! check. When that second call denies (or the store refuses it), the
+//! leases just taken are released before the answer goes out: a release
+//! gives a slot back exactly, where a check cannot be undone.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tollgate::resilient::{OnError, ResilientLimiter, Verdict};
+use tollgate::ticket::Ticket;
+use tollgate::{Check, Decision, MultiDecision, Store};
+
+use super::hold::{Hold, Pair, Plan};
+use crate::decide::{HttpVerdict, Keys, RuleKeys, answer, refusal};
+use crate::headers::HeaderOptions;
+
+/// What [`RuleKeys::admit`] decided: the answer, and, for an admitted
+/// request that holds a reservation or a lease, the [`Hold`] that ends
+/// with its response.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Admission {
+    /// The answer, as [`RuleKeys::check`] gives it.
+    pub verdict: HttpVerdict,
+    /// What the admitted request holds; `None` when it holds nothing
+    /// (denied, or nothing to settle or release).
+    pub hold: Option<Hold>,
+}
+
+impl Admission {
+    /// An answer that holds nothing.
+    #[must_use]
+    pub fn bare(verdict: HttpVerdict) -> Self {
+        Self {
+            verdict,
+            hold: None,
+        }
+    }
+}
+
+/// The boxed future of [`RateLimitLayer::admit`](crate::RateLimitLayer::admit).
+pub type AdmissionFuture = Pin<Box<dyn Future<Output = Admission> + Send + 'static>>;
+
+impl RuleKeys {
+    /// Decides `keys` as [`RuleKeys::check`] does, for rules that may hold
+    /// something past the answer (see [`RuleKeys::holds`]): acquires the
+    /// `concurrency` rules' leases, then reserves (or checks) the others,
+    /// all-or-nothing as the module docs say; an admitted request gets a
+    /// [`Hold`] to end when its response ends ([`Hold::wrap`]).
+    /// Reservations live for `ttl`. `policy` answers a store failure of
+    /// the ordinary check (acquires and reservations follow each rule's
+    /// own). `keys` must not be empty.
+    pub async fn admit<S: Store>(
+        &self,
+        limiter: &Arc<ResilientLimiter<S>>,
+        keys: &Keys,
+        policy: Option<OnError>,
+        options: HeaderOptions,
+        ttl: Duration,
+    ) -> Admission {
+        if !self.holds() {
+            return Admission::bare(self.check(limiter, keys, policy, options).await);
+        }
+        let all = limiter.rules();
+        let entries = self.entries();
+        let leased = keys.only(|i| entries[i].lease.is_some());
+        let rated = keys.only(|i| entries[i].lease.is_none());
+
+        // A lease admitted by the failure policy has no ticket: nothing to
+        // hold, but its decision still goes into the answer.
+        let (mut lease, mut lease_verdict) = (None, None);
+        if !leased.is_empty() {
+            match limiter.acquire_all(&self.checks(&leased)).await {
+                Err(refused) => return Admission::bare(refusal(&refused)),
+                Ok(taken) if !taken.verdict.multi.allowed => {
+                    let rules = self.rules_of(all, &leased);
+                    return Admission::bare(answer(&rules, taken.verdict, options));
+                }
+                Ok(taken) => {
+                    lease = taken.ticket;
+                    lease_verdict = Some(taken.verdict);
+                }
+            }
+        }
+
+        let pairs: Vec<Pair> = rated
+            .iter()
+            .map(|(i, key)| Pair {
+                rule: entries[i].name.clone(),
+                key: key.to_vec(),
+                cost: entries[i].cost.clone(),
+            })
+            .collect();
+        let reserving = pairs.iter().any(|p| p.cost.is_some());
+        let mut reservation = None;
+        let rate = if rated.is_empty() {
+            None
+        } else if reserving {
+            let checks: Vec<Check<'_>> = pairs
+                .iter()
+                .map(|p| Check::new(&p.rule, &p.key).cost(p.estimate()))
+                .collect();
+            Some(limiter.reserve_all(&checks, ttl).await.map(|r| {
+                reservation = r.ticket;
+                r.verdict
+            }))
+        } else {
+            Some(limiter.check_all_as(&self.checks(&rated), policy).await)
+        };
+        let rate = match rate {
+            None => None,
+            Some(Err(refused)) => {
+                give_back(limiter, lease.as_ref()).await;
+                return Admission::bare(refusal(&refused));
+            }
+            Some(Ok(verdict)) => {
+                let rules = self.rules_of(all, &rated);
+                match answer(&rules, verdict.clone(), options) {
+                    refused @ HttpVerdict::Respond { .. } => {
+                        give_back(limiter, lease.as_ref()).await;
+                        return Admission::bare(refused);
+                    }
+                    HttpVerdict::Admit { .. } => Some(verdict),
+                }
+            }
+        };
+
+        // Nothing recorded to settle when the failure policy let the
+        // reservation through: under `allow` the usage is charged at the
+        // end instead (the store may be back), so none is lost.
+        let charge_at_end = reserving
+            && reservation.is_none()
+            && rate
+                .as_ref()
+                .is_some_and(|v| v.degraded == Some(OnError::Allow));
+        let verdict = merge(keys, &leased, lease_verdict, rate);
+        let verdict = answer(&self.rules_of(all, keys), verdict, options);
+        let renew_every = leased
+            .iter()
+            .filter_map(|(i, _)| entries[i].lease)
+            .min()
+            .map(|lease| lease / 2);
+        let plan = Plan {
+            pairs,
+            reservation,
+            charge_at_end,
+            lease,
+            renew_every,
+        };
+        Admission {
+            verdict,
+            hold: Hold::start(limiter, plan),
+        }
+    }
+}
+
+/// Releases the leases a later denial made pointless; a release the store
+/// refuses leaves the slots held until the lease ends (counted by the
+/// limiter).
+async fn give_back<S: Store>(limiter: &ResilientLimiter<S>, lease: Option<&Ticket>) {
+    if let Some(ticket) = lease {
+        let _ = limiter.release(ticket, false).await;
+    }
+}
+
+/// The admitted answers of the leased and the other rules as one, each
+/// decision in `keys`' order; degraded when either was (an `allow` one
+/// first: nothing was decided there).
+fn merge(keys: &Keys, leased: &Keys, lease: Option<Verdict>, rate: Option<Verdict>) -> Verdict {
+    let degraded = match (
+        lease.as_ref().and_then(|v| v.degraded),
+        rate.as_ref().and_then(|v| v.degraded),
+    ) {
+        (Some(OnError::Allow), _) | (_, Some(OnError::Allow)) => Some(OnError::Allow),
+        (a, b) => a.or(b),
+    };
+    let mut from_lease = lease
+        .map(|v| v.multi.decisions)
+        .unwrap_or_default()
+        .into_iter();
+    let mut from_rate = rate
+        .map(|v| v.multi.decisions)
+        .unwrap_or_default()
+        .into_iter();
+    let leased: Vec<usize> = leased.iter().map(|(i, _)| i).collect();
+    let decisions: Vec<Decision> = keys
+        .iter()
+        .filter_map(|(i, _)| {
+            if leased.contains(&i) {
+                from_lease.next()
+            } else {
+                from_rate.next()
+            }
+        })
+        .collect();
+    Verdict {
+        multi: MultiDecision::from_decisions(decisions),
+        degraded,
+    }
+}
