@@ -68,7 +68,7 @@ impl Core {
                 index.retain(|_, l| l.1 > t);
             }
             if !held.is_empty() {
-                index.insert(ticket.nonce, (held, ends));
+                index.insert(ticket.nonce, (held, ends, self.named(ticket)));
             }
             decided
         } else {
@@ -98,10 +98,10 @@ impl Core {
         when: When<'_>,
     ) -> Released {
         let mut index = self.leases.leases.lock();
-        let Some((fps, _)) = index.get(&ticket.nonce).cloned() else {
+        let Some((fps, _, named)) = index.get(&ticket.nonce).cloned() else {
             return Released::Unknown;
         };
-        if fps.len() != rules.len() {
+        if fps.len() != rules.len() || named != self.named(ticket) {
             return Released::Unknown;
         }
         let mut guards = self.lock_all(fps.iter().copied());
@@ -144,7 +144,7 @@ impl Core {
             })
             .collect();
         if renew {
-            index.insert(ticket.nonce, (fps, ends));
+            index.insert(ticket.nonce, (fps, ends, named));
         } else {
             index.remove(&ticket.nonce);
         }

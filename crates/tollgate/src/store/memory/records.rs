@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
+use super::check::Core;
 use super::fingerprint::Fp;
+use crate::ticket::Ticket;
 use crate::time::Micros;
 
 /// The records of open and recently closed reservations.
@@ -18,6 +20,10 @@ pub(super) struct Reservations {
 /// One reservation.
 #[derive(Debug)]
 pub(super) struct Record {
+    /// The ticket's pairs as it names them ([`Core::named`]): a settle
+    /// must name the same, so an id rewritten to another rule finds
+    /// nothing.
+    pub(super) named: Vec<Fp>,
     /// Each pair's key and estimate, in the ticket's order.
     pub(super) pairs: Vec<(Fp, u64)>,
     /// When it was made: the check it is, and the window it counted in.
@@ -30,14 +36,29 @@ pub(super) struct Record {
     pub(super) closed: bool,
 }
 
+impl Core {
+    /// A ticket's pairs as its text names them (rule, and key name), each
+    /// fingerprinted: the nonce alone does not say which rules a record
+    /// belongs to, and the rules a ticket names decide how its keys are
+    /// read (docs/http-api.md, "Usage and in-flight limits").
+    pub(super) fn named(&self, ticket: &Ticket) -> Vec<Fp> {
+        ticket
+            .pairs
+            .iter()
+            .map(|p| self.sip.fingerprint(p.rule.as_bytes(), &p.key))
+            .collect()
+    }
+}
+
 impl Reservations {
     pub(super) fn len(&self) -> usize {
         self.records.lock().len()
     }
 }
 
-/// The keys a lease holds slots of, and when it ends.
-pub(super) type Held = (Vec<Fp>, Micros);
+/// The keys a lease holds slots of, when it ends, and its ticket's pairs
+/// as it names them ([`Core::named`]).
+pub(super) type Held = (Vec<Fp>, Micros, Vec<Fp>);
 
 /// Lease id → what it holds.
 #[derive(Debug, Default)]

@@ -28,6 +28,7 @@ impl Core {
         let multi = self.check_all(checks, When::At(t));
         if multi.allowed {
             let record = Record {
+                named: self.named(ticket),
                 pairs: checks
                     .iter()
                     .map(|c| (self.fingerprint(c.rule, c.key), c.cost))
@@ -59,10 +60,9 @@ impl Core {
         // finds it closed.
         let mut records = self.reservations.records.lock();
         let t = when.now();
-        let Some(record) = records
-            .get_mut(&ticket.nonce)
-            .filter(|r| r.forget > t && r.pairs.len() == pairs.len())
-        else {
+        let Some(record) = records.get_mut(&ticket.nonce).filter(|r| {
+            r.forget > t && r.pairs.len() == pairs.len() && r.named == self.named(ticket)
+        }) else {
             return Settled::Unknown;
         };
         if record.closed {
