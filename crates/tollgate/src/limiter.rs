@@ -204,15 +204,24 @@ pub struct Ticketed {
     pub ticket: Option<Ticket>,
 }
 
-/// The ticket of a reservation of `checks`: every pair, in order.
-pub(crate) fn reservation_ticket(checks: &[Check<'_>]) -> Ticket {
-    Ticket::new(
-        TicketKind::Reservation,
-        checks
-            .iter()
-            .map(|c| TicketPair::new(c.rule, c.key))
-            .collect(),
-    )
+/// The ticket of a reservation of `checks`: every pair, in order, each
+/// (rule, key) at most once: a store keeps one record per pair beside its
+/// key (on Redis, one record key per pair and ticket), so a pair named
+/// twice would share one record, and its settle would count it twice.
+pub(crate) fn reservation_ticket(checks: &[Check<'_>]) -> Result<Ticket, Error> {
+    let mut pairs: Vec<TicketPair> = Vec::with_capacity(checks.len());
+    for c in checks {
+        let pair = TicketPair::new(c.rule, c.key);
+        if pairs.contains(&pair) {
+            return Err(Error::Mismatch(format!(
+                "rule {:?} and one key are named twice in one reservation: name them once, \
+                 with the estimates added",
+                c.rule
+            )));
+        }
+        pairs.push(pair);
+    }
+    Ok(Ticket::new(TicketKind::Reservation, pairs))
 }
 
 /// The ticket of an acquire: its pairs that take slots (cost 0 peeks),
@@ -436,8 +445,9 @@ impl<S: Store> Limiter<S> {
     /// then settle"). `at` as for [`Limiter::check_all_at`].
     ///
     /// # Errors
-    /// No pairs, an unknown rule, a key too long, a `ttl` outside 1 ms ..=
-    /// [`MAX_RESERVATION_TTL`], a time past [`MAX_TIME`], the store failed.
+    /// No pairs, an unknown rule, a key too long, a (rule, key) named twice,
+    /// a `ttl` outside 1 ms ..= [`MAX_RESERVATION_TTL`], a time past
+    /// [`MAX_TIME`], the store failed.
     pub async fn reserve_all_at(
         &self,
         checks: &[Check<'_>],
@@ -447,7 +457,7 @@ impl<S: Store> Limiter<S> {
         check_time(at)?;
         let ttl = reservation_ttl(ttl)?;
         let resolved = self.resolve_all(checks, Op::Reserve)?;
-        let ticket = reservation_ticket(checks);
+        let ticket = reservation_ticket(checks)?;
         let multi = self
             .store
             .reserve_all(resolved.pairs(), &ticket, ttl, at)

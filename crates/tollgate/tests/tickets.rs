@@ -98,3 +98,39 @@ async fn redis_refuses_a_ticket_with_another_rule() {
     let limiter = Limiter::new(store, rules()).expect("limiter");
     rewritten_tickets_find_nothing(&limiter).await;
 }
+
+/// A reservation naming one (rule, key) twice is refused, consuming
+/// nothing: on Redis both pairs shared one record, so the reserve took one
+/// estimate and the settle counted the pair twice.
+async fn a_pair_named_twice_is_refused<S: Store>(limiter: &Limiter<S>) {
+    let twice = [
+        Check::new("tb", "d").cost(10),
+        Check::new("tb", "d").cost(10),
+    ];
+    let got = limiter
+        .reserve_all_at(&twice, Duration::from_secs(60), Some(T0))
+        .await;
+    assert!(
+        matches!(&got, Err(tollgate::Error::Mismatch(m)) if m.contains("named twice")),
+        "{got:?}"
+    );
+    let tb = limiter.check_at("tb", "d", 0, Some(T0 + 1)).await.unwrap();
+    assert_eq!(tb.remaining, 100, "nothing reserved: {tb:?}");
+}
+
+#[tokio::test]
+async fn memory_refuses_a_reservation_naming_a_pair_twice() {
+    let store = MemoryStore::builder().clock(FakeClock::new()).build();
+    let limiter = Limiter::new(store, rules()).expect("limiter");
+    a_pair_named_twice_is_refused(&limiter).await;
+}
+
+#[tokio::test]
+async fn redis_refuses_a_reservation_naming_a_pair_twice() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), RedisOptions::default())
+        .await
+        .expect("connect to the test redis-server");
+    let limiter = Limiter::new(store, rules()).expect("limiter");
+    a_pair_named_twice_is_refused(&limiter).await;
+}

@@ -28,7 +28,7 @@ impl<S: Store> ResilientLimiter<S> {
     ///
     /// # Errors
     /// As [`ResilientLimiter::check_all`], and [`Refusal::Invalid`] for a
-    /// `ttl` out of range.
+    /// `ttl` out of range or a (rule, key) named twice.
     pub async fn reserve_all(
         &self,
         checks: &[Check<'_>],
@@ -41,8 +41,8 @@ impl<S: Store> ResilientLimiter<S> {
             .resolve_all(checks, Op::Reserve)
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
+        let ticket = reservation_ticket(checks).map_err(Refusal::Invalid)?;
         self.start_heartbeat();
-        let ticket = reservation_ticket(checks);
         let inner = &self.inner;
         let store = inner.limiter.store();
         match inner
