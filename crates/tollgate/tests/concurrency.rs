@@ -287,3 +287,51 @@ fn racing_checks_of_one_key_take_effect_in_the_order_of_their_times() {
         );
     }
 }
+
+/// Acquires and releases of one `concurrency` key racing on many threads
+/// all finish, and leave no slot held: an acquire held the key's shard
+/// and then took the lease index, a release the index and then the shard,
+/// so two of them could wait on each other forever (every runtime thread
+/// of a server stuck, `/healthz` too).
+#[test]
+fn racing_acquires_and_releases_never_deadlock() {
+    use std::sync::Arc;
+    use std::sync::mpsc;
+    use tollgate::store::{Released, Store};
+    use tollgate::ticket::{Ticket, TicketKind, TicketPair};
+
+    let store = Arc::new(MemoryStore::new());
+    let cc = Arc::new(rule("cc", Algorithm::Concurrency, THREADS as u64));
+    let (done, finished) = mpsc::channel();
+    for _ in 0..THREADS {
+        let (store, cc, done) = (Arc::clone(&store), Arc::clone(&cc), done.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a runtime");
+            let mut released = 0u64;
+            for _ in 0..2_000 {
+                let ticket = Ticket::new(TicketKind::Lease, vec![TicketPair::new("cc", b"k")]);
+                let check = KeyCheck {
+                    rule: &cc,
+                    key: b"k",
+                    cost: 1,
+                };
+                let got = rt.block_on(Store::acquire_all(&*store, &[check], &ticket, None));
+                assert!(got.expect("memory never fails").allowed, "a slot each");
+                let back = rt.block_on(Store::release(&*store, &ticket, &[&*cc], false, None));
+                released += u64::from(matches!(back, Ok(Released::Done(_))));
+            }
+            let _ = done.send(released);
+        });
+    }
+    let mut released = 0;
+    for _ in 0..THREADS {
+        released += finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("acquire and release deadlocked");
+    }
+    assert_eq!(released, 2_000 * THREADS as u64);
+    let peek = store.check_sync(&cc, b"k", 0, None);
+    assert_eq!(peek.remaining, THREADS as u64, "no slot left held");
+}

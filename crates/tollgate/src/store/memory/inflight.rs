@@ -97,14 +97,17 @@ impl Core {
         renew: bool,
         when: When<'_>,
     ) -> Released {
-        let mut index = self.leases.leases.lock();
-        let Some((fps, _, named)) = index.get(&ticket.nonce).cloned() else {
+        // The index is read, let go, and taken again under the shards: the
+        // order every caller takes them in is shards, then index (as an
+        // acquire does), or two could wait on each other forever.
+        let Some((fps, _, named)) = self.leases.leases.lock().get(&ticket.nonce).cloned() else {
             return Released::Unknown;
         };
         if fps.len() != rules.len() || named != self.named(ticket) {
             return Released::Unknown;
         }
         let mut guards = self.lock_all(fps.iter().copied());
+        let mut index = self.leases.leases.lock();
         let t = when.now();
         let live = |table: &Table, fp: Fp| {
             table
