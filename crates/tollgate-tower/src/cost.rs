@@ -48,8 +48,12 @@ impl UsageSource {
                 Reading::Absent
             };
         };
-        match value.to_str().map(str::trim).map(str::parse::<u64>) {
-            Ok(Ok(n)) => Reading::Found(n),
+        // Digits only: `str::parse` also takes a leading `+`, which no
+        // usage field writes and the HTTP API's JSON refuses.
+        match value.to_str().map(str::trim) {
+            Ok(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => {
+                s.parse().map_or(Reading::Garbage, Reading::Found)
+            }
             _ => Reading::Garbage,
         }
     }
@@ -144,6 +148,7 @@ mod tests {
         assert_eq!(source.read(&fields(&[])), Reading::Absent);
         for bad in [
             &["-5"][..],
+            &["+5"],
             &["1.5"],
             &["lots"],
             &[""],
