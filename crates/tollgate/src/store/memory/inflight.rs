@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use super::check::{Core, When};
 use super::fingerprint::Fp;
+use super::records::make_room;
 use super::table::{Slot, Table};
 use crate::algorithm::{KeyState, Leases};
 use crate::decision::{Decision, MultiDecision};
@@ -65,7 +66,7 @@ impl Core {
                 t.saturating_add(pairs.iter().map(|p| p.1.period_micros()).max().unwrap_or(0));
             let mut index = self.leases.leases.lock();
             if index.len() >= self.capacity() {
-                index.retain(|_, l| l.1 > t);
+                make_room(&mut index, t, |l| l.1);
             }
             if !held.is_empty() {
                 index.insert(ticket.nonce, (held, ends, self.named(ticket)));
@@ -152,5 +153,50 @@ impl Core {
             index.remove(&ticket.nonce);
         }
         Released::Done(decisions)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::store::KeyCheck;
+    use crate::ticket::{Ticket, TicketKind, TicketPair};
+    use crate::{Algorithm, FakeClock, MemoryStore, RuleSpec};
+
+    /// The lease index stays within the store's capacity however many
+    /// leases are live (docs/memory-store.md: past it, ended leases go
+    /// first, then those that end soonest): acquires on ever new keys
+    /// whose slots eviction already forgot must not grow it for a whole
+    /// lease.
+    #[test]
+    fn the_lease_index_is_bounded_while_leases_live() {
+        let store = MemoryStore::builder()
+            .clock(FakeClock::new())
+            .max_keys(64)
+            .build();
+        let rule = RuleSpec::new("cc", Algorithm::Concurrency, 1, Duration::from_secs(3600))
+            .build()
+            .expect("valid rule");
+        let cap = store.capacity();
+        for i in 0..(20 * cap) {
+            let key = format!("k{i}");
+            let ticket = Ticket::new(
+                TicketKind::Lease,
+                vec![TicketPair::new("cc", key.as_bytes())],
+            );
+            let check = KeyCheck {
+                rule: &rule,
+                key: key.as_bytes(),
+                cost: 1,
+            };
+            let t = u64::try_from(i).expect("small");
+            let d = store
+                .core
+                .acquire_all(&[check], &ticket, super::When::At(t));
+            assert!(d.allowed, "a fresh key has its slot");
+        }
+        let held = store.core.leases.leases.lock().len();
+        assert!(held <= cap, "{held} leases indexed, capacity {cap}");
     }
 }

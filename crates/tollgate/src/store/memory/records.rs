@@ -6,9 +6,7 @@ use std::collections::HashMap;
 
 use parking_lot::Mutex;
 
-use super::check::Core;
 use super::fingerprint::Fp;
-use crate::ticket::Ticket;
 use crate::time::Micros;
 
 /// The records of open and recently closed reservations.
@@ -20,7 +18,7 @@ pub(super) struct Reservations {
 /// One reservation.
 #[derive(Debug)]
 pub(super) struct Record {
-    /// The ticket's pairs as it names them ([`Core::named`]): a settle
+    /// The ticket's pairs as it names them (`Core::named`, in `reserve.rs`): a settle
     /// must name the same, so an id rewritten to another rule finds
     /// nothing.
     pub(super) named: Vec<Fp>,
@@ -36,20 +34,6 @@ pub(super) struct Record {
     pub(super) closed: bool,
 }
 
-impl Core {
-    /// A ticket's pairs as its text names them (rule, and key name), each
-    /// fingerprinted: the nonce alone does not say which rules a record
-    /// belongs to, and the rules a ticket names decide how its keys are
-    /// read (docs/http-api.md, "Usage and in-flight limits").
-    pub(super) fn named(&self, ticket: &Ticket) -> Vec<Fp> {
-        ticket
-            .pairs
-            .iter()
-            .map(|p| self.sip.fingerprint(p.rule.as_bytes(), &p.key))
-            .collect()
-    }
-}
-
 impl Reservations {
     pub(super) fn len(&self) -> usize {
         self.records.lock().len()
@@ -57,11 +41,33 @@ impl Reservations {
 }
 
 /// The keys a lease holds slots of, when it ends, and its ticket's pairs
-/// as it names them ([`Core::named`]).
+/// as it names them (`Core::named`, in `reserve.rs`).
 pub(super) type Held = (Vec<Fp>, Micros, Vec<Fp>);
 
 /// Lease id → what it holds.
 #[derive(Debug, Default)]
 pub(super) struct LeaseIndex {
     pub(super) leases: Mutex<HashMap<[u8; 16], Held>>,
+}
+
+/// Drops the entries past their end (`end`: a record's memory, a lease's
+/// end); if fewer than an eighth of them go, also the ones that end
+/// soonest, down to seven eighths: the records and the lease index stay
+/// within the store's capacity, live or not.
+pub(super) fn make_room<V>(
+    entries: &mut HashMap<[u8; 16], V>,
+    t: Micros,
+    end: impl Fn(&V) -> Micros,
+) {
+    let before = entries.len();
+    entries.retain(|_, v| end(v) > t);
+    let low = before - before / 8;
+    if entries.len() > low {
+        let mut by_end: Vec<([u8; 16], Micros)> =
+            entries.iter().map(|(k, v)| (*k, end(v))).collect();
+        by_end.sort_unstable_by_key(|e| e.1);
+        for (k, _) in by_end.into_iter().take(entries.len() - low) {
+            entries.remove(&k);
+        }
+    }
 }

@@ -4,10 +4,9 @@
 //! the store's key capacity, records past their memory go first, then the
 //! oldest (a settle of a forgotten reservation is told it is unknown).
 
-use std::collections::HashMap;
-
 use super::check::{Core, When};
-use super::records::Record;
+use super::fingerprint::Fp;
+use super::records::{Record, make_room};
 use crate::algorithm::Charged;
 use crate::decision::MultiDecision;
 use crate::store::{KeyCheck, SettlePair, Settled};
@@ -42,7 +41,7 @@ impl Core {
             };
             let mut records = self.reservations.records.lock();
             if records.len() >= self.capacity() {
-                make_room(&mut records, t);
+                make_room(&mut records, t, |r| r.forget);
             }
             records.insert(ticket.nonce, record);
         }
@@ -95,18 +94,16 @@ impl Core {
     }
 }
 
-/// Drops the records past their memory; if fewer than an eighth of them
-/// go, also the ones forgotten soonest, down to seven eighths.
-fn make_room(records: &mut HashMap<[u8; 16], Record>, t: Micros) {
-    let before = records.len();
-    records.retain(|_, r| r.forget > t);
-    let low = before - before / 8;
-    if records.len() > low {
-        let mut by_forget: Vec<([u8; 16], Micros)> =
-            records.iter().map(|(k, r)| (*k, r.forget)).collect();
-        by_forget.sort_unstable_by_key(|e| e.1);
-        for (k, _) in by_forget.into_iter().take(records.len() - low) {
-            records.remove(&k);
-        }
+impl Core {
+    /// A ticket's pairs as its text names them (rule, and key name), each
+    /// fingerprinted: the nonce alone does not say which rules a record
+    /// belongs to, and the rules a ticket names decide how its keys are
+    /// read (docs/http-api.md, "Usage and in-flight limits").
+    pub(super) fn named(&self, ticket: &Ticket) -> Vec<Fp> {
+        ticket
+            .pairs
+            .iter()
+            .map(|p| self.sip.fingerprint(p.rule.as_bytes(), &p.key))
+            .collect()
     }
 }
