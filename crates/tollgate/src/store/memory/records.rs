@@ -21,7 +21,7 @@ pub(super) struct Record {
     /// The ticket's pairs as it names them (`Core::named`, in `reserve.rs`): a settle
     /// must name the same, so an id rewritten to another rule finds
     /// nothing.
-    pub(super) named: Vec<Fp>,
+    pub(super) named: Fp,
     /// Each pair's key and estimate, in the ticket's order.
     pub(super) pairs: Vec<(Fp, u64)>,
     /// When it was made: the check it is, and the window it counted in.
@@ -42,7 +42,7 @@ impl Reservations {
 
 /// The keys a lease holds slots of, when it ends, and its ticket's pairs
 /// as it names them (`Core::named`, in `reserve.rs`).
-pub(super) type Held = (Vec<Fp>, Micros, Vec<Fp>);
+pub(super) type Held = (Vec<Fp>, Micros, Fp);
 
 /// Lease id → what it holds.
 #[derive(Debug, Default)]
