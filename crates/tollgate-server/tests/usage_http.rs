@@ -655,3 +655,73 @@ fn operations_on_the_wrong_kind_of_rule_are_refused() {
         "nothing held"
     );
 }
+
+/// The value of metric line `series` (its full name and labels).
+fn metric(s: &Tollgate, series: &str) -> Option<f64> {
+    get(s.api(), "/metrics")
+        .text()
+        .lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// A settle's usage above its estimate is a charge: its recorded units,
+/// the units clamped at the debt cap and the debt it leaves are counted
+/// as a charge's are (docs/http-api.md, Metrics), never silently.
+fn settle_excess_is_counted_as_a_charge(s: &Tollgate) {
+    use serde_json::json;
+    let r = post(
+        s,
+        "/v1/reserve",
+        &json!({"rule": "rpm", "key": "s", "cost": 4}),
+    );
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    let r = post(
+        s,
+        "/v1/settle",
+        &json!({"reservation": id, "cost": u64::MAX}),
+    );
+    assert_eq!((r.status, r.json()["debt"].clone()), (200, 1000.into()));
+    // 4 counted by the reserve, 1006 more recorded (a window of 10 and a
+    // debt of 1000), the rest clamped.
+    assert_eq!(
+        metric(s, "tollgate_charge_units_total{rule=\"rpm\"}"),
+        Some(1006.0)
+    );
+    #[allow(clippy::cast_precision_loss)]
+    let want = (u64::MAX - 1010) as f64;
+    let clamped = metric(s, "tollgate_charge_clamped_units_total{rule=\"rpm\"}");
+    assert!(
+        clamped.is_some_and(|v| (v - want).abs() <= want * 1e-12),
+        "{clamped:?}"
+    );
+    assert_eq!(
+        metric(s, "tollgate_charges_in_debt_total{rule=\"rpm\"}"),
+        Some(1.0)
+    );
+    // Below the estimate nothing is charged.
+    let r = post(
+        s,
+        "/v1/reserve",
+        &json!({"rule": "tpm", "key": "s", "cost": 9}),
+    );
+    let id = r.json()["reservation"].as_str().expect("an id").to_owned();
+    let r = post(s, "/v1/settle", &json!({"reservation": id, "cost": 3}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let tpm = metric(s, "tollgate_charge_units_total{rule=\"tpm\"}");
+    assert_eq!(tpm.unwrap_or(0.0), 0.0);
+}
+
+#[test]
+fn settle_excess_is_counted_as_a_charge_on_the_memory_store() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    settle_excess_is_counted_as_a_charge(&s);
+}
+
+#[test]
+fn settle_excess_is_counted_as_a_charge_on_redis() {
+    let redis = RedisServer::start();
+    let config = format!("[store]\nurl = \"{}\"\n{RULES}", redis.url());
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    settle_excess_is_counted_as_a_charge(&s);
+}

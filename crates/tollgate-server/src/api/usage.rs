@@ -118,7 +118,7 @@ impl Api {
                 StatusCode::CONFLICT,
                 "the reservation was settled or cancelled before; nothing changed",
             ),
-            Ok(Settled::Done { late, charged }) => {
+            Ok(Settled::Done { late, charged, .. }) => {
                 let named = ticket_pairs(&ticket);
                 self.charged(&named, &charged, None, &[Tail::Bool("late", late)])
             }

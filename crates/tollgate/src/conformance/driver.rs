@@ -350,6 +350,7 @@ impl<S: Store> Driver<'_, S> {
             Some(r) => {
                 r.closed = true;
                 let late = t > r.due;
+                let estimates = r.pairs.iter().map(|p| p.2).collect();
                 let mut charged = Vec::new();
                 for (i, (rule, key, estimate)) in r.pairs.iter().enumerate() {
                     let state = self
@@ -370,7 +371,11 @@ impl<S: Store> Driver<'_, S> {
                         }
                     });
                 }
-                Settled::Done { late, charged }
+                Settled::Done {
+                    late,
+                    charged,
+                    estimates,
+                }
             }
         };
         let rules: Vec<Rule> = ticket

@@ -8,8 +8,9 @@
 use std::time::Duration;
 
 use super::{OnError, Refusal, ResilientLimiter, Verdict, metric};
+use crate::algorithm::Charged;
 use crate::limiter::{Check, Op, reservation_ticket, reservation_ttl};
-use crate::store::{Settled, Store};
+use crate::store::{SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 
 /// What a reservation answered.
@@ -105,6 +106,12 @@ impl<S: Store> ResilientLimiter<S> {
                 for p in &pairs {
                     count(p.rule.name(), outcome);
                 }
+                if let Settled::Done {
+                    charged, estimates, ..
+                } = &settled
+                {
+                    self.count_settled(&pairs, charged, estimates);
+                }
                 Ok(settled)
             }
             Err(e) => {
@@ -120,6 +127,31 @@ impl<S: Store> ResilientLimiter<S> {
                 }
                 Err(Refusal::Unavailable(e))
             }
+        }
+    }
+}
+
+impl<S: Store> ResilientLimiter<S> {
+    /// A settle's usage above its estimate is a charge: its units recorded
+    /// and clamped, and the debt it left, counted as a charge's are
+    /// (docs/http-api.md, "Metrics"). A settle at or below its estimate,
+    /// or a cancel, charges nothing and is not counted.
+    fn count_settled(&self, pairs: &[SettlePair<'_>], charged: &[Charged], estimates: &[u64]) {
+        for ((p, c), &e) in pairs.iter().zip(charged).zip(estimates) {
+            let Some(i) = self.inner.limiter.rule_index(p.rule.name()) else {
+                continue;
+            };
+            let asked = p.actual.map_or(0, |a| a.saturating_sub(e));
+            if asked == 0 {
+                continue;
+            }
+            self.inner.meters.charge(
+                i,
+                p.rule.name(),
+                asked.saturating_sub(c.clamped),
+                c.clamped,
+                c.debt,
+            );
         }
     }
 }

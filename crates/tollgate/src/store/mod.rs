@@ -52,6 +52,9 @@ pub enum Settled {
         late: bool,
         /// Each pair's state after, as a charge answers it.
         charged: Vec<Charged>,
+        /// Each pair's estimate, as reserved: what the usage above it
+        /// (charged, `clamped` included) is measured from.
+        estimates: Vec<u64>,
     },
 }
 

@@ -90,7 +90,12 @@ impl Core {
                 }
             })
             .collect();
-        Settled::Done { late, charged }
+        let estimates = record.pairs.iter().map(|p| p.1).collect();
+        Settled::Done {
+            late,
+            charged,
+            estimates,
+        }
     }
 }
 

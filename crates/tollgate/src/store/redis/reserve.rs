@@ -156,6 +156,7 @@ impl RedisStore {
         let actual: Vec<Option<u64>> = settle.iter().map(|s| s.actual).collect();
         let groups = self.slot_groups(&pairs);
         let mut charged: Vec<Option<Charged>> = vec![None; pairs.len()];
+        let mut estimates = vec![0; pairs.len()];
         let mut late = false;
         for (n, g) in groups.iter().enumerate() {
             let sub = |v: &[Vec<u8>]| g.iter().map(|&i| v[i].clone()).collect::<Vec<_>>();
@@ -168,10 +169,12 @@ impl RedisStore {
                 Settled::Done {
                     late: l,
                     charged: cs,
+                    estimates: es,
                 } => {
                     late |= l;
-                    for (&i, c) in g.iter().zip(cs) {
+                    for ((&i, c), e) in g.iter().zip(cs).zip(es) {
                         charged[i] = Some(c);
+                        estimates[i] = e;
                     }
                 }
                 // The first slot tells; a later one finding its records
@@ -187,6 +190,7 @@ impl RedisStore {
                 .into_iter()
                 .map(|c| c.ok_or_else(|| protocol("a pair was left unsettled")))
                 .collect::<Result<Vec<_>, _>>()?,
+            estimates,
         })
     }
 
@@ -211,6 +215,13 @@ impl RedisStore {
             [_, 1, _] => Ok(Settled::Unknown),
             [_, 2, _] => Ok(Settled::Finished),
             [t, 0, late, rest @ ..] if *t >= 0 && rest.len() == 7 * pairs.len() => {
+                let estimates = rest
+                    .chunks_exact(7)
+                    .map(|r| {
+                        u64::try_from(r[6])
+                            .map_err(|_| protocol(format!("negative estimate {}", r[6])))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()?;
                 let charged = rest
                     .chunks_exact(7)
                     .zip(pairs.iter().zip(actual))
@@ -231,6 +242,7 @@ impl RedisStore {
                 Ok(Settled::Done {
                     late: *late == 1,
                     charged,
+                    estimates,
                 })
             }
             other => Err(protocol(format!("the settle script replied {other:?}"))),
