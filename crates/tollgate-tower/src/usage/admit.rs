@@ -8,7 +8,10 @@
 //! settled at 1, so they stay all-or-nothing with it), else the ordinary
 //! check. When that second call denies (or the store refuses it), the
 //! leases just taken are released before the answer goes out: a release
-//! gives a slot back exactly, where a check cannot be undone.
+//! gives a slot back exactly, where a check cannot be undone. A lease
+//! taken for an admission dropped before its answer (the client went away,
+//! an outer timeout gave up while the second call ran) is released too, on
+//! a task ([`Taken`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -77,7 +80,11 @@ impl RuleKeys {
 
         // A lease admitted by the failure policy has no ticket: nothing to
         // hold, but its decision still goes into the answer.
-        let (mut lease, mut lease_verdict) = (None, None);
+        let mut lease = Taken {
+            limiter: Arc::clone(limiter),
+            ticket: None,
+        };
+        let mut lease_verdict = None;
         if !leased.is_empty() {
             match limiter.acquire_all(&self.checks(&leased)).await {
                 Err(refused) => return Admission::bare(refusal(&refused)),
@@ -86,7 +93,7 @@ impl RuleKeys {
                     return Admission::bare(answer(&rules, taken.verdict, options));
                 }
                 Ok(taken) => {
-                    lease = taken.ticket;
+                    lease.ticket = taken.ticket;
                     lease_verdict = Some(taken.verdict);
                 }
             }
@@ -119,14 +126,14 @@ impl RuleKeys {
         let rate = match rate {
             None => None,
             Some(Err(refused)) => {
-                give_back(limiter, lease.as_ref()).await;
+                lease.give_back().await;
                 return Admission::bare(refusal(&refused));
             }
             Some(Ok(verdict)) => {
                 let rules = self.rules_of(all, &rated);
                 match answer(&rules, verdict.clone(), options) {
                     refused @ HttpVerdict::Respond { .. } => {
-                        give_back(limiter, lease.as_ref()).await;
+                        lease.give_back().await;
                         return Admission::bare(refused);
                     }
                     HttpVerdict::Admit { .. } => Some(verdict),
@@ -153,7 +160,7 @@ impl RuleKeys {
             pairs,
             reservation,
             charge_at_end,
-            lease,
+            lease: lease.ticket.take(),
             renew_every,
         };
         Admission {
@@ -163,12 +170,41 @@ impl RuleKeys {
     }
 }
 
-/// Releases the leases a later denial made pointless; a release the store
-/// refuses leaves the slots held until the lease ends (counted by the
-/// limiter).
-async fn give_back<S: Store>(limiter: &ResilientLimiter<S>, lease: Option<&Ticket>) {
-    if let Some(ticket) = lease {
-        let _ = limiter.release(ticket, false).await;
+/// The lease an admission took, until it is handed to the [`Hold`]:
+/// released by [`Taken::give_back`] when a later rule denies, and on a
+/// task when the admission is dropped half-way (nothing in a drop waits on
+/// the store). A release the store refuses leaves the slots held until the
+/// lease ends (counted by the limiter).
+struct Taken<S: Store> {
+    limiter: Arc<ResilientLimiter<S>>,
+    ticket: Option<Ticket>,
+}
+
+impl<S: Store> Taken<S> {
+    /// Releases the lease before a denial goes out. Dropped while it runs,
+    /// the ticket is still held, and the drop releases it again: at worst
+    /// a second release, told the lease is unknown.
+    async fn give_back(&mut self) {
+        if let Some(ticket) = &self.ticket {
+            let _ = self.limiter.release(ticket, false).await;
+        }
+        self.ticket = None;
+    }
+}
+
+impl<S: Store> Drop for Taken<S> {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        // An admission runs on a runtime; without one there is nothing to
+        // run the release on, and the lease ends by itself.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let limiter = Arc::clone(&self.limiter);
+            runtime.spawn(async move {
+                let _ = limiter.release(&ticket, false).await;
+            });
+        }
     }
 }
 
