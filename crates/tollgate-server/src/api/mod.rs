@@ -164,6 +164,8 @@ impl Api {
             #[allow(clippy::cast_precision_loss)] // a key count far below 2^52
             ::metrics::gauge!(crate::metrics::MEMORY_KEYS).set(keys as f64);
         }
+        // reservations and leases whose time ran out: expired, off the gauges
+        self.gate.limiter().sweep_open();
         self.metrics.run_upkeep();
         let mut res = Response::new(Full::new(Bytes::from(self.metrics.render())));
         res.headers_mut().insert(

@@ -243,7 +243,10 @@ proptest! {
                 }
             }
         }
-        let all = algorithm::refund(&rule, &mut state, t, rule.capacity() + rule.max_debt() + extra);
+        // The most any state holds: the sliding window's two counts, each up to
+        // capacity + max_debt.
+        let most = 2 * (rule.capacity() + rule.max_debt());
+        let all = algorithm::refund(&rule, &mut state, t, most + extra);
         prop_assert_eq!(all.debt, 0);
         prop_assert_eq!(all.clamped, 0);
         for probe in [0, 1, rule.capacity(), rule.capacity() + 1] {
