@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use tollgate::MultiDecision;
+use tollgate::{Check, MultiDecision};
 use tollgate::algorithm::Charged;
 use tollgate::resilient::Verdict;
 use tollgate::store::{Released, Settled};
@@ -43,7 +43,15 @@ impl Api {
             Ok(p) => p,
             Err(res) => return *res,
         };
-        match self.gate.charge_all(&checks_of(&parsed)).await {
+        // One pair (the usual charge): its check on the stack, as a
+        // check's is.
+        let result = if let [pair] = parsed.pairs.as_slice() {
+            let one = Check::new(&pair.rule, pair.key.as_bytes()).cost(pair.cost);
+            self.gate.charge_all(std::slice::from_ref(&one)).await
+        } else {
+            self.gate.charge_all(&checks_of(&parsed)).await
+        };
+        match result {
             Ok(charged) => self.charged(&parsed, &charged.charged, charged.degraded, &[]),
             Err(e) => refused(e),
         }
