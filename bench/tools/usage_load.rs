@@ -10,8 +10,8 @@
 //!   `charge`, `check_all` or `charge_all`, one pair) and nothing else, for
 //!   callgrind to count.
 //! * `redis URL KIND N`: `N` operations of one kind, one after the other,
-//!   through a `RedisStore`: `check`, `charge`, `reserve-settle` (a reserve,
-//!   then its settle) or `acquire-release`; prints the operations done.
+//!   through a `RedisStore`: `check`, `charge`, `reserve`, `reserve-settle`
+//!   (a reserve, then its settle) or `acquire-release`; prints the operations done.
 //!   `bench/usage.sh` reads redis-server's CPU time and script calls around
 //!   each run.
 //!
@@ -157,7 +157,7 @@ async fn redis(url: &str, kind: &str, n: u64) {
             "charge" => {
                 store.charge_all(&pair(&rate), None).await.expect("charge");
             }
-            "reserve" => {
+            "reserve" | "reserve-settle" => {
                 let ticket = Ticket::new(
                     TicketKind::Reservation,
                     vec![TicketPair::new(rate.name(), key)],
@@ -167,22 +167,13 @@ async fn redis(url: &str, kind: &str, n: u64) {
                     .await
                     .expect("reserve");
                 assert!(multi.allowed);
-            }
-            "reserve-settle" => {
-                let ticket = Ticket::new(
-                    TicketKind::Reservation,
-                    vec![TicketPair::new(rate.name(), key)],
-                );
-                let multi = store
-                    .reserve_all(&pair(&rate), &ticket, 60_000_000, None)
-                    .await
-                    .expect("reserve");
-                assert!(multi.allowed);
-                let settle = [tollgate::store::SettlePair {
-                    rule: &rate,
-                    actual: Some(2),
-                }];
-                store.settle(&ticket, &settle, None).await.expect("settle");
+                if kind == "reserve-settle" {
+                    let settle = [tollgate::store::SettlePair {
+                        rule: &rate,
+                        actual: Some(2),
+                    }];
+                    store.settle(&ticket, &settle, None).await.expect("settle");
+                }
             }
             "acquire-release" => {
                 let ticket =

@@ -108,6 +108,14 @@ fn describe() {
         "Replicas sharing the store, as learned from the heartbeat."
     );
     metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
+    metrics::describe_gauge!(
+        metric::RESERVATIONS_OPEN,
+        "Reservations this replica made that are neither settled nor cancelled through it, their ttl not over."
+    );
+    metrics::describe_gauge!(
+        metric::LEASES_HELD,
+        "Leases this replica took that are neither released through it nor ended by themselves."
+    );
     metrics::describe_counter!(
         UPSTREAM_ERRORS,
         "Proxied requests the upstream failed: no connection (502), an error (502) or no answer in time (504)."

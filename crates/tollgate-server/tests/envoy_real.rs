@@ -12,7 +12,8 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::envoy::{Envoy, UsageUpstream, envoy_binary, rate_limited_bootstrap};
+use common::envoy::{Envoy, envoy_binary, rate_limited_bootstrap};
+use common::model::ModelServer;
 use common::rls::{Rls, toml};
 use redis_harness::RedisServer;
 
@@ -85,7 +86,7 @@ fn get(envoy: &Envoy, team: &str, usage: u64) -> u16 {
         envoy.listener,
         "GET",
         "/v1/chat",
-        &[("x-team", team), ("x-want-usage", usage.as_str())],
+        &[("x-team", team), ("x-want-tokens", usage.as_str())],
         b"",
     )
     .status
@@ -111,7 +112,7 @@ fn real_envoy_over_redis_records_the_sum_of_usage_in_redis() {
 /// in full; then 429s that charge nothing.
 fn the_usage_flow(store: &str) {
     let rls = Rls::start_with(&toml(store), AI, &["--http", "127.0.0.1:0"]);
-    let upstream = UsageUpstream::start();
+    let upstream = ModelServer::start();
     let envoy = Envoy::start(&rate_limited_bootstrap(
         upstream.addr,
         rls.server.grpc(),

@@ -9,68 +9,16 @@
 
 mod common;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use common::model::ModelServer;
 use common::{Tollgate, post_json, request};
-use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::{Request, Response};
 use redis_harness::RedisServer;
 
 /// The accounting rule's limit: never reached, so what it has counted is
 /// `ACCOUNT - remaining`.
 const ACCOUNT: u64 = 1_000_000_000;
-
-/// A fake model server: answers a completion after a short "generation",
-/// reporting as its usage the `x-want-tokens` the test asked for.
-fn start_model() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind model");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                tokio::spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(
-                            hyper_util::rt::TokioIo::new(stream),
-                            hyper::service::service_fn(complete),
-                        )
-                        .await;
-                });
-            }
-        });
-    });
-    addr
-}
-
-async fn complete(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let tokens = req
-        .headers()
-        .get("x-want-tokens")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("0")
-        .to_owned();
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let mut res = Response::new(Full::new(Bytes::from(format!(
-        "{{\"choices\":[{{\"text\":\"...\"}}],\"usage\":{{\"total_tokens\":{tokens}}}}}"
-    ))));
-    res.headers_mut()
-        .insert("x-usage-tokens", tokens.parse().expect("value"));
-    Ok(res)
-}
 
 fn config(redis: &str) -> String {
     format!(
@@ -163,8 +111,8 @@ fn clear_of_the_day_boundary() {
 fn every_token_is_charged_once_and_debt_is_waited_out() {
     clear_of_the_day_boundary();
     let redis = RedisServer::start();
-    let model = start_model();
-    let upstream = format!("http://{model}");
+    let model = ModelServer::start();
+    let upstream = format!("http://{}", model.addr);
     let args = [
         "--proxy",
         "127.0.0.1:0",

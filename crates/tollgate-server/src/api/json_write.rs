@@ -48,6 +48,73 @@ fn push_decision(out: &mut Vec<u8>, allowed: bool, rule: &str, d: &Decision, deb
     }
 }
 
+/// The decisions an answer reports, one per pair: a check's verdict (a
+/// reservation's, an acquire's, a release's), or the answers of a charge or
+/// a settle, each with its debt. A charge's are read where they are, not
+/// copied into a [`MultiDecision`] first (an allocation a check does not
+/// make).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Decided<'a> {
+    /// A check's decisions.
+    Checked(&'a MultiDecision),
+    /// A charge's (or a settle's) answers.
+    Charged(&'a [Charged]),
+}
+
+impl<'a> Decided<'a> {
+    /// Every pair admitted.
+    pub(super) fn allowed(self) -> bool {
+        match self {
+            Decided::Checked(m) => m.allowed,
+            Decided::Charged(c) => c.iter().all(|c| c.decision.allowed),
+        }
+    }
+
+    /// The deciding pair's index, as [`MultiDecision::deciding`].
+    pub(super) fn deciding(self) -> usize {
+        match self {
+            Decided::Checked(m) => m.deciding,
+            Decided::Charged(c) => MultiDecision::deciding_index(c.iter().map(|c| &c.decision)),
+        }
+    }
+
+    /// Pair `i`'s decision.
+    pub(super) fn get(self, i: usize) -> Option<&'a Decision> {
+        match self {
+            Decided::Checked(m) => m.decisions.get(i),
+            Decided::Charged(c) => c.get(i).map(|c| &c.decision),
+        }
+    }
+
+    /// The only pair's decision, when there is exactly one.
+    pub(super) fn only(self) -> Option<&'a Decision> {
+        match self {
+            Decided::Checked(MultiDecision { decisions, .. }) if decisions.len() == 1 => {
+                decisions.first()
+            }
+            Decided::Charged([one]) => Some(&one.decision),
+            _ => None,
+        }
+    }
+
+    /// Every pair's decision, in order.
+    pub(super) fn iter(self) -> impl Iterator<Item = &'a Decision> {
+        let (checked, charged): (&[Decision], &[Charged]) = match self {
+            Decided::Checked(m) => (&m.decisions, &[]),
+            Decided::Charged(c) => (&[], c),
+        };
+        checked.iter().chain(charged.iter().map(|c| &c.decision))
+    }
+
+    /// Pair `i`'s debt: a charge's, none for a check.
+    fn debt(self, i: usize) -> Option<u64> {
+        match self {
+            Decided::Checked(_) => None,
+            Decided::Charged(c) => c.get(i).map(|c| c.debt),
+        }
+    }
+}
+
 /// A top-level field a usage endpoint adds to the answer.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Tail<'a> {
@@ -59,15 +126,14 @@ pub(super) enum Tail<'a> {
     Bool(&'static str, bool),
 }
 
-/// The answer's JSON body (with its trailing newline); `debts`, one per
-/// pair (each charge's `debt`), for a charge's or settle's answer; `tail`,
+/// The answer's JSON body (with its trailing newline): each pair's
+/// decision, with its `debt` for a charge's or settle's answer; `tail`,
 /// fields a usage endpoint adds.
 #[inline]
 pub(super) fn answer_body(
     req: &CheckRequest<'_>,
-    multi: &MultiDecision,
+    decided: Decided<'_>,
     degraded: bool,
-    debts: Option<&[Charged]>,
     tail: &[Tail<'_>],
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(if req.multi {
@@ -75,22 +141,23 @@ pub(super) fn answer_body(
     } else {
         160
     });
-    let deciding = multi.decision();
-    let debt = |i: usize| debts.and_then(|d| d.get(i)).map(|c| c.debt);
-    push_decision(
-        &mut out,
-        multi.allowed,
-        &req.pairs[multi.deciding].rule,
-        deciding,
-        debt(multi.deciding),
-    );
+    let at = decided.deciding();
+    if let (Some(pair), Some(deciding)) = (req.pairs.get(at), decided.get(at)) {
+        push_decision(
+            &mut out,
+            decided.allowed(),
+            &pair.rule,
+            deciding,
+            decided.debt(at),
+        );
+    }
     if req.multi {
         out.extend_from_slice(b",\"checks\":[");
-        for (i, (pair, d)) in req.pairs.iter().zip(&multi.decisions).enumerate() {
+        for (i, (pair, d)) in req.pairs.iter().zip(decided.iter()).enumerate() {
             if i > 0 {
                 out.push(b',');
             }
-            push_decision(&mut out, d.allowed, &pair.rule, d, debt(i));
+            push_decision(&mut out, d.allowed, &pair.rule, d, decided.debt(i));
             out.push(b'}');
         }
         out.push(b']');

@@ -45,7 +45,7 @@
 
 use std::sync::Arc;
 
-use tollgate::resilient::{Refusal, Verdict};
+use tollgate::resilient::Refusal;
 
 use crate::gate::Gate;
 use bytes::Bytes;
@@ -55,7 +55,7 @@ use http_body::Body;
 use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
-use tollgate::{Check, Decision, Error, MultiDecision};
+use tollgate::{Check, Decision, Error};
 use tollgate_tower::decide::{Basis, insert_verdict_headers};
 use tollgate_tower::headers::{HeaderOptions, PolicyCache};
 
@@ -72,7 +72,7 @@ pub use reply::ApiBody;
 
 use body::is_json;
 use json_read::{CheckRequest, parse_check};
-use json_write::{Tail, answer_body};
+use json_write::{Decided, Tail, answer_body};
 use reply::{bytes_response, error, json_response, method_not_allowed};
 
 /// What the API's handlers share.
@@ -164,6 +164,8 @@ impl Api {
             #[allow(clippy::cast_precision_loss)] // a key count far below 2^52
             ::metrics::gauge!(crate::metrics::MEMORY_KEYS).set(keys as f64);
         }
+        // reservations and leases whose time ran out: expired, off the gauges
+        self.gate.limiter().sweep_open();
         self.metrics.run_upkeep();
         let mut res = Response::new(Full::new(Bytes::from(self.metrics.render())));
         res.headers_mut().insert(
@@ -193,7 +195,13 @@ impl Api {
             self.gate.check_all(&checks_of(&parsed)).await
         };
         match result {
-            Ok(verdict) => answer(self, &parsed, &verdict, None, &[]),
+            Ok(verdict) => answer(
+                self,
+                &parsed,
+                Decided::Checked(&verdict.multi),
+                verdict.degraded,
+                &[],
+            ),
             Err(e) => refused(e),
         }
     }
@@ -327,11 +335,11 @@ fn rules_json(api: &Api) -> Value {
 fn rule_pairs<'a>(
     api: &'a Api,
     req: &CheckRequest<'_>,
-    multi: &'a MultiDecision,
+    decided: Decided<'a>,
 ) -> Vec<(&'a tollgate::Rule, &'a Decision)> {
     req.pairs
         .iter()
-        .zip(&multi.decisions)
+        .zip(decided.iter())
         .filter_map(|(pair, d)| api.gate.rule(&pair.rule).map(|r| (r, d)))
         .collect()
 }
@@ -341,31 +349,30 @@ fn rule_pairs<'a>(
 fn answer(
     api: &Api,
     req: &CheckRequest<'_>,
-    verdict: &Verdict,
-    debts: Option<&[tollgate::Charged]>,
+    decided: Decided<'_>,
+    degraded: Option<tollgate::OnError>,
     tail: &[Tail<'_>],
 ) -> Response<ApiBody> {
-    let multi = &verdict.multi;
-    let deciding = multi.decision();
-    let status = if multi.allowed {
+    let allowed = decided.allowed();
+    let status = if allowed {
         StatusCode::OK
     } else {
         StatusCode::TOO_MANY_REQUESTS
     };
-    let body = answer_body(req, multi, verdict.degraded.is_some(), debts, tail);
+    let body = answer_body(req, decided, degraded.is_some(), tail);
     let mut res = bytes_response(status, body);
-    let retry = if multi.allowed {
+    let retry = if allowed {
         None
     } else {
-        deciding.retry_after
+        decided.get(decided.deciding()).and_then(|d| d.retry_after)
     };
     // Which headers an answer gets, degraded or not, is `decide`'s call,
     // as for the tower layer and the proxy; the body stays the API's JSON.
-    let basis = Basis::of(verdict.degraded);
-    match (req.pairs.as_slice(), multi.decisions.as_slice()) {
+    let basis = Basis::of(degraded);
+    match (req.pairs.as_slice(), decided.only()) {
         // One decided pair (the usual check): on the stack, not in a
         // `Vec`, and its rule's `RateLimit-Policy` value from the cache.
-        ([pair], [d]) if basis.has_ratelimit() => {
+        ([pair], Some(d)) if basis.has_ratelimit() => {
             let headers = res.headers_mut();
             if let Some(i) = api.gate.rule_index(&pair.rule) {
                 let rule = &api.gate.rules()[i];
@@ -376,9 +383,9 @@ fn answer(
         }
         _ => insert_verdict_headers(
             res.headers_mut(),
-            &rule_pairs(api, req, multi),
+            &rule_pairs(api, req, decided),
             retry,
-            verdict.degraded,
+            degraded,
             api.headers,
         ),
     }

@@ -12,15 +12,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use tollgate::MultiDecision;
 use tollgate::algorithm::Charged;
-use tollgate::resilient::Verdict;
 use tollgate::store::{Released, Settled};
 use tollgate::ticket::{Ticket, TicketKind};
+use tollgate::{Check, MultiDecision};
 
 use super::json_read::{CheckRequest, Pair};
 use super::json_usage::{Form, UsageRequest, parse_usage};
-use super::json_write::Tail;
+use super::json_write::{Decided, Tail};
 use super::reply::{ApiBody, error};
 use super::{Api, answer, bad_body, checks_of, parse_or_400, post_body, refused};
 
@@ -43,7 +42,15 @@ impl Api {
             Ok(p) => p,
             Err(res) => return *res,
         };
-        match self.gate.charge_all(&checks_of(&parsed)).await {
+        // One pair (the usual charge): its check on the stack, as a
+        // check's is.
+        let result = if let [pair] = parsed.pairs.as_slice() {
+            let one = Check::new(&pair.rule, pair.key.as_bytes()).cost(pair.cost);
+            self.gate.charge_all(std::slice::from_ref(&one)).await
+        } else {
+            self.gate.charge_all(&checks_of(&parsed)).await
+        };
+        match result {
             Ok(charged) => self.charged(&parsed, &charged.charged, charged.degraded, &[]),
             Err(e) => refused(e),
         }
@@ -73,7 +80,14 @@ impl Api {
                     Some(id) => Tail::Str("reservation", id),
                     None => Tail::Null("reservation"),
                 }];
-                answer(self, &parsed.check, &reserved.verdict, None, &tail)
+                let v = &reserved.verdict;
+                answer(
+                    self,
+                    &parsed.check,
+                    Decided::Checked(&v.multi),
+                    v.degraded,
+                    &tail,
+                )
             }
             Err(e) => refused(e),
         }
@@ -148,7 +162,8 @@ impl Api {
                     Some(id) => Tail::Str("lease", id),
                     None => Tail::Null("lease"),
                 }];
-                answer(self, &parsed, &acquired.verdict, None, &tail)
+                let v = &acquired.verdict;
+                answer(self, &parsed, Decided::Checked(&v.multi), v.degraded, &tail)
             }
             Err(e) => refused(e),
         }
@@ -179,11 +194,14 @@ impl Api {
                 "unknown lease: never taken, released before, or ended after its lease",
             ),
             Ok(Released::Done(decisions)) => {
-                let verdict = Verdict {
-                    multi: MultiDecision::from_decisions(decisions),
-                    degraded: None,
-                };
-                answer(self, &ticket_pairs(&ticket), &verdict, None, &[])
+                let multi = MultiDecision::from_decisions(decisions);
+                answer(
+                    self,
+                    &ticket_pairs(&ticket),
+                    Decided::Checked(&multi),
+                    None,
+                    &[],
+                )
             }
             Err(e) => refused(e),
         }
@@ -197,11 +215,7 @@ impl Api {
         degraded: Option<tollgate::OnError>,
         tail: &[Tail<'_>],
     ) -> Response<ApiBody> {
-        let verdict = Verdict {
-            multi: MultiDecision::from_decisions(charged.iter().map(|c| c.decision).collect()),
-            degraded,
-        };
-        answer(self, req, &verdict, Some(charged), tail)
+        answer(self, req, Decided::Charged(charged), degraded, tail)
     }
 }
 

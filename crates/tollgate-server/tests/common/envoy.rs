@@ -10,21 +10,13 @@
 //!   it on drop;
 //! * [`rate_limited_bootstrap`] writes such a bootstrap: one listener, one
 //!   route to an upstream with the route's `rate_limits` given as YAML, the
-//!   rate limit filter calling tollgate over HTTP/2;
-//! * [`UsageUpstream`] is a tiny upstream that reports usage, as a model
-//!   server does: it answers every request `200` with `x-usage-tokens` set
-//!   to the request's `x-want-usage` header (1 when absent).
+//!   rate limit filter calling tollgate over HTTP/2 (the upstream that
+//!   reports usage is `common::model`'s).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response};
 
 /// The Envoy version the suite runs.
 pub const ENVOY_VERSION: &str = "1.40.0";
@@ -242,83 +234,4 @@ static_resources:
         upstream_endpoint = endpoint("upstream", upstream),
         rls_endpoint = endpoint("tollgate", rls),
     )
-}
-
-/// The test upstream that reports usage (see the module doc); stopped on
-/// drop.
-pub struct UsageUpstream {
-    /// Its address.
-    pub addr: SocketAddr,
-    served: Arc<AtomicU64>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl UsageUpstream {
-    /// Starts it on a free loopback port.
-    pub fn start() -> UsageUpstream {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind upstream");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("addr");
-        let served = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&served);
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                loop {
-                    tokio::select! {
-                        _ = &mut stopped => break,
-                        accepted = listener.accept() => {
-                            let Ok((stream, _)) = accepted else { continue };
-                            let counter = Arc::clone(&counter);
-                            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(
-                                hyper_util::rt::TokioIo::new(stream),
-                                hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                                    counter.fetch_add(1, Ordering::SeqCst);
-                                    let usage = req
-                                        .headers()
-                                        .get("x-want-usage")
-                                        .and_then(|v| v.to_str().ok())
-                                        .unwrap_or("1")
-                                        .to_owned();
-                                    async move {
-                                        Response::builder()
-                                            .header("x-usage-tokens", usage)
-                                            .body(Full::new(Bytes::from_static(b"ok")))
-                                    }
-                                }),
-                            ));
-                        }
-                    }
-                }
-            });
-        });
-        UsageUpstream {
-            addr,
-            served,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-
-    /// Requests answered so far.
-    pub fn served(&self) -> u64 {
-        self.served.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for UsageUpstream {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }

@@ -21,6 +21,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
 pub mod envoy;
+pub mod model;
 pub mod rls;
 pub mod usage_upstream;
 

@@ -205,6 +205,28 @@ impl<S: Store> Driver<'_, S> {
         pairs: &[(&Rule, &[u8], u64)],
         t: Micros,
     ) -> Result<Vec<Charged>, Failure> {
+        self.report.charges += 1;
+        self.usage(pairs, t, false).await
+    }
+
+    /// One refund of several (rule, key, units) pairs, each in turn;
+    /// returns the (matching) answers.
+    pub(super) async fn refund(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        t: Micros,
+    ) -> Result<Vec<Charged>, Failure> {
+        self.report.refunds += 1;
+        self.usage(pairs, t, true).await
+    }
+
+    /// A charge, or (`refund`) a refund, against the reference.
+    async fn usage(
+        &mut self,
+        pairs: &[(&Rule, &[u8], u64)],
+        t: Micros,
+        refund: bool,
+    ) -> Result<Vec<Charged>, Failure> {
         self.advance(t);
         let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
         let want: Vec<Charged> = pairs
@@ -215,58 +237,23 @@ impl<S: Store> Driver<'_, S> {
                     .states
                     .entry((rule.name().to_owned(), key.clone()))
                     .or_default();
-                algorithm::charge(rule, state, t, cost)
+                if refund {
+                    algorithm::refund(rule, state, t, cost)
+                } else {
+                    algorithm::charge(rule, state, t, cost)
+                }
             })
             .collect();
         let checks = key_checks(pairs, &keys);
-        let got = self.store.charge_all(&checks, Some(t)).await;
-        let check = || {
-            format!(
-                "charge_all([{}], at {})",
-                listed(pairs, &keys),
-                show_time(t)
-            )
+        let got = if refund {
+            self.store.refund_all(&checks, Some(t)).await
+        } else {
+            self.store.charge_all(&checks, Some(t)).await
         };
+        let what = if refund { "refund_all" } else { "charge_all" };
+        let check = || format!("{what}([{}], at {})", listed(pairs, &keys), show_time(t));
         let result = self.compare(check, want, got);
         self.step += 1;
-        self.report.charges += 1;
-        result
-    }
-}
-
-impl<S: Store> Driver<'_, S> {
-    /// One refund of several (rule, key, units) pairs, each in turn;
-    /// returns the (matching) answers.
-    pub(super) async fn refund(
-        &mut self,
-        pairs: &[(&Rule, &[u8], u64)],
-        t: Micros,
-    ) -> Result<Vec<Charged>, Failure> {
-        self.advance(t);
-        let keys: Vec<Vec<u8>> = pairs.iter().map(|p| self.full_key(p.1)).collect();
-        let want: Vec<Charged> = pairs
-            .iter()
-            .zip(&keys)
-            .map(|(&(rule, _, units), key)| {
-                let state = self
-                    .states
-                    .entry((rule.name().to_owned(), key.clone()))
-                    .or_default();
-                algorithm::refund(rule, state, t, units)
-            })
-            .collect();
-        let checks = key_checks(pairs, &keys);
-        let got = self.store.refund_all(&checks, Some(t)).await;
-        let check = || {
-            format!(
-                "refund_all([{}], at {})",
-                listed(pairs, &keys),
-                show_time(t)
-            )
-        };
-        let result = self.compare(check, want, got);
-        self.step += 1;
-        self.report.refunds += 1;
         result
     }
 }

@@ -132,8 +132,10 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         ::metrics::gauge!(metric::LIVE_REPLICAS).set(self.replicas as f64);
         // The breaker's cool-down and the latency metric: real time.
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        let open = super::open::Open::new(self.limiter.rules());
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
+                open,
                 limiter: self.limiter,
                 policies,
                 timeout: self.timeout,

@@ -45,27 +45,7 @@ impl<S: Store> ResilientLimiter<S> {
         checks: &[Check<'_>],
         policy: Option<OnError>,
     ) -> Result<ChargeVerdict, Refusal> {
-        let resolved = self
-            .inner
-            .limiter
-            .resolve_all(checks, Op::Charge)
-            .map_err(Refusal::Invalid)?;
-        let (pairs, index) = (resolved.pairs(), resolved.index());
-        self.start_heartbeat();
-        let inner = &self.inner;
-        match inner
-            .guarded("charge", inner.limiter.store().charge_all(pairs, None))
-            .await
-        {
-            Ok(charged) => {
-                inner.count_charges(pairs, index, &charged);
-                Ok(ChargeVerdict {
-                    charged,
-                    degraded: None,
-                })
-            }
-            Err(e) => inner.charge_failed(pairs, index, &e, policy, false).await,
-        }
+        self.usage_all_as(checks, policy, Op::Charge).await
     }
 
     /// Gives every pair its cost back now (docs/semantics.md, "Refund"):
@@ -89,29 +69,49 @@ impl<S: Store> ResilientLimiter<S> {
         checks: &[Check<'_>],
         policy: Option<OnError>,
     ) -> Result<ChargeVerdict, Refusal> {
+        self.usage_all_as(checks, policy, Op::Refund).await
+    }
+
+    /// A charge or (`op` [`Op::Refund`]) a refund: the store's within the
+    /// timeout and behind the breaker, counted; the policy answers a
+    /// failure.
+    async fn usage_all_as(
+        &self,
+        checks: &[Check<'_>],
+        policy: Option<OnError>,
+        op: Op,
+    ) -> Result<ChargeVerdict, Refusal> {
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks, Op::Refund)
+            .resolve_all(checks, op)
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
         self.start_heartbeat();
         let inner = &self.inner;
-        match inner
-            .guarded("refund", inner.limiter.store().refund_all(pairs, None))
-            .await
-        {
+        let refund = op == Op::Refund;
+        let store = inner.limiter.store();
+        let result = if refund {
+            inner.guarded("refund", store.refund_all(pairs, None)).await
+        } else {
+            inner.guarded("charge", store.charge_all(pairs, None)).await
+        };
+        match result {
             Ok(charged) => {
-                for pair in pairs {
-                    ::metrics::counter!(metric::REFUND_UNITS, "rule" => pair.rule.name().to_owned())
-                        .increment(pair.cost);
+                if refund {
+                    for pair in pairs {
+                        ::metrics::counter!(metric::REFUND_UNITS, "rule" => pair.rule.name().to_owned())
+                            .increment(pair.cost);
+                    }
+                } else {
+                    inner.count_charges(pairs, index, &charged);
                 }
                 Ok(ChargeVerdict {
                     charged,
                     degraded: None,
                 })
             }
-            Err(e) => inner.charge_failed(pairs, index, &e, policy, true).await,
+            Err(e) => inner.charge_failed(pairs, index, &e, policy, refund).await,
         }
     }
 }

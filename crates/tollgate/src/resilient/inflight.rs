@@ -6,6 +6,7 @@
 //! refused whatever the policy, and the slots stay held until the lease
 //! ends.
 
+use super::open::Held;
 use super::{OnError, Refusal, ResilientLimiter, TicketVerdict, Verdict, metric};
 use crate::limiter::{Check, Op, lease_ticket};
 use crate::store::{Released, Store};
@@ -36,10 +37,22 @@ impl<S: Store> ResilientLimiter<S> {
             Ok(multi) => {
                 inner.count(pairs, index, &multi);
                 let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
-                if ticket.is_some() {
+                if let Some(t) = &ticket {
+                    let held: Vec<(usize, u64)> = pairs
+                        .iter()
+                        .zip(index)
+                        .filter(|(p, _)| p.cost > 0)
+                        .map(|(p, &i)| (i, p.rule.period_micros()))
+                        .collect();
                     for p in pairs.iter().filter(|p| p.cost > 0) {
                         count(p.rule.name(), "acquired");
                     }
+                    let now = inner.clock.now();
+                    let lease = held.iter().map(|h| h.1).max().unwrap_or(0);
+                    let rules = held.into_iter().map(|h| h.0).collect();
+                    inner
+                        .open
+                        .opened(Held::Lease, t.nonce, rules, now.saturating_add(lease), now);
                 }
                 Ok(TicketVerdict {
                     verdict: Verdict {
@@ -88,6 +101,15 @@ impl<S: Store> ResilientLimiter<S> {
         };
         for rule in &rules {
             count(rule.name(), outcome);
+        }
+        let now = self.inner.clock.now();
+        if renew && matches!(result, Released::Done(_)) {
+            let lease = rules.iter().map(|r| r.period_micros()).max().unwrap_or(0);
+            self.inner
+                .open
+                .renewed(&ticket.nonce, now.saturating_add(lease), now);
+        } else {
+            self.inner.open.ended(&ticket.nonce, now);
         }
         Ok(result)
     }

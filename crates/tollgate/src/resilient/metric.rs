@@ -55,12 +55,24 @@ pub const CHARGE_DEBT: &str = "tollgate_charge_debt_units";
 /// (admitted), `settled`, `cancelled`, `late` (settled or cancelled after
 /// the ttl: the estimate stayed charged), `unknown` (a settle of an id the
 /// store does not hold: never made, or forgotten an hour after its ttl),
-/// `finished` (settled or cancelled before: 409).
+/// `finished` (settled or cancelled before: 409), `expired` (a reservation
+/// this replica made whose ttl ran out before it was settled or cancelled
+/// through this replica).
 pub const RESERVATIONS: &str = "tollgate_reservations_total";
+
+/// Gauge, label `rule`: reservations this replica made that are still
+/// open: neither settled nor cancelled through it, their ttl not over.
+pub const RESERVATIONS_OPEN: &str = "tollgate_reservations_open";
+
+/// Gauge, label `rule`: leases this replica took that are still held:
+/// not released through it, not ended by themselves.
+pub const LEASES_HELD: &str = "tollgate_leases_held";
 
 /// Counter, labels `rule`, `outcome`: lease operations per pair —
 /// `acquired`, `released`, `renewed`, `unknown` (a release or renew of a
-/// lease not live: never taken, released before, or ended by itself).
+/// lease not live: never taken, released before, or ended by itself),
+/// `expired` (a lease this replica took that ended by itself, not
+/// released through this replica).
 pub const LEASES: &str = "tollgate_leases_total";
 
 /// Metric handles, registered at first use and kept: `counter!` with a

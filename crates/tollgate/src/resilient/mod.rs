@@ -84,6 +84,7 @@ mod heartbeat;
 mod inflight;
 mod local;
 pub mod metric;
+mod open;
 mod policy;
 mod reserve;
 mod throttle;
@@ -95,6 +96,7 @@ use heartbeat::{heartbeat, replica_id};
 use local::Local;
 pub use local::local_share;
 use metric::Meters;
+pub use open::MAX_FOLLOWED;
 pub use policy::{OnError, Refusal, Verdict};
 pub use reserve::TicketVerdict;
 pub use throttle::Throttle;
@@ -127,6 +129,8 @@ struct Inner<S> {
     local: OnceLock<Local>,
     local_max_keys: usize,
     meters: Meters,
+    /// The reservations and leases this replica follows for `/metrics`.
+    open: open::Open,
     /// The last heartbeat's refusal (not a timeout): a store that answers
     /// `PING` but refuses writes (a replica, out of memory) is not ready.
     refused: parking_lot::Mutex<Option<StoreError>>,
@@ -190,6 +194,15 @@ impl<S> ResilientLimiter<S> {
     #[must_use]
     pub fn live_replicas(&self) -> u64 {
         self.inner.live.load(Ordering::Acquire)
+    }
+
+    /// Counts as expired the reservations and leases of this replica
+    /// whose time ran out (`tollgate_reservations_total{outcome="expired"}`,
+    /// `tollgate_leases_total{outcome="expired"}`) and brings the gauges
+    /// `tollgate_reservations_open` and `tollgate_leases_held` up to date;
+    /// every usage call does it too. Call it before reading the metrics.
+    pub fn sweep_open(&self) {
+        self.inner.open.sweep(self.inner.clock.now());
     }
 
     /// Whether the circuit breaker is open (checks skip the store).

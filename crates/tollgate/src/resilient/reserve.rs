@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use super::open::Held;
 use super::{OnError, Refusal, ResilientLimiter, Verdict, metric};
 use crate::algorithm::Charged;
 use crate::limiter::{Check, Op, reservation_ticket, reservation_ttl};
@@ -58,6 +59,13 @@ impl<S: Store> ResilientLimiter<S> {
                     }
                 }
                 let ticket = multi.allowed.then_some(ticket);
+                if let Some(t) = &ticket {
+                    let now = inner.clock.now();
+                    let ends = now.saturating_add(ttl);
+                    inner
+                        .open
+                        .opened(Held::Reservation, t.nonce, index.to_vec(), ends, now);
+                }
                 Ok(TicketVerdict {
                     verdict: Verdict {
                         multi,
@@ -112,6 +120,8 @@ impl<S: Store> ResilientLimiter<S> {
                 {
                     self.count_settled(&pairs, charged, estimates);
                 }
+                // Settled, cancelled, settled before or forgotten: over.
+                self.inner.open.ended(&ticket.nonce, self.inner.clock.now());
                 Ok(settled)
             }
             Err(e) => {

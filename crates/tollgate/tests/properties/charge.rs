@@ -107,6 +107,26 @@ fn ops() -> impl Strategy<Value = Vec<(u64, Op)>> {
     prop::collection::vec((gap, op), 1..60)
 }
 
+/// The state `ops`' checks and charges leave from `t0`, and the time of
+/// the last.
+fn played(rule: &Rule, ops: &[(u64, Op)], t0: u64) -> (KeyState, u64) {
+    let mut state = KeyState::Empty;
+    let mut t = t0;
+    for &(gap, op) in ops {
+        t += gap;
+        match op {
+            Op::Charge(c) => {
+                algorithm::charge(rule, &mut state, t, c);
+            }
+            Op::Check(c) | Op::Reserve(c) => {
+                algorithm::decide(rule, &mut state, t, c);
+            }
+            _ => {}
+        }
+    }
+    (state, t)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -176,16 +196,7 @@ proptest! {
     fn give_backs_restore_and_never_pass_empty(
         rule in rule(), ops in ops(), e in 0u64..=6, extra in 0u64..1000, t0 in 0u64..1_000_000,
     ) {
-        let mut state = KeyState::Empty;
-        let mut t = t0;
-        for (gap, op) in ops {
-            t += gap;
-            match op {
-                Op::Charge(c) => { algorithm::charge(&rule, &mut state, t, c); }
-                Op::Check(c) | Op::Reserve(c) => { algorithm::decide(&rule, &mut state, t, c); }
-                _ => {}
-            }
-        }
+        let (mut state, t) = played(&rule, &ops, t0);
         let before = state.clone();
         let reserved = algorithm::decide(&rule, &mut state, t, e);
         if reserved.allowed {
@@ -217,16 +228,7 @@ proptest! {
         later in 0u64..200_000, t0 in 0u64..1_000_000,
     ) {
         let k = k.min(a);
-        let mut state = KeyState::Empty;
-        let mut t = t0;
-        for (gap, op) in ops {
-            t += gap;
-            match op {
-                Op::Charge(c) => { algorithm::charge(&rule, &mut state, t, c); }
-                Op::Check(c) | Op::Reserve(c) => { algorithm::decide(&rule, &mut state, t, c); }
-                _ => {}
-            }
-        }
+        let (mut state, t) = played(&rule, &ops, t0);
         let mut net = state.clone();
         let direct = algorithm::charge(&rule, &mut net, t, a - k);
         let charged = algorithm::charge(&rule, &mut state, t, a);
@@ -243,9 +245,8 @@ proptest! {
                 }
             }
         }
-        // More than any key holds: a sliding window counts up to capacity +
-        // max_debt in each of its two windows (the previous one's units
-        // weighed down, not removed).
+        // The most any state holds: the sliding window's two counts, each up to
+        // capacity + max_debt.
         let most = 2 * (rule.capacity() + rule.max_debt());
         let all = algorithm::refund(&rule, &mut state, t, most + extra);
         prop_assert_eq!(all.debt, 0);

@@ -167,23 +167,37 @@ if mode == 'b' then
     end
   end
   return reply
-elseif (mode == 'g' or mode == 'f') and n == 1 then
-  -- One charge or refund (below, each for several pairs).
-  local code, cost, p1, p2, p3, p4 = pair_one()
-  local charge = CHARGES[code]
-  if charge == nil then
-    error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
-  end
-  if mode == 'f' then
-    local give = RETURNS[code]
-    if give == nil then
-      error('tollgate: algorithm ' .. tostring(code) .. ' is not refunded in this script')
+elseif mode == 'g' or mode == 'f' then
+  -- Charge (mode 'g'): every pair in turn (a later pair on the same key
+  -- sees the earlier one's units), never denied. Refund (mode 'f'): every
+  -- pair given its cost back, then read as a charge of nothing reads it.
+  -- The reply: t, then 6 per pair (units: 0 for a refund).
+  local function usage(i, code, cost, p1, p2, p3, p4)
+    local charge = CHARGES[code]
+    if charge == nil then
+      error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
     end
-    give(KEYS[1], cost, p1, p2, p3, p4, t)
-    cost = 0
+    if mode == 'f' then
+      RETURNS[code](KEYS[i], cost, p1, p2, p3, p4, t)
+      cost = 0
+    end
+    return charge(KEYS[i], cost, p1, p2, p3, p4, t)
   end
-  local remaining, reset, debt, units = charge(KEYS[1], cost, p1, p2, p3, p4, t)
-  return { t, 1, remaining, reset, -1, debt, units }
+  if n == 1 then
+    local remaining, reset, debt, units = usage(1, pair_one())
+    return { t, 1, remaining, reset, -1, debt, units }
+  end
+  local reply = { t }
+  for i = 1, n do
+    local remaining, reset, debt, units = usage(i, pair(i))
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = remaining
+    reply[#reply + 1] = reset
+    reply[#reply + 1] = -1
+    reply[#reply + 1] = debt
+    reply[#reply + 1] = units
+  end
+  return reply
 elseif mode == 'v' and n == 1 then
   -- One reservation (several: with the checks, below).
   local code, cost, p1, p2, p3, p4 = pair_one()
@@ -194,45 +208,6 @@ elseif mode == 'v' and n == 1 then
       .. ARGV[11] .. ':' .. ARGV[12], 'PX', ARGV[13])
   end
   return { t, allowed and 1 or 0, remaining, reset, retry }
-elseif mode == 'g' then
-  -- Charge: every pair in turn (a later pair on the same key sees the
-  -- earlier one's units), never denied.
-  local reply = { t }
-  for i = 1, n do
-    local code, cost, p1, p2, p3, p4 = pair(i)
-    local charge = CHARGES[code]
-    if charge == nil then
-      error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
-    end
-    local remaining, reset, debt, units = charge(KEYS[i], cost, p1, p2, p3, p4, t)
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = -1
-    reply[#reply + 1] = debt
-    reply[#reply + 1] = units
-  end
-  return reply
-elseif mode == 'f' then
-  -- Refund: every pair in turn given its cost back now, then read as a
-  -- charge of nothing reads it; the reply as mode 'g''s.
-  local reply = { t }
-  for i = 1, n do
-    local code, cost, p1, p2, p3, p4 = pair(i)
-    local give = RETURNS[code]
-    if give == nil then
-      error('tollgate: algorithm ' .. tostring(code) .. ' is not refunded in this script')
-    end
-    give(KEYS[i], cost, p1, p2, p3, p4, t)
-    local remaining, reset, debt = CHARGES[code](KEYS[i], 0, p1, p2, p3, p4, t)
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = -1
-    reply[#reply + 1] = debt
-    reply[#reply + 1] = 0
-  end
-  return reply
 elseif mode == 's' then
   -- Settle (or cancel) a reservation: KEYS[n+i] are its records. Unknown
   -- (a record missing or past its memory) or finished (settled before):

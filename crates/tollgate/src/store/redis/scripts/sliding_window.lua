@@ -92,13 +92,21 @@ end
 
 -- Give back: from the window the reservation counted in, while it still
 -- counts at t (as the current or the previous window).
-GIVEBACKS[4] = function(key, units, period, limit, max_debt, _, t, made)
+-- The window of t and the previous and current counts a give-back or a
+-- refund starts from; nil for a key held at a later window, or none.
+local function sw_counts(key, period, t)
   local w = idiv(t, period) * period
   local h = redis.call('HMGET', key, 'w', 'p', 'c')
   local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
-  if sw == nil or sw > w then return end
-  local prev, curr = 0, 0
-  if sw == w then prev, curr = sp, sc elseif sw + period == w then prev = sc end
+  if sw == nil or sw > w then return nil end
+  if sw == w then return w, sp, sc end
+  if sw + period == w then return w, sc, 0 end
+  return w, 0, 0
+end
+
+GIVEBACKS[4] = function(key, units, period, limit, max_debt, _, t, made)
+  local w, prev, curr = sw_counts(key, period, t)
+  if w == nil then return end
   local counted = idiv(made, period) * period
   if counted == w then
     curr = curr - units
@@ -115,12 +123,8 @@ end
 
 -- Refund: from the current window's count first, then the previous one's.
 RETURNS[4] = function(key, units, period, limit, max_debt, _, t)
-  local w = idiv(t, period) * period
-  local h = redis.call('HMGET', key, 'w', 'p', 'c')
-  local sw, sp, sc = tonumber(h[1]), tonumber(h[2]) or 0, tonumber(h[3]) or 0
-  if sw == nil or sw > w then return end
-  local prev, curr = 0, 0
-  if sw == w then prev, curr = sp, sc elseif sw + period == w then prev = sc end
+  local w, prev, curr = sw_counts(key, period, t)
+  if w == nil then return end
   local c = units
   if c > curr then c = curr end
   local p = units - c
