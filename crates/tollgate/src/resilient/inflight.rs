@@ -1,15 +1,17 @@
 //! In-flight limits through the resilient limiter (docs/failure-modes.md,
-//! "Leases"): an acquire is a check, so a store failure is answered by the
-//! failure policy, without a lease (`deny` refuses; `allow` and `local`
-//! admit: slots held fleet-wide cannot be counted in one process); a
-//! release or renew needs the store that holds the lease, so its failure is
-//! refused whatever the policy, and the slots stay held until the lease
-//! ends.
+//! "Charges, reservations and leases"): an acquire is a check, so a store
+//! failure is answered by the failure policy — `deny` refuses, `allow`
+//! admits without a lease, `local` acquires a lease of the in-process
+//! fallback at the rule's limit ÷ live replicas; a release or renew goes to
+//! the store, and to the fallback when the store does not hold the lease
+//! (or failed): a lease the store holds stays held until it ends when the
+//! store cannot be reached.
 
 use super::open::Held;
-use super::{OnError, Refusal, ResilientLimiter, TicketVerdict, Verdict, metric};
+use super::{Inner, OnError, Refusal, ResilientLimiter, TicketVerdict, Verdict, metric};
 use crate::limiter::{Check, Op, lease_ticket};
-use crate::store::{Released, Store};
+use crate::rule::Rule;
+use crate::store::{KeyCheck, Released, Store};
 use crate::ticket::Ticket;
 
 impl<S: Store> ResilientLimiter<S> {
@@ -38,21 +40,7 @@ impl<S: Store> ResilientLimiter<S> {
                 inner.count(pairs, index, &multi);
                 let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
                 if let Some(t) = &ticket {
-                    let held: Vec<(usize, u64)> = pairs
-                        .iter()
-                        .zip(index)
-                        .filter(|(p, _)| p.cost > 0)
-                        .map(|(p, &i)| (i, p.rule.period_micros()))
-                        .collect();
-                    for p in pairs.iter().filter(|p| p.cost > 0) {
-                        count(p.rule.name(), "acquired");
-                    }
-                    let now = inner.clock.now();
-                    let lease = held.iter().map(|h| h.1).max().unwrap_or(0);
-                    let rules = held.into_iter().map(|h| h.0).collect();
-                    inner
-                        .open
-                        .opened(Held::Lease, t.nonce, rules, now.saturating_add(lease), now);
+                    inner.follow_lease(t, pairs, index);
                 }
                 Ok(TicketVerdict {
                     verdict: Verdict {
@@ -66,6 +54,24 @@ impl<S: Store> ResilientLimiter<S> {
                 let policy = inner.policy_for(index, None, &e);
                 if policy == OnError::Deny {
                     return Err(Refusal::Unavailable(e));
+                }
+                if policy == OnError::Local {
+                    // This replica's share of the slots, in its fallback.
+                    let multi = inner.on_local(pairs, index, |local, shared| {
+                        local.acquire_all_sync(shared, &ticket, None)
+                    });
+                    inner.count(pairs, index, &multi);
+                    let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
+                    if let Some(t) = &ticket {
+                        inner.follow_lease(t, pairs, index);
+                    }
+                    return Ok(TicketVerdict {
+                        verdict: Verdict {
+                            multi,
+                            degraded: Some(OnError::Local),
+                        },
+                        ticket,
+                    });
                 }
                 // Admitted without a lease: nothing to release.
                 Ok(TicketVerdict {
@@ -89,11 +95,23 @@ impl<S: Store> ResilientLimiter<S> {
         let rules = limiter.lease_rules(ticket).map_err(Refusal::Invalid)?;
         self.start_heartbeat();
         let what = if renew { "renew" } else { "release" };
-        let result = self
+        let stored = self
             .inner
             .guarded(what, limiter.store().release(ticket, &rules, renew, None))
-            .await
-            .map_err(Refusal::Unavailable)?;
+            .await;
+        // A lease the store does not hold (or cannot say) may be one the
+        // `local` policy took in the fallback.
+        let result = match stored {
+            Ok(Released::Done(d)) => Released::Done(d),
+            Ok(Released::Unknown) => self
+                .inner
+                .release_local(ticket, renew)
+                .unwrap_or(Released::Unknown),
+            Err(e) => self
+                .inner
+                .release_local(ticket, renew)
+                .ok_or(Refusal::Unavailable(e))?,
+        };
         let outcome = match (&result, renew) {
             (Released::Unknown, _) => "unknown",
             (Released::Done(_), true) => "renewed",
@@ -112,6 +130,50 @@ impl<S: Store> ResilientLimiter<S> {
             self.inner.open.ended(&ticket.nonce, now);
         }
         Ok(result)
+    }
+}
+
+impl<S: Store> Inner<S> {
+    /// Counts an acquired lease and follows it for `/metrics` until its
+    /// lease ends.
+    fn follow_lease(&self, ticket: &Ticket, pairs: &[KeyCheck<'_>], index: &[usize]) {
+        let held: Vec<(usize, u64)> = pairs
+            .iter()
+            .zip(index)
+            .filter(|(p, _)| p.cost > 0)
+            .map(|(p, &i)| (i, p.rule.period_micros()))
+            .collect();
+        for p in pairs.iter().filter(|p| p.cost > 0) {
+            count(p.rule.name(), "acquired");
+        }
+        let now = self.clock.now();
+        let lease = held.iter().map(|h| h.1).max().unwrap_or(0);
+        let rules = held.into_iter().map(|h| h.0).collect();
+        self.open.opened(
+            Held::Lease,
+            ticket.nonce,
+            rules,
+            now.saturating_add(lease),
+            now,
+        );
+    }
+
+    /// Releases (`renew`s) `ticket` in the `local` fallback, at its rules'
+    /// current shares; `None` when the fallback does not hold it (or was
+    /// never used).
+    fn release_local(&self, ticket: &Ticket, renew: bool) -> Option<Released> {
+        let local = self.local.get()?;
+        let replicas = self.live.load(std::sync::atomic::Ordering::Acquire).max(1);
+        let shares = local.shares(replicas, self.limiter.rules());
+        let rules: Vec<&Rule> = ticket
+            .pairs
+            .iter()
+            .map(|p| self.limiter.rule_index(&p.rule).map(|i| &shares[i]))
+            .collect::<Option<_>>()?;
+        match local.store.release_sync(ticket, &rules, renew, None) {
+            Released::Unknown => None,
+            done => Some(done),
+        }
     }
 }
 

@@ -289,6 +289,29 @@ impl<C: Clock> MemoryStore<C> {
         self.core.charge_all(checks, self.when(at))
     }
 
+    /// Acquires `checks` all-or-nothing under `ticket` at `at` (this
+    /// store's clock when `None`): [`Store::acquire_all`] without the future.
+    pub fn acquire_all_sync(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> MultiDecision {
+        self.core.acquire_all(checks, ticket, self.when(at))
+    }
+
+    /// Releases (or `renew`s) the lease `ticket` at `at`:
+    /// [`Store::release`] without the future.
+    pub fn release_sync(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> Released {
+        self.core.release(ticket, rules, renew, self.when(at))
+    }
+
     /// Gives every pair its cost back, in turn, at `at` (this store's
     /// clock when `None`): [`Store::refund_all`] without the future.
     pub fn refund_all_sync(&self, checks: &[KeyCheck<'_>], at: Option<Micros>) -> Vec<Charged> {
@@ -369,7 +392,7 @@ impl<C: Clock> Store for MemoryStore<C> {
         ticket: &Ticket,
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
-        std::future::ready(Ok(self.core.acquire_all(checks, ticket, self.when(at))))
+        std::future::ready(Ok(self.acquire_all_sync(checks, ticket, at)))
     }
 
     fn release(
@@ -379,7 +402,7 @@ impl<C: Clock> Store for MemoryStore<C> {
         renew: bool,
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Released, StoreError>> + Send {
-        std::future::ready(Ok(self.core.release(ticket, rules, renew, self.when(at))))
+        std::future::ready(Ok(self.release_sync(ticket, rules, renew, at)))
     }
 
     fn in_process(&self) -> bool {
