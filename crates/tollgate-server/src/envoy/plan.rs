@@ -119,12 +119,14 @@ pub(crate) fn plan<'a>(
             None if req.hits_addend == 0 => 1,
             None => u64::from(req.hits_addend),
         };
-        let entries: Vec<(&[u8], &[u8])> = d
+        let mut entries: Vec<(&[u8], &[u8])> = d
             .entries
             .iter()
             .map(|e| (e.key.as_slice(), e.value.as_slice()))
             .collect();
-        let found_limit = limits.find(domain, &entries);
+        // The entries a share_threshold wildcard matched now carry its
+        // pattern: the values it matches share one counter.
+        let found_limit = limits.find_shared(domain, &mut entries);
         found.push((found_limit, cost, d.is_negative_hits, entries));
     }
     let replaced: HashSet<&str> = found

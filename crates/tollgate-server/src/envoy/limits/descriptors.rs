@@ -2,7 +2,7 @@
 //! duplicates, and each node's limit (`rate_limit.rs`).
 
 use super::loader::{Loader, join};
-use super::tree::{Level, Node};
+use super::tree::{Level, Node, Wildcard};
 use super::yaml::{Value, Yaml};
 
 const DESCRIPTOR_FIELDS: &[&str] = &[
@@ -12,6 +12,7 @@ const DESCRIPTOR_FIELDS: &[&str] = &[
     "descriptors",
     "shadow_mode",
     "detailed_metric",
+    "share_threshold",
 ];
 
 impl Loader {
@@ -61,6 +62,7 @@ impl Loader {
                 .unwrap_or_default();
             let shadow_mode = self.flag(&fields, &field, "shadow_mode");
             let detailed_metric = self.flag(&fields, &field, "detailed_metric");
+            let share_threshold = self.flag(&fields, &field, "share_threshold");
 
             // Without a key the node is not added; its children are still
             // checked, under a path that will never be used.
@@ -70,6 +72,18 @@ impl Loader {
                 None => String::new(),
             };
             let path = format!("{parent}{composite}");
+            let wildcard = value.contains('*');
+            if share_threshold && key.is_some() && !wildcard {
+                let line = fields.get("share_threshold").map_or(item.line, |n| n.line);
+                self.error(
+                    line,
+                    join(&field, "share_threshold"),
+                    format!(
+                        "share_threshold can only be used with wildcard values (containing \
+                         '*'), but found key '{composite}'"
+                    ),
+                );
+            }
             let duplicate = key.is_some() && level.by_composite.contains_key(composite.as_bytes());
             if duplicate {
                 self.error(
@@ -100,10 +114,21 @@ impl Loader {
             );
             if key.is_some() && !duplicate {
                 let index = level.nodes.len();
-                level.nodes.push(Node { limit, children });
-                if let Some(prefix) = value.strip_suffix('*') {
-                    let key = key.as_deref().unwrap_or_default();
-                    level.wildcards.push((format!("{key}_{prefix}"), index));
+                let share = (share_threshold && wildcard)
+                    .then(|| value.as_bytes().to_vec().into_boxed_slice());
+                level.nodes.push(Node {
+                    limit,
+                    share,
+                    children,
+                });
+                if wildcard {
+                    level.wildcards.push(Wildcard {
+                        parts: composite
+                            .split('*')
+                            .map(|p| p.as_bytes().to_vec().into_boxed_slice())
+                            .collect(),
+                        node: index,
+                    });
                 }
                 level
                     .by_composite

@@ -128,9 +128,53 @@ pub(super) struct Level {
     /// `key` or `key_value` -> index into `nodes`. Bytes, so a request's
     /// entries need not be UTF-8 to be looked up.
     pub(super) by_composite: HashMap<Box<[u8]>, usize>,
-    /// Wildcard nodes in config order: (`key_` + the value without its
-    /// trailing `*`, index into `nodes`).
-    pub(super) wildcards: Vec<(String, usize)>,
+    /// Wildcard nodes (a value with a `*` anywhere), in config order.
+    pub(super) wildcards: Vec<Wildcard>,
+}
+
+/// A wildcard node: `key_value` split at each `*`, each `*` matching any
+/// run of bytes, the empty one included (as the reference's
+/// `wildcardMatch`).
+#[derive(Debug, Clone)]
+pub(super) struct Wildcard {
+    pub(super) parts: Vec<Box<[u8]>>,
+    /// Index into the level's `nodes`.
+    pub(super) node: usize,
+}
+
+impl Wildcard {
+    /// Whether `composite` (`key_value`) matches: it starts with the first
+    /// part, ends with the last, and holds the middle ones in order
+    /// between them.
+    pub(super) fn matches(&self, composite: &[u8]) -> bool {
+        let parts = &self.parts;
+        let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+            return false;
+        };
+        if parts.len() == 1 {
+            return **first == *composite;
+        }
+        let fixed: usize = parts.iter().map(|p| p.len()).sum();
+        if composite.len() < fixed || !composite.starts_with(first) || !composite.ends_with(last) {
+            return false;
+        }
+        let mut rest = &composite[first.len()..composite.len() - last.len()];
+        for part in &parts[1..parts.len() - 1] {
+            match find(rest, part) {
+                Some(at) => rest = &rest[at + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
+}
+
+/// Where `needle` first stands in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// One descriptor node.
@@ -138,6 +182,10 @@ pub(super) struct Level {
 pub(super) struct Node {
     /// Index into `EnvoyLimits::limits`.
     pub(super) limit: Option<usize>,
+    /// `share_threshold` on a wildcard node: its value pattern (`foo*`),
+    /// which stands for every value it matches in the counter's key, so
+    /// they share one counter.
+    pub(super) share: Option<Box<[u8]>>,
     pub(super) children: Level,
 }
 
@@ -179,8 +227,9 @@ impl EnvoyLimits {
     ///
     /// From the domain's top level, for each entry `(k, v)` in turn: the
     /// node `k_v`; else the first wildcard node at this level (config
-    /// order) whose `k_` + value-without-`*` is a prefix of `k_v`; else the
-    /// node with key `k` and no value. No node ends the walk. A node's limit
+    /// order) whose `k_` + value pattern matches `k_v` (each `*` any run
+    /// of bytes, the empty one included); else the node with key `k` and
+    /// no value. No node ends the walk. A node's limit
     /// is the answer only when its entry is the request's last; the walk
     /// goes on among the node's children, and ends at a node without any.
     /// So a request deeper than the config, or one that stops above a
@@ -197,6 +246,34 @@ impl EnvoyLimits {
         domain: &str,
         entries: &[(K, V)],
     ) -> Option<&Limit> {
+        self.walk(domain, entries, |_, _| {})
+    }
+
+    /// [`EnvoyLimits::find`], and in `entries` the value of each entry a
+    /// `share_threshold` wildcard matched replaced by that wildcard's value
+    /// pattern: the counter's key ([`super::store_key`]) of every value it
+    /// matches is then the same, as the reference's cache key is.
+    pub fn find_shared<'s: 'e, 'e>(
+        &'s self,
+        domain: &str,
+        entries: &mut [(&'e [u8], &'e [u8])],
+    ) -> Option<&'s Limit> {
+        let mut shared: Vec<(usize, &'s [u8])> = Vec::new();
+        let limit = self.walk(domain, entries, |i, pattern| shared.push((i, pattern)));
+        for (i, pattern) in shared {
+            entries[i].1 = pattern;
+        }
+        limit
+    }
+
+    /// The walk of [`EnvoyLimits::find`], telling `on_shared` each entry a
+    /// `share_threshold` wildcard matched, with its value pattern.
+    fn walk<'s, K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &'s self,
+        domain: &str,
+        entries: &[(K, V)],
+        mut on_shared: impl FnMut(usize, &'s [u8]),
+    ) -> Option<&'s Limit> {
         let mut level = self.domains.get(domain)?;
         let mut answer = None;
         let mut composite = Vec::new();
@@ -206,20 +283,29 @@ impl EnvoyLimits {
             composite.extend_from_slice(key);
             composite.push(b'_');
             composite.extend_from_slice(value.as_ref());
+            let mut by_wildcard = false;
             let index = level
                 .by_composite
                 .get(composite.as_slice())
+                .copied()
                 .or_else(|| {
+                    by_wildcard = true;
                     level
                         .wildcards
                         .iter()
-                        .find(|(prefix, _)| composite.starts_with(prefix.as_bytes()))
-                        .map(|(_, index)| index)
+                        .find(|w| w.matches(&composite))
+                        .map(|w| w.node)
                 })
-                .or_else(|| level.by_composite.get(key));
-            let Some(node) = index.and_then(|&index| level.nodes.get(index)) else {
+                .or_else(|| {
+                    by_wildcard = false;
+                    level.by_composite.get(key).copied()
+                });
+            let Some(node) = index.and_then(|index| level.nodes.get(index)) else {
                 break;
             };
+            if by_wildcard && let Some(pattern) = &node.share {
+                on_shared(i, pattern);
+            }
             if i + 1 == entries.len() {
                 answer = node.limit.and_then(|l| self.limits.get(l));
             }

@@ -80,7 +80,7 @@ descriptors:
     assert_eq!(
         all[1].2,
         "unknown field; expected one of key, value, rate_limit, descriptors, shadow_mode, \
-             detailed_metric"
+             detailed_metric, share_threshold"
     );
     assert_eq!(
         all[2].2,

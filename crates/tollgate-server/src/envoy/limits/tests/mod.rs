@@ -12,6 +12,7 @@ mod errors;
 mod loading;
 mod matching;
 mod store_key;
+mod wildcards;
 
 fn parse(yaml: &str) -> Result<EnvoyLimits, ConfigErrors> {
     EnvoyLimits::parse(&[("test.yaml".to_owned(), yaml.to_owned())], &[])
