@@ -32,7 +32,7 @@ pub enum Command {
 }
 
 /// `tollgate serve [--config FILE] [--store URL] [--http ADDR] [--grpc ADDR]
-/// [--proxy ADDR --upstream URL] [--envoy-config FILE.yaml ...]`.
+/// [--proxy ADDR --upstream URL] [--envoy-config FILE.yaml ... [--envoy-merge-domains]]`.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// The TOML config file (rules, `[store]`, `[http]`, `[proxy]`);
@@ -59,17 +59,27 @@ pub struct ServeArgs {
     /// envoyproxy/ratelimit YAML files (one domain each) for `--grpc`.
     #[arg(long = "envoy-config", value_name = "FILE.yaml")]
     pub envoy_config: Vec<PathBuf>,
+    /// Merge one domain spread over several `--envoy-config` files (the
+    /// reference's `MERGE_DOMAIN_CONFIG`); without it a domain in two
+    /// files is an error.
+    #[arg(long = "envoy-merge-domains")]
+    pub envoy_merge_domains: bool,
 }
 
-/// `tollgate validate --config FILE [--envoy-config FILE.yaml ...]`.
+/// `tollgate validate [--config FILE] [--envoy-config FILE.yaml ...]
+/// [--envoy-merge-domains]`: at least one of the two kinds of file.
 #[derive(Debug, Clone, Args)]
 pub struct ValidateArgs {
-    /// The TOML config file.
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
-    /// envoyproxy/ratelimit YAML files to check too.
+    /// The TOML config file (needed unless Envoy files are given).
+    #[arg(long, value_name = "FILE", required_unless_present = "envoy_config")]
+    pub config: Option<PathBuf>,
+    /// envoyproxy/ratelimit YAML files to check too (or alone).
     #[arg(long = "envoy-config", value_name = "FILE.yaml")]
     pub envoy_config: Vec<PathBuf>,
+    /// Merge one domain spread over several `--envoy-config` files, as
+    /// `serve --envoy-merge-domains` does.
+    #[arg(long = "envoy-merge-domains")]
+    pub envoy_merge_domains: bool,
 }
 
 /// `tollgate replay --config FILE --trace FILE.csv [--store URL] [--out FILE.csv]

@@ -30,9 +30,14 @@ fn main() -> ExitCode {
         },
         Command::Validate(args) => match validate::run(&args) {
             Ok(config) => {
-                let file = args.config.display().to_string();
+                let file = validate::files_named(&args);
+                let shown = if args.config.is_some() {
+                    validate::summary(&config, &file)
+                } else {
+                    validate::envoy_summary(&config.envoy.0, &file)
+                };
                 let mut stdout = std::io::stdout().lock();
-                if write!(stdout, "{}", validate::summary(&config, &file)).is_err() {
+                if write!(stdout, "{shown}").is_err() {
                     return ExitCode::FAILURE;
                 }
                 ExitCode::SUCCESS

@@ -7,9 +7,7 @@ use std::sync::Arc;
 
 use crate::cli::ServeArgs;
 use crate::config::upstream::Upstream;
-use crate::config::{
-    Config, DEFAULT_HTTP_LISTEN, EnvoyConfig, HttpConfig, ProxyConfig, StoreConfig, parse_listen,
-};
+use crate::config::{Config, DEFAULT_HTTP_LISTEN, EnvoyConfig, parse_listen};
 use crate::envoy::limits::EnvoyLimits;
 use crate::store_url::StoreUrl;
 
@@ -51,13 +49,7 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
     let mut config = match &args.config {
         Some(path) => Config::load(path).map_err(|e| e.to_string())?,
         // The gRPC service takes its limits from --envoy-config alone.
-        None if grpc.is_some() => Config {
-            store: StoreConfig::default(),
-            rules: Vec::new(),
-            http: HttpConfig::default(),
-            proxy: ProxyConfig::default(),
-            envoy: EnvoyConfig::default(),
-        },
+        None if grpc.is_some() => Config::without_rules(),
         None => {
             return Err(
                 "no rules: pass --config FILE (see examples/tollgate.toml), \
@@ -68,7 +60,8 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
     };
     if !args.envoy_config.is_empty() {
         let taken: Vec<&str> = config.rules.iter().map(|r| r.rule.name()).collect();
-        let limits = EnvoyLimits::load(&args.envoy_config, &taken).map_err(|e| e.to_string())?;
+        let limits = EnvoyLimits::load_with(&args.envoy_config, &taken, args.envoy_merge_domains)
+            .map_err(|e| e.to_string())?;
         config.envoy = EnvoyConfig(Arc::new(limits));
     }
     if let Some(url) = &args.store {

@@ -42,7 +42,10 @@ impl std::error::Error for ValidateError {}
 /// # Errors
 /// Every problem in the config and in each Envoy config file.
 pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
-    let loaded = Config::load(&args.config);
+    let loaded = match &args.config {
+        Some(path) => Config::load(path),
+        None => Ok(Config::without_rules()),
+    };
     let taken: Vec<&str> = match &loaded {
         Ok(c) => c.rules.iter().map(|r| r.rule.name()).collect(),
         Err(_) => Vec::new(),
@@ -50,7 +53,7 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
     let envoy = if args.envoy_config.is_empty() {
         Ok(EnvoyLimits::default())
     } else {
-        EnvoyLimits::load(&args.envoy_config, &taken)
+        EnvoyLimits::load_with(&args.envoy_config, &taken, args.envoy_merge_domains)
     };
     match (loaded, envoy) {
         (Ok(mut config), Ok(limits)) => {
@@ -66,13 +69,28 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
                 (None, Some(e)) => e.errors.first().map(|e| e.file.clone()),
                 _ => None,
             }
-            .unwrap_or_else(|| args.config.display().to_string());
+            .unwrap_or_else(|| files_named(args));
             Err(ValidateError {
                 file,
                 config,
                 envoy,
             })
         }
+    }
+}
+
+/// The files `validate` checked, as its summary line names them: the
+/// config file, else the Envoy files.
+#[must_use]
+pub fn files_named(args: &ValidateArgs) -> String {
+    match &args.config {
+        Some(path) => path.display().to_string(),
+        None => args
+            .envoy_config
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }
 
@@ -188,7 +206,37 @@ pub fn summary(config: &Config, file: &str) -> String {
         }
         let _ = writeln!(out, ", on_error {}", config.on_error_for(rc));
     }
-    let envoy = &config.envoy.0;
+    push_envoy(&mut out, &config.envoy.0);
+    escaped(&out)
+}
+
+/// The summary of Envoy files checked without a config file: their
+/// domains and limits.
+#[must_use]
+pub fn envoy_summary(envoy: &EnvoyLimits, files: &str) -> String {
+    let mut out = String::new();
+    let n = envoy.limits().count();
+    let d = envoy.domains().len();
+    let _ = writeln!(
+        out,
+        "{files}: OK, {n} Envoy limit{} in {d} domain{}",
+        if n == 1 { "" } else { "s" },
+        if d == 1 { "" } else { "s" }
+    );
+    push_envoy(&mut out, envoy);
+    escaped(&out)
+}
+
+/// Names, keys and values come from the files: escaped line by line.
+fn escaped(out: &str) -> String {
+    out.lines().fold(String::new(), |mut shown, line| {
+        let _ = writeln!(shown, "{}", Escaped(line));
+        shown
+    })
+}
+
+/// One line per Envoy domain, then per limit.
+fn push_envoy(out: &mut String, envoy: &EnvoyLimits) {
     let rules = envoy.rules();
     for domain in envoy.domains() {
         let _ = writeln!(out, "envoy domain {domain}");
@@ -227,9 +275,4 @@ pub fn summary(config: &Config, file: &str) -> String {
         }
         let _ = writeln!(out);
     }
-    // Names, keys and values come from the files: escaped line by line.
-    out.lines().fold(String::new(), |mut shown, line| {
-        let _ = writeln!(shown, "{}", Escaped(line));
-        shown
-    })
 }

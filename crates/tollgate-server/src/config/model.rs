@@ -190,6 +190,19 @@ impl PartialEq for EnvoyConfig {
 impl Eq for EnvoyConfig {}
 
 impl Config {
+    /// The config of no file: every default, no rules (the Envoy service
+    /// takes its limits from `--envoy-config` alone).
+    #[must_use]
+    pub fn without_rules() -> Self {
+        Config {
+            store: StoreConfig::default(),
+            rules: Vec::new(),
+            http: HttpConfig::default(),
+            proxy: ProxyConfig::default(),
+            envoy: EnvoyConfig::default(),
+        }
+    }
+
     /// The rule named `name`.
     #[must_use]
     pub fn rule(&self, name: &str) -> Option<&RuleConfig> {

@@ -86,11 +86,20 @@ impl Loader {
             }
             let duplicate = key.is_some() && level.by_composite.contains_key(composite.as_bytes());
             if duplicate {
+                // Across merged files, name the one that had it first.
+                let elsewhere = self
+                    .node_files
+                    .get(&path)
+                    .filter(|f| **f != self.file)
+                    .map(|f| format!(": also in {f}"))
+                    .unwrap_or_default();
                 self.error(
                     item.line,
                     field.as_str(),
-                    format!("duplicate descriptor composite key '{path}'"),
+                    format!("duplicate descriptor composite key '{path}'{elsewhere}"),
                 );
+            } else if key.is_some() && self.merge_domains {
+                self.node_files.insert(path.clone(), self.file.clone());
             }
             let limit = fields.get("rate_limit").and_then(|node| {
                 self.rate_limit(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use super::loader::Loader;
-use super::tree::{EnvoyLimits, Level};
+use super::tree::EnvoyLimits;
 use super::yaml::{Value, Yaml, read_yaml};
 use crate::config_file::{ConfigError, ConfigErrors};
 
@@ -60,9 +60,16 @@ impl Loader {
             }
             Some((d, line)) => {
                 if let Some(first) = self.files.get(&d) {
-                    let message = format!("duplicate domain '{d}': also in {first}");
-                    self.error(line, "domain", message);
-                    None
+                    if self.merge_domains {
+                        Some(d)
+                    } else {
+                        let message = format!(
+                            "duplicate domain '{d}': also in {first} (--envoy-merge-domains \
+                             merges one domain spread over several files)"
+                        );
+                        self.error(line, "domain", message);
+                        None
+                    }
                 } else {
                     self.files.insert(d.clone(), self.file.clone());
                     Some(d)
@@ -79,7 +86,11 @@ impl Loader {
                 None
             }
         };
-        let mut top = Level::default();
+        // A merged domain's file adds to the levels the earlier ones made.
+        let mut top = domain
+            .as_ref()
+            .and_then(|d| self.out.domains.remove(d))
+            .unwrap_or_default();
         let parent = format!("{}.", domain.as_deref().unwrap_or_default());
         self.descriptors(fields.get("descriptors"), "descriptors", &parent, &mut top);
         if let Some(domain) = domain {
@@ -97,7 +108,21 @@ impl EnvoyLimits {
     /// Every problem in every file, file by file, in line order: an
     /// unreadable file is one error.
     pub fn load(files: &[PathBuf], taken: &[&str]) -> Result<Self, ConfigErrors> {
-        let mut loader = Loader::new(taken);
+        Self::load_with(files, taken, false)
+    }
+
+    /// [`EnvoyLimits::load`], with `merge_domains`: a domain spread over
+    /// several files is one domain (the reference's `MERGE_DOMAIN_CONFIG`),
+    /// a descriptor key defined in two of them an error naming both.
+    ///
+    /// # Errors
+    /// As [`EnvoyLimits::load`].
+    pub fn load_with(
+        files: &[PathBuf],
+        taken: &[&str],
+        merge_domains: bool,
+    ) -> Result<Self, ConfigErrors> {
+        let mut loader = Loader::new(taken, merge_domains);
         for path in files {
             let file = path.display().to_string();
             match crate::config_file::read(path) {
@@ -125,7 +150,20 @@ impl EnvoyLimits {
     /// # Errors
     /// Every problem in every source, source by source, in line order.
     pub fn parse(sources: &[(String, String)], taken: &[&str]) -> Result<Self, ConfigErrors> {
-        let mut loader = Loader::new(taken);
+        Self::parse_with(sources, taken, false)
+    }
+
+    /// [`EnvoyLimits::parse`], with `merge_domains` as for
+    /// [`EnvoyLimits::load_with`].
+    ///
+    /// # Errors
+    /// As [`EnvoyLimits::parse`].
+    pub fn parse_with(
+        sources: &[(String, String)],
+        taken: &[&str],
+        merge_domains: bool,
+    ) -> Result<Self, ConfigErrors> {
+        let mut loader = Loader::new(taken, merge_domains);
         for (file, text) in sources {
             loader.file(file, text);
         }

@@ -44,17 +44,25 @@ pub(super) struct Loader {
     pub(super) used: HashSet<String>,
     /// Domain -> the file that defined it first.
     pub(super) files: HashMap<String, String>,
+    /// One domain may be spread over several files (`--envoy-merge-domains`,
+    /// the reference's `MERGE_DOMAIN_CONFIG`).
+    pub(super) merge_domains: bool,
+    /// A node's full path -> the file that defined it: a duplicate across
+    /// merged files names both.
+    pub(super) node_files: HashMap<String, String>,
     pub(super) errors: Vec<ConfigError>,
     /// The file being checked.
     pub(super) file: String,
 }
 
 impl Loader {
-    pub(super) fn new(taken: &[&str]) -> Self {
+    pub(super) fn new(taken: &[&str], merge_domains: bool) -> Self {
         Self {
             out: EnvoyLimits::default(),
             used: taken.iter().map(|&s| s.to_owned()).collect(),
             files: HashMap::new(),
+            merge_domains,
+            node_files: HashMap::new(),
             errors: Vec::new(),
             file: String::new(),
         }

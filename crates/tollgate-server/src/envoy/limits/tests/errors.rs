@@ -580,7 +580,10 @@ fn load_reads_files_and_reports_unreadable_ones() {
     let file = good.display().to_string();
     assert_eq!(
         err.to_string(),
-        format!("{file}:1: domain: duplicate domain 'mongo_cps': also in {file}")
+        format!(
+            "{file}:1: domain: duplicate domain 'mongo_cps': also in {file} \
+             (--envoy-merge-domains merges one domain spread over several files)"
+        )
     );
 }
 

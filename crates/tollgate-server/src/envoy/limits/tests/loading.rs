@@ -314,10 +314,47 @@ fn duplicate_domains_across_files_name_both_files() {
     assert_eq!(e.file, "two.yaml");
     assert_eq!(e.line, Some(2));
     assert_eq!(e.field.as_deref(), Some("domain"));
-    assert_eq!(e.message, "duplicate domain 'shared': also in one.yaml");
+    assert_eq!(
+        e.message,
+        "duplicate domain 'shared': also in one.yaml (--envoy-merge-domains merges one \
+         domain spread over several files)"
+    );
     assert_eq!(
         err.to_string(),
-        "two.yaml:2: domain: duplicate domain 'shared': also in one.yaml"
+        "two.yaml:2: domain: duplicate domain 'shared': also in one.yaml \
+         (--envoy-merge-domains merges one domain spread over several files)"
+    );
+}
+
+#[test]
+fn merged_domains_are_one_domain_and_a_key_in_two_files_names_both() {
+    let one = "domain: shared\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n";
+    let two = "domain: shared\ndescriptors:\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
+    let sources = [
+        ("one.yaml".to_owned(), one.to_owned()),
+        ("two.yaml".to_owned(), two.to_owned()),
+    ];
+    let merged = EnvoyLimits::parse_with(&sources, &[], true).expect("merged");
+    assert_eq!(merged.domains(), ["shared"]);
+    let a = merged
+        .find("shared", &[("a", "x")])
+        .expect("a from one.yaml");
+    let b = merged
+        .find("shared", &[("b", "x")])
+        .expect("b from two.yaml");
+    assert_eq!((a.requests_per_unit, b.requests_per_unit), (1, 2));
+
+    let again = "domain: shared\ndescriptors:\n  - key: c\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 3}\n";
+    let err = EnvoyLimits::parse_with(
+        &[sources[0].clone(), ("three.yaml".into(), again.into())],
+        &[],
+        true,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "three.yaml:4: descriptors[1]: duplicate descriptor composite key 'shared.a': also in \
+         one.yaml"
     );
 }
 
