@@ -141,3 +141,39 @@ fn serve_answers_from_every_file_of_a_merged_domain() {
     assert_eq!(call("b"), (Code::Ok, Some(2)));
     assert_eq!(call("b"), (Code::OverLimit, Some(2)));
 }
+
+#[test]
+fn a_toml_of_only_a_store_serves_and_validates_with_envoy_files() {
+    let dir = files();
+    std::fs::write(dir.path().join("store.toml"), "[store]\nurl = \"memory\"\n").expect("write");
+    let (exit, out, err) = tollgate(
+        dir.path(),
+        &[
+            "validate",
+            "--config",
+            "store.toml",
+            "--envoy-config",
+            "one.yaml",
+        ],
+    );
+    assert_eq!(exit, Some(0), "{err}");
+    assert!(out.starts_with("store.toml: OK, 0 rules\n"), "{out}");
+    // without Envoy files the TOML must have rules
+    let (exit, _, err) = tollgate(dir.path(), &["validate", "--config", "store.toml"]);
+    assert_eq!(exit, Some(1));
+    assert!(err.starts_with("store.toml:1: rules: no rules"), "{err}");
+    // and serve --grpc answers from the Envoy file over that store
+    let mut rls = Rls::start_with("[store]\nurl = \"memory\"\n", ONE, &[]);
+    let r = rls.ok(RateLimitRequest {
+        domain: "shared".to_owned(),
+        descriptors: vec![desc(&[("a", "x")])],
+        hits_addend: 0,
+    });
+    assert_eq!(code(r.statuses[0].code), Code::Ok);
+    let r = rls.ok(RateLimitRequest {
+        domain: "shared".to_owned(),
+        descriptors: vec![desc(&[("a", "x")])],
+        hits_addend: 0,
+    });
+    assert_eq!(code(r.statuses[0].code), Code::OverLimit);
+}

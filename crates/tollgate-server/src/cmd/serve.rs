@@ -47,7 +47,10 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
         );
     }
     let mut config = match &args.config {
-        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        // Envoy files bring limits of their own: the TOML may be only
+        // `[store]`.
+        Some(path) => Config::load_with(path, grpc.is_some() && !args.envoy_config.is_empty())
+            .map_err(|e| e.to_string())?,
         // The gRPC service takes its limits from --envoy-config alone.
         None if grpc.is_some() => Config::without_rules(),
         None => {

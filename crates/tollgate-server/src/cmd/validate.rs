@@ -43,7 +43,7 @@ impl std::error::Error for ValidateError {}
 /// Every problem in the config and in each Envoy config file.
 pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
     let loaded = match &args.config {
-        Some(path) => Config::load(path),
+        Some(path) => Config::load_with(path, !args.envoy_config.is_empty()),
         None => Ok(Config::without_rules()),
     };
     let taken: Vec<&str> = match &loaded {

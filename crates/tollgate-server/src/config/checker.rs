@@ -23,6 +23,16 @@ impl Config {
     /// # Errors
     /// Every problem found, or one if the file cannot be read.
     pub fn load(path: &Path) -> Result<Self, ConfigErrors> {
+        Self::load_with(path, false)
+    }
+
+    /// [`Config::load`]; with `rules_optional` (Envoy files bring the
+    /// limits: `serve --grpc --envoy-config`, `validate --envoy-config`)
+    /// a file without `[[rules]]` (only `[store]`, say) is valid.
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn load_with(path: &Path, rules_optional: bool) -> Result<Self, ConfigErrors> {
         let file = path.display().to_string();
         let one = |line, message| ConfigErrors {
             errors: vec![ConfigError {
@@ -38,7 +48,7 @@ impl Config {
             let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
             one(Some(line), "the file is not valid UTF-8".to_owned())
         })?;
-        Self::parse(&text, &file)
+        Self::parse_with(&text, &file, rules_optional)
     }
 
     /// Validates config text; errors name the file as `file`.
@@ -47,7 +57,20 @@ impl Config {
     /// Every problem found, in line order. When the TOML itself does not
     /// parse, only the syntax errors are reported.
     pub fn parse(source: &str, file: &str) -> Result<Self, ConfigErrors> {
+        Self::parse_with(source, file, false)
+    }
+
+    /// [`Config::parse`], with `rules_optional` as for [`Config::load_with`].
+    ///
+    /// # Errors
+    /// As [`Config::parse`].
+    pub fn parse_with(
+        source: &str,
+        file: &str,
+        rules_optional: bool,
+    ) -> Result<Self, ConfigErrors> {
         let mut checker = Checker::new(source, file);
+        checker.rules_optional = rules_optional;
         let (doc, syntax) = DeTable::parse_recoverable(source);
         if !syntax.is_empty() {
             let errors = syntax::syntax_errors(source, file, syntax, |at| checker.line(at));
@@ -95,6 +118,8 @@ pub(super) struct Checker<'a> {
     file: &'a str,
     line_starts: Vec<usize>,
     pub(super) errors: Vec<ConfigError>,
+    /// Envoy files bring the limits: the file may have no `[[rules]]`.
+    pub(super) rules_optional: bool,
 }
 
 pub(super) fn join(path: &str, key: &str) -> String {
@@ -120,6 +145,7 @@ impl<'a> Checker<'a> {
             file,
             line_starts,
             errors: Vec::new(),
+            rules_optional: false,
         }
     }
 

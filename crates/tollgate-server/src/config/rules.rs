@@ -31,6 +31,9 @@ const RULE_FIELDS: &[&str] = &[
 impl Checker<'_> {
     pub(super) fn rules(&mut self, value: Option<&Value<'_>>) -> Option<Vec<RuleConfig>> {
         let Some(value) = value else {
+            if self.rules_optional {
+                return Some(Vec::new());
+            }
             self.error(
                 &(0..0),
                 "rules",
@@ -43,6 +46,9 @@ impl Checker<'_> {
             return None;
         };
         if items.is_empty() {
+            if self.rules_optional {
+                return Some(Vec::new());
+            }
             self.error(
                 &value.span(),
                 "rules",
