@@ -72,7 +72,9 @@ impl Loader {
                 None => String::new(),
             };
             let path = format!("{parent}{composite}");
-            let wildcard = value.contains('*');
+            // As the reference: any `*` in `key_value` (or a key-only node's key)
+            // makes the node a wildcard.
+            let wildcard = key.is_some() && composite.contains('*');
             if share_threshold && key.is_some() && !wildcard {
                 let line = fields.get("share_threshold").map_or(item.line, |n| n.line);
                 self.error(
@@ -124,7 +126,7 @@ impl Loader {
             if key.is_some() && !duplicate {
                 let index = level.nodes.len();
                 let share = (share_threshold && wildcard)
-                    .then(|| value.as_bytes().to_vec().into_boxed_slice());
+                    .then(|| composite.as_bytes().to_vec().into_boxed_slice());
                 level.nodes.push(Node {
                     limit,
                     share,

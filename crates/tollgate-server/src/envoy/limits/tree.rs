@@ -182,9 +182,9 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 pub(super) struct Node {
     /// Index into `EnvoyLimits::limits`.
     pub(super) limit: Option<usize>,
-    /// `share_threshold` on a wildcard node: its value pattern (`foo*`),
-    /// which stands for every value it matches in the counter's key, so
-    /// they share one counter.
+    /// `share_threshold` on a wildcard node: its `key_value` pattern
+    /// (`files_tmp*`); less the request's `key_`, it stands for every value
+    /// it matches in the counter's key, so they share one counter.
     pub(super) share: Option<Box<[u8]>>,
     pub(super) children: Level,
 }
@@ -304,7 +304,12 @@ impl EnvoyLimits {
                 break;
             };
             if by_wildcard && let Some(pattern) = &node.share {
-                on_shared(i, pattern);
+                // The reference's TrimPrefix(pattern, key + "_").
+                let value = pattern
+                    .strip_prefix(key)
+                    .and_then(|p| p.strip_prefix(b"_"))
+                    .unwrap_or(pattern);
+                on_shared(i, value);
             }
             if i + 1 == entries.len() {
                 answer = node.limit.and_then(|l| self.limits.get(l));
