@@ -63,8 +63,9 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
     };
     if !args.envoy_config.is_empty() {
         let taken: Vec<&str> = config.rules.iter().map(|r| r.rule.name()).collect();
-        let limits = EnvoyLimits::load_with(&args.envoy_config, &taken, args.envoy_merge_domains)
-            .map_err(|e| e.to_string())?;
+        let merge = args.envoy_merge_domains || config.envoy_settings.merge_domains;
+        let limits =
+            EnvoyLimits::load_with(&args.envoy_config, &taken, merge).map_err(|e| e.to_string())?;
         config.envoy = EnvoyConfig(Arc::new(limits));
     }
     if let Some(url) = &args.store {

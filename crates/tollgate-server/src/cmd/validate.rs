@@ -53,7 +53,11 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
     let envoy = if args.envoy_config.is_empty() {
         Ok(EnvoyLimits::default())
     } else {
-        EnvoyLimits::load_with(&args.envoy_config, &taken, args.envoy_merge_domains)
+        let merge = args.envoy_merge_domains
+            || loaded
+                .as_ref()
+                .is_ok_and(|c| c.envoy_settings.merge_domains);
+        EnvoyLimits::load_with(&args.envoy_config, &taken, merge)
     };
     match (loaded, envoy) {
         (Ok(mut config), Ok(limits)) => {

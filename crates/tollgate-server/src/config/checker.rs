@@ -85,7 +85,7 @@ impl Config {
     }
 }
 
-const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy"];
+const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy", "envoy"];
 const STORE_FIELDS: &[&str] = &[
     "url",
     "timeout",
@@ -298,6 +298,16 @@ impl<'a> Checker<'a> {
                 }
             },
         };
+        let envoy_settings = match root.get("envoy") {
+            None => Some(EnvoySettings::default()),
+            Some(value) => match value.get_ref() {
+                DeValue::Table(t) => self.envoy(t),
+                _ => {
+                    self.wrong_type(value, "envoy", "a table ([envoy])");
+                    None
+                }
+            },
+        };
         let rules = self.rules(root.get("rules"));
         Some(Config {
             store: store?,
@@ -305,6 +315,7 @@ impl<'a> Checker<'a> {
             http: http?,
             proxy: proxy?,
             envoy: EnvoyConfig::default(),
+            envoy_settings: envoy_settings?,
         })
     }
 
@@ -383,7 +394,7 @@ impl<'a> Checker<'a> {
     }
 
     /// The value of `key` in `table` as a boolean; reports a wrong type.
-    fn boolean(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<bool> {
+    pub(super) fn boolean(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<bool> {
         let value = table.get(key)?;
         if let Some(b) = value.get_ref().as_bool() {
             Some(b)

@@ -39,6 +39,7 @@
 //! config holds and the proxy forwards to); the tests are in `tests.rs`.
 
 mod checker;
+mod envoy;
 mod model;
 mod rules;
 mod syntax;

@@ -172,6 +172,40 @@ pub struct Config {
     /// Not in the TOML file: the envoyproxy/ratelimit YAML files of
     /// `--envoy-config` (empty without them).
     pub envoy: EnvoyConfig,
+    /// `[envoy]`: the Envoy rate limit service's switches.
+    pub envoy_settings: EnvoySettings,
+}
+
+/// `[envoy]`: what the reference service takes from its environment
+/// (docs/envoy.md, "Settings").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvoySettings {
+    /// `merge_domains` (the reference's `MERGE_DOMAIN_CONFIG`), as
+    /// `--envoy-merge-domains`.
+    pub merge_domains: bool,
+    /// `response_headers` (its `LIMIT_RESPONSE_HEADERS_ENABLED`): add the
+    /// limit, remaining and reset of the descriptor closest to its limit
+    /// to Envoy's response.
+    pub response_headers: bool,
+    /// `limit_header` (its `LIMIT_LIMIT_HEADER`), default `RateLimit-Limit`.
+    pub limit_header: String,
+    /// `remaining_header` (its `LIMIT_REMAINING_HEADER`), default
+    /// `RateLimit-Remaining`.
+    pub remaining_header: String,
+    /// `reset_header` (its `LIMIT_RESET_HEADER`), default `RateLimit-Reset`.
+    pub reset_header: String,
+}
+
+impl Default for EnvoySettings {
+    fn default() -> Self {
+        Self {
+            merge_domains: false,
+            response_headers: false,
+            limit_header: "RateLimit-Limit".to_owned(),
+            remaining_header: "RateLimit-Remaining".to_owned(),
+            reset_header: "RateLimit-Reset".to_owned(),
+        }
+    }
 }
 
 /// The Envoy rate limit configs, loaded once and shared.
@@ -200,6 +234,7 @@ impl Config {
             http: HttpConfig::default(),
             proxy: ProxyConfig::default(),
             envoy: EnvoyConfig::default(),
+            envoy_settings: EnvoySettings::default(),
         }
     }
 

@@ -6,10 +6,12 @@
 //! trees, store keys), `plan.rs` (a request resolved descriptor by
 //! descriptor), [`service`] (deciding a `ShouldRateLimit`),
 //! [`wire`] (its request as bytes-valued messages), [`grpc`] (the tonic
-//! service over them), [`deadline`] (the request body's time bound).
+//! service over them), [`deadline`] (the request body's time bound),
+//! [`headers`] (the response headers of `[envoy] response_headers`).
 
 pub mod deadline;
 pub mod grpc;
+pub mod headers;
 pub mod limits;
 mod plan;
 pub mod service;

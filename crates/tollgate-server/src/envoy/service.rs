@@ -60,6 +60,7 @@ use futures_util::future::join_all;
 use tollgate::resilient::Refusal;
 use tollgate::{Check, Decision, OnError};
 
+use crate::envoy::headers::ResponseHeaders;
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::envoy::plan::{Op, Plan, plan};
 use crate::envoy::wire::RateLimitRequest;
@@ -75,6 +76,8 @@ pub struct EnvoyService {
     /// Where the Envoy rules start in the gate's rule list.
     first_rule: usize,
     overrides_log: Throttle,
+    /// `[envoy] response_headers`: the headers Envoy adds to responses.
+    headers: Option<ResponseHeaders>,
 }
 
 /// Statuses found for some descriptors (by position), and whether they let
@@ -104,7 +107,16 @@ impl EnvoyService {
             limits,
             first_rule,
             overrides_log: Throttle::new(Duration::from_secs(1)),
+            headers: None,
         })
+    }
+
+    /// Adds `headers` (when given) to every answer, for the descriptor
+    /// closest to its limit (`[envoy] response_headers`).
+    #[must_use]
+    pub fn with_response_headers(mut self, headers: Option<ResponseHeaders>) -> Self {
+        self.headers = headers;
+        self
     }
 
     /// Decides one request (the gRPC method without its transport).
@@ -183,9 +195,15 @@ impl EnvoyService {
             }
         }
 
+        let response_headers_to_add = self
+            .headers
+            .as_ref()
+            .map(|h| h.for_statuses(&statuses))
+            .unwrap_or_default();
         Ok(RateLimitResponse {
             overall_code: if admitted { Code::Ok } else { Code::OverLimit }.into(),
             statuses,
+            response_headers_to_add,
             ..RateLimitResponse::default()
         })
     }

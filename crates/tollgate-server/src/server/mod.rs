@@ -56,6 +56,7 @@ use crate::api::Api;
 use crate::config::Config;
 use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::grpc::RateLimitServer;
+use crate::envoy::headers::ResponseHeaders;
 use crate::envoy::service::EnvoyService;
 use crate::gate::Gate;
 use crate::gate::open_store;
@@ -233,7 +234,14 @@ pub async fn run(
     if let Some(listener) = listeners.grpc {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let limits = Arc::clone(&config.envoy.0);
-        let service = EnvoyService::new(Arc::clone(&gate), Arc::clone(&limits))?;
+        let settings = &config.envoy_settings;
+        let headers = settings.response_headers.then(|| ResponseHeaders {
+            limit: settings.limit_header.clone(),
+            remaining: settings.remaining_header.clone(),
+            reset: settings.reset_header.clone(),
+        });
+        let service = EnvoyService::new(Arc::clone(&gate), Arc::clone(&limits))?
+            .with_response_headers(headers);
         let domains = limits.domains();
         if domains.is_empty() {
             tracing::warn!(

@@ -67,6 +67,12 @@ impl Unit {
         }
     }
 
+    /// The unit numbered `n` in the proto enum ([`Unit::proto`]).
+    #[must_use]
+    pub fn from_proto(n: i32) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| u.proto() == n)
+    }
+
     /// `"second"`, `"minute"`, ...: the name used in config files.
     #[must_use]
     pub fn as_str(self) -> &'static str {
