@@ -209,37 +209,42 @@ pub struct Ticketed {
 /// key (on Redis, one record key per pair and ticket), so a pair named
 /// twice would share one record, and its settle would count it twice.
 pub(crate) fn reservation_ticket(checks: &[Check<'_>]) -> Result<Ticket, Error> {
-    let mut pairs: Vec<TicketPair> = Vec::with_capacity(checks.len());
-    for c in checks {
-        let pair = TicketPair::new(c.rule, c.key);
-        if pairs.contains(&pair) {
-            return Err(Error::Mismatch(format!(
-                "rule {:?} and one key are named twice in one reservation: name them once, \
-                 with the estimates added",
-                c.rule
-            )));
-        }
-        pairs.push(pair);
-    }
-    Ok(Ticket::new(TicketKind::Reservation, pairs))
+    ticket_of(
+        TicketKind::Reservation,
+        checks.iter(),
+        "reservation: name them once, with the estimates added",
+    )
 }
 
 /// The ticket of an acquire: its pairs that take slots (cost 0 peeks),
 /// each (rule, key) at most once.
 pub(crate) fn lease_ticket(checks: &[Check<'_>]) -> Result<Ticket, Error> {
-    let mut pairs: Vec<TicketPair> = Vec::with_capacity(checks.len());
-    for c in checks.iter().filter(|c| c.cost > 0) {
+    ticket_of(
+        TicketKind::Lease,
+        checks.iter().filter(|c| c.cost > 0),
+        "acquire: name them once, with the slots added",
+    )
+}
+
+/// A ticket of `kind` for `checks`, refusing a (rule, key) named twice
+/// ("… named twice in one {twice}").
+fn ticket_of<'c, 'a: 'c>(
+    kind: TicketKind,
+    checks: impl Iterator<Item = &'c Check<'a>>,
+    twice: &str,
+) -> Result<Ticket, Error> {
+    let mut pairs: Vec<TicketPair> = Vec::with_capacity(checks.size_hint().0);
+    for c in checks {
         let pair = TicketPair::new(c.rule, c.key);
         if pairs.contains(&pair) {
             return Err(Error::Mismatch(format!(
-                "rule {:?} and one key are named twice in one acquire: name them once, \
-                 with the slots added",
+                "rule {:?} and one key are named twice in one {twice}",
                 c.rule
             )));
         }
         pairs.push(pair);
     }
-    Ok(Ticket::new(TicketKind::Lease, pairs))
+    Ok(Ticket::new(kind, pairs))
 }
 
 /// A reservation's ttl in µs, within 1 ms ..= [`MAX_RESERVATION_TTL`].
