@@ -32,6 +32,9 @@ pub struct Check<'a> {
     pub key: &'a [u8],
     /// Units to consume; 0 peeks.
     pub cost: u64,
+    /// A limit for this call only ([`Check::under`]): decided against this
+    /// rule's limit and burst, on the named rule's counter.
+    pub limit: Option<&'a Rule>,
 }
 
 impl<'a> Check<'a> {
@@ -41,6 +44,7 @@ impl<'a> Check<'a> {
             rule,
             key: key.as_ref(),
             cost: 1,
+            limit: None,
         }
     }
 
@@ -48,6 +52,36 @@ impl<'a> Check<'a> {
     #[must_use]
     pub fn cost(mut self, cost: u64) -> Self {
         self.cost = cost;
+        self
+    }
+
+    /// The same check decided against `limit`'s limit and burst instead of
+    /// the named rule's, on the named rule's counter: a per-call limit (an
+    /// Envoy request's own `limit` override). `limit` must have the named
+    /// rule's name, algorithm and period, so the counter means the same
+    /// under both (docs/semantics.md, "Per-call limits"); anything else is
+    /// [`Error::Mismatch`]. Metrics count it as the named rule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Check, Limiter, MemoryStore, RuleSpec};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let spec = |limit| RuleSpec::new("api", Algorithm::FixedWindow, limit, Duration::from_secs(60));
+    /// let limiter = Limiter::new(MemoryStore::new(), [spec(100).build()?])?;
+    /// let three = spec(3).build()?;
+    /// for _ in 0..3 {
+    ///     assert!(limiter.check_all(&[Check::new("api", "k").under(&three)]).await?.allowed);
+    /// }
+    /// assert!(!limiter.check_all(&[Check::new("api", "k").under(&three)]).await?.allowed);
+    /// // The same counter: 3 of the rule's 100 are taken.
+    /// assert_eq!(limiter.check("api", "k", 0).await?.remaining, 97);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    #[must_use]
+    pub fn under(mut self, limit: &'a Rule) -> Self {
+        self.limit = Some(limit);
         self
     }
 }
@@ -109,6 +143,35 @@ impl<S> Limiter<S> {
             .ok_or_else(|| Error::UnknownRule(check.rule.to_owned()))
     }
 
+    /// The rule `c` is decided under: its per-call limit
+    /// ([`Check::under`]) when it has one that fits rule `i`, else rule `i`.
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] for a per-call limit with another name,
+    /// algorithm or period than rule `i`'s.
+    fn rule_of<'c>(&'c self, c: &Check<'c>, i: usize) -> Result<&'c Rule, Error> {
+        let rule = &self.rules[i];
+        let Some(limit) = c.limit else {
+            return Ok(rule);
+        };
+        if limit.name() != rule.name()
+            || limit.algorithm() != rule.algorithm()
+            || limit.period_micros() != rule.period_micros()
+        {
+            return Err(Error::Mismatch(format!(
+                "a per-call limit of rule {:?} must keep its name, algorithm ({}) and period \
+                 ({} µs); got {:?}, {}, {} µs",
+                rule.name(),
+                rule.algorithm(),
+                rule.period_micros(),
+                limit.name(),
+                limit.algorithm(),
+                limit.period_micros()
+            )));
+        }
+        Ok(limit)
+    }
+
     /// Each pair's rule, looked up once: the one place a check's rule names
     /// are resolved, for this limiter and [`crate::resilient`]'s. One pair,
     /// the common case, needs no vector.
@@ -124,10 +187,11 @@ impl<S> Limiter<S> {
             [] => Err(Error::NoChecks),
             [c] => {
                 let i = self.resolve_index(c)?;
-                op.applies(&self.rules[i], c.cost)?;
+                let rule = self.rule_of(c, i)?;
+                op.applies(rule, c.cost)?;
                 Ok(Resolved::One(
                     [KeyCheck {
-                        rule: &self.rules[i],
+                        rule,
                         key: c.key,
                         cost: c.cost,
                     }],
@@ -139,10 +203,11 @@ impl<S> Limiter<S> {
                 let mut index = Vec::with_capacity(checks.len());
                 for c in checks {
                     let i = self.resolve_index(c)?;
-                    op.applies(&self.rules[i], c.cost)?;
+                    let rule = self.rule_of(c, i)?;
+                    op.applies(rule, c.cost)?;
                     index.push(i);
                     pairs.push(KeyCheck {
-                        rule: &self.rules[i],
+                        rule,
                         key: c.key,
                         cost: c.cost,
                     });
@@ -324,11 +389,7 @@ impl<S: Store> Limiter<S> {
     }
 
     fn resolve(&self, name: &str, key: &[u8]) -> Result<&Rule, Error> {
-        let i = self.resolve_index(&Check {
-            rule: name,
-            key,
-            cost: 0,
-        })?;
+        let i = self.resolve_index(&Check::new(name, key).cost(0))?;
         Ok(&self.rules[i])
     }
 

@@ -13,6 +13,8 @@ const ENVOY_FIELDS: &[&str] = &[
     "limit_header",
     "remaining_header",
     "reset_header",
+    "quota_mode",
+    "response_dynamic_metadata",
 ];
 
 impl Checker<'_> {
@@ -26,6 +28,12 @@ impl Checker<'_> {
         }
         if let Some(b) = self.boolean(t, path, "response_headers") {
             envoy.response_headers = b;
+        }
+        if let Some(b) = self.boolean(t, path, "quota_mode") {
+            envoy.quota_mode = b;
+        }
+        if let Some(b) = self.boolean(t, path, "response_dynamic_metadata") {
+            envoy.response_dynamic_metadata = b;
         }
         for (key, slot) in [
             ("limit_header", &mut envoy.limit_header),

@@ -194,6 +194,12 @@ pub struct EnvoySettings {
     pub remaining_header: String,
     /// `reset_header` (its `LIMIT_RESET_HEADER`), default `RateLimit-Reset`.
     pub reset_header: String,
+    /// `quota_mode` (its `QUOTA_MODE`): every descriptor is a quota
+    /// descriptor (docs/envoy.md, "Quota mode").
+    pub quota_mode: bool,
+    /// `response_dynamic_metadata` (its `RESPONSE_DYNAMIC_METADATA`):
+    /// answers carry dynamic metadata (docs/envoy.md, "Metadata").
+    pub response_dynamic_metadata: bool,
 }
 
 impl Default for EnvoySettings {
@@ -204,6 +210,8 @@ impl Default for EnvoySettings {
             limit_header: "RateLimit-Limit".to_owned(),
             remaining_header: "RateLimit-Remaining".to_owned(),
             reset_header: "RateLimit-Reset".to_owned(),
+            quota_mode: false,
+            response_dynamic_metadata: false,
         }
     }
 }

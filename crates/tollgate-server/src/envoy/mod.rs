@@ -7,12 +7,16 @@
 //! descriptor), [`service`] (deciding a `ShouldRateLimit`),
 //! [`wire`] (its request as bytes-valued messages), [`grpc`] (the tonic
 //! service over them), [`deadline`] (the request body's time bound),
-//! [`headers`] (the response headers of `[envoy] response_headers`).
+//! [`headers`] (the response headers of `[envoy] response_headers`),
+//! [`detailed`] (metrics by runtime values),
+//! `metadata.rs` (the answer's dynamic metadata).
 
 pub mod deadline;
+pub mod detailed;
 pub mod grpc;
 pub mod headers;
 pub mod limits;
+mod metadata;
 mod plan;
 pub mod service;
 pub mod wire;

@@ -4,11 +4,13 @@
 //! whether it is a check, a peek, a charge or a give-back
 //! (docs/envoy.md, "Deciding" and "Charging usage").
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
-use crate::envoy::limits::{EnvoyLimits, Limit, store_key};
-use crate::envoy::wire::RateLimitRequest;
-use crate::gate::Throttle;
+use tollgate::{Algorithm, Rule};
+
+use crate::envoy::limits::{EnvoyLimits, Limit, Unit, override_limit, store_key};
+use crate::envoy::wire::{RateLimitDescriptor, RateLimitRequest};
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -37,15 +39,17 @@ pub(crate) enum Plan<'a> {
     /// `unlimited: true`.
     Unlimited,
     /// `requests_per_unit: 0`: always over.
-    Zero(&'a Limit),
+    Zero(Cow<'a, Limit>),
     /// A limit the store decides: gate rule `rule`, the descriptor's store
-    /// key, the cost, and what to do with it.
+    /// key, the cost, and what to do with it; for a request's own `limit`
+    /// override, the per-call rule it is decided under.
     Counted {
-        limit: &'a Limit,
+        limit: Cow<'a, Limit>,
         rule: usize,
         key: String,
         cost: u64,
         op: Op,
+        under: Option<Rule>,
     },
 }
 
@@ -54,11 +58,18 @@ impl Plan<'_> {
     pub(crate) fn is(&self, op: Op, shadow: bool) -> bool {
         matches!(self, Plan::Counted { limit, op: o, .. } if *o == op && limit.shadow_mode == shadow)
     }
+
+    /// Its limit, when it has one.
+    pub(crate) fn limit(&self) -> Option<&Limit> {
+        match self {
+            Plan::Zero(limit) | Plan::Counted { limit, .. } => Some(limit),
+            Plan::None | Plan::Unlimited => None,
+        }
+    }
 }
 
 /// Each descriptor of `req` resolved against `limits`, whose rules start
-/// at `first_rule` in the gate's list; a descriptor's limit override is
-/// logged (through `overrides_log`) and ignored.
+/// at `first_rule` in the gate's list.
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming what is wrong with the request, before
@@ -66,7 +77,6 @@ impl Plan<'_> {
 pub(crate) fn plan<'a>(
     limits: &'a EnvoyLimits,
     first_rule: usize,
-    overrides_log: &Throttle,
     req: &RateLimitRequest,
 ) -> Result<Vec<Plan<'a>>, tonic::Status> {
     if req.domain.is_empty() {
@@ -103,15 +113,6 @@ pub(crate) fn plan<'a>(
                 d.entries.len()
             )));
         }
-        if d.limit.is_some() {
-            overrides_log.report(|suppressed| {
-                tracing::warn!(
-                    "Envoy rate limit service: a descriptor carries a limit override; \
-                     overrides are not supported, the config's limit applies \
-                     ({suppressed} more since the last report)"
-                );
-            });
-        }
         // The descriptor's own hits_addend, 0 included (a peek); else the
         // request's, where 0 means 1 (as in envoyproxy/ratelimit).
         let cost = match &d.hits_addend {
@@ -119,6 +120,12 @@ pub(crate) fn plan<'a>(
             None if req.hits_addend == 0 => 1,
             None => u64::from(req.hits_addend),
         };
+        if d.limit.is_some() {
+            found.push(Found::Override(overridden(
+                limits, domain, first_rule, i, d, cost,
+            )?));
+            continue;
+        }
         let mut entries: Vec<(&[u8], &[u8])> = d
             .entries
             .iter()
@@ -127,41 +134,159 @@ pub(crate) fn plan<'a>(
         // The entries a share_threshold wildcard matched now carry its
         // pattern: the values it matches share one counter.
         let found_limit = limits.find_shared(domain, &mut entries);
-        found.push((found_limit, cost, d.is_negative_hits, entries));
+        found.push(Found::Config(
+            found_limit,
+            cost,
+            d.is_negative_hits,
+            entries,
+        ));
     }
     let replaced: HashSet<&str> = found
         .iter()
-        .filter_map(|(l, ..)| *l)
+        .filter_map(|f| match f {
+            Found::Config(l, ..) => *l,
+            Found::Override(_) => None,
+        })
         .flat_map(|l| l.replaces.iter().map(String::as_str))
         .collect();
     Ok(found
         .into_iter()
-        .map(|(limit, cost, negative, entries)| match limit {
-            None => Plan::None,
-            // Unlimited first, as the reference service: a replaced
-            // unlimited limit still reads unlimited.
-            Some(l) if l.unlimited => Plan::Unlimited,
-            Some(l) if !l.name.is_empty() && replaced.contains(l.name.as_str()) => Plan::None,
-            Some(l) => match l.rule {
-                // The key only for what the store counts (a long one
-                // costs a SHA-256).
-                Some(r) => Plan::Counted {
-                    limit: l,
-                    rule: first_rule + r,
-                    key: store_key(&entries),
-                    cost,
-                    op: if negative {
-                        Op::GiveBack
-                    } else if l.charge && cost > 0 {
-                        Op::Charge
-                    } else {
-                        Op::Check
-                    },
-                },
-                // Nothing is counted, so nothing to give back.
-                None if negative => Plan::None,
-                None => Plan::Zero(l),
-            },
+        .map(|f| {
+            let (limit, cost, negative, entries) = match f {
+                Found::Config(limit, cost, negative, entries) => (limit, cost, negative, entries),
+                Found::Override(plan) => return plan,
+            };
+            configured(limit, cost, negative, &entries, &replaced, first_rule)
         })
         .collect())
+}
+
+/// What a descriptor found: a limit of the config (with its cost, whether
+/// it gives back, and its entries as counted), or its own override.
+enum Found<'a, 'e> {
+    Config(Option<&'a Limit>, u64, bool, Vec<(&'e [u8], &'e [u8])>),
+    Override(Plan<'a>),
+}
+
+/// The plan of a descriptor that found `limit` in the config.
+fn configured<'a>(
+    limit: Option<&'a Limit>,
+    cost: u64,
+    negative: bool,
+    entries: &[(&[u8], &[u8])],
+    replaced: &HashSet<&str>,
+    first_rule: usize,
+) -> Plan<'a> {
+    match limit {
+        None => Plan::None,
+        // Unlimited first, as the reference service: a replaced
+        // unlimited limit still reads unlimited.
+        Some(l) if l.unlimited => Plan::Unlimited,
+        Some(l) if !l.name.is_empty() && replaced.contains(l.name.as_str()) => Plan::None,
+        Some(l) => match l.rule {
+            // The key only for what the store counts (a long one
+            // costs a SHA-256).
+            Some(r) => Plan::Counted {
+                limit: Cow::Borrowed(l),
+                rule: first_rule + r,
+                key: store_key(entries),
+                cost,
+                op: if negative {
+                    Op::GiveBack
+                } else if l.charge && cost > 0 {
+                    Op::Charge
+                } else {
+                    Op::Check
+                },
+                under: None,
+            },
+            // Nothing is counted, so nothing to give back.
+            None if negative => Plan::None,
+            None => Plan::Zero(Cow::Borrowed(l)),
+        },
+    }
+}
+
+/// The plan of descriptor `i`, `d`, which carries its own `limit`: as the
+/// reference service, that limit applies whatever the config says of the
+/// descriptor (no shadow or quota mode, no name, nothing replaced), on any
+/// domain the config has; its counter is the configured limit's when that
+/// one is a fixed window of the same unit, else the domain's for the unit
+/// (`limits/overrides.rs`, docs/envoy.md "Limit overrides").
+///
+/// # Errors
+/// `INVALID_ARGUMENT` for a unit that is none of the seven.
+fn overridden<'a>(
+    limits: &'a EnvoyLimits,
+    domain: &str,
+    first_rule: usize,
+    i: usize,
+    d: &RateLimitDescriptor,
+    cost: u64,
+) -> Result<Plan<'a>, tonic::Status> {
+    let Some(o) = &d.limit else {
+        return Ok(Plan::None);
+    };
+    if !limits.has_domain(domain) {
+        return Ok(Plan::None);
+    }
+    let Some(unit) = Unit::from_proto(o.unit) else {
+        return Err(tonic::Status::invalid_argument(format!(
+            "descriptors[{i}].limit.unit is {}: not a rate limit unit (1 SECOND, 2 MINUTE, \
+             3 HOUR, 4 DAY, 5 MONTH, 6 YEAR, 7 WEEK)",
+            o.unit
+        )));
+    };
+    let entries: Vec<(&[u8], &[u8])> = d
+        .entries
+        .iter()
+        .map(|e| (e.key.as_slice(), e.value.as_slice()))
+        .collect();
+    // Only a fixed window (the reference's only kind) is a count the two
+    // limits can share.
+    let configured = limits
+        .find(domain, &entries)
+        .filter(|l| l.unit == Some(unit))
+        .and_then(|l| l.rule)
+        .filter(|&r| limits.all_rules()[r].algorithm() == Algorithm::FixedWindow);
+    let mut limit = Limit {
+        rule: None,
+        name: String::new(),
+        path: String::new(),
+        requests_per_unit: o.requests_per_unit,
+        unit: Some(unit),
+        unlimited: false,
+        shadow_mode: false,
+        quota_mode: false,
+        detailed_metric: false,
+        runtime_metric: false,
+        replaces: Vec::new(),
+        charge: false,
+        metadata: None,
+    };
+    let Some(r) = configured.or_else(|| limits.override_rule(domain, unit)) else {
+        return Ok(Plan::None);
+    };
+    if o.requests_per_unit == 0 {
+        return Ok(if d.is_negative_hits {
+            Plan::None
+        } else {
+            Plan::Zero(Cow::Owned(limit))
+        });
+    }
+    let under = override_limit(&limits.all_rules()[r], o.requests_per_unit)
+        .map_err(|e| tonic::Status::invalid_argument(format!("descriptors[{i}].limit: {e}")))?;
+    limit.rule = Some(r);
+    Ok(Plan::Counted {
+        limit: Cow::Owned(limit),
+        rule: first_rule + r,
+        key: store_key(&entries),
+        cost,
+        op: if d.is_negative_hits {
+            Op::GiveBack
+        } else {
+            Op::Check
+        },
+        under: Some(under),
+    })
 }

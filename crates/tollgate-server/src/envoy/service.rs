@@ -60,11 +60,13 @@ use futures_util::future::join_all;
 use tollgate::resilient::Refusal;
 use tollgate::{Check, Decision, OnError};
 
+use crate::envoy::detailed::{DetailedMetrics, Outcome};
 use crate::envoy::headers::ResponseHeaders;
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit};
+use crate::envoy::metadata::dynamic_metadata;
 use crate::envoy::plan::{Op, Plan, plan};
 use crate::envoy::wire::RateLimitRequest;
-use crate::gate::{Gate, Throttle};
+use crate::gate::Gate;
 
 pub use crate::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
 
@@ -75,9 +77,15 @@ pub struct EnvoyService {
     limits: Arc<EnvoyLimits>,
     /// Where the Envoy rules start in the gate's rule list.
     first_rule: usize,
-    overrides_log: Throttle,
     /// `[envoy] response_headers`: the headers Envoy adds to responses.
     headers: Option<ResponseHeaders>,
+    /// `[envoy] quota_mode`: every descriptor is a quota descriptor.
+    quota_mode: bool,
+    /// `[envoy] response_dynamic_metadata`: answers carry the request and
+    /// its passed limits' `metadata` as dynamic metadata.
+    dynamic_metadata: bool,
+    /// Metrics by runtime values (`detailed_metric`, `value_to_metric`).
+    detailed: DetailedMetrics,
 }
 
 /// Statuses found for some descriptors (by position), and whether they let
@@ -95,7 +103,7 @@ impl EnvoyService {
     /// When the gate does not hold `limits`' rules at its end.
     pub fn new(gate: Arc<Gate>, limits: Arc<EnvoyLimits>) -> Result<Self, String> {
         let rules = gate.rules();
-        let envoy = limits.rules();
+        let envoy = limits.all_rules();
         let Some(first_rule) = rules.len().checked_sub(envoy.len()) else {
             return Err("the gate holds fewer rules than the Envoy config".to_owned());
         };
@@ -106,8 +114,10 @@ impl EnvoyService {
             gate,
             limits,
             first_rule,
-            overrides_log: Throttle::new(Duration::from_secs(1)),
             headers: None,
+            quota_mode: false,
+            dynamic_metadata: false,
+            detailed: DetailedMetrics::default(),
         })
     }
 
@@ -119,21 +129,55 @@ impl EnvoyService {
         self
     }
 
+    /// With `on`, every descriptor is a quota descriptor (`[envoy]
+    /// quota_mode`, the reference's `QUOTA_MODE`): the request is over only
+    /// when all of them are.
+    #[must_use]
+    pub fn with_quota_mode(mut self, on: bool) -> Self {
+        self.quota_mode = on;
+        self
+    }
+
+    /// With `on`, answers carry dynamic metadata (`[envoy]
+    /// response_dynamic_metadata`, the reference's
+    /// `RESPONSE_DYNAMIC_METADATA`): docs/envoy.md, "Metadata".
+    #[must_use]
+    pub fn with_dynamic_metadata(mut self, on: bool) -> Self {
+        self.dynamic_metadata = on;
+        self
+    }
+
     /// Decides one request (the gRPC method without its transport).
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` naming what is wrong with the request.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
-        let plans = plan(&self.limits, self.first_rule, &self.overrides_log, req)?;
+        let plans = plan(&self.limits, self.first_rule, req)?;
+        // Quota descriptors: each decided on its own; the request is over
+        // when all of them are (as the reference, under the global switch
+        // every descriptor but an unlimited one is one).
+        let quota: Vec<bool> = plans
+            .iter()
+            .map(|p| match p {
+                Plan::Unlimited => false,
+                _ if self.quota_mode => true,
+                p => p.limit().is_some_and(|l| l.quota_mode),
+            })
+            .collect();
 
         let mut statuses: Vec<DescriptorStatus> = plans.iter().map(initial).collect();
         let zero_enforced = plans
             .iter()
-            .any(|p| matches!(p, Plan::Zero(l) if !l.shadow_mode));
+            .zip(&quota)
+            .any(|(p, &q)| !q && matches!(p, Plan::Zero(l) if !l.shadow_mode));
 
         // The enforced checks and peeks: one all-or-nothing check (read
         // only when a zero limit already denies the request).
-        let (enforced, checks) = self.checks(&plans, |p| p.is(Op::Check, false), zero_enforced);
+        let (enforced, checks) = self.checks(
+            &plans,
+            |i, p| !quota[i] && p.is(Op::Check, false),
+            zero_enforced,
+        );
         let mut admitted = !zero_enforced;
         if !enforced.is_empty() {
             match self.gate.check_all(&checks).await {
@@ -161,13 +205,22 @@ impl EnvoyService {
                 }
             }
         }
+        if quota.contains(&true) {
+            let consumed = admitted;
+            admitted &= self.quota(&plans, &quota, &mut statuses, admitted).await;
+            if consumed && !admitted && !checks.is_empty() {
+                // Every quota descriptor is over: the request is denied,
+                // so the enforced checks give back what they took.
+                let _ = self.gate.refund_all(&checks).await;
+            }
+        }
 
         // Then, at once (one store round trip between them): the shadow
         // checks, each on its own, consuming only if the request goes
         // through, always OK (one the store cannot decide reads OK with no
         // numbers: it never fails the request); and the charges and
         // give-backs, recorded whatever the checks answered.
-        let (shadows, checks) = self.checks(&plans, |p| p.is(Op::Check, true), !admitted);
+        let (shadows, checks) = self.checks(&plans, |_, p| p.is(Op::Check, true), !admitted);
         // Charges before give-backs, so one call charging and giving back
         // the same key nets out rather than giving back from empty first.
         let (decided, (charged, given)) = tokio::join!(
@@ -181,11 +234,15 @@ impl EnvoyService {
                 (charged, self.record(&plans, Op::GiveBack).await)
             },
         );
+        let mut shadow_over = Vec::new();
         for (&i, result) in shadows.iter().zip(decided) {
             if let Ok(verdict) = result
                 && verdict.degraded != Some(OnError::Allow)
             {
                 statuses[i] = status(&plans[i], verdict.decision(), true);
+                if !verdict.decision().allowed {
+                    shadow_over.push(i);
+                }
             }
         }
         for recorded in [charged?, given?] {
@@ -200,12 +257,85 @@ impl EnvoyService {
             .as_ref()
             .map(|h| h.for_statuses(&statuses))
             .unwrap_or_default();
+        self.record_detailed(req, &plans, &statuses, &shadow_over);
+        let dynamic_metadata = self
+            .dynamic_metadata
+            .then(|| dynamic_metadata(req, &self.limits, &plans, &statuses));
         Ok(RateLimitResponse {
             overall_code: if admitted { Code::Ok } else { Code::OverLimit }.into(),
             statuses,
             response_headers_to_add,
+            dynamic_metadata,
             ..RateLimitResponse::default()
         })
+    }
+
+    /// Counts the descriptors whose limits name runtime values in their
+    /// metrics (`detailed.rs`); `shadow_over` are the shadow limits that
+    /// were over.
+    fn record_detailed(
+        &self,
+        req: &RateLimitRequest,
+        plans: &[Plan<'_>],
+        statuses: &[DescriptorStatus],
+        shadow_over: &[usize],
+    ) {
+        let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
+        for (i, plan) in plans.iter().enumerate() {
+            if !plan.limit().is_some_and(|l| l.runtime_metric) {
+                continue;
+            }
+            let outcome = if statuses[i].code == i32::from(Code::OverLimit) {
+                Outcome::Over
+            } else if shadow_over.contains(&i) {
+                Outcome::Shadow
+            } else {
+                Outcome::Within
+            };
+            let entries: Vec<(&[u8], &[u8])> = req.descriptors[i]
+                .entries
+                .iter()
+                .map(|e| (e.key.as_slice(), e.value.as_slice()))
+                .collect();
+            self.detailed
+                .record(&self.limits, domain, &entries, outcome);
+        }
+    }
+
+    /// Decides the quota descriptors (`quota[i]`), each on its own,
+    /// consuming only when `consume` (the other checks admitted the
+    /// request) and the descriptor is within its limit; fills their
+    /// statuses. Whether one of them passed (or there are none that count:
+    /// true).
+    async fn quota(
+        &self,
+        plans: &[Plan<'_>],
+        quota: &[bool],
+        statuses: &mut [DescriptorStatus],
+        consume: bool,
+    ) -> bool {
+        let (at, checks) = self.checks(plans, |i, p| quota[i] && p.is(Op::Check, false), !consume);
+        let decided = join_all(
+            checks
+                .iter()
+                .map(|check| self.gate.check_all(std::slice::from_ref(check))),
+        )
+        .await;
+        for (&i, result) in at.iter().zip(decided) {
+            statuses[i] = match result {
+                Ok(verdict) if verdict.degraded == Some(OnError::Allow) => initial(&plans[i]),
+                Ok(verdict) => {
+                    let d = verdict.decision();
+                    status(&plans[i], d, d.allowed)
+                }
+                Err(_) => failed(&plans[i]),
+            };
+        }
+        // Charges, give-backs and shadow limits are always OK: they pass.
+        quota
+            .iter()
+            .zip(statuses.iter())
+            .any(|(&q, s)| q && s.code != i32::from(Code::OverLimit))
     }
 
     /// Records every counted descriptor doing `op` (a charge or a
@@ -213,7 +343,7 @@ impl EnvoyService {
     /// the key's state after it; under a store failure the failure policy
     /// answers, as for a check.
     async fn record(&self, plans: &[Plan<'_>], op: Op) -> Result<Recorded, tonic::Status> {
-        let (at, checks) = self.checks(plans, |p| p.is(op, false) || p.is(op, true), false);
+        let (at, checks) = self.checks(plans, |_, p| p.is(op, false) || p.is(op, true), false);
         let mut recorded = Recorded {
             statuses: Vec::new(),
             admitted: true,
@@ -254,20 +384,25 @@ impl EnvoyService {
     fn checks<'a>(
         &'a self,
         plans: &'a [Plan<'a>],
-        keep: impl Fn(&Plan<'_>) -> bool,
+        keep: impl Fn(usize, &Plan<'_>) -> bool,
         read_only: bool,
     ) -> (Vec<usize>, Vec<Check<'a>>) {
         plans
             .iter()
             .enumerate()
-            .filter(|(_, p)| keep(p))
+            .filter(|(i, p)| keep(*i, p))
             .filter_map(|(i, p)| match p {
                 Plan::Counted {
-                    rule, key, cost, ..
+                    rule,
+                    key,
+                    cost,
+                    under,
+                    ..
                 } => {
                     let name = self.gate.rules()[*rule].name();
                     let cost = if read_only { 0 } else { *cost };
-                    Some((i, Check::new(name, key.as_bytes()).cost(cost)))
+                    let check = Check::new(name, key.as_bytes()).cost(cost);
+                    Some((i, under.as_ref().map_or(check, |r| check.under(r))))
                 }
                 _ => None,
             })

@@ -63,7 +63,7 @@ impl Gate {
             .rules
             .iter()
             .map(|r| r.rule.clone())
-            .chain(config.envoy.0.rules().iter().cloned());
+            .chain(config.envoy.0.all_rules().iter().cloned());
         let limiter = Limiter::new(store, rules).map_err(|e| e.to_string())?;
         let mut builder = ResilientLimiter::builder(limiter)
             .timeout(timeout)

@@ -241,7 +241,9 @@ pub async fn run(
             reset: settings.reset_header.clone(),
         });
         let service = EnvoyService::new(Arc::clone(&gate), Arc::clone(&limits))?
-            .with_response_headers(headers);
+            .with_response_headers(headers)
+            .with_quota_mode(settings.quota_mode)
+            .with_dynamic_metadata(settings.response_dynamic_metadata);
         let domains = limits.domains();
         if domains.is_empty() {
             tracing::warn!(

@@ -598,12 +598,22 @@ impl<S: Store> Inner<S> {
     ) -> R {
         let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
         let replicas = self.live.load(Ordering::Acquire).max(1);
-        let shares = local.shares(replicas, self.limiter.rules());
+        let rules = self.limiter.rules();
+        let shares = local.shares(replicas, rules);
+        // A per-call limit (`Check::under`) gets its own share.
+        let own: Vec<Option<Rule>> = checks
+            .iter()
+            .zip(index)
+            .map(|(c, &i)| {
+                (!std::ptr::eq(c.rule, &rules[i])).then(|| local_share(c.rule, replicas))
+            })
+            .collect();
         let resolved: Vec<KeyCheck<'_>> = checks
             .iter()
             .zip(index)
-            .map(|(c, &i)| KeyCheck {
-                rule: &shares[i],
+            .zip(&own)
+            .map(|((c, &i), own)| KeyCheck {
+                rule: own.as_ref().unwrap_or(&shares[i]),
                 key: c.key,
                 cost: c.cost,
             })

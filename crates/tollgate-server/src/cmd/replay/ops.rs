@@ -63,11 +63,7 @@ pub(super) async fn run<S: Store>(
 ) -> Result<Done, Failed> {
     let t: Micros = row.t_ms * 1_000;
     let at = Some(t);
-    let check = Check {
-        rule: row.rule,
-        key: row.key,
-        cost: row.cost,
-    };
+    let check = Check::new(row.rule, row.key).cost(row.cost);
     match row.op {
         Op::Check => {
             let decision = limiter.check_at(row.rule, row.key, row.cost, at).await?;

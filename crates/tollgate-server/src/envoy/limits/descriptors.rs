@@ -2,6 +2,7 @@
 //! duplicates, and each node's limit (`rate_limit.rs`).
 
 use super::loader::{Loader, join};
+use super::rate_limit::Modes;
 use super::tree::{Level, Node, Wildcard};
 use super::yaml::{Value, Yaml};
 
@@ -13,6 +14,9 @@ const DESCRIPTOR_FIELDS: &[&str] = &[
     "shadow_mode",
     "detailed_metric",
     "share_threshold",
+    "quota_mode",
+    "value_to_metric",
+    "metadata",
 ];
 
 impl Loader {
@@ -63,6 +67,11 @@ impl Loader {
             let shadow_mode = self.flag(&fields, &field, "shadow_mode");
             let detailed_metric = self.flag(&fields, &field, "detailed_metric");
             let share_threshold = self.flag(&fields, &field, "share_threshold");
+            let quota_mode = self.flag(&fields, &field, "quota_mode");
+            let value_to_metric = self.flag(&fields, &field, "value_to_metric");
+            let metadata = fields
+                .get("metadata")
+                .and_then(|node| self.metadata(node, &join(&field, "metadata")));
 
             // Without a key the node is not added; its children are still
             // checked, under a path that will never be used.
@@ -108,21 +117,34 @@ impl Loader {
                     node,
                     &join(&field, "rate_limit"),
                     &path,
-                    shadow_mode,
-                    detailed_metric,
+                    Modes {
+                        shadow_mode,
+                        quota_mode,
+                        detailed_metric,
+                        runtime_metric: detailed_metric
+                            || value_to_metric
+                            || self.under_value_to_metric,
+                    },
                 )
             });
-            let limit = limit.map(|limit| {
+            let limit = limit.map(|mut limit| {
+                if let Some(metadata) = metadata {
+                    limit.metadata = Some(self.out.metadata.len());
+                    self.out.metadata.push(metadata);
+                }
                 self.out.limits.push(limit);
                 self.out.limits.len() - 1
             });
             let mut children = Level::default();
+            let outer = self.under_value_to_metric;
+            self.under_value_to_metric |= value_to_metric;
             self.descriptors(
                 fields.get("descriptors"),
                 &join(&field, "descriptors"),
                 &format!("{path}."),
                 &mut children,
             );
+            self.under_value_to_metric = outer;
             if key.is_some() && !duplicate {
                 let index = level.nodes.len();
                 let share = (share_threshold && wildcard)
@@ -130,6 +152,7 @@ impl Loader {
                 level.nodes.push(Node {
                     limit,
                     share,
+                    value_to_metric,
                     children,
                 });
                 if wildcard {

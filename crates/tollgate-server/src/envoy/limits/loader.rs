@@ -53,6 +53,9 @@ pub(super) struct Loader {
     pub(super) errors: Vec<ConfigError>,
     /// The file being checked.
     pub(super) file: String,
+    /// Whether the descriptors being read are under a `value_to_metric`
+    /// node.
+    pub(super) under_value_to_metric: bool,
 }
 
 impl Loader {
@@ -65,11 +68,13 @@ impl Loader {
             node_files: HashMap::new(),
             errors: Vec::new(),
             file: String::new(),
+            under_value_to_metric: false,
         }
     }
 
-    pub(super) fn finish(self) -> Result<EnvoyLimits, ConfigErrors> {
+    pub(super) fn finish(mut self) -> Result<EnvoyLimits, ConfigErrors> {
         if self.errors.is_empty() {
+            self.override_rules();
             Ok(self.out)
         } else {
             Err(ConfigErrors {

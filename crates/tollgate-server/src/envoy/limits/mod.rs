@@ -65,13 +65,17 @@
 mod descriptors;
 mod files;
 mod loader;
+mod metadata;
+mod metric_key;
 mod naming;
+mod overrides;
 mod rate_limit;
 mod scalars;
 mod tree;
 mod yaml;
 
 pub use naming::store_key;
+pub use overrides::override_limit;
 pub use tree::{EnvoyLimits, Limit, Unit};
 
 #[cfg(test)]

@@ -23,6 +23,20 @@ const RATE_LIMIT_FIELDS: &[&str] = &[
 ];
 const REPLACES_FIELDS: &[&str] = &["name"];
 
+/// The descriptor's switches that its limit carries.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Modes {
+    /// `shadow_mode`.
+    pub(super) shadow_mode: bool,
+    /// `quota_mode`.
+    pub(super) quota_mode: bool,
+    /// `detailed_metric`.
+    pub(super) detailed_metric: bool,
+    /// Whether its metrics name runtime values: `detailed_metric`, or
+    /// `value_to_metric` on it or a node above.
+    pub(super) runtime_metric: bool,
+}
+
 impl Loader {
     /// The node's limit, or `None` when it has none or it is invalid
     /// (reported). Builds its rule when it needs one.
@@ -31,8 +45,7 @@ impl Loader {
         node: &Yaml,
         field: &str,
         path: &str,
-        shadow_mode: bool,
-        detailed_metric: bool,
+        modes: Modes,
     ) -> Option<Limit> {
         if matches!(&*node.value, Value::Null) {
             return None;
@@ -128,10 +141,13 @@ impl Loader {
             requests_per_unit,
             unit,
             unlimited,
-            shadow_mode,
-            detailed_metric,
+            shadow_mode: modes.shadow_mode,
+            quota_mode: modes.quota_mode,
+            detailed_metric: modes.detailed_metric,
+            runtime_metric: modes.runtime_metric,
             replaces,
             charge,
+            metadata: None,
         };
         if let (Some(unit), false, true) = (unit, unlimited, requests_per_unit >= 1) {
             let mut spec = RuleSpec::new(

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use envoy_types::pb::google::protobuf::Struct;
 use tollgate::Rule;
 
 /// An envoyproxy/ratelimit time unit.
@@ -117,14 +118,25 @@ pub struct Limit {
     pub unlimited: bool,
     /// The node's `shadow_mode`: over-limit answers are reported as OK.
     pub shadow_mode: bool,
-    /// The node's `detailed_metric` (stored, otherwise unused).
+    /// The node's `quota_mode`: over its limit, it fails the request only
+    /// when every quota limit of the request is over (docs/envoy.md,
+    /// "Quota mode").
+    pub quota_mode: bool,
+    /// The node's `detailed_metric`: its metrics name the request's own
+    /// entries (docs/envoy.md, "Metrics").
     pub detailed_metric: bool,
+    /// Whether its metrics name the request's values
+    /// ([`EnvoyLimits::metric_key`]): `detailed_metric`, or
+    /// `value_to_metric` on its node or one above.
+    pub runtime_metric: bool,
     /// Names of the limits this one replaces (`rate_limit.replaces`).
     pub replaces: Vec<String>,
     /// `rate_limit.charge` (tollgate's extension): a call with a cost
     /// above 0 records it in full, even past the limit, and is never
     /// refused; a cost of 0 still peeks (docs/envoy.md, "Charging usage").
     pub charge: bool,
+    /// The node's `metadata`: index into [`EnvoyLimits::metadata`].
+    pub metadata: Option<usize>,
 }
 
 /// One level of a descriptor tree: the nodes, by composite key.
@@ -192,6 +204,8 @@ pub(super) struct Node {
     /// (`files_tmp*`); less the request's `key_`, it stands for every value
     /// it matches in the counter's key, so they share one counter.
     pub(super) share: Option<Box<[u8]>>,
+    /// `value_to_metric`: the metrics name the request's value here.
+    pub(super) value_to_metric: bool,
     pub(super) children: Level,
 }
 
@@ -202,6 +216,13 @@ pub struct EnvoyLimits {
     pub(super) domains: BTreeMap<String, Level>,
     pub(super) limits: Vec<Limit>,
     pub(super) rules: Vec<Rule>,
+    pub(super) metadata: Vec<Struct>,
+    /// Per domain, the rule (index into `rules`) counting overrides in
+    /// each unit (in [`Unit::ALL`] order): `overrides.rs`.
+    pub(super) override_rules: BTreeMap<String, [usize; 7]>,
+    /// How many of `rules` the config's limits made (the rest count
+    /// overrides).
+    pub(super) configured: usize,
 }
 
 impl EnvoyLimits {
@@ -211,9 +232,31 @@ impl EnvoyLimits {
     /// outside `[A-Za-z0-9_.-]` replaced by `_`, cut to
     /// [`tollgate::MAX_NAME_LEN`] bytes and made unique (against the names
     /// given to `load` and each other) by a `.2`, `.3`, ... suffix.
+    /// Not the rules counting limit overrides: see
+    /// [`EnvoyLimits::all_rules`].
     #[must_use]
     pub fn rules(&self) -> &[Rule] {
+        &self.rules[..self.configured]
+    }
+
+    /// [`EnvoyLimits::rules`], then the rules counting each domain's limit
+    /// overrides ([`EnvoyLimits::override_rule`]): the rules a server
+    /// enforces, in that order.
+    #[must_use]
+    pub fn all_rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// A limit's `metadata` ([`Limit::metadata`]).
+    #[must_use]
+    pub fn metadata(&self, limit: &Limit) -> Option<&Struct> {
+        limit.metadata.and_then(|i| self.metadata.get(i))
+    }
+
+    /// Whether `domain` is loaded.
+    #[must_use]
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
     }
 
     /// The domains loaded, sorted.

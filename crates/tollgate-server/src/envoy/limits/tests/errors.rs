@@ -80,7 +80,7 @@ descriptors:
     assert_eq!(
         all[1].2,
         "unknown field; expected one of key, value, rate_limit, descriptors, shadow_mode, \
-             detailed_metric, share_threshold"
+             detailed_metric, share_threshold, quota_mode, value_to_metric, metadata"
     );
     assert_eq!(
         all[2].2,

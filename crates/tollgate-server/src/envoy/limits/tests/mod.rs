@@ -11,6 +11,7 @@ use crate::config_file::ConfigErrors;
 mod errors;
 mod loading;
 mod matching;
+mod metric_key;
 mod store_key;
 mod wildcards;
 

@@ -1,0 +1,102 @@
+//! Per-call limits (`Check::under`): decided against the given limit on
+//! the named rule's counter, on every store, and refused when they would
+//! read the counter differently (docs/semantics.md, "Per-call limits").
+
+use std::time::Duration;
+
+use redis_harness::RedisServer;
+use tollgate::store::hybrid::{HybridOptions, HybridStore};
+use tollgate::store::redis::{RedisOptions, RedisStore};
+use tollgate::{Algorithm, Check, Error, Limiter, MemoryStore, Rule, RuleSpec, Store};
+
+fn rule(name: &str, algorithm: Algorithm, limit: u64, secs: u64) -> Rule {
+    RuleSpec::new(name, algorithm, limit, Duration::from_secs(secs))
+        .build()
+        .expect("valid rule")
+}
+
+async fn shares_the_counter<S: Store>(store: S) {
+    let limiter = Limiter::new(
+        store,
+        [
+            rule("fw", Algorithm::FixedWindow, 100, 3600),
+            rule("sw", Algorithm::SlidingWindow, 100, 3600),
+            rule("g", Algorithm::Gcra, 100, 3600),
+        ],
+    )
+    .expect("limiter");
+    // Windows count units: the rule's limit and a per-call one read the
+    // same count.
+    for (name, algorithm) in [
+        ("fw", Algorithm::FixedWindow),
+        ("sw", Algorithm::SlidingWindow),
+    ] {
+        let three = rule(name, algorithm, 3, 3600);
+        let check = [Check::new(name, "k").under(&three)];
+        for left in [2, 1, 0] {
+            let d = limiter.check_all(&check).await.expect("check");
+            assert!(d.allowed, "{name}");
+            assert_eq!((d.decisions[0].limit, d.decisions[0].remaining), (3, left));
+        }
+        assert!(
+            !limiter.check_all(&check).await.expect("check").allowed,
+            "{name}"
+        );
+        // the rule's own limit reads the same counter: 3 of 100 taken
+        let d = limiter.check(name, "k", 0).await.expect("peek");
+        assert_eq!((d.limit, d.remaining), (100, 97), "{name}");
+        // and a larger per-call limit admits past the rule's
+        let big = rule(name, algorithm, 1000, 3600);
+        let d = limiter
+            .check_all(&[Check::new(name, "k").under(&big).cost(150)])
+            .await
+            .expect("check");
+        assert!(d.allowed, "{name}");
+        assert_eq!(d.decisions[0].remaining, 1000 - 153, "{name}");
+    }
+    // GCRA keeps a time, not a count: a per-call limit spaces its units at
+    // its own rate.
+    let three = rule("g", Algorithm::Gcra, 3, 3600);
+    let check = [Check::new("g", "k").under(&three)];
+    for _ in 0..3 {
+        assert!(limiter.check_all(&check).await.expect("check").allowed);
+    }
+    assert!(!limiter.check_all(&check).await.expect("check").allowed);
+    // A per-call limit that would read the counter another way is refused.
+    for (bad, why) in [
+        (rule("other", Algorithm::FixedWindow, 3, 3600), "name"),
+        (rule("fw", Algorithm::SlidingWindow, 3, 3600), "algorithm"),
+        (rule("fw", Algorithm::FixedWindow, 3, 60), "period"),
+    ] {
+        let got = limiter
+            .check_all(&[Check::new("fw", "k").under(&bad)])
+            .await;
+        match got {
+            Err(Error::Mismatch(m)) => assert!(m.contains("per-call limit"), "{why}: {m}"),
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn per_call_limits_on_the_memory_store() {
+    shares_the_counter(MemoryStore::new()).await;
+}
+
+#[tokio::test]
+async fn per_call_limits_on_redis() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), RedisOptions::default())
+        .await
+        .expect("connect");
+    shares_the_counter(store).await;
+}
+
+#[tokio::test]
+async fn per_call_limits_in_hybrid_mode() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), RedisOptions::default())
+        .await
+        .expect("connect");
+    shares_the_counter(HybridStore::new(store, HybridOptions::default())).await;
+}
