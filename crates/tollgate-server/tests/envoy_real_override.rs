@@ -6,9 +6,9 @@
 //! in the descriptor (`RateLimitDescriptor.limit`), which the service must
 //! apply instead of the config's (docs/envoy.md).
 //!
-//! Envoy reads the override only from `RouteAction.rate_limits`; the rate
-//! limit filter's per-route `rate_limits` accept the field and never send
-//! it, so these routes use [`Bootstrap::route_action`].
+//! Envoy 1.40 sends the override from both places a route's rate limits
+//! can sit: `RouteAction.rate_limits` (`/override`) and the rate limit
+//! filter's per-route `RateLimitPerRoute.rate_limits` (`/filter-override`).
 
 mod common;
 
@@ -56,11 +56,12 @@ const PLAIN: &str = "
   - request_headers: {header_name: x-user, descriptor_key: user}
 ";
 
-/// Envoy with `/override` (overridden) and `/plain` routes to `upstream`,
-/// its rate limit filter calling `rls`.
+/// Envoy with `/override` and `/filter-override` (overridden) and `/plain`
+/// routes to `upstream`, its rate limit filter calling `rls`.
 fn bootstrap(upstream: &ModelServer, rls: std::net::SocketAddr) -> String {
     Bootstrap::new(upstream.addr, rls, "override")
         .route_action("/override", OVERRIDDEN)
+        .route("/filter-override", OVERRIDDEN)
         .route_action("/plain", PLAIN)
         .filter_before(SET_OVERRIDE)
         .filter_fields("enable_x_ratelimit_headers: DRAFT_VERSION_03")
@@ -77,32 +78,39 @@ fn envoy_sends_the_routes_limit_override_in_the_descriptor() {
     let recorder = Recorder::start();
     let upstream = ModelServer::start();
     let envoy = Envoy::start(&bootstrap(&upstream, recorder.addr));
-    assert_eq!(get(&envoy, "/override", "a").status, 200, "{}", envoy.log());
-    assert_eq!(get(&envoy, "/plain", "b").status, 200, "{}", envoy.log());
-    let seen = recorder.wait_for(2);
-    assert_eq!(seen.len(), 2, "{seen:?}\n{}", envoy.log());
-    for r in &seen {
+    for (path, user) in [
+        ("/override", "a"),
+        ("/filter-override", "b"),
+        ("/plain", "c"),
+    ] {
+        assert_eq!(get(&envoy, path, user).status, 200, "{}", envoy.log());
+    }
+    let seen = recorder.wait_for(3);
+    assert_eq!(seen.len(), 3, "{seen:?}\n{}", envoy.log());
+    for (r, user) in seen.iter().zip(["a", "b", "c"]) {
         assert_eq!(r.domain, "override");
         assert_eq!(r.descriptors.len(), 1, "{r:?}");
+        assert_eq!(
+            r.descriptors[0].entries,
+            [Entry {
+                key: "user".to_owned(),
+                value: user.to_owned()
+            }]
+        );
     }
-    let overridden = &seen[0].descriptors[0];
-    assert_eq!(
-        overridden.entries,
-        [Entry {
-            key: "user".to_owned(),
-            value: "a".to_owned()
-        }]
-    );
-    assert_eq!(
-        overridden.limit,
-        Some(RateLimitOverride {
-            requests_per_unit: 3,
-            unit: RateLimitUnit::Hour.into(),
-        }),
-        "{seen:?}"
-    );
+    // Both places of a route's rate limits send the metadata's limit.
+    for r in &seen[..2] {
+        assert_eq!(
+            r.descriptors[0].limit,
+            Some(RateLimitOverride {
+                requests_per_unit: 3,
+                unit: RateLimitUnit::Hour.into(),
+            }),
+            "{seen:?}"
+        );
+    }
     // The route without `limit` sends none.
-    assert_eq!(seen[1].descriptors[0].limit, None, "{seen:?}");
+    assert_eq!(seen[2].descriptors[0].limit, None, "{seen:?}");
 }
 
 #[test]
@@ -133,10 +141,15 @@ fn tollgate_applies_the_override_envoy_sends_instead_of_the_configs_limit() {
         r.headers
     );
     assert_eq!(r.header("x-ratelimit-remaining"), Some("2"));
+    // The filter's per-route rate limits carry it the same way.
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| get(&envoy, "/filter-override", "e").status)
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
     // Without the override, the config's 100 a minute applies.
     let plain: Vec<u16> = (0..5).map(|_| get(&envoy, "/plain", "c").status).collect();
     assert_eq!(plain, [200; 5]);
     let r = get(&envoy, "/plain", "d");
     assert_eq!(r.header("x-ratelimit-limit"), Some("100, 100;w=60"));
-    assert_eq!(upstream.served(), 3 + 1 + 5 + 1);
+    assert_eq!(upstream.served(), 3 + 1 + 3 + 5 + 1);
 }

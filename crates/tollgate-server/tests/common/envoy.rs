@@ -12,9 +12,10 @@
 //!   route to an upstream with the route's `rate_limits` given as YAML, the
 //!   rate limit filter calling tollgate over HTTP/2 (the upstream that
 //!   reports usage is `common::model`'s); [`Bootstrap`] builds more: several
-//!   routes, each with its own domain, rate limits in the route itself
-//!   (where Envoy reads a `limit` override), filters before the rate limit
-//!   filter and more fields of its config;
+//!   routes, each with its own domain, rate limits in the filter's
+//!   per-route config or in the route itself, filters before the rate
+//!   limit filter (e.g. one setting dynamic metadata) and more fields of
+//!   its config;
 //! * [`Shared`] lets the tests of a file share one Envoy (and one tollgate);
 //! * [`away_from_a_window_edge`] keeps a count inside one fixed window.
 
@@ -188,9 +189,8 @@ pub enum Placement {
     /// In the rate limit filter's per-route config (`RateLimitPerRoute`),
     /// which can also name the route's own domain.
     Filter,
-    /// In the route itself (`RouteAction.rate_limits`): the only place
-    /// Envoy reads a rate limit's `limit` override from (the filter's
-    /// per-route `rate_limits` accept the field and never send it).
+    /// In the route itself (`RouteAction.rate_limits`), the classic place
+    /// (Envoy 1.40 sends a `limit` override from either).
     Route,
 }
 
