@@ -12,7 +12,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::envoy::{Envoy, envoy_binary, rate_limited_bootstrap};
+use common::envoy::{Envoy, away_from_a_window_edge, envoy_binary, rate_limited_bootstrap};
 use common::model::ModelServer;
 use common::rls::{Rls, toml};
 use redis_harness::RedisServer;
@@ -68,18 +68,6 @@ fn settle_on(rls: &Rls, team: &str, want: (u64, u64)) -> (u64, u64) {
     }
 }
 
-/// Waits, if need be, until the clock hour has at least 60 s left: the
-/// limit is a fixed window of a clock hour.
-fn away_from_an_hour_edge() {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let into = now.as_secs() % 3600;
-    if into >= 3540 {
-        std::thread::sleep(Duration::from_secs(3601 - into));
-    }
-}
-
 fn get(envoy: &Envoy, team: &str, usage: u64) -> u16 {
     let usage = usage.to_string();
     common::request(
@@ -95,14 +83,14 @@ fn get(envoy: &Envoy, team: &str, usage: u64) -> u16 {
 #[test]
 fn real_envoy_charges_the_usage_header_on_stream_done_and_answers_429_in_debt() {
     envoy_binary();
-    away_from_an_hour_edge();
+    away_from_a_window_edge(3600, Duration::from_secs(60));
     the_usage_flow("memory");
 }
 
 #[test]
 fn real_envoy_over_redis_records_the_sum_of_usage_in_redis() {
     envoy_binary();
-    away_from_an_hour_edge();
+    away_from_a_window_edge(3600, Duration::from_secs(60));
     let redis = RedisServer::start();
     the_usage_flow(&redis.url());
 }

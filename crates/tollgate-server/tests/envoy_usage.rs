@@ -11,6 +11,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::envoy::away_from_a_window_edge;
 use common::rls::{Rls, code, desc, toml, yaml_file};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -95,25 +96,13 @@ fn debt(rls: &Rls, rule: &str, key: &str) -> (u64, u64) {
     )
 }
 
-/// Waits, if need be, until the clock minute has at least 15 s left: the
-/// `tokens` limit is a fixed window of a clock minute.
-fn away_from_a_minute_edge() {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let into = now.as_secs() % 60;
-    if into >= 45 {
-        std::thread::sleep(Duration::from_secs(61 - into));
-    }
-}
-
 #[test]
 fn a_response_phase_charge_past_the_limit_is_recorded_and_the_next_peek_is_over() {
     // The case: 100 per minute, 80 charged, then the response of a
     // request admitted at 20 remaining reports 50: all 50 are recorded
     // (130 used, 30 in debt) and the next request-phase peek is OVER_LIMIT.
     let mut rls = start("memory");
-    away_from_a_minute_edge();
+    away_from_a_window_edge(60, Duration::from_secs(15));
     assert_eq!(
         answer(&mut rls, vec![hits("tokens", "team-a", 80)]),
         (Code::Ok, vec![(Code::Ok, 20)])
@@ -190,7 +179,7 @@ fn a_peek_at_exactly_the_limit_is_ok_and_over_it_waits_for_time_to_pay_the_debt(
 #[test]
 fn checks_stay_all_or_nothing_and_charges_in_the_same_call_are_never_refused() {
     let mut rls = start("memory");
-    away_from_a_minute_edge();
+    away_from_a_window_edge(60, Duration::from_secs(15));
     // rps (2 per hour) is checked, tokens charged, audit (shadow) charged.
     let both = || {
         vec![
@@ -235,7 +224,7 @@ fn checks_stay_all_or_nothing_and_charges_in_the_same_call_are_never_refused() {
 #[test]
 fn huge_costs_clamp_at_the_debt_cap_and_are_counted() {
     let mut rls = start("memory");
-    away_from_a_minute_edge();
+    away_from_a_window_edge(60, Duration::from_secs(15));
     // A charge of 2^64 - 1: recorded up to the cap (100 x the limit over
     // it), the rest clamped and counted, no overflow, answered OK.
     assert_eq!(
@@ -269,7 +258,7 @@ fn a_charge_on_one_replica_is_seen_by_a_peek_on_another() {
     let redis = RedisServer::start();
     let mut a = start(&redis.url());
     let mut b = start(&redis.url());
-    away_from_a_minute_edge();
+    away_from_a_window_edge(60, Duration::from_secs(15));
     assert_eq!(
         answer(&mut a, vec![hits("tokens", "fleet", 80)]),
         (Code::Ok, vec![(Code::Ok, 20)])
@@ -339,7 +328,7 @@ fn a_charge_the_store_cannot_take_follows_the_policy_and_is_counted() {
 #[test]
 fn one_call_charging_a_key_twice_records_both_and_gives_back_after_charging() {
     let mut rls = start("memory");
-    away_from_a_minute_edge();
+    away_from_a_window_edge(60, Duration::from_secs(15));
     let (overall, statuses) = answer(
         &mut rls,
         vec![hits("tokens", "twice", 60), hits("tokens", "twice", 70)],
@@ -395,7 +384,7 @@ fn serve_refuses_a_charge_it_cannot_apply_naming_the_field() {
 #[test]
 fn negative_hits_give_units_back_never_past_empty() {
     let mut rls = start("memory");
-    away_from_a_minute_edge();
+    away_from_a_window_edge(60, Duration::from_secs(15));
     assert_eq!(
         answer(&mut rls, vec![hits("tokens", "back", 130)]),
         (Code::Ok, vec![(Code::Ok, 0)])

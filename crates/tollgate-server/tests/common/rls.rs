@@ -45,9 +45,27 @@ impl Rls {
 
     /// With a TOML config of its own and more flags.
     pub fn start_with(config: &str, yaml: &str, more: &[&str]) -> Rls {
-        let (dir, path) = yaml_file(yaml);
-        let path = path.to_str().expect("utf-8 path").to_owned();
-        let mut args = vec!["--grpc", "127.0.0.1:0", "--envoy-config", path.as_str()];
+        Rls::start_files(config, &[yaml], more)
+    }
+
+    /// With several Envoy config files (`yamls`, a domain each), a TOML
+    /// config of its own and more flags.
+    pub fn start_files(config: &str, yamls: &[&str], more: &[&str]) -> Rls {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut paths = Vec::with_capacity(yamls.len());
+        for (i, yaml) in yamls.iter().enumerate() {
+            let name = match i {
+                0 => "rls.yaml".to_owned(),
+                _ => format!("rls-{i}.yaml"),
+            };
+            let path = dir.path().join(name);
+            std::fs::write(&path, yaml).expect("write yaml");
+            paths.push(path.to_str().expect("utf-8 path").to_owned());
+        }
+        let mut args = vec!["--grpc", "127.0.0.1:0"];
+        for path in &paths {
+            args.extend(["--envoy-config", path.as_str()]);
+        }
         args.extend_from_slice(more);
         let server = Tollgate::start(config, &args);
         let rt = tokio::runtime::Builder::new_current_thread()
