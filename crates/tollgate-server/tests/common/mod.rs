@@ -22,6 +22,7 @@ use hyper::{Request, Response};
 
 pub mod envoy;
 pub mod model;
+pub mod reference;
 pub mod rls;
 pub mod usage_upstream;
 
