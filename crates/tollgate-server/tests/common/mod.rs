@@ -23,6 +23,7 @@ use hyper::{Request, Response};
 pub mod envoy;
 pub mod model;
 pub mod recorder;
+pub mod reference;
 pub mod rls;
 pub mod usage_upstream;
 
