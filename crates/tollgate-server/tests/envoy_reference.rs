@@ -12,8 +12,8 @@
 //!
 //! Wildcards and `share_threshold` (`TestWildcardConfig`,
 //! `TestShareThreshold`) are in `envoy_reference_wildcards.rs`; the error
-//! files in `envoy_reference_errors.rs`; cases that need fields tollgate
-//! does not load yet in `envoy_reference_pending.rs`.
+//! files in `envoy_reference_errors.rs`; the limit override, `metadata`,
+//! `value_to_metric` and `quota_mode` in `envoy_reference_features.rs`.
 
 mod common;
 

@@ -292,7 +292,7 @@ fn share_threshold_cases(store: &str) {
 }
 
 // TestShareThreshold, cases 1 to 6 and 8 (7 and case 2's value_to_metric
-// half need value_to_metric: envoy_reference_pending.rs), on the memory
+// half are in envoy_reference_features.rs), on the memory
 // store ...
 #[test]
 fn share_threshold_counts_across_values_on_the_memory_store() {

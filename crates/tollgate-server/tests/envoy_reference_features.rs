@@ -1,5 +1,5 @@
-//! Cases of the reference service's `test/config/config_test.go` that need
-//! what tollgate is still gaining: the per-request `limit` override
+//! Cases of the reference service's `test/config/config_test.go` about the
+//! fields and switches of its 2025–26 releases: the per-request `limit` override
 //! (TestConfigLimitOverride), `metadata` (TestMetadata), `value_to_metric`
 //! (TestShareThreshold cases 2 and 7, the matching of TestValueToMetric_*)
 //! and `quota_mode`. Translated as `envoy_reference.rs` translates the
