@@ -23,6 +23,12 @@
 //!   checks see the state before this call's charges);
 //! * `is_negative_hits`: its cost given back (a refund: the units counted
 //!   last first, never past empty/full), after the charges; `OK`;
+//! * a `quota_mode` limit (or every one under `[envoy] quota_mode`):
+//!   decided on its own after that check; over, it reads `OVER_LIMIT` but
+//!   fails the request only when every quota limit is over, and then the
+//!   check's consumption is given back (docs/envoy.md, "Quota mode");
+//! * a descriptor's own `limit` override: decided under that limit, on the
+//!   counter `plan.rs` picks (docs/envoy.md, "Limit overrides");
 //! * a `shadow_mode` limit: counted (and in the metrics as it decides) but
 //!   always `OK`. A checked one consumes only when the request is admitted,
 //!   each shadow limit on its own (all of them in one round of store calls,
