@@ -158,6 +158,27 @@ impl Default for ProxyConfig {
     }
 }
 
+/// `[metrics]`: how `/metrics` counts, for every rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricsConfig {
+    /// `near_limit_ratio` (the Envoy reference's `NEAR_LIMIT_RATIO`):
+    /// admitted units past this share of a rule's capacity count in
+    /// `tollgate_near_limit_total` (default
+    /// [`tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO`]; above 0, at most 1).
+    pub near_limit_ratio: f64,
+}
+
+// Validated: never NaN, so equality is an equivalence.
+impl Eq for MetricsConfig {}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            near_limit_ratio: tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO,
+        }
+    }
+}
+
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -174,6 +195,8 @@ pub struct Config {
     pub envoy: EnvoyConfig,
     /// `[envoy]`: the Envoy rate limit service's switches.
     pub envoy_settings: EnvoySettings,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
 }
 
 /// `[envoy]`: what the reference service takes from its environment
@@ -235,6 +258,7 @@ impl Config {
             proxy: ProxyConfig::default(),
             envoy: EnvoyConfig::default(),
             envoy_settings: EnvoySettings::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 
