@@ -206,10 +206,9 @@ pub struct EnvoySettings {
     /// `merge_domains` (the reference's `MERGE_DOMAIN_CONFIG`), as
     /// `--envoy-merge-domains`.
     pub merge_domains: bool,
-    /// `response_headers` (its `LIMIT_RESPONSE_HEADERS_ENABLED`): add the
-    /// limit, remaining and reset of the descriptor closest to its limit
-    /// to Envoy's response.
-    pub response_headers: bool,
+    /// `response_headers`: which headers, if any, Envoy adds to its
+    /// response for the descriptor closest to its limit.
+    pub response_headers: EnvoyHeaders,
     /// `limit_header` (its `LIMIT_LIMIT_HEADER`), default `RateLimit-Limit`.
     pub limit_header: String,
     /// `remaining_header` (its `LIMIT_REMAINING_HEADER`), default
@@ -219,11 +218,27 @@ pub struct EnvoySettings {
     pub reset_header: String,
 }
 
+/// `[envoy] response_headers`: the headers added to Envoy's responses
+/// (docs/envoy.md, "Settings").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EnvoyHeaders {
+    /// `false` (the default): none.
+    #[default]
+    None,
+    /// `true` or `"reference"` (the reference's
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`): its limit, remaining and reset
+    /// fields, named by `limit_header`, `remaining_header`, `reset_header`.
+    Reference,
+    /// `"ietf"`: the IETF draft's `RateLimit` and `RateLimit-Policy`, as
+    /// the HTTP doors write them (docs/headers.md).
+    Ietf,
+}
+
 impl Default for EnvoySettings {
     fn default() -> Self {
         Self {
             merge_domains: false,
-            response_headers: false,
+            response_headers: EnvoyHeaders::None,
             limit_header: "RateLimit-Limit".to_owned(),
             remaining_header: "RateLimit-Remaining".to_owned(),
             reset_header: "RateLimit-Reset".to_owned(),

@@ -198,7 +198,7 @@ impl EnvoyService {
         let response_headers_to_add = self
             .headers
             .as_ref()
-            .map(|h| h.for_statuses(&statuses))
+            .map(|h| h.for_statuses(&plans, &statuses, self.gate.rules()))
             .unwrap_or_default();
         Ok(RateLimitResponse {
             overall_code: if admitted { Code::Ok } else { Code::OverLimit }.into(),

@@ -234,12 +234,7 @@ pub async fn run(
     if let Some(listener) = listeners.grpc {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let limits = Arc::clone(&config.envoy.0);
-        let settings = &config.envoy_settings;
-        let headers = settings.response_headers.then(|| ResponseHeaders {
-            limit: settings.limit_header.clone(),
-            remaining: settings.remaining_header.clone(),
-            reset: settings.reset_header.clone(),
-        });
+        let headers = ResponseHeaders::from_settings(&config.envoy_settings);
         let service = EnvoyService::new(Arc::clone(&gate), Arc::clone(&limits))?
             .with_response_headers(headers);
         let domains = limits.domains();
