@@ -12,7 +12,6 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use tollgate::Rule;
 use tollgate_tower::headers::{ceil_secs, policy_list, ratelimit_list};
 
-use crate::config::{EnvoyHeaders, EnvoySettings};
 use crate::envoy::limits::Unit;
 use crate::envoy::plan::Plan;
 
@@ -34,20 +33,6 @@ pub enum ResponseHeaders {
 }
 
 impl ResponseHeaders {
-    /// The headers `[envoy]` asks for; `None` when none.
-    #[must_use]
-    pub fn from_settings(settings: &EnvoySettings) -> Option<Self> {
-        match settings.response_headers {
-            EnvoyHeaders::None => None,
-            EnvoyHeaders::Reference => Some(Self::Reference {
-                limit: settings.limit_header.clone(),
-                remaining: settings.remaining_header.clone(),
-                reset: settings.reset_header.clone(),
-            }),
-            EnvoyHeaders::Ietf => Some(Self::Ietf),
-        }
-    }
-
     /// The headers for `statuses` (descriptor `n` resolved to `plans[n]`,
     /// its rule among `rules`, the gate's): those of the status with the
     /// fewest remaining among those with a limit, an over-limit one taking
