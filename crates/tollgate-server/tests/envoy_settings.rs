@@ -54,6 +54,64 @@ fn the_descriptor_closest_to_its_limit_is_reported_in_headers() {
 }
 
 #[test]
+fn reference_is_the_same_as_true() {
+    let config = "[store]\nurl = \"memory\"\n\n[envoy]\nresponse_headers = \"reference\"\n";
+    let mut rls = Rls::start_with(config, YAML, &[]);
+    let headers = call(&mut rls, &["wide", "narrow"]);
+    let names: Vec<&str> = headers.iter().map(|h| h.0.as_str()).collect();
+    assert_eq!(
+        names,
+        ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"]
+    );
+    assert_eq!(headers[0].1, "2");
+}
+
+#[test]
+fn ietf_sends_ratelimit_and_its_policy_for_the_closest_descriptor() {
+    let yaml =
+        format!("{YAML}  - key: never\n    rate_limit: {{unit: second, requests_per_unit: 0}}\n");
+    let config = "[store]\nurl = \"memory\"\n\n[envoy]\nresponse_headers = \"ietf\"\n";
+    let mut rls = Rls::start_with(config, &yaml, &[]);
+    let headers = call(&mut rls, &["wide", "narrow", "open"]);
+    assert_eq!(headers.len(), 2, "{headers:?}");
+    assert_eq!(
+        headers[0],
+        (
+            "RateLimit-Policy".to_owned(),
+            "\"envoy.h.narrow\";q=2;w=60".to_owned()
+        )
+    );
+    let (name, value) = &headers[1];
+    assert_eq!(name, "RateLimit");
+    let t = value
+        .strip_prefix("\"envoy.h.narrow\";r=1;t=")
+        .unwrap_or_else(|| panic!("{value}"));
+    let t: u64 = t.parse().expect("seconds");
+    assert!((1..=60).contains(&t), "a minute's window: {t}");
+    // Spent: remaining 0, then over the limit (the over-limit descriptor
+    // is the one reported).
+    call(&mut rls, &["narrow"]);
+    let headers = call(&mut rls, &["wide", "narrow"]);
+    assert!(
+        headers[1].1.starts_with("\"envoy.h.narrow\";r=0;t="),
+        "{headers:?}"
+    );
+    // The wide limit alone: its hour (the denied request took nothing).
+    let headers = call(&mut rls, &["wide"]);
+    assert_eq!(headers[0].1, "\"envoy.h.wide\";q=10;w=3600");
+    assert!(
+        headers[1].1.starts_with("\"envoy.h.wide\";r=8;t="),
+        "{headers:?}"
+    );
+    // A zero limit, which no rule counts, by its full key.
+    let headers = call(&mut rls, &["never"]);
+    assert_eq!(headers[0].1, "\"h.never\";q=0;w=1");
+    assert_eq!(headers[1].1, "\"h.never\";r=0;t=1");
+    // Only unlimited descriptors: no headers.
+    assert!(call(&mut rls, &["open"]).is_empty());
+}
+
+#[test]
 fn without_the_switch_no_headers_are_added() {
     let mut rls = Rls::start_with("[store]\nurl = \"memory\"\n", YAML, &[]);
     assert!(call(&mut rls, &["wide", "narrow"]).is_empty());
@@ -85,15 +143,12 @@ fn merge_domains_in_the_config_merges_as_the_flag_does() {
     );
 }
 
-#[test]
-fn bad_settings_are_errors_naming_line_and_field() {
+/// `tollgate validate` of `toml` beside the Envoy YAML: its stderr, and the
+/// TOML file's name as errors show it.
+fn validate(toml_text: &str) -> (String, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let toml = dir.path().join("t.toml");
-    std::fs::write(
-        &toml,
-        "[envoy]\nresponse_headers = \"yes\"\nlimit_header = \"bad header\"\nbogus = 1\n",
-    )
-    .expect("write");
+    std::fs::write(&toml, toml_text).expect("write");
     let yaml = dir.path().join("h.yaml");
     std::fs::write(&yaml, YAML).expect("write");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
@@ -105,12 +160,34 @@ fn bad_settings_are_errors_naming_line_and_field() {
         .expect("run");
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).expect("utf-8");
-    let t = toml.display().to_string();
+    (err, toml.display().to_string())
+}
+
+#[test]
+fn bad_settings_are_errors_naming_line_and_field() {
+    let (err, t) =
+        validate("[envoy]\nresponse_headers = \"yes\"\nlimit_header = \"bad header\"\nbogus = 1\n");
     for want in [
-        format!("{t}:2: envoy.response_headers: expected a boolean"),
+        format!(
+            "{t}:2: envoy.response_headers: unknown response_headers \"yes\"; \
+             expected true, false, \"reference\" or \"ietf\""
+        ),
         format!("{t}:3: envoy.limit_header: \"bad header\" is not an HTTP header name"),
         format!("{t}:4: envoy.bogus: unknown field"),
     ] {
         assert!(err.contains(&want), "{want} not in\n{err}");
     }
+    let (err, t) = validate("[envoy]\nresponse_headers = 1\n");
+    let want = format!(
+        "{t}:2: envoy.response_headers: expected true, false, \"reference\" or \"ietf\", found integer"
+    );
+    assert!(err.contains(&want), "{want} not in\n{err}");
+    // The IETF pair has its own names: a reference name beside it is a
+    // mistake, not silently unused.
+    let (err, t) = validate("[envoy]\nresponse_headers = \"ietf\"\nreset_header = \"X-Reset\"\n");
+    let want = format!(
+        "{t}:3: envoy.reset_header: reset_header names a reference header; \
+         response_headers = \"ietf\" sends RateLimit and RateLimit-Policy"
+    );
+    assert!(err.contains(&want), "{want} not in\n{err}");
 }

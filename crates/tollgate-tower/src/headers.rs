@@ -51,24 +51,23 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     ceil_secs(wait).max(1)
 }
 
-/// A structured-field List with one member per (rule, decision): the rule's
-/// name as an sf-string, then the parameters `member` writes. Written with
-/// `push_str` and `itoa`, not `write!`: this runs on every answered check
-/// and proxied request, and the formatting machinery cost more than the
-/// rest of the header work.
-fn list<'a>(
-    rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>,
-    member: impl Fn(&mut String, &Rule, &Decision),
-) -> String {
+/// A structured-field List with one member per `(name, a, b)`: the name
+/// as an sf-string, then `;A=a;B=b` (`params` is `[";A=", ";B="]`). Names
+/// must need no escaping (rule names, `[A-Za-z0-9_.-]+`, never do).
+/// Written with `push_str` and `itoa`, not `write!`: this runs on every
+/// answered check and proxied request, and the formatting machinery cost
+/// more than the rest of the header work.
+fn list<'a>(members: impl IntoIterator<Item = (&'a str, u64, u64)>, params: [&str; 2]) -> String {
     let mut out = String::with_capacity(48);
-    for (rule, d) in rules {
+    for (name, a, b) in members {
         if !out.is_empty() {
             out.push_str(", ");
         }
         out.push('"');
-        out.push_str(rule.name());
+        out.push_str(name);
         out.push('"');
-        member(&mut out, rule, d);
+        push_param(&mut out, params[0], a);
+        push_param(&mut out, params[1], b);
     }
     out
 }
@@ -79,22 +78,40 @@ fn push_param(out: &mut String, param: &str, n: u64) {
     out.push_str(itoa::Buffer::new().format(n));
 }
 
+/// A `RateLimit-Policy` value of members `(name, quota, window in
+/// seconds)`: `"name";q=QUOTA;w=WINDOW, …`. For a door whose answers are
+/// not tollgate decisions (the Envoy service's statuses); names as for
+/// rules, needing no escaping.
+#[must_use]
+pub fn policy_list<'a>(members: impl IntoIterator<Item = (&'a str, u64, u64)>) -> String {
+    list(members, [";q=", ";w="])
+}
+
+/// A `RateLimit` value of members `(name, remaining, seconds to reset)`:
+/// `"name";r=REMAINING;t=RESET, …`; see [`policy_list`].
+#[must_use]
+pub fn ratelimit_list<'a>(members: impl IntoIterator<Item = (&'a str, u64, u64)>) -> String {
+    list(members, [";r=", ";t="])
+}
+
 /// `RateLimit-Policy` for these rules, one list member each.
 #[must_use]
 pub fn policy_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
-    list(rules, |out, rule, d| {
-        push_param(out, ";q=", d.limit);
-        push_param(out, ";w=", ceil_secs(rule.period()));
-    })
+    policy_list(
+        rules
+            .into_iter()
+            .map(|(rule, d)| (rule.name(), d.limit, ceil_secs(rule.period()))),
+    )
 }
 
 /// `RateLimit` for these decisions, one list member each.
 #[must_use]
 pub fn ratelimit_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
-    list(rules, |out, _, d| {
-        push_param(out, ";r=", d.remaining);
-        push_param(out, ";t=", ceil_secs(d.reset_after));
-    })
+    ratelimit_list(
+        rules
+            .into_iter()
+            .map(|(rule, d)| (rule.name(), d.remaining, ceil_secs(d.reset_after))),
+    )
 }
 
 fn value(text: String) -> HeaderValue {

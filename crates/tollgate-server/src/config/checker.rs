@@ -85,7 +85,7 @@ impl Config {
     }
 }
 
-const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy", "envoy"];
+const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy", "envoy", "metrics"];
 const STORE_FIELDS: &[&str] = &[
     "url",
     "timeout",
@@ -308,6 +308,16 @@ impl<'a> Checker<'a> {
                 }
             },
         };
+        let metrics = match root.get("metrics") {
+            None => Some(MetricsConfig::default()),
+            Some(value) => match value.get_ref() {
+                DeValue::Table(t) => self.metrics(t),
+                _ => {
+                    self.wrong_type(value, "metrics", "a table ([metrics])");
+                    None
+                }
+            },
+        };
         let rules = self.rules(root.get("rules"));
         Some(Config {
             store: store?,
@@ -316,6 +326,7 @@ impl<'a> Checker<'a> {
             proxy: proxy?,
             envoy: EnvoyConfig::default(),
             envoy_settings: envoy_settings?,
+            metrics: metrics?,
         })
     }
 

@@ -2,10 +2,10 @@
 //! reference service takes from its environment (docs/envoy.md,
 //! "Settings").
 
-use toml::de::DeTable;
+use toml::de::{DeTable, DeValue};
 
 use super::checker::{Checker, join};
-use super::model::EnvoySettings;
+use super::model::{EnvoyHeaders, EnvoySettings};
 
 const ENVOY_FIELDS: &[&str] = &[
     "merge_domains",
@@ -26,8 +26,24 @@ impl Checker<'_> {
         if let Some(b) = self.boolean(t, path, "merge_domains") {
             envoy.merge_domains = b;
         }
-        if let Some(b) = self.boolean(t, path, "response_headers") {
-            envoy.response_headers = b;
+        if let Some(value) = t.get("response_headers") {
+            let field = join(path, "response_headers");
+            match value.get_ref() {
+                DeValue::Boolean(true) => envoy.response_headers = EnvoyHeaders::Reference,
+                DeValue::Boolean(false) => envoy.response_headers = EnvoyHeaders::None,
+                DeValue::String(s) => match s.as_ref() {
+                    "reference" => envoy.response_headers = EnvoyHeaders::Reference,
+                    "ietf" => envoy.response_headers = EnvoyHeaders::Ietf,
+                    other => self.error(
+                        &value.span(),
+                        field,
+                        format!(
+                            "unknown response_headers {other:?}; expected true, false, \"reference\" or \"ietf\""
+                        ),
+                    ),
+                },
+                _ => self.wrong_type(value, &field, "true, false, \"reference\" or \"ietf\""),
+            }
         }
         if let Some(b) = self.boolean(t, path, "quota_mode") {
             envoy.quota_mode = b;
@@ -44,6 +60,21 @@ impl Checker<'_> {
                 match header_name(name) {
                     Ok(()) => *slot = name.to_owned(),
                     Err(why) => self.error(&span, join(path, key), why),
+                }
+            }
+        }
+        // The names are the reference fields'; the IETF pair has its own.
+        if envoy.response_headers == EnvoyHeaders::Ietf {
+            for key in ["limit_header", "remaining_header", "reset_header"] {
+                if let Some(value) = t.get(key) {
+                    self.error(
+                        &value.span(),
+                        join(path, key),
+                        format!(
+                            "{key} names a reference header; response_headers = \"ietf\" \
+                             sends RateLimit and RateLimit-Policy"
+                        ),
+                    );
                 }
             }
         }

@@ -34,12 +34,14 @@
 //!
 //! The folder: `model.rs` (the sections' types and defaults),
 //! `checker.rs` (the field-by-field check, [`Config::load`] and
-//! [`Config::parse`]), `rules.rs` (the `[[rules]]` entries), `syntax.rs` (TOML syntax errors placed on their
+//! [`Config::parse`]), `rules.rs` (the `[[rules]]` entries), `envoy.rs` and `metrics.rs` (the
+//! `[envoy]` and `[metrics]` tables), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
 //! config holds and the proxy forwards to); the tests are in `tests.rs`.
 
 mod checker;
 mod envoy;
+mod metrics;
 mod model;
 mod rules;
 mod syntax;

@@ -158,6 +158,27 @@ impl Default for ProxyConfig {
     }
 }
 
+/// `[metrics]`: how `/metrics` counts, for every rule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MetricsConfig {
+    /// `near_limit_ratio` (the Envoy reference's `NEAR_LIMIT_RATIO`):
+    /// admitted units past this share of a rule's capacity count in
+    /// `tollgate_near_limit_total` (default
+    /// [`tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO`]; above 0, at most 1).
+    pub near_limit_ratio: f64,
+}
+
+// Validated: never NaN, so equality is an equivalence.
+impl Eq for MetricsConfig {}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            near_limit_ratio: tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO,
+        }
+    }
+}
+
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -174,6 +195,8 @@ pub struct Config {
     pub envoy: EnvoyConfig,
     /// `[envoy]`: the Envoy rate limit service's switches.
     pub envoy_settings: EnvoySettings,
+    /// `[metrics]`.
+    pub metrics: MetricsConfig,
 }
 
 /// `[envoy]`: what the reference service takes from its environment
@@ -183,10 +206,9 @@ pub struct EnvoySettings {
     /// `merge_domains` (the reference's `MERGE_DOMAIN_CONFIG`), as
     /// `--envoy-merge-domains`.
     pub merge_domains: bool,
-    /// `response_headers` (its `LIMIT_RESPONSE_HEADERS_ENABLED`): add the
-    /// limit, remaining and reset of the descriptor closest to its limit
-    /// to Envoy's response.
-    pub response_headers: bool,
+    /// `response_headers`: which headers, if any, Envoy adds to its
+    /// response for the descriptor closest to its limit.
+    pub response_headers: EnvoyHeaders,
     /// `limit_header` (its `LIMIT_LIMIT_HEADER`), default `RateLimit-Limit`.
     pub limit_header: String,
     /// `remaining_header` (its `LIMIT_REMAINING_HEADER`), default
@@ -202,11 +224,27 @@ pub struct EnvoySettings {
     pub response_dynamic_metadata: bool,
 }
 
+/// `[envoy] response_headers`: the headers added to Envoy's responses
+/// (docs/envoy.md, "Settings").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EnvoyHeaders {
+    /// `false` (the default): none.
+    #[default]
+    None,
+    /// `true` or `"reference"` (the reference's
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`): its limit, remaining and reset
+    /// fields, named by `limit_header`, `remaining_header`, `reset_header`.
+    Reference,
+    /// `"ietf"`: the IETF draft's `RateLimit` and `RateLimit-Policy`, as
+    /// the HTTP doors write them (docs/headers.md).
+    Ietf,
+}
+
 impl Default for EnvoySettings {
     fn default() -> Self {
         Self {
             merge_domains: false,
-            response_headers: false,
+            response_headers: EnvoyHeaders::None,
             limit_header: "RateLimit-Limit".to_owned(),
             remaining_header: "RateLimit-Remaining".to_owned(),
             reset_header: "RateLimit-Reset".to_owned(),
@@ -243,6 +281,7 @@ impl Config {
             proxy: ProxyConfig::default(),
             envoy: EnvoyConfig::default(),
             envoy_settings: EnvoySettings::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 

@@ -398,3 +398,58 @@ estimate = -3
         assert!(got.starts_with(want), "{got:?} should start with {want:?}");
     }
 }
+
+#[test]
+fn metrics_near_limit_ratio() {
+    let rule = "\n[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
+    assert_eq!(
+        parse("").expect("valid").metrics.near_limit_ratio,
+        tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO
+    );
+    for (text, want) in [("0.5", 0.5), ("1", 1.0), ("1.0", 1.0), ("0.95", 0.95)] {
+        let c = parse(&format!("[metrics]\nnear_limit_ratio = {text}\n")).expect(text);
+        assert!(
+            (c.metrics.near_limit_ratio - want).abs() < f64::EPSILON,
+            "{text}"
+        );
+    }
+    let got = errors(&format!(
+        "[metrics]\nnear_limit_ratio = 0\nratio = 1\n{rule}[envoy]\nnear_limit_ratio = 0.8\n"
+    ));
+    assert_eq!(
+        got,
+        [
+            "t.toml:2: metrics.near_limit_ratio: near_limit_ratio must be above 0 and at most 1, got 0",
+            "t.toml:3: metrics.ratio: unknown field; expected one of near_limit_ratio",
+            "t.toml:11: envoy.near_limit_ratio: unknown field; expected one of merge_domains, \
+             response_headers, limit_header, remaining_header, reset_header",
+        ]
+    );
+    for (bad, why) in [
+        (
+            "1.5",
+            "near_limit_ratio must be above 0 and at most 1, got 1.5",
+        ),
+        (
+            "-0.2",
+            "near_limit_ratio must be above 0 and at most 1, got -0.2",
+        ),
+        (
+            "nan",
+            "near_limit_ratio must be above 0 and at most 1, got NaN",
+        ),
+        ("\"0.8\"", "expected a number, found string"),
+    ] {
+        let got = errors(&format!("[metrics]\nnear_limit_ratio = {bad}\n{rule}"));
+        assert_eq!(
+            got,
+            [format!("t.toml:2: metrics.near_limit_ratio: {why}")],
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        errors(&format!("metrics = 1\n{rule}")),
+        ["t.toml:1: metrics: expected a table ([metrics]), found integer"]
+    );
+}

@@ -1,48 +1,54 @@
-//! The response headers the reference service adds when its
-//! `LIMIT_RESPONSE_HEADERS_ENABLED` is on (`[envoy] response_headers`,
-//! docs/envoy.md "Settings"): the limit, remaining and reset of the
-//! descriptor closest to its limit, for Envoy to add to the response.
+//! The response headers the service adds for Envoy to put on the response
+//! (`[envoy] response_headers`, docs/envoy.md "Settings"), for the
+//! descriptor closest to its limit: the reference service's three fields
+//! (its `LIMIT_RESPONSE_HEADERS_ENABLED`), or the IETF draft's
+//! `RateLimit` and `RateLimit-Policy`, formatted by the same code as the
+//! HTTP doors' (`tollgate_tower::headers`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use tollgate::Rule;
+use tollgate_tower::headers::{ceil_secs, policy_list, ratelimit_list};
 
 use crate::envoy::limits::Unit;
+use crate::envoy::plan::Plan;
 
-/// The three header names.
+/// Which headers, and under which names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResponseHeaders {
-    /// The limit's `requests_per_unit`.
-    pub limit: String,
-    /// Its `limit_remaining`.
-    pub remaining: String,
-    /// Seconds until its unit's window ends.
-    pub reset: String,
+pub enum ResponseHeaders {
+    /// The reference's three fields, by these names.
+    Reference {
+        /// The limit's `requests_per_unit`.
+        limit: String,
+        /// Its `limit_remaining`.
+        remaining: String,
+        /// Seconds until its unit's window ends.
+        reset: String,
+    },
+    /// `RateLimit-Policy: "NAME";q=QUOTA;w=WINDOW` and `RateLimit:
+    /// "NAME";r=REMAINING;t=RESET` (docs/headers.md).
+    Ietf,
 }
 
 impl ResponseHeaders {
-    /// The headers for `statuses`: those of the status with the fewest
-    /// remaining among those with a limit, an over-limit one taking the
-    /// place whatever its remaining (the last one, as the reference picks
-    /// it); none when no status has a limit.
+    /// The headers for `statuses` (descriptor `n` resolved to `plans[n]`,
+    /// its rule among `rules`, the gate's): those of the status with the
+    /// fewest remaining among those with a limit, an over-limit one taking
+    /// the place whatever its remaining (the last one, as the reference
+    /// picks it); none when no status has a limit.
     #[must_use]
-    pub fn for_statuses(&self, statuses: &[DescriptorStatus]) -> Vec<HeaderValue> {
-        let mut least: Option<&DescriptorStatus> = None;
-        let mut fewest = u32::MAX;
-        for s in statuses {
-            if s.current_limit.is_some() && s.limit_remaining < fewest {
-                least = Some(s);
-                fewest = s.limit_remaining;
-            }
-            if s.code == i32::from(Code::OverLimit) {
-                least = Some(s);
-                fewest = 0;
-            }
-        }
-        let Some(s) = least else {
+    pub(crate) fn for_statuses(
+        &self,
+        plans: &[Plan<'_>],
+        statuses: &[DescriptorStatus],
+        rules: &[Rule],
+    ) -> Vec<HeaderValue> {
+        let Some(n) = closest(statuses) else {
             return Vec::new();
         };
+        let s = &statuses[n];
         let Some(limit) = &s.current_limit else {
             return Vec::new();
         };
@@ -50,15 +56,89 @@ impl ResponseHeaders {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let header = |key: &str, value: u64| HeaderValue {
+        let window_end = unit_secs - now % unit_secs;
+        let header = |key: &str, value: String| HeaderValue {
             key: key.to_owned(),
-            value: value.to_string(),
+            value,
             ..HeaderValue::default()
         };
-        vec![
-            header(&self.limit, u64::from(limit.requests_per_unit)),
-            header(&self.remaining, u64::from(s.limit_remaining)),
-            header(&self.reset, unit_secs - now % unit_secs),
-        ]
+        let quota = u64::from(limit.requests_per_unit);
+        let remaining = u64::from(s.limit_remaining);
+        match self {
+            Self::Reference {
+                limit,
+                remaining: left,
+                reset,
+            } => vec![
+                header(limit, quota.to_string()),
+                header(left, remaining.to_string()),
+                header(reset, window_end.to_string()),
+            ],
+            Self::Ietf => {
+                let name = member_name(plans.get(n), rules);
+                // The decision's own reset when the store gave one, as
+                // the HTTP doors write it; else the unit's window end.
+                let reset = s
+                    .duration_until_reset
+                    .and_then(|d| {
+                        let secs = u64::try_from(d.seconds).ok()?;
+                        let nanos = u32::try_from(d.nanos).ok()?;
+                        Some(ceil_secs(std::time::Duration::new(secs, nanos)))
+                    })
+                    .unwrap_or(window_end);
+                vec![
+                    header(
+                        "RateLimit-Policy",
+                        policy_list([(name.as_str(), quota, unit_secs)]),
+                    ),
+                    header(
+                        "RateLimit",
+                        ratelimit_list([(name.as_str(), remaining, reset)]),
+                    ),
+                ]
+            }
+        }
+    }
+}
+
+/// The position of the status the headers speak for (see
+/// [`ResponseHeaders::for_statuses`]).
+fn closest(statuses: &[DescriptorStatus]) -> Option<usize> {
+    let mut least = None;
+    let mut fewest = u32::MAX;
+    for (n, s) in statuses.iter().enumerate() {
+        if s.current_limit.is_some() && s.limit_remaining < fewest {
+            least = Some(n);
+            fewest = s.limit_remaining;
+        }
+        if s.code == i32::from(Code::OverLimit) {
+            least = Some(n);
+            fewest = 0;
+        }
+    }
+    least
+}
+
+/// The IETF member's name: the tollgate rule counting the limit (as in
+/// `/metrics` and the HTTP doors' headers); a `requests_per_unit: 0`
+/// limit, which no rule counts, by its full key (`domain.key_value`), in
+/// the rule-name alphabet, so it needs no sf-string escaping.
+fn member_name(plan: Option<&Plan<'_>>, rules: &[Rule]) -> String {
+    match plan {
+        Some(Plan::Counted { rule, .. }) => rules
+            .get(*rule)
+            .map_or_else(String::new, |r| r.name().to_owned()),
+        Some(Plan::Zero(limit)) => limit
+            .path
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect(),
+        _ => String::new(),
     }
 }

@@ -70,7 +70,8 @@ impl Gate {
             .on_error(config.store.on_error)
             .replicas(config.store.replicas)
             .heartbeat(config.store.heartbeat)
-            .local_max_keys(config.store.max_keys);
+            .local_max_keys(config.store.max_keys)
+            .near_limit_ratio(config.metrics.near_limit_ratio);
         for rule in &config.rules {
             if let Some(policy) = rule.on_error {
                 builder = builder.rule_on_error(rule.rule.name(), policy);

@@ -53,7 +53,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tollgate_tower::headers::HeaderOptions;
 
 use crate::api::Api;
-use crate::config::Config;
+use crate::config::{Config, EnvoyHeaders};
 use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::grpc::RateLimitServer;
 use crate::envoy::headers::ResponseHeaders;
@@ -235,11 +235,15 @@ pub async fn run(
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let limits = Arc::clone(&config.envoy.0);
         let settings = &config.envoy_settings;
-        let headers = settings.response_headers.then(|| ResponseHeaders {
-            limit: settings.limit_header.clone(),
-            remaining: settings.remaining_header.clone(),
-            reset: settings.reset_header.clone(),
-        });
+        let headers = match settings.response_headers {
+            EnvoyHeaders::None => None,
+            EnvoyHeaders::Reference => Some(ResponseHeaders::Reference {
+                limit: settings.limit_header.clone(),
+                remaining: settings.remaining_header.clone(),
+                reset: settings.reset_header.clone(),
+            }),
+            EnvoyHeaders::Ietf => Some(ResponseHeaders::Ietf),
+        };
         let service = EnvoyService::new(Arc::clone(&gate), Arc::clone(&limits))?
             .with_response_headers(headers)
             .with_quota_mode(settings.quota_mode)

@@ -9,7 +9,8 @@ use parking_lot::Mutex;
 
 use super::{
     Breaker, DEFAULT_BREAKER_OPEN_FOR, DEFAULT_BREAKER_THRESHOLD, DEFAULT_HEARTBEAT,
-    DEFAULT_TIMEOUT, Inner, Meters, OnError, ResilientLimiter, Throttle, metric, replica_id,
+    DEFAULT_NEAR_LIMIT_RATIO, DEFAULT_TIMEOUT, Inner, Meters, OnError, ResilientLimiter, Throttle,
+    metric, replica_id,
 };
 use crate::limiter::Limiter;
 use crate::rule::RuleError;
@@ -30,6 +31,7 @@ pub struct ResilientLimiterBuilder<S> {
     replicas: u64,
     heartbeat: Option<Duration>,
     local_max_keys: usize,
+    near_limit_ratio: f64,
 }
 
 impl<S: Store> ResilientLimiterBuilder<S> {
@@ -45,6 +47,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
             replicas: 1,
             heartbeat: Some(DEFAULT_HEARTBEAT),
             local_max_keys: DEFAULT_MAX_KEYS,
+            near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
         }
     }
 
@@ -99,13 +102,27 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         self
     }
 
+    /// The share of each rule's capacity past which admitted units count
+    /// as near the limit ([`metric::NEAR_LIMIT`]; default
+    /// [`DEFAULT_NEAR_LIMIT_RATIO`]): above 0, at most 1 (1 counts
+    /// nothing). Checked by [`Self::build`].
+    pub fn near_limit_ratio(mut self, ratio: f64) -> Self {
+        self.near_limit_ratio = ratio;
+        self
+    }
+
     /// The limiter. Inside a tokio runtime the heartbeat task starts at
     /// once; outside one, at the first check.
     ///
     /// # Errors
     /// A policy given for a rule the limiter does not have (field
-    /// `on_error`).
+    /// `on_error`); a near-limit ratio not above 0 and at most 1 (field
+    /// `near_limit_ratio`).
     pub fn build(self) -> Result<ResilientLimiter<S>, RuleError> {
+        check_near_limit_ratio(self.near_limit_ratio).map_err(|message| RuleError {
+            field: "near_limit_ratio",
+            message,
+        })?;
         let rule_count = self.limiter.rules().len();
         let mut policies = vec![self.on_error; rule_count];
         for (name, policy) in &self.rule_on_error {
@@ -133,6 +150,10 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         // The breaker's cool-down and the latency metric: real time.
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
         let open = super::open::Open::new(self.limiter.rules());
+        let meters = Meters::new(
+            self.limiter.rules().iter().map(crate::Rule::capacity),
+            self.near_limit_ratio,
+        );
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
                 open,
@@ -154,13 +175,27 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 local_max_keys: self.local_max_keys,
                 refused: parking_lot::Mutex::new(None),
                 refusing: std::sync::atomic::AtomicBool::new(false),
-                meters: Meters::new(rule_count),
+                meters,
             }),
             task: Mutex::new(None),
             started: AtomicBool::new(false),
         };
         limiter.start_heartbeat();
         Ok(limiter)
+    }
+}
+
+/// Whether `ratio` can be a near-limit ratio: above 0 and at most 1.
+///
+/// # Errors
+/// Why not, naming the value.
+pub fn check_near_limit_ratio(ratio: f64) -> Result<(), String> {
+    if ratio > 0.0 && ratio <= 1.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "near_limit_ratio must be above 0 and at most 1, got {ratio}"
+        ))
     }
 }
 

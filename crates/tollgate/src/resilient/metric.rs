@@ -10,6 +10,23 @@ use std::sync::OnceLock;
 /// refused; `denied_by_other` for a pair that would have admitted in a
 /// multi-rule check another pair denied (it consumed nothing).
 pub const CHECKS: &str = "tollgate_checks_total";
+/// Counter, label `rule`: units of admitted checks that landed past the
+/// rule's near-limit threshold (docs/http-api.md, "GET /metrics").
+///
+/// The threshold is `T = floor(capacity × ratio)`, the ratio set with
+/// [`ResilientLimiterBuilder::near_limit_ratio`](super::ResilientLimiterBuilder::near_limit_ratio)
+/// (default [`DEFAULT_NEAR_LIMIT_RATIO`](super::DEFAULT_NEAR_LIMIT_RATIO)).
+/// A (rule, key) pair admitted at cost `c` whose decision leaves
+/// `used = limit − remaining` adds `min(used − T, c)` when `used > T`:
+/// only the units past the threshold, as envoyproxy/ratelimit counts its
+/// `near_limit`. Denied pairs (and `denied_by_other`) consumed nothing and
+/// add nothing; a (rule, key) named twice in one check counts once, at the
+/// costs added. Every algorithm's decision has a `limit` and a `remaining`,
+/// so it means the same for all of them; under the `local` fallback the
+/// threshold is taken of the replica's share of the capacity, and a pair
+/// the `allow` policy admitted reads as an untouched key (only its own
+/// cost can pass the threshold).
+pub const NEAR_LIMIT: &str = "tollgate_near_limit_total";
 /// Histogram, seconds: the time the store took per check (success or
 /// failure; not recorded for calls the open breaker skipped, nor for
 /// an in-process store, see [`crate::Store::in_process`]).
@@ -87,16 +104,58 @@ pub(super) struct Meters {
     charges: Vec<[OnceLock<::metrics::Counter>; 3]>,
     /// Per rule: the debt the latest charge left.
     debt: Vec<OnceLock<::metrics::Gauge>>,
+    /// Per rule: the near-limit counter.
+    near: Vec<OnceLock<::metrics::Counter>>,
+    /// Per rule: its capacity and near-limit threshold, worked out once so
+    /// a check pays one compare, not a float product.
+    thresholds: Vec<(u64, u64)>,
+    /// The near-limit ratio, for a decision of another capacity (the
+    /// `local` fallback's share).
+    ratio: f64,
     latency: OnceLock<::metrics::Histogram>,
 }
 
 impl Meters {
-    pub(super) fn new(rules: usize) -> Self {
+    /// Handles for rules of `capacities` (the limiter's order), counting
+    /// near-limit units past `ratio` of each (validated: 0 < ratio ≤ 1).
+    pub(super) fn new(capacities: impl ExactSizeIterator<Item = u64>, ratio: f64) -> Self {
+        let rules = capacities.len();
         Self {
             checks: (0..rules).map(|_| Default::default()).collect(),
             charges: (0..rules).map(|_| Default::default()).collect(),
             debt: (0..rules).map(|_| OnceLock::new()).collect(),
+            near: (0..rules).map(|_| OnceLock::new()).collect(),
+            thresholds: capacities
+                .map(|c| (c, near_limit_threshold(c, ratio)))
+                .collect(),
+            ratio,
             latency: OnceLock::new(),
+        }
+    }
+
+    /// How far past rule `i`'s near-limit threshold an admitted decision
+    /// `d` left its key: `used − T` (0 when not past it), see
+    /// [`NEAR_LIMIT`].
+    #[inline]
+    pub(super) fn past_near(&self, i: usize, d: &crate::decision::Decision) -> u64 {
+        let Some(&(capacity, t)) = self.thresholds.get(i) else {
+            return 0;
+        };
+        // A decision under another capacity: the `local` fallback's share.
+        let t = if d.limit == capacity {
+            t
+        } else {
+            near_limit_threshold(d.limit, self.ratio)
+        };
+        let used = d.limit.saturating_sub(d.remaining);
+        used.saturating_sub(t)
+    }
+
+    /// Counts `units` near-limit units of rule `i` (named `name`).
+    pub(super) fn near(&self, i: usize, name: &str, units: u64) {
+        if let Some(slot) = self.near.get(i) {
+            slot.get_or_init(|| ::metrics::counter!(NEAR_LIMIT, "rule" => name.to_owned()))
+                .increment(units);
         }
     }
 
@@ -142,4 +201,16 @@ impl Meters {
         )
         .increment(1);
     }
+}
+
+/// The near-limit threshold of `capacity` at `ratio`: `floor(capacity ×
+/// ratio)`, as the reference computes it.
+#[must_use]
+#[allow(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss
+)] // capacities are at most 10^12, exact in an f64; ratio in (0, 1]
+pub fn near_limit_threshold(capacity: u64, ratio: f64) -> u64 {
+    (capacity as f64 * ratio).floor() as u64
 }

@@ -76,6 +76,10 @@ pub const DEFAULT_BREAKER_OPEN_FOR: Duration = Duration::from_secs(1);
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(1);
 /// A heartbeat counts this many intervals.
 pub const HEARTBEAT_INTERVALS: u32 = 3;
+/// Default near-limit ratio: admitted units past 80 % of a rule's capacity
+/// count as near the limit ([`metric::NEAR_LIMIT`]), the reference's
+/// `NEAR_LIMIT_RATIO` default.
+pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
 
 mod breaker;
 mod builder;
@@ -84,13 +88,15 @@ mod heartbeat;
 mod inflight;
 mod local;
 pub mod metric;
+#[cfg(test)]
+mod near_tests;
 mod open;
 mod policy;
 mod reserve;
 mod throttle;
 
 use breaker::Breaker;
-pub use builder::ResilientLimiterBuilder;
+pub use builder::{ResilientLimiterBuilder, check_near_limit_ratio};
 pub use charge::ChargeVerdict;
 use heartbeat::{heartbeat, replica_id};
 use local::Local;
@@ -413,6 +419,18 @@ fn named_before(checks: &[KeyCheck<'_>], n: usize) -> bool {
         .any(|c| c.key == this.key && c.rule.name() == this.rule.name())
 }
 
+/// The cost pair `n` took: its own, plus that of later pairs naming the
+/// same (rule, key) (the store decides them once, the costs added).
+fn cost_of(checks: &[KeyCheck<'_>], n: usize) -> u64 {
+    let Some(this) = checks.get(n) else {
+        return 0;
+    };
+    checks[n + 1..]
+        .iter()
+        .filter(|c| c.key == this.key && c.rule.name() == this.rule.name())
+        .fold(this.cost, |sum, c| sum.saturating_add(c.cost))
+}
+
 impl<S: Store> Inner<S> {
     /// `call`, failed as a timeout (naming `what`) past the store timeout,
     /// if there is one.
@@ -453,6 +471,15 @@ impl<S: Store> Inner<S> {
                 (true, false) => 3,
             };
             self.meters.count(i, rules[i].name(), outcome);
+            if outcome == 0 {
+                let past = self.meters.past_near(i, d);
+                if past > 0 {
+                    let units = past.min(cost_of(checks, n));
+                    if units > 0 {
+                        self.meters.near(i, rules[i].name(), units);
+                    }
+                }
+            }
         }
     }
 
