@@ -35,17 +35,19 @@ pub enum ResponseHeaders {
 impl ResponseHeaders {
     /// The headers for `statuses` (descriptor `n` resolved to `plans[n]`,
     /// its rule among `rules`, the gate's): those of the status with the
-    /// fewest remaining among those with a limit, an over-limit one taking
-    /// the place whatever its remaining (the last one, as the reference
-    /// picks it); none when no status has a limit.
+    /// fewest remaining among those with a limit, an over-limit one that is
+    /// not a quota descriptor (`quota[n]`) taking the place whatever its
+    /// remaining (the last one, as the reference picks it); none when no
+    /// status has a limit.
     #[must_use]
     pub(crate) fn for_statuses(
         &self,
         plans: &[Plan<'_>],
         statuses: &[DescriptorStatus],
+        quota: &[bool],
         rules: &[Rule],
     ) -> Vec<HeaderValue> {
-        let Some(n) = closest(statuses) else {
+        let Some(n) = closest(statuses, quota) else {
             return Vec::new();
         };
         let s = &statuses[n];
@@ -103,7 +105,7 @@ impl ResponseHeaders {
 
 /// The position of the status the headers speak for (see
 /// [`ResponseHeaders::for_statuses`]).
-fn closest(statuses: &[DescriptorStatus]) -> Option<usize> {
+fn closest(statuses: &[DescriptorStatus], quota: &[bool]) -> Option<usize> {
     let mut least = None;
     let mut fewest = u32::MAX;
     for (n, s) in statuses.iter().enumerate() {
@@ -111,7 +113,9 @@ fn closest(statuses: &[DescriptorStatus]) -> Option<usize> {
             least = Some(n);
             fewest = s.limit_remaining;
         }
-        if s.code == i32::from(Code::OverLimit) {
+        // An over quota descriptor does not take the place (the reference
+        // counts it apart).
+        if s.code == i32::from(Code::OverLimit) && !quota.get(n).copied().unwrap_or(false) {
             least = Some(n);
             fewest = 0;
         }

@@ -261,7 +261,7 @@ impl EnvoyService {
         let response_headers_to_add = self
             .headers
             .as_ref()
-            .map(|h| h.for_statuses(&plans, &statuses, self.gate.rules()))
+            .map(|h| h.for_statuses(&plans, &statuses, &quota, self.gate.rules()))
             .unwrap_or_default();
         self.record_detailed(req, &plans, &statuses, &shadow_over);
         let dynamic_metadata = self
