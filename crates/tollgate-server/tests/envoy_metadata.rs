@@ -115,3 +115,44 @@ fn off_by_default() {
     let mut rls = Rls::start("memory", YAML);
     assert_eq!(rls.ok(request()).dynamic_metadata, None);
 }
+
+/// The deepest `metadata` a config may have (32 levels, a list at the
+/// bottom included) still makes an answer a protobuf reader takes (one
+/// past 100 levels is refused: tonic's, as Envoy's); deeper is a config
+/// error (`limits/tests/errors.rs`).
+#[test]
+fn the_deepest_metadata_allowed_is_still_a_readable_answer() {
+    for list in [false, true] {
+        let mut yaml = String::from(
+            "domain: deep\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 5}\n    metadata:\n",
+        );
+        for i in 0..31 {
+            yaml.push_str(&" ".repeat(6 + i));
+            yaml.push_str(if list && i == 30 { "a: [1]\n" } else { "a:\n" });
+        }
+        if !list {
+            yaml.push_str(&" ".repeat(37));
+            yaml.push_str("x: 1\n");
+        }
+        let config = format!(
+            "{}\n[envoy]\nresponse_dynamic_metadata = true\n",
+            toml("memory")
+        );
+        let mut rls = Rls::start_with(&config, &yaml, &[]);
+        let r = rls.ok(RateLimitRequest {
+            domain: "deep".to_owned(),
+            descriptors: vec![desc(&[("a", "1")])],
+            hits_addend: 0,
+        });
+        let m = r.dynamic_metadata.expect("dynamic metadata");
+        let mut level = structure(&m, "metadata");
+        for _ in 0..30 {
+            level = structure(level, "a");
+        }
+        if list {
+            assert!(matches!(get(level, "a"), Kind::ListValue(_)), "{level:?}");
+        } else {
+            assert_eq!(get(structure(level, "a"), "x"), &Kind::NumberValue(1.0));
+        }
+    }
+}

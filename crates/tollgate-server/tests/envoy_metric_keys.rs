@@ -105,3 +105,37 @@ fn runtime_values_label_the_metrics_and_their_number_is_capped() {
         folded
     );
 }
+
+/// A client's values can be as long as a request (64 KiB): a `key` label
+/// keeps at most 256 bytes (a long one cut, with the SHA-256 of the whole
+/// key so two long keys still count apart), else the 1,000 keys could hold
+/// and serve tens of megabytes of labels on every scrape.
+#[test]
+fn long_runtime_values_make_bounded_labels() {
+    let mut rls = Rls::start_with(&toml("memory"), YAML, &["--http", "127.0.0.1:0"]);
+    let long = |c: char| c.to_string().repeat(60_000);
+    call(&mut rls, &[("route", &long('a')), ("user", "1")]);
+    call(&mut rls, &[("route", &long('a')), ("user", "1")]);
+    call(
+        &mut rls,
+        &[("route", &format!("{}b", long('a'))), ("user", "1")],
+    );
+    let m = common::get(rls.server.api(), "/metrics").text();
+    let d = "tollgate_envoy_descriptors_total";
+    let labels: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with(d))
+        .filter_map(|l| l.split("key=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(labels.len(), 3, "{labels:?}");
+    for label in &labels {
+        assert!(label.len() <= 256, "a label of {} bytes", label.len());
+        assert!(label.starts_with("m.route_aaa"), "{label}");
+    }
+    // the two long keys are two series: the first within then over, the
+    // second within
+    let mut distinct = labels.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 2, "{labels:?}");
+}

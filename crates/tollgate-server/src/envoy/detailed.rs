@@ -23,6 +23,10 @@ pub const FOLDED: &str = "tollgate_envoy_metric_keys_folded_total";
 pub const MAX_METRIC_KEYS: usize = 1_000;
 /// The label keys past the cap are counted under.
 const OTHER: &str = "_other";
+/// The longest `key` label: a longer key (a client's value may be as long
+/// as a request) is cut and ends with the SHA-256 of the whole key, so the
+/// capped keys hold and serve at most this much each.
+pub const MAX_METRIC_KEY_LEN: usize = 256;
 
 /// What a descriptor's limit answered, for its metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +65,7 @@ impl DetailedMetrics {
         entries: &[(K, V)],
         outcome: Outcome,
     ) {
-        let Some(key) = limits.metric_key(domain, entries) else {
+        let Some(key) = limits.metric_key(domain, entries).map(bounded) else {
             return;
         };
         let mut keys = self
@@ -81,4 +85,18 @@ impl DetailedMetrics {
         );
         counter.increment(1);
     }
+}
+
+/// `key` as a label of at most [`MAX_METRIC_KEY_LEN`] bytes: a longer one
+/// is its start and `;sha256=` with the digest of all of it.
+fn bounded(key: String) -> String {
+    if key.len() <= MAX_METRIC_KEY_LEN {
+        return key;
+    }
+    const DIGEST: usize = ";sha256=".len() + 64;
+    let mut cut = MAX_METRIC_KEY_LEN - DIGEST;
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    tollgate_tower::extract::digest_key(&format!("{};sha256=", &key[..cut]), key.as_bytes())
 }

@@ -12,6 +12,14 @@ use super::loader::Loader;
 use super::scalars;
 use super::yaml::{Value, Yaml};
 
+/// The most levels of mappings and lists `metadata` may nest, itself
+/// included: the answer wraps it in a few more, and a protobuf reader
+/// (Envoy's, tonic's) refuses a message nested past 100 levels, each YAML
+/// level being two. A deeper one would make every answer unreadable, which
+/// Envoy's default `failure_mode_deny: false` turns into admitting every
+/// request (and thousands of levels would overflow the stack).
+const MAX_METADATA_DEPTH: usize = 32;
+
 impl Loader {
     /// `metadata` as a `Struct`, or `None` (reported) when it is not a
     /// mapping with string keys; an empty or null one is `None` too.
@@ -19,7 +27,7 @@ impl Loader {
         match &*node.value {
             Value::Null => None,
             Value::Map(items) if items.is_empty() => None,
-            Value::Map(_) => self.structure(node, field),
+            Value::Map(_) => self.structure(node, field, 1),
             _ => {
                 self.wrong_type(node, field, "a mapping");
                 None
@@ -27,10 +35,27 @@ impl Loader {
         }
     }
 
-    fn structure(&mut self, node: &Yaml, field: &str) -> Option<Struct> {
+    /// Reports `node` as nested too deep.
+    fn too_deep(&mut self, node: &Yaml, field: &str) {
+        self.error(
+            node.line,
+            field,
+            format!(
+                "metadata nests more than {MAX_METADATA_DEPTH} levels of mappings and lists \
+                 (a deeper answer is refused by Envoy's protobuf reader)"
+            ),
+        );
+    }
+
+    /// The mapping `node`, `depth` levels deep in `metadata`.
+    fn structure(&mut self, node: &Yaml, field: &str, depth: usize) -> Option<Struct> {
         let Value::Map(items) = &*node.value else {
             return None;
         };
+        if depth > MAX_METADATA_DEPTH {
+            self.too_deep(node, field);
+            return None;
+        }
         let mut out = Struct::default();
         let mut ok = true;
         for (key, value) in items {
@@ -44,7 +69,7 @@ impl Loader {
                 continue;
             };
             let path = format!("{field}.{text}");
-            match self.value(value, &path) {
+            match self.value(value, &path, depth) {
                 Some(v) => {
                     out.fields.insert(text.clone(), v);
                 }
@@ -54,19 +79,24 @@ impl Loader {
         ok.then_some(out)
     }
 
-    fn value(&mut self, node: &Yaml, field: &str) -> Option<ProtoValue> {
+    /// The value `node`, inside a container `depth` levels deep.
+    fn value(&mut self, node: &Yaml, field: &str, depth: usize) -> Option<ProtoValue> {
         let kind = match &*node.value {
             Value::Null => Kind::NullValue(0),
             Value::Scalar { text, plain: true } => plain(text),
             Value::Scalar { text, plain: false } => Kind::StringValue(text.clone()),
+            Value::Seq(_) if depth >= MAX_METADATA_DEPTH => {
+                self.too_deep(node, field);
+                return None;
+            }
             Value::Seq(items) => {
                 let mut values = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
-                    values.push(self.value(item, &format!("{field}[{i}]"))?);
+                    values.push(self.value(item, &format!("{field}[{i}]"), depth + 1)?);
                 }
                 Kind::ListValue(ListValue { values })
             }
-            Value::Map(_) => Kind::StructValue(self.structure(node, field)?),
+            Value::Map(_) => Kind::StructValue(self.structure(node, field, depth + 1)?),
         };
         Some(ProtoValue { kind: Some(kind) })
     }

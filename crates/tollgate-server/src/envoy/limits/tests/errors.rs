@@ -592,3 +592,44 @@ fn limits_can_be_shared_between_threads() {
     fn shared<T: Send + Sync + 'static>(_: &T) {}
     shared(&ok(MONGO));
 }
+
+/// `metadata` nested deeper than 32 levels would make every answer
+/// unreadable to Envoy's protobuf reader (and thousands of levels
+/// overflowed the stack): an error at its line.
+#[test]
+fn metadata_nested_too_deep_is_an_error() {
+    let nested = |levels: usize, list: bool| {
+        let mut yaml = String::from(
+            "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: hour, requests_per_unit: 1}\n    metadata:\n",
+        );
+        for i in 0..levels - 1 {
+            yaml.push_str(&" ".repeat(6 + i));
+            yaml.push_str(if list && i == levels - 2 {
+                "a: [1]\n"
+            } else {
+                "a:\n"
+            });
+        }
+        if !list {
+            yaml.push_str(&" ".repeat(5 + levels));
+            yaml.push_str("x: 1\n");
+        }
+        yaml
+    };
+    ok(&nested(32, false));
+    ok(&nested(32, true));
+    for (yaml, line) in [
+        (nested(33, false), 38),
+        (nested(33, true), 37),
+        (nested(5000, false), 38),
+    ] {
+        let (l, field, message) = error(&yaml);
+        assert_eq!(l, line);
+        assert!(field.starts_with("descriptors[0].metadata.a.a"), "{field}");
+        assert_eq!(
+            message,
+            "metadata nests more than 32 levels of mappings and lists \
+             (a deeper answer is refused by Envoy's protobuf reader)"
+        );
+    }
+}
