@@ -365,6 +365,7 @@ impl<S: Store> Limiter<S> {
                 });
             }
         }
+        store.rules_in_use(&rules);
         Ok(Self {
             store,
             rules,

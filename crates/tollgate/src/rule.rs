@@ -388,6 +388,13 @@ impl Rule {
         self.0.limit
     }
 
+    /// This rule's identity (its clones share it; a rule built apart, even
+    /// equal, has its own), for a store to tell a limiter's rules from
+    /// per-call ones ([`crate::Store::rules_in_use`]).
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.0) as usize
+    }
+
     /// The period in microseconds.
     #[must_use]
     pub fn period_micros(&self) -> Micros {

@@ -100,3 +100,34 @@ async fn per_call_limits_in_hybrid_mode() {
         .expect("connect");
     shares_the_counter(HybridStore::new(store, HybridOptions::default())).await;
 }
+
+/// In hybrid mode a per-call limit must not hold the named rule's units in
+/// a lease of its own that nothing gives back: one check under a large
+/// per-call limit takes 1 unit of the shared counter, as on every other
+/// store, so the rule's own check after it still sees 99 of 100 left.
+#[tokio::test]
+async fn hybrid_per_call_limit_does_not_strand_leased_units() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url(), RedisOptions::default())
+        .await
+        .expect("connect");
+    let limiter = Limiter::new(
+        HybridStore::new(store, HybridOptions::default()),
+        [rule("fw", Algorithm::FixedWindow, 100, 3600)],
+    )
+    .expect("limiter");
+    let big = rule("fw", Algorithm::FixedWindow, 1000, 3600);
+    let d = limiter
+        .check_all(&[Check::new("fw", "k").under(&big)])
+        .await
+        .expect("check");
+    assert!(d.allowed);
+    // well past the hybrid lease (1 s): unspent units are back by now
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let d = limiter.check("fw", "k", 1).await.expect("check");
+    assert!(d.allowed, "the rule's own check was denied: {d:?}");
+    let peek = limiter.check("fw", "k", 0).await.expect("peek");
+    // Redis holds the per-call check's 1 unit and the batch the rule's own
+    // check leased (a tenth of 100), nothing more.
+    assert_eq!(peek.remaining, 100 - 1 - 10, "{peek:?}");
+}

@@ -50,6 +50,12 @@ impl Store for AnyStore {
         matches!(self, AnyStore::Memory(_))
     }
 
+    fn rules_in_use(&self, rules: &[Rule]) {
+        if let AnyStore::Hybrid(h) = self {
+            h.rules_in_use(rules);
+        }
+    }
+
     async fn check(
         &self,
         rule: &Rule,

@@ -202,6 +202,16 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Told once, by [`crate::Limiter::new`], the rules it holds: a store
+    /// may treat any other rule it is handed (a per-call limit,
+    /// [`crate::Check::under`]) apart. The default ignores it; the hybrid
+    /// store sends such checks straight to Redis, as a lease taken under a
+    /// one-off limit would hold the shared counter's units until its
+    /// window ends (docs/hybrid.md, "Per-call limits").
+    fn rules_in_use(&self, rules: &[Rule]) {
+        let _ = rules;
+    }
+
     /// Records that replica `replica` is alive and returns how many
     /// replicas sharing this store (itself included) did so within `ttl`;
     /// `None` when the store is not shared between replicas (the default:
@@ -304,6 +314,10 @@ impl<S: Store> Store for Arc<S> {
 
     fn in_process(&self) -> bool {
         (**self).in_process()
+    }
+
+    fn rules_in_use(&self, rules: &[Rule]) {
+        (**self).rules_in_use(rules);
     }
 
     fn heartbeat(

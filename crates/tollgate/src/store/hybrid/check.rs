@@ -23,7 +23,7 @@ impl HybridStore {
         at: Option<Micros>,
     ) -> Result<Decision, StoreError> {
         self.inner.checks.fetch_add(1, Ordering::Relaxed);
-        if at.is_some() || cost == 0 || cost > rule.capacity() {
+        if at.is_some() || cost == 0 || cost > rule.capacity() || self.per_call(rule) {
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
             return self.inner.redis.check(rule, key, cost, at).await;
         }
@@ -70,7 +70,7 @@ impl HybridStore {
         if at.is_some()
             || pairs
                 .iter()
-                .any(|p| p.cost == 0 || p.cost > p.rule.capacity())
+                .any(|p| p.cost == 0 || p.cost > p.rule.capacity() || self.per_call(p.rule))
         {
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
             return self.inner.redis.check_all(checks, at).await;

@@ -45,8 +45,8 @@ mod plan;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -132,6 +132,10 @@ struct Inner {
     shard_cap: usize,
     calls: AtomicU64,
     checks: AtomicU64,
+    /// The limiter's rules' identities, once told
+    /// ([`Store::rules_in_use`]): any other rule is a per-call limit,
+    /// decided in Redis.
+    limiter_rules: OnceLock<Vec<usize>>,
 }
 
 impl std::fmt::Debug for HybridStore {
@@ -166,6 +170,7 @@ impl HybridStore {
                 shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
                 calls: AtomicU64::new(0),
                 checks: AtomicU64::new(0),
+                limiter_rules: OnceLock::new(),
             }),
         }
     }
@@ -236,6 +241,17 @@ impl HybridStore {
         returned
     }
 
+    /// Whether `rule` is a per-call limit ([`crate::Check::under`]): not
+    /// one of the limiter's rules, once it told them. Decided in Redis,
+    /// never leased: a lease under a one-off limit would hold the shared
+    /// counter's units until its window ends (docs/hybrid.md).
+    fn per_call(&self, rule: &Rule) -> bool {
+        self.inner
+            .limiter_rules
+            .get()
+            .is_some_and(|ids| ids.binary_search(&rule.identity()).is_err())
+    }
+
     /// The local identity of (rule, key): a 128-bit SipHash under random
     /// keys of the rule's definition and the key.
     #[inline] // called per check from check.rs, another codegen unit
@@ -276,6 +292,14 @@ struct Pair<'r> {
 }
 
 impl Store for HybridStore {
+    fn rules_in_use(&self, rules: &[Rule]) {
+        let mut ids: Vec<usize> = rules.iter().map(Rule::identity).collect();
+        ids.sort_unstable();
+        // Told once per limiter; a second limiter over this store shares
+        // the first's list (leases stay per rule definition either way).
+        let _ = self.inner.limiter_rules.set(ids);
+    }
+
     fn check(
         &self,
         rule: &Rule,
