@@ -108,6 +108,8 @@ fn a_denied_request_consumes_nothing_from_its_rate_limits() {
         codes(&r),
         (Code::OverLimit, vec![Code::OverLimit, Code::Ok])
     );
+    // its status shows the key as the refund left it
+    assert_eq!(r.statuses[1].limit_remaining, 5);
     assert_eq!(left(&mut rls, &[("rate", "u9")]), 5);
     // An ordinary limit over denies whatever the quota says, and the quota
     // is only read.
@@ -121,6 +123,15 @@ fn a_denied_request_consumes_nothing_from_its_rate_limits() {
         (Code::OverLimit, vec![Code::Ok, Code::OverLimit])
     );
     assert_eq!(left(&mut rls, &[("daily", "u8")]), 2);
+    // a quota key at its limit, only read on a denied request, reads over
+    // (its cost would not fit)
+    call(&mut rls, &[&[("daily", "u8")]]);
+    call(&mut rls, &[&[("daily", "u8")]]);
+    let r = call(&mut rls, &[&[("daily", "u8")], &[("rate", "u8")]]);
+    assert_eq!(
+        codes(&r),
+        (Code::OverLimit, vec![Code::OverLimit, Code::OverLimit])
+    );
 }
 
 #[test]

@@ -217,7 +217,14 @@ impl EnvoyService {
             if consumed && !admitted && !checks.is_empty() {
                 // Every quota descriptor is over: the request is denied,
                 // so the enforced checks give back what they took.
-                let _ = self.gate.refund_all(&checks).await;
+                if let Ok(verdict) = self.gate.refund_all(&checks).await
+                    && verdict.degraded != Some(OnError::Allow)
+                {
+                    // Their statuses show the keys as the refund left them.
+                    for (&i, c) in enforced.iter().zip(&verdict.charged) {
+                        statuses[i] = status(&plans[i], &c.decision, true);
+                    }
+                }
             }
         }
 
@@ -332,7 +339,11 @@ impl EnvoyService {
                 Ok(verdict) if verdict.degraded == Some(OnError::Allow) => initial(&plans[i]),
                 Ok(verdict) => {
                     let d = verdict.decision();
-                    status(&plans[i], d, d.allowed)
+                    // Read only (the request is denied already): over when
+                    // its cost would not fit, as the reference, which counts
+                    // it, would answer.
+                    let fits = d.allowed && (consume || d.remaining >= cost_of(&plans[i]));
+                    status(&plans[i], d, fits)
                 }
                 Err(_) => failed(&plans[i]),
             };
@@ -413,6 +424,14 @@ impl EnvoyService {
                 _ => None,
             })
             .unzip()
+    }
+}
+
+/// A counted plan's cost (0 for any other).
+fn cost_of(plan: &Plan<'_>) -> u64 {
+    match plan {
+        Plan::Counted { cost, .. } => *cost,
+        _ => 0,
     }
 }
 
