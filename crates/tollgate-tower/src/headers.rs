@@ -189,7 +189,8 @@ pub(crate) fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
 /// a value made for it, as [`insert_headers`] would.
 #[derive(Debug, Default)]
 pub struct PolicyCache {
-    slots: Box<[OnceLock<(u64, HeaderValue)>]>,
+    /// Per rule: the limit and period the value was made for, and it.
+    slots: Box<[OnceLock<(u64, u64, HeaderValue)>]>,
 }
 
 impl PolicyCache {
@@ -208,8 +209,10 @@ impl PolicyCache {
         let make = || value(policy_value([(rule, d)]));
         match self.slots.get(index) {
             Some(slot) => {
-                let (limit, cached) = slot.get_or_init(|| (d.limit, make()));
-                if *limit == d.limit {
+                let period = rule.period_micros();
+                let (limit, made_for, cached) = slot.get_or_init(|| (d.limit, period, make()));
+                // A per-key override may change the limit or the period.
+                if *limit == d.limit && *made_for == period {
                     cached.clone()
                 } else {
                     make()

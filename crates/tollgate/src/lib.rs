@@ -39,6 +39,7 @@ pub mod conformance;
 mod decision;
 mod error;
 mod limiter;
+mod overrides;
 pub mod resilient;
 mod rule;
 pub mod store;
@@ -49,6 +50,7 @@ pub use algorithm::Charged;
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 pub use limiter::{Check, Limiter, MAX_KEY_LEN, Ticketed};
+pub use overrides::{KeyPattern, Overrides};
 pub use resilient::{OnError, ResilientLimiter};
 pub use rule::{
     Algorithm, DEBT_PERIODS, DEFAULT_LEASE, MAX_BURST_WINDOW, MAX_CONCURRENCY_LIMIT, MAX_LIMIT,

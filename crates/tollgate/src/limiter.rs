@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, WaitError};
+use crate::overrides::Overrides;
 use crate::rule::{Algorithm, Rule, RuleError};
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
@@ -120,6 +121,9 @@ pub struct Limiter<S = MemoryStore> {
     store: S,
     rules: Vec<Rule>,
     by_name: NameIndex,
+    /// Per rule (by index; empty when no rule has any), its per-key
+    /// overrides.
+    overrides: Vec<Option<Overrides>>,
 }
 
 impl<S> Limiter<S> {
@@ -127,6 +131,18 @@ impl<S> Limiter<S> {
     #[must_use]
     pub fn rule_index(&self, name: &str) -> Option<usize> {
         self.by_name.get(name).copied()
+    }
+
+    /// The rule that decides `key` under rule `i` (by position in
+    /// [`Limiter::rules`]): its per-key override when one matches, else the
+    /// rule itself; what an answer's headers describe.
+    ///
+    /// # Panics
+    /// When `i` is not a rule's position.
+    #[must_use]
+    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> &Rule {
+        let own = self.overrides.get(i).and_then(Option::as_ref);
+        own.and_then(|o| o.find(key)).unwrap_or(&self.rules[i])
     }
 
     /// The index of `check`'s rule, once its key is known not too long.
@@ -152,7 +168,7 @@ impl<S> Limiter<S> {
     fn rule_of<'c>(&'c self, c: &Check<'c>, i: usize) -> Result<&'c Rule, Error> {
         let rule = &self.rules[i];
         let Some(limit) = c.limit else {
-            return Ok(rule);
+            return Ok(self.rule_for_key(i, c.key));
         };
         if limit.name() != rule.name()
             || limit.algorithm() != rule.algorithm()
@@ -355,6 +371,44 @@ impl<S: Store> Limiter<S> {
     /// # Errors
     /// Two rules with the same name (field `name`).
     pub fn new(store: S, rules: impl IntoIterator<Item = Rule>) -> Result<Self, RuleError> {
+        Self::with_overrides(store, rules, Vec::new())
+    }
+
+    /// [`Limiter::new`], with per-key overrides: for each named rule, keys
+    /// (or key prefixes) decided under another limit, period or burst, on
+    /// the rule's counter (docs/semantics.md, "Per-key overrides"). A
+    /// check's own per-call limit ([`Check::under`]) still comes first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, KeyPattern, Limiter, MemoryStore, Overrides, RuleSpec};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let spec = |limit| RuleSpec::new("per_tenant", Algorithm::Gcra, limit, Duration::from_secs(1));
+    /// let mut tiers = Overrides::new();
+    /// tiers.insert(KeyPattern::parse("tenant:enterprise:*"), spec(5000).build()?)?;
+    /// tiers.insert(KeyPattern::parse("tenant:acme"), spec(1000).build()?)?;
+    /// let limiter = Limiter::with_overrides(
+    ///     MemoryStore::new(),
+    ///     [spec(100).build()?],
+    ///     vec![("per_tenant".to_owned(), tiers)],
+    /// )?;
+    /// assert_eq!(limiter.check("per_tenant", "tenant:acme", 1).await?.limit, 1000);
+    /// assert_eq!(limiter.check("per_tenant", "tenant:enterprise:x", 1).await?.limit, 5000);
+    /// assert_eq!(limiter.check("per_tenant", "tenant:small", 1).await?.limit, 100);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Limiter::new`]; and overrides of a rule not named here, or an
+    /// override whose rule has another name or algorithm than the rule's
+    /// (field `overrides`).
+    pub fn with_overrides(
+        store: S,
+        rules: impl IntoIterator<Item = Rule>,
+        overrides: Vec<(String, Overrides)>,
+    ) -> Result<Self, RuleError> {
         let rules: Vec<Rule> = rules.into_iter().collect();
         let mut by_name = NameIndex::with_capacity_and_hasher(rules.len(), Default::default());
         for (i, rule) in rules.iter().enumerate() {
@@ -365,11 +419,45 @@ impl<S: Store> Limiter<S> {
                 });
             }
         }
-        store.rules_in_use(&rules);
+        let mut by_rule: Vec<Option<Overrides>> = Vec::new();
+        for (name, table) in overrides {
+            let Some(&i) = by_name.get(&name) else {
+                return Err(RuleError {
+                    field: "overrides",
+                    message: format!("overrides of rule {name:?}, which is not a rule"),
+                });
+            };
+            if let Some(bad) = table
+                .rules()
+                .find(|r| r.name() != name || r.algorithm() != rules[i].algorithm())
+            {
+                return Err(RuleError {
+                    field: "overrides",
+                    message: format!(
+                        "an override of rule {name:?} ({}) must keep its name and algorithm; \
+                         got {:?} ({})",
+                        rules[i].algorithm(),
+                        bad.name(),
+                        bad.algorithm()
+                    ),
+                });
+            }
+            if table.is_empty() {
+                continue;
+            }
+            by_rule.resize(rules.len(), None);
+            by_rule[i] = Some(table);
+        }
+        // The store is told every rule it may be handed, overrides
+        // included: they are fixed, not per call.
+        let mut in_use = rules.clone();
+        in_use.extend(by_rule.iter().flatten().flat_map(|o| o.rules().cloned()));
+        store.rules_in_use(&in_use);
         Ok(Self {
             store,
             rules,
             by_name,
+            overrides: by_rule,
         })
     }
 

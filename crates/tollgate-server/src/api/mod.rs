@@ -340,7 +340,10 @@ fn rule_pairs<'a>(
     req.pairs
         .iter()
         .zip(decided.iter())
-        .filter_map(|(pair, d)| api.gate.rule(&pair.rule).map(|r| (r, d)))
+        .filter_map(|(pair, d)| {
+            let i = api.gate.rule_index(&pair.rule)?;
+            Some((api.gate.rule_for_key(i, pair.key.as_bytes()), d))
+        })
         .collect()
 }
 
@@ -375,7 +378,7 @@ fn answer(
         ([pair], Some(d)) if basis.has_ratelimit() => {
             let headers = res.headers_mut();
             if let Some(i) = api.gate.rule_index(&pair.rule) {
-                let rule = &api.gate.rules()[i];
+                let rule = api.gate.rule_for_key(i, pair.key.as_bytes());
                 api.policies
                     .insert_headers(headers, i, rule, d, retry, api.headers);
             }

@@ -43,6 +43,7 @@ mod checker;
 mod envoy;
 mod metrics;
 mod model;
+mod overrides;
 mod rules;
 mod syntax;
 pub mod upstream;

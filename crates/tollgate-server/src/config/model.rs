@@ -83,6 +83,10 @@ impl Default for StoreConfig {
     }
 }
 
+/// One `[[rules.overrides]]`: its `key` as written, the keys it names and
+/// its rule.
+pub type KeyOverride = (String, tollgate::KeyPattern, Rule);
+
 /// One `[[rules]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleConfig {
@@ -96,6 +100,9 @@ pub struct RuleConfig {
     /// charges the usage each response reports instead of 1 per request;
     /// `None` when not set.
     pub cost: Option<ResponseCost>,
+    /// `[[rules.overrides]]`: keys or key prefixes decided under another
+    /// limit, period or burst, as written (`key`), in file order.
+    pub overrides: Vec<KeyOverride>,
     /// The line of the rule's `[[rules]]` header (1-based).
     pub line: usize,
 }

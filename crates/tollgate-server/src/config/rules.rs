@@ -26,6 +26,7 @@ const RULE_FIELDS: &[&str] = &[
     "on_error",
     "cost",
     "estimate",
+    "overrides",
 ];
 
 impl Checker<'_> {
@@ -250,6 +251,7 @@ impl Checker<'_> {
             }
         }
         let cost = self.cost(t, &path, &header, concurrency, built.as_ref());
+        let overrides = self.overrides(t, &path, built.as_ref());
         if self.errors.len() != before {
             return None;
         }
@@ -258,6 +260,7 @@ impl Checker<'_> {
             key,
             on_error,
             cost,
+            overrides: overrides?,
             line: self.line(header.start),
         })
     }

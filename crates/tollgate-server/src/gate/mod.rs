@@ -64,7 +64,22 @@ impl Gate {
             .iter()
             .map(|r| r.rule.clone())
             .chain(config.envoy.0.all_rules().iter().cloned());
-        let limiter = Limiter::new(store, rules).map_err(|e| e.to_string())?;
+        let overrides = config
+            .rules
+            .iter()
+            .filter(|r| !r.overrides.is_empty())
+            .map(|r| {
+                let mut table = tollgate::Overrides::new();
+                for (_, pattern, rule) in &r.overrides {
+                    table
+                        .insert(pattern.clone(), rule.clone())
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok((r.rule.name().to_owned(), table))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let limiter =
+            Limiter::with_overrides(store, rules, overrides).map_err(|e| e.to_string())?;
         let mut builder = ResilientLimiter::builder(limiter)
             .timeout(timeout)
             .on_error(config.store.on_error)
@@ -87,6 +102,13 @@ impl Gate {
     #[must_use]
     pub fn rules(&self) -> &[Rule] {
         self.limiter.rules()
+    }
+
+    /// The rule (or `[[rules.overrides]]` entry) that decides `key` under
+    /// rule `i`: what an answer's headers describe.
+    #[must_use]
+    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> &Rule {
+        self.limiter.rule_for_key(i, key)
     }
 
     /// The rule named `name`.

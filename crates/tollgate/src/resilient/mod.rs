@@ -240,6 +240,13 @@ impl<S: Store> ResilientLimiter<S> {
         self.inner.limiter.rules()
     }
 
+    /// [`Limiter::rule_for_key`]: the rule (or per-key override) that
+    /// decides `key` under rule `i`.
+    #[must_use]
+    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> &Rule {
+        self.inner.limiter.rule_for_key(i, key)
+    }
+
     /// The rule named `name`.
     #[must_use]
     pub fn rule(&self, name: &str) -> Option<&Rule> {

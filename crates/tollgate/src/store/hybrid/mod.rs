@@ -45,10 +45,11 @@ mod plan;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
 
 use self::entry::Entry;
@@ -132,10 +133,11 @@ struct Inner {
     shard_cap: usize,
     calls: AtomicU64,
     checks: AtomicU64,
-    /// The limiter's rules' identities, once told
-    /// ([`Store::rules_in_use`]): any other rule is a per-call limit,
-    /// decided in Redis.
-    limiter_rules: OnceLock<Vec<usize>>,
+    /// The identities of the rules of the limiter that took the store last
+    /// ([`Store::rules_in_use`]; `None` before one did): any other rule is
+    /// a per-call limit, decided in Redis. Replaced, not merged, so a freed
+    /// rule's address is never mistaken for a live one.
+    limiter_rules: ArcSwapOption<Vec<usize>>,
 }
 
 impl std::fmt::Debug for HybridStore {
@@ -170,7 +172,7 @@ impl HybridStore {
                 shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
                 calls: AtomicU64::new(0),
                 checks: AtomicU64::new(0),
-                limiter_rules: OnceLock::new(),
+                limiter_rules: ArcSwapOption::empty(),
             }),
         }
     }
@@ -248,7 +250,8 @@ impl HybridStore {
     fn per_call(&self, rule: &Rule) -> bool {
         self.inner
             .limiter_rules
-            .get()
+            .load()
+            .as_ref()
             .is_some_and(|ids| ids.binary_search(&rule.identity()).is_err())
     }
 
@@ -295,9 +298,9 @@ impl Store for HybridStore {
     fn rules_in_use(&self, rules: &[Rule]) {
         let mut ids: Vec<usize> = rules.iter().map(Rule::identity).collect();
         ids.sort_unstable();
-        // Told once per limiter; a second limiter over this store shares
-        // the first's list (leases stay per rule definition either way).
-        let _ = self.inner.limiter_rules.set(ids);
+        // The newest limiter's: an older one's checks still in flight (a
+        // reload) go to Redis meanwhile, which is always right.
+        self.inner.limiter_rules.store(Some(Arc::new(ids)));
     }
 
     fn check(
