@@ -479,7 +479,7 @@ impl<S: Store> Limiter<S> {
 
     fn resolve(&self, name: &str, key: &[u8]) -> Result<&Rule, Error> {
         let i = self.resolve_index(&Check::new(name, key).cost(0))?;
-        Ok(&self.rules[i])
+        Ok(self.rule_for_key(i, key))
     }
 
     /// Checks `key` under `rule`, consuming `cost` units when admitted
