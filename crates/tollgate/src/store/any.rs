@@ -51,9 +51,12 @@ impl Store for AnyStore {
     }
 
     fn rules_in_use(&self, rules: &[Rule]) {
+        #[cfg(feature = "redis")]
         if let AnyStore::Hybrid(h) = self {
             h.rules_in_use(rules);
         }
+        #[cfg(not(feature = "redis"))]
+        let _ = rules;
     }
 
     async fn check(
