@@ -85,6 +85,8 @@ mod breaker;
 mod builder;
 mod charge;
 mod denied;
+#[cfg(test)]
+mod denied_tests;
 mod heartbeat;
 mod inflight;
 mod local;
