@@ -45,6 +45,7 @@ mod rule;
 pub mod store;
 pub mod ticket;
 mod time;
+pub mod top;
 
 pub use algorithm::Charged;
 pub use decision::{Decision, MultiDecision, Outcome};

@@ -5,8 +5,13 @@ use toml::de::{DeTable, DeValue};
 
 use super::checker::{Checker, join};
 use super::model::MetricsConfig;
+use tollgate::top::MAX_TOP_DENIED_CAPACITY;
 
-const METRICS_FIELDS: &[&str] = &["near_limit_ratio"];
+const METRICS_FIELDS: &[&str] = &[
+    "near_limit_ratio",
+    "top_denied_capacity",
+    "top_denied_epoch",
+];
 
 impl Checker<'_> {
     pub(super) fn metrics(&mut self, t: &DeTable<'_>) -> Option<MetricsConfig> {
@@ -37,6 +42,46 @@ impl Checker<'_> {
                 None => self.error(&value.span(), field, "not a number"),
             }
         }
+        self.top_denied(t, path, &mut metrics);
         (self.errors.len() == before).then_some(metrics)
+    }
+
+    /// `top_denied_capacity` (0 turns the sketch off) and
+    /// `top_denied_epoch`: the most denied keys per rule lately
+    /// (docs/config.md, "[metrics]").
+    fn top_denied(&mut self, t: &DeTable<'_>, path: &str, metrics: &mut MetricsConfig) {
+        let key = "top_denied_capacity";
+        if let Some(value) = t.get(key) {
+            let field = join(path, key);
+            let n = match value.get_ref() {
+                DeValue::Integer(i) => {
+                    i128::from_str_radix(&i.as_str().replace('_', ""), i.radix()).ok()
+                }
+                _ => {
+                    self.wrong_type(value, &field, "an integer");
+                    return;
+                }
+            };
+            match n
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n <= MAX_TOP_DENIED_CAPACITY)
+            {
+                Some(c) => metrics.top_denied_capacity = c,
+                None => {
+                    let got = value.get_ref().as_integer().map_or("?", |i| i.as_str());
+                    self.error(
+                        &value.span(),
+                        field,
+                        format!(
+                            "top_denied_capacity must be from 0 (off) to \
+                             {MAX_TOP_DENIED_CAPACITY}, got {got}"
+                        ),
+                    );
+                }
+            }
+        }
+        if let Some(epoch) = self.duration(t, path, "top_denied_epoch") {
+            metrics.top_denied_epoch = epoch;
+        }
     }
 }

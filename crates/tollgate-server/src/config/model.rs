@@ -173,6 +173,15 @@ pub struct MetricsConfig {
     /// `tollgate_near_limit_total` (default
     /// [`tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO`]; above 0, at most 1).
     pub near_limit_ratio: f64,
+    /// `top_denied_capacity`: counters per rule and epoch of the most
+    /// denied keys, the admin API's `GET /admin/v1/top/{rule}` (default
+    /// [`tollgate::top::DEFAULT_TOP_DENIED_CAPACITY`]; 0 turns them off;
+    /// at most [`tollgate::top::MAX_TOP_DENIED_CAPACITY`]).
+    pub top_denied_capacity: usize,
+    /// `top_denied_epoch`: the most denied keys cover the current and the
+    /// previous epoch of this length (default
+    /// [`tollgate::top::DEFAULT_TOP_DENIED_EPOCH`]; at least 1 ms).
+    pub top_denied_epoch: Duration,
 }
 
 // Validated: never NaN, so equality is an equivalence.
@@ -182,6 +191,8 @@ impl Default for MetricsConfig {
     fn default() -> Self {
         Self {
             near_limit_ratio: tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO,
+            top_denied_capacity: tollgate::top::DEFAULT_TOP_DENIED_CAPACITY,
+            top_denied_epoch: tollgate::top::DEFAULT_TOP_DENIED_EPOCH,
         }
     }
 }

@@ -421,7 +421,8 @@ fn metrics_near_limit_ratio() {
         got,
         [
             "t.toml:2: metrics.near_limit_ratio: near_limit_ratio must be above 0 and at most 1, got 0",
-            "t.toml:3: metrics.ratio: unknown field; expected one of near_limit_ratio",
+            "t.toml:3: metrics.ratio: unknown field; expected one of near_limit_ratio, \
+             top_denied_capacity, top_denied_epoch",
             "t.toml:11: envoy.near_limit_ratio: unknown field; expected one of merge_domains, \
              response_headers, limit_header, remaining_header, reset_header, quota_mode, \
              response_dynamic_metadata",
@@ -453,4 +454,46 @@ fn metrics_near_limit_ratio() {
         errors(&format!("metrics = 1\n{rule}")),
         ["t.toml:1: metrics: expected a table ([metrics]), found integer"]
     );
+}
+
+#[test]
+fn metrics_top_denied() {
+    let rule = "\n[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
+    let defaults = parse("").expect("valid").metrics;
+    assert_eq!(
+        defaults.top_denied_capacity,
+        tollgate::top::DEFAULT_TOP_DENIED_CAPACITY
+    );
+    assert_eq!(
+        defaults.top_denied_epoch,
+        tollgate::top::DEFAULT_TOP_DENIED_EPOCH
+    );
+    let c = parse("[metrics]\ntop_denied_capacity = 1_000\ntop_denied_epoch = \"30s\"\n")
+        .expect("valid");
+    assert_eq!(c.metrics.top_denied_capacity, 1_000);
+    assert_eq!(c.metrics.top_denied_epoch, Duration::from_secs(30));
+    let off = parse("[metrics]\ntop_denied_capacity = 0\n").expect("0 is off");
+    assert_eq!(off.metrics.top_denied_capacity, 0);
+    for (bad, why) in [
+        (
+            "top_denied_capacity = -1",
+            "top_denied_capacity: top_denied_capacity must be from 0 (off) to 100000, got -1",
+        ),
+        (
+            "top_denied_capacity = 100001",
+            "top_denied_capacity: top_denied_capacity must be from 0 (off) to 100000, got 100001",
+        ),
+        (
+            "top_denied_capacity = \"many\"",
+            "top_denied_capacity: expected an integer, found string",
+        ),
+        (
+            "top_denied_epoch = \"0s\"",
+            "top_denied_epoch: top_denied_epoch must be at least 1ms",
+        ),
+    ] {
+        let got = errors(&format!("[metrics]\n{bad}\n{rule}"));
+        assert_eq!(got, [format!("t.toml:2: metrics.{why}")], "{bad}");
+    }
 }

@@ -86,7 +86,9 @@ impl Gate {
             .replicas(config.store.replicas)
             .heartbeat(config.store.heartbeat)
             .local_max_keys(config.store.max_keys)
-            .near_limit_ratio(config.metrics.near_limit_ratio);
+            .near_limit_ratio(config.metrics.near_limit_ratio)
+            .top_denied(config.metrics.top_denied_capacity)
+            .top_denied_epoch(config.metrics.top_denied_epoch);
         for rule in &config.rules {
             if let Some(policy) = rule.on_error {
                 builder = builder.rule_on_error(rule.rule.name(), policy);
@@ -139,6 +141,20 @@ impl Gate {
     #[must_use]
     pub fn store(&self) -> &AnyStore {
         self.limiter.store()
+    }
+
+    /// The `n` keys the rule named `rule` denied most on this replica
+    /// lately, most denied first, with their error bounds (see
+    /// [`ResilientLimiter::top_denied`]).
+    ///
+    /// # Errors
+    /// [`tollgate::Error::UnknownRule`] when no rule is named `rule`.
+    pub fn top_denied(
+        &self,
+        rule: &str,
+        n: usize,
+    ) -> Result<Vec<tollgate::top::DeniedKey>, tollgate::Error> {
+        self.limiter.top_denied(rule, n)
     }
 
     /// The limiter with its failure handling.

@@ -17,6 +17,10 @@ use crate::rule::RuleError;
 use crate::store::Store;
 use crate::store::memory::DEFAULT_MAX_KEYS;
 use crate::time::{Clock, MonotonicClock};
+use crate::top::{
+    DEFAULT_TOP_DENIED_CAPACITY, DEFAULT_TOP_DENIED_EPOCH, MAX_TOP_DENIED_CAPACITY,
+    MIN_TOP_DENIED_EPOCH, TopDenied,
+};
 
 /// Builds a [`ResilientLimiter`]; see [`ResilientLimiter::builder`].
 #[derive(Debug)]
@@ -32,6 +36,8 @@ pub struct ResilientLimiterBuilder<S> {
     heartbeat: Option<Duration>,
     local_max_keys: usize,
     near_limit_ratio: f64,
+    top_denied: usize,
+    top_denied_epoch: Duration,
 }
 
 impl<S: Store> ResilientLimiterBuilder<S> {
@@ -48,6 +54,8 @@ impl<S: Store> ResilientLimiterBuilder<S> {
             heartbeat: Some(DEFAULT_HEARTBEAT),
             local_max_keys: DEFAULT_MAX_KEYS,
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
+            top_denied: DEFAULT_TOP_DENIED_CAPACITY,
+            top_denied_epoch: DEFAULT_TOP_DENIED_EPOCH,
         }
     }
 
@@ -111,18 +119,42 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         self
     }
 
+    /// Counters per rule and epoch of the most denied keys
+    /// ([`ResilientLimiter::top_denied`]; default
+    /// [`DEFAULT_TOP_DENIED_CAPACITY`]; 0 turns them off; at most
+    /// [`MAX_TOP_DENIED_CAPACITY`], checked by [`Self::build`]). A rule's
+    /// memory, [`TopDenied::bytes_per_rule`], is taken at its first denial
+    /// and never grows; every key denied more than `1/capacity` of the
+    /// rule's denials in an epoch is guaranteed a place.
+    pub fn top_denied(mut self, capacity: usize) -> Self {
+        self.top_denied = capacity;
+        self
+    }
+
+    /// The epoch of the most denied keys: a report covers the current and
+    /// the previous one (default [`DEFAULT_TOP_DENIED_EPOCH`]: the last one
+    /// to two minutes; at least [`MIN_TOP_DENIED_EPOCH`], checked by
+    /// [`Self::build`]).
+    pub fn top_denied_epoch(mut self, epoch: Duration) -> Self {
+        self.top_denied_epoch = epoch;
+        self
+    }
+
     /// The limiter. Inside a tokio runtime the heartbeat task starts at
     /// once; outside one, at the first check.
     ///
     /// # Errors
     /// A policy given for a rule the limiter does not have (field
     /// `on_error`); a near-limit ratio not above 0 and at most 1 (field
-    /// `near_limit_ratio`).
+    /// `near_limit_ratio`); a top-denied capacity over
+    /// [`MAX_TOP_DENIED_CAPACITY`] (field `top_denied`) or epoch under
+    /// [`MIN_TOP_DENIED_EPOCH`] (field `top_denied_epoch`).
     pub fn build(self) -> Result<ResilientLimiter<S>, RuleError> {
         check_near_limit_ratio(self.near_limit_ratio).map_err(|message| RuleError {
             field: "near_limit_ratio",
             message,
         })?;
+        check_top_denied(self.top_denied, self.top_denied_epoch)?;
         let rule_count = self.limiter.rules().len();
         let mut policies = vec![self.on_error; rule_count];
         for (name, policy) in &self.rule_on_error {
@@ -176,6 +208,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 refused: parking_lot::Mutex::new(None),
                 refusing: std::sync::atomic::AtomicBool::new(false),
                 meters,
+                top: TopDenied::new(rule_count, self.top_denied, self.top_denied_epoch),
             }),
             task: Mutex::new(None),
             started: AtomicBool::new(false),
@@ -199,6 +232,31 @@ pub fn check_near_limit_ratio(ratio: f64) -> Result<(), String> {
     }
 }
 
+/// Whether `capacity` and `epoch` can size the most denied keys: a
+/// capacity of at most [`MAX_TOP_DENIED_CAPACITY`], an epoch of at least
+/// [`MIN_TOP_DENIED_EPOCH`].
+///
+/// # Errors
+/// Why not, naming the field (`top_denied` or `top_denied_epoch`) and the
+/// value.
+pub fn check_top_denied(capacity: usize, epoch: Duration) -> Result<(), RuleError> {
+    if capacity > MAX_TOP_DENIED_CAPACITY {
+        return Err(RuleError {
+            field: "top_denied",
+            message: format!(
+                "top_denied must be at most {MAX_TOP_DENIED_CAPACITY} counters, got {capacity}"
+            ),
+        });
+    }
+    if epoch < MIN_TOP_DENIED_EPOCH {
+        return Err(RuleError {
+            field: "top_denied_epoch",
+            message: format!("top_denied_epoch must be at least 1ms, got {epoch:?}"),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,5 +278,35 @@ mod tests {
             .build()
             .expect_err("unknown rule");
         assert_eq!(err.field, "on_error");
+    }
+
+    #[test]
+    fn top_denied_sizes_are_checked() {
+        let limiter = || {
+            Limiter::new(
+                MemoryStore::new(),
+                [
+                    RuleSpec::new("a", Algorithm::Gcra, 1, Duration::from_secs(1))
+                        .build()
+                        .expect("rule"),
+                ],
+            )
+            .expect("limiter")
+        };
+        let err = ResilientLimiter::builder(limiter())
+            .top_denied(MAX_TOP_DENIED_CAPACITY + 1)
+            .build()
+            .expect_err("too many counters");
+        assert_eq!(err.field, "top_denied");
+        let err = ResilientLimiter::builder(limiter())
+            .top_denied_epoch(Duration::from_micros(999))
+            .build()
+            .expect_err("too short an epoch");
+        assert_eq!(err.field, "top_denied_epoch");
+        let off = ResilientLimiter::builder(limiter())
+            .top_denied(0)
+            .build()
+            .expect("off is fine");
+        assert_eq!(off.top_denied_sketch().heap_bytes(), 0);
     }
 }

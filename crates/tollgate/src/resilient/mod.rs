@@ -84,6 +84,9 @@ pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
 mod breaker;
 mod builder;
 mod charge;
+mod denied;
+#[cfg(test)]
+mod denied_tests;
 mod heartbeat;
 mod inflight;
 mod local;
@@ -96,7 +99,7 @@ mod reserve;
 mod throttle;
 
 use breaker::Breaker;
-pub use builder::{ResilientLimiterBuilder, check_near_limit_ratio};
+pub use builder::{ResilientLimiterBuilder, check_near_limit_ratio, check_top_denied};
 pub use charge::ChargeVerdict;
 use heartbeat::{heartbeat, replica_id};
 use local::Local;
@@ -142,6 +145,8 @@ struct Inner<S> {
     refused: parking_lot::Mutex<Option<StoreError>>,
     /// Whether `refused` holds one (read on every check, without the lock).
     refusing: std::sync::atomic::AtomicBool,
+    /// The most denied keys per rule lately (`denied.rs`).
+    top: crate::top::TopDenied,
 }
 
 impl<S: Store> fmt::Debug for ResilientLimiter<S> {
@@ -478,6 +483,12 @@ impl<S: Store> Inner<S> {
                 (true, false) => 3,
             };
             self.meters.count(i, rules[i].name(), outcome);
+            if outcome == 1 {
+                // Denied pairs only: an admission pays no lock, no clock.
+                if let Some(c) = checks.get(n) {
+                    self.top.record(i, c.key, self.clock.now());
+                }
+            }
             if outcome == 0 {
                 let past = self.meters.past_near(i, d);
                 if past > 0 {
