@@ -29,6 +29,7 @@ pub mod gate;
 pub mod inline;
 pub mod metrics;
 pub mod proxy;
+pub mod reload;
 pub mod server;
 pub mod terminal;
 
