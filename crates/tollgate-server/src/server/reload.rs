@@ -31,6 +31,10 @@ impl Reloader {
     /// Waits for SIGHUP or a changed file and reloads, until `stop`.
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut seen = self.live.load().info.version.clone();
+        // A change is loaded once two polls in a row read the same new
+        // content: a file written in place (not renamed) is not caught
+        // half-written (docs/operations.md).
+        let mut pending: Option<String> = None;
         let poll = self.source.poll;
         let mut tick = tokio::time::interval(if poll.is_zero() {
             std::time::Duration::from_secs(3600)
@@ -47,7 +51,8 @@ impl Reloader {
                     let now = tokio::task::spawn_blocking(move || source.version())
                         .await
                         .unwrap_or_default();
-                    if now == seen {
+                    if now == seen || pending.as_ref() != Some(&now) {
+                        pending = (now != seen).then_some(now);
                         continue;
                     }
                     "a config file changed"
@@ -55,6 +60,7 @@ impl Reloader {
                 // Only shutdown sends, and a gone sender is shutdown too.
                 _ = stop.changed() => break,
             };
+            pending = None;
             seen = self.reload(why).await;
         }
     }
