@@ -31,8 +31,11 @@
 //! compares two counters.
 //!
 //! The folder: this file opens the front doors and serves each
-//! ([`run`], [`serve_with`]); `acceptor.rs` accepts connections under the
-//! cap; `watchdog.rs` is the per-connection watchdog and what it watches.
+//! ([`run`], [`run_reloading`], [`serve_with`]); `doors.rs` builds one
+//! config's API, proxy and Envoy service over the shared store; `reload.rs`
+//! reloads the config and swaps them (docs/operations.md); `acceptor.rs`
+//! accepts connections under the cap; `watchdog.rs` is the per-connection
+//! watchdog and what it watches.
 
 use std::convert::Infallible;
 use std::future::Future;
