@@ -64,6 +64,23 @@ pub struct ServeArgs {
     /// files is an error.
     #[arg(long = "envoy-merge-domains")]
     pub envoy_merge_domains: bool,
+    /// How often the config files are read to notice a change (and reload
+    /// it); `0s` turns the polling off (SIGHUP still reloads).
+    #[arg(long = "reload-poll", value_name = "DURATION", default_value = "1s",
+          value_parser = parse_poll)]
+    pub reload_poll: std::time::Duration,
+}
+
+/// A `--reload-poll` value: a duration, `0s` included.
+fn parse_poll(text: &str) -> Result<std::time::Duration, String> {
+    if text
+        .trim()
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        == "0"
+    {
+        return Ok(std::time::Duration::ZERO);
+    }
+    tollgate::parse_duration(text)
 }
 
 /// `tollgate validate [--config FILE] [--envoy-config FILE.yaml ...]

@@ -6,6 +6,7 @@
 //! * [`server::run`]: `tollgate serve` — the [`api`] (HTTP JSON API,
 //!   `/metrics`, health) and the [`proxy`] (reverse proxy) over one
 //!   [`gate::Gate`] (limiter, failure policy, circuit breaker, metrics).
+//! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay` and `check`.
 //!
@@ -29,6 +30,7 @@ pub mod gate;
 pub mod inline;
 pub mod metrics;
 pub mod proxy;
+pub mod reload;
 pub mod server;
 pub mod terminal;
 

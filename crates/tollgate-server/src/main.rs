@@ -3,12 +3,16 @@
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tollgate_server::cli::{Cli, Command, ServeArgs};
 use tollgate_server::cmd::{check, replay, serve, validate};
+use tollgate_server::reload::{Listen, Loaded, Source, version_of_files};
 use tollgate_server::server::{self, Listeners};
 use tracing_subscriber::EnvFilter;
 
@@ -86,8 +90,27 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr} for the {what}: {e}"))
 }
 
-/// Resolves the flags, binds, and serves until SIGTERM or SIGINT.
+/// The front doors' addresses of a plan.
+fn listen_of(plan: &serve::Plan) -> Listen {
+    Listen {
+        http: plan.http,
+        proxy: plan.proxy,
+        grpc: plan.grpc,
+    }
+}
+
+/// Resolves the flags, binds, and serves until SIGTERM or SIGINT,
+/// reloading the config files on SIGHUP and when they change.
 fn run_serve(args: &ServeArgs) -> Result<(), String> {
+    let files: Vec<PathBuf> = args
+        .config
+        .iter()
+        .chain(&args.envoy_config)
+        .cloned()
+        .collect();
+    // Before the load: a file changed meanwhile is loaded again at the
+    // first poll.
+    let version = version_of_files(&files);
     let plan = serve::plan(args)?;
     init_tracing();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -95,7 +118,8 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async {
-        let shutdown = shutdown_signal()?;
+        let hup = Arc::new(Notify::new());
+        let shutdown = shutdown_signal(Arc::clone(&hup))?;
         let mut listeners = Listeners::default();
         if let Some(addr) = plan.http {
             listeners.http = Some(bind(addr, "HTTP API").await?);
@@ -106,7 +130,23 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         if let Some(addr) = plan.grpc {
             listeners.grpc = Some(bind(addr, "Envoy rate limit service").await?);
         }
-        server::run(listeners, shutdown, plan.config).await
+        let reload_args = args.clone();
+        let source = Source {
+            files,
+            load: Box::new(move || {
+                serve::plan(&reload_args).map(|plan| Loaded {
+                    listen: listen_of(&plan),
+                    config: plan.config,
+                })
+            }),
+            poll: args.reload_poll,
+            hup,
+        };
+        let first = Loaded {
+            listen: listen_of(&plan),
+            config: plan.config,
+        };
+        server::run_reloading(listeners, shutdown, first, version, source).await
     })?;
     tracing::info!("tollgate serve: stopped");
     Ok(())
@@ -119,11 +159,11 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
 /// signal takes its default action and kills the process undrained, with
 /// no exit code.
 ///
-/// SIGHUP, SIGUSR1 and SIGUSR2 are logged and ignored: their default action
-/// ends the process, and systemd's reload and logrotate send SIGHUP to
-/// long-running services, which would cut every request in flight.
+/// SIGHUP notifies `hup` (the config is reloaded: docs/operations.md).
+/// SIGUSR1 and SIGUSR2 are logged and ignored: their default action ends
+/// the process, which would cut every request in flight.
 #[cfg(unix)]
-fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+fn shutdown_signal(hup_seen: Arc<Notify>) -> Result<impl std::future::Future<Output = ()>, String> {
     use tokio::signal::unix::{SignalKind, signal};
     let listen = |kind: SignalKind, name: &str| {
         signal(kind).map_err(|e| format!("cannot listen for {name}: {e}"))
@@ -138,20 +178,24 @@ fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
             let ignored = tokio::select! {
                 _ = int.recv() => break tracing::info!("SIGINT: shutting down"),
                 _ = term.recv() => break tracing::info!("SIGTERM: shutting down"),
-                _ = hup.recv() => "SIGHUP",
+                _ = hup.recv() => {
+                    tracing::info!("SIGHUP: reloading the config");
+                    hup_seen.notify_one();
+                    continue;
+                }
                 _ = usr1.recv() => "SIGUSR1",
                 _ = usr2.recv() => "SIGUSR2",
             };
             tracing::warn!(
-                "{ignored}: ignored; tollgate serve reloads nothing on a signal, and stops only on SIGTERM or SIGINT"
+                "{ignored}: ignored; tollgate serve reloads its config on SIGHUP, and stops only on SIGTERM or SIGINT"
             );
         }
     })
 }
 
-/// Resolves on the first Ctrl-C.
+/// Resolves on the first Ctrl-C (no SIGHUP: changed files still reload).
 #[cfg(not(unix))]
-fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+fn shutdown_signal(_hup: Arc<Notify>) -> Result<impl std::future::Future<Output = ()>, String> {
     Ok(async {
         if tokio::signal::ctrl_c().await.is_ok() {
             tracing::info!("SIGINT: shutting down");

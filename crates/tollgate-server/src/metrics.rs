@@ -12,6 +12,9 @@
 //! | `tollgate_live_replicas` | gauge | | replicas sharing the store, from the heartbeat (`[store] replicas` before the first one) |
 //! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
 //! | `tollgate_upstream_errors_total` | counter | `kind` (`connect`, `timeout`, `other`) | proxied requests the upstream failed (502 / 504) |
+//! | `tollgate_config_reloads_total` | counter | `outcome` (`ok`, `error`) | config reloads ([`crate::reload`]) |
+//! | `tollgate_config_info` | gauge | `version` | 1 for the config version serving (one series, written by the API) |
+//! | `tollgate_config_loaded_timestamp_seconds` | gauge | | when the serving config was loaded |
 //!
 //! The library's [`tollgate::resilient::ResilientLimiter`] records all but
 //! the memory-store and upstream series; the names are its
@@ -108,6 +111,15 @@ fn describe() {
         "Replicas sharing the store, as learned from the heartbeat."
     );
     metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
+    metrics::describe_counter!(
+        crate::reload::RELOADS,
+        "Config reloads by outcome (error: refused, the old config still serves)."
+    );
+    metrics::describe_gauge!(
+        crate::reload::LOADED_AT,
+        metrics::Unit::Seconds,
+        "When the serving config was loaded (Unix time)."
+    );
     metrics::describe_gauge!(
         metric::RESERVATIONS_OPEN,
         "Reservations this replica made that are neither settled nor cancelled through it, their ttl not over."

@@ -1,6 +1,7 @@
 //! `tollgate serve` as a process: one log line per front door, SIGTERM and
-//! SIGINT drain in-flight requests and exit 0, SIGHUP, SIGUSR1 and SIGUSR2
-//! are logged and ignored, and a busy port, a bad
+//! SIGINT drain in-flight requests and exit 0, SIGHUP reloads the config
+//! (tests/reload.rs has the rest), SIGUSR1 and SIGUSR2 are logged and
+//! ignored, and a busy port, a bad
 //! config or an unsupported flag exit non-zero with a clear message.
 
 mod common;
@@ -122,7 +123,7 @@ fn sigint_exits_zero_too() {
 }
 
 #[test]
-fn hup_usr1_and_usr2_are_logged_and_ignored_with_requests_in_flight() {
+fn hup_reloads_and_usr1_usr2_are_ignored_with_requests_in_flight() {
     let up = start_upstream();
     let upstream = format!("http://{}", up.addr);
     let mut s = Tollgate::start(
@@ -156,10 +157,15 @@ fn hup_usr1_and_usr2_are_logged_and_ignored_with_requests_in_flight() {
         "exited on a signal"
     );
     let log = s.log();
-    for signal in ["SIGHUP", "SIGUSR1", "SIGUSR2"] {
+    for signal in ["SIGUSR1", "SIGUSR2"] {
         assert!(log.contains(&format!("{signal}: ignored")), "{log}");
     }
-    assert_eq!(log.matches("SIGHUP: ignored").count(), 2, "{log}");
+    assert_eq!(
+        log.matches("SIGHUP: reloading the config").count(),
+        2,
+        "{log}"
+    );
+    assert_eq!(log.matches("config reloaded (SIGHUP)").count(), 2, "{log}");
     // SIGTERM still stops it.
     s.signal("TERM");
     let status = s.wait_exit(Duration::from_secs(10)).expect("exited");

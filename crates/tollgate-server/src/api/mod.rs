@@ -48,6 +48,7 @@ use std::sync::Arc;
 use tollgate::resilient::Refusal;
 
 use crate::gate::Gate;
+use crate::reload::{ConfigInfo, ReloadStatus, config_info_lines};
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -86,6 +87,9 @@ pub struct Api {
     pub metrics: PrometheusHandle,
     /// Each rule's `RateLimit-Policy` value for one-rule answers.
     policies: Arc<PolicyCache>,
+    /// The serving config's version and load time, and the last reload's
+    /// problem (`serve`; docs/operations.md).
+    config: Option<(Arc<ConfigInfo>, Arc<ReloadStatus>)>,
 }
 
 impl Api {
@@ -99,6 +103,24 @@ impl Api {
             headers,
             metrics,
             policies,
+            config: None,
+        }
+    }
+
+    /// The same API showing `info` (the config it serves) and `status`
+    /// (the last reload's problem) in `/v1/rules`, `/readyz` and
+    /// `/metrics`.
+    #[must_use]
+    pub fn with_config(mut self, info: Arc<ConfigInfo>, status: Arc<ReloadStatus>) -> Self {
+        self.config = Some((info, status));
+        self
+    }
+
+    /// The config's version, load time and last reload problem, into
+    /// `body` (nothing without [`Api::with_config`]).
+    fn describe_config(&self, body: &mut Value) {
+        if let (Some((info, status)), Value::Object(map)) = (&self.config, body) {
+            status.describe(info, map);
         }
     }
 
@@ -129,10 +151,14 @@ impl Api {
             }),
             "/readyz" => {
                 if is_get(req.method()) {
-                    match self.gate.ready().await {
-                        Ok(()) => json_response(StatusCode::OK, &json!({ "status": "ready" })),
-                        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e),
-                    }
+                    // A refused reload leaves the replica serving its old
+                    // config: still ready (docs/operations.md).
+                    let (status, mut body) = match self.gate.ready().await {
+                        Ok(()) => (StatusCode::OK, json!({ "status": "ready" })),
+                        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": e })),
+                    };
+                    self.describe_config(&mut body);
+                    json_response(status, &body)
                 } else {
                     method_not_allowed(req.method(), "/readyz", "GET, HEAD")
                 }
@@ -167,7 +193,11 @@ impl Api {
         // reservations and leases whose time ran out: expired, off the gauges
         self.gate.limiter().sweep_open();
         self.metrics.run_upkeep();
-        let mut res = Response::new(Full::new(Bytes::from(self.metrics.render())));
+        let mut text = self.metrics.render();
+        if let Some((info, _)) = &self.config {
+            text.push_str(&config_info_lines(info));
+        }
+        let mut res = Response::new(Full::new(Bytes::from(text)));
         res.headers_mut().insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -328,7 +358,9 @@ fn rules_json(api: &Api) -> Value {
             })
         })
         .collect();
-    json!({ "rules": rules })
+    let mut body = json!({ "rules": rules });
+    api.describe_config(&mut body);
+    body
 }
 
 /// Each pair's rule with its decision, in request order.

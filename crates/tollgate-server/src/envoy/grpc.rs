@@ -32,11 +32,24 @@ const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/Sh
 /// `envoy.service.ratelimit.v3.RateLimitService` as a tonic service (what
 /// `envoy-types`' generated `RateLimitServiceServer` is, with the
 /// bytes-valued request above).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RateLimitServer {
-    inner: Arc<EnvoyService>,
+    /// The service that decides a call, taken once at its start (a config
+    /// reload replaces it; calls in flight finish on theirs).
+    current: Current,
     max_decoding_message_size: usize,
     too_long_log: Arc<Throttle>,
+}
+
+/// Where each call takes the service deciding it.
+pub type Current = Arc<dyn Fn() -> Arc<EnvoyService> + Send + Sync>;
+
+impl std::fmt::Debug for RateLimitServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimitServer")
+            .field("max_decoding_message_size", &self.max_decoding_message_size)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RateLimitServer {
@@ -44,8 +57,19 @@ impl RateLimitServer {
     /// `max_decoding_message_size` bytes `OVER_LIMIT` without reading it.
     #[must_use]
     pub fn new(inner: EnvoyService, max_decoding_message_size: usize) -> Self {
+        let inner = Arc::new(inner);
+        Self::live(
+            Arc::new(move || Arc::clone(&inner)),
+            max_decoding_message_size,
+        )
+    }
+
+    /// The service deciding each call with the [`EnvoyService`] `current`
+    /// gives at the call's start (`serve` swaps it on a config reload).
+    #[must_use]
+    pub fn live(current: Current, max_decoding_message_size: usize) -> Self {
         Self {
-            inner: Arc::new(inner),
+            current,
             max_decoding_message_size,
             too_long_log: Arc::new(Throttle::new(Duration::from_secs(1))),
         }
@@ -75,7 +99,7 @@ where
                 Ok(tonic::Status::unimplemented("no such method").into_http())
             });
         }
-        let method = Method(Arc::clone(&self.inner));
+        let method = Method((self.current)());
         let max = self.max_decoding_message_size;
         let log = Arc::clone(&self.too_long_log);
         Box::pin(async move {

@@ -90,8 +90,10 @@ pub struct EnvoyService {
     /// `[envoy] response_dynamic_metadata`: answers carry the request and
     /// its passed limits' `metadata` as dynamic metadata.
     dynamic_metadata: bool,
-    /// Metrics by runtime values (`detailed_metric`, `value_to_metric`).
-    detailed: DetailedMetrics,
+    /// Metrics by runtime values (`detailed_metric`, `value_to_metric`);
+    /// shared with the services of later reloads, so the key cap holds
+    /// across them.
+    detailed: Arc<DetailedMetrics>,
 }
 
 /// Statuses found for some descriptors (by position), and whether they let
@@ -123,8 +125,18 @@ impl EnvoyService {
             headers: None,
             quota_mode: false,
             dynamic_metadata: false,
-            detailed: DetailedMetrics::default(),
+            detailed: Arc::default(),
         })
+    }
+
+    /// The same service counting its runtime-value metrics with
+    /// `previous`'s (a config reload), so at most
+    /// [`crate::envoy::detailed::MAX_METRIC_KEYS`] keys are recorded over
+    /// every reload together.
+    #[must_use]
+    pub fn keeping_metrics_of(mut self, previous: &EnvoyService) -> Self {
+        self.detailed = Arc::clone(&previous.detailed);
+        self
     }
 
     /// Adds `headers` (when given) to every answer, for the descriptor

@@ -39,7 +39,7 @@ pub const BREAKER_OPEN_FOR: Duration = resilient::DEFAULT_BREAKER_OPEN_FOR;
 pub struct Gate {
     /// Shared with the tasks that settle and release what a proxied
     /// request holds when its response ends.
-    limiter: Arc<ResilientLimiter<AnyStore>>,
+    limiter: Arc<ResilientLimiter<Arc<AnyStore>>>,
     keys: HashMap<String, KeyExtractor>,
 }
 
@@ -50,6 +50,22 @@ impl Gate {
     /// # Errors
     /// A rule the library refuses (config validation already checked them).
     pub fn new(config: &Config, store: AnyStore) -> Result<Self, String> {
+        Self::over(config, Arc::new(store), None)
+    }
+
+    /// A gate over the shared `store` with the config's rules and
+    /// policies. With `previous` (a config reload over the same store), it
+    /// takes over `previous`'s replica id, live replica count and circuit
+    /// breaker (docs/operations.md, "What a reload carries over"); the
+    /// store's state is the store's, so every (rule, key) keeps it.
+    ///
+    /// # Errors
+    /// A rule the library refuses (config validation already checked them).
+    pub fn over(
+        config: &Config,
+        store: Arc<AnyStore>,
+        previous: Option<&Gate>,
+    ) -> Result<Self, String> {
         let keys: HashMap<String, KeyExtractor> = config
             .rules
             .iter()
@@ -89,6 +105,9 @@ impl Gate {
             .near_limit_ratio(config.metrics.near_limit_ratio)
             .top_denied(config.metrics.top_denied_capacity)
             .top_denied_epoch(config.metrics.top_denied_epoch);
+        if let Some(previous) = previous {
+            builder = builder.succeeding(&previous.limiter);
+        }
         for rule in &config.rules {
             if let Some(policy) = rule.on_error {
                 builder = builder.rule_on_error(rule.rule.name(), policy);
@@ -139,7 +158,7 @@ impl Gate {
 
     /// The store.
     #[must_use]
-    pub fn store(&self) -> &AnyStore {
+    pub fn store(&self) -> &Arc<AnyStore> {
         self.limiter.store()
     }
 
@@ -159,13 +178,13 @@ impl Gate {
 
     /// The limiter with its failure handling.
     #[must_use]
-    pub fn limiter(&self) -> &ResilientLimiter<AnyStore> {
+    pub fn limiter(&self) -> &ResilientLimiter<Arc<AnyStore>> {
         &self.limiter
     }
 
     /// The limiter, shared (for tasks that outlive a request's answer).
     #[must_use]
-    pub fn shared_limiter(&self) -> &Arc<ResilientLimiter<AnyStore>> {
+    pub fn shared_limiter(&self) -> &Arc<ResilientLimiter<Arc<AnyStore>>> {
         &self.limiter
     }
 
@@ -252,7 +271,7 @@ impl Gate {
     /// Keys held by the memory store (`None` for other stores).
     #[must_use]
     pub fn memory_keys(&self) -> Option<usize> {
-        match self.limiter.store() {
+        match &**self.limiter.store() {
             AnyStore::Memory(m) => Some(m.len()),
             _ => None,
         }

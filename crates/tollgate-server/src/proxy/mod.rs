@@ -155,6 +155,17 @@ impl Proxy {
         })
     }
 
+    /// The same proxy keeping `previous`'s idle upstream connections when
+    /// both forward to the same `host:port` (a config reload: the pool is
+    /// not emptied each time).
+    #[must_use]
+    pub fn keeping_connections_of(mut self, previous: &Proxy) -> Self {
+        if previous.address == self.address {
+            self.links = Arc::clone(&previous.links);
+        }
+        self
+    }
+
     /// The upstream.
     #[must_use]
     pub fn upstream(&self) -> &Upstream {

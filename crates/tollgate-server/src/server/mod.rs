@@ -31,8 +31,11 @@
 //! compares two counters.
 //!
 //! The folder: this file opens the front doors and serves each
-//! ([`run`], [`serve_with`]); `acceptor.rs` accepts connections under the
-//! cap; `watchdog.rs` is the per-connection watchdog and what it watches.
+//! ([`run`], [`run_reloading`], [`serve_with`]); `doors.rs` builds one
+//! config's API, proxy and Envoy service over the shared store; `reload.rs`
+//! reloads the config and swaps them (docs/operations.md); `acceptor.rs`
+//! accepts connections under the cap; `watchdog.rs` is the per-connection
+//! watchdog and what it watches.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -50,21 +53,23 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
-use tollgate_tower::headers::HeaderOptions;
 
-use crate::api::Api;
-use crate::config::{Config, EnvoyHeaders};
+use arc_swap::ArcSwap;
+
+use crate::config::Config;
 use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::grpc::RateLimitServer;
-use crate::envoy::headers::ResponseHeaders;
-use crate::envoy::service::EnvoyService;
-use crate::gate::Gate;
 use crate::gate::open_store;
 use crate::inline::Inline;
-use crate::proxy::Proxy;
+use crate::reload::{ConfigInfo, Listen, Loaded, ReloadStatus, Source, rfc3339, version_of_text};
 
 mod acceptor;
+mod doors;
+mod reload;
 mod watchdog;
+
+use doors::{Doors, Shared};
+use reload::Reloader;
 
 use acceptor::Acceptor;
 use watchdog::{Activity, Conn, Watchdog, Watched};
@@ -133,6 +138,8 @@ pub struct Listeners {
 /// Serves the front doors on `listeners` with `config` until `shutdown`
 /// resolves; then stops accepting, lets in-flight requests finish (up to
 /// [`DRAIN_TIMEOUT`]) and returns. Logs one line per front door opened.
+/// The config is never reloaded (see [`run_reloading`]); its version is a
+/// hash of its text.
 ///
 /// # Errors
 /// No listener, a proxy without an upstream, or a store that cannot be
@@ -142,34 +149,90 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     config: Config,
 ) -> Result<(), String> {
+    let info = ConfigInfo::now(version_of_text(&format!("{config:?}")));
+    serve(listeners, shutdown, config, info, None).await
+}
+
+/// Serves as [`run`] does with `first` (loaded as version `version`), and
+/// reloads the config from `source` on SIGHUP and when a file changes
+/// (docs/operations.md): in-flight requests finish on the config they
+/// started with, new ones see the new config, and a config that does not
+/// load changes nothing.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_reloading(
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    first: Loaded,
+    version: String,
+    source: Source,
+) -> Result<(), String> {
+    let listen = first.listen;
+    let info = ConfigInfo::now(version);
+    serve(
+        listeners,
+        shutdown,
+        first.config,
+        info,
+        Some((source, listen)),
+    )
+    .await
+}
+
+async fn serve(
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    config: Config,
+    info: ConfigInfo,
+    reload: Option<(Source, Listen)>,
+) -> Result<(), String> {
     if listeners.http.is_none() && listeners.proxy.is_none() && listeners.grpc.is_none() {
         return Err("nothing to serve: no HTTP API, proxy or gRPC listener".to_owned());
     }
-    let proxy_upstream = match (&listeners.proxy, &config.proxy.upstream) {
-        (Some(_), None) => {
-            return Err(
-                "the reverse proxy needs an upstream: --upstream URL or [proxy] upstream"
-                    .to_owned(),
-            );
-        }
-        (Some(_), Some(u)) => Some(u.clone()),
-        (None, _) => None,
-    };
+    if listeners.proxy.is_some() && config.proxy.upstream.is_none() {
+        return Err(
+            "the reverse proxy needs an upstream: --upstream URL or [proxy] upstream".to_owned(),
+        );
+    }
     // The recorder first, so the gate's zero series land in it.
     let metrics = crate::metrics::handle();
-    let store = open_store(&config.store.url, &config.store, true).await?;
-    let gate = Arc::new(Gate::new(&config, store)?);
+    let store = Arc::new(open_store(&config.store.url, &config.store, true).await?);
+    let shared = Shared {
+        store,
+        proxy: listeners.proxy.is_some(),
+        metrics,
+        status: Arc::new(ReloadStatus::new()),
+    };
+    crate::reload::record_loaded(&info);
+    tracing::info!(
+        "config version {} loaded at {}",
+        info.version,
+        rfc3339(info.loaded_at)
+    );
+    let first = Arc::new(Doors::build(config, info, &shared, None)?);
+    let live = Arc::new(ArcSwap::new(Arc::clone(&first)));
+    let config = &first.config;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     });
+    if let Some((source, listen)) = reload {
+        let reloader = Reloader {
+            source: Arc::new(source),
+            live: Arc::clone(&live),
+            shared: shared.clone(),
+            listen,
+        };
+        tokio::spawn(reloader.run(stop_rx.clone()));
+    }
 
     // Histogram samples pile up in the recorder until upkeep drains them;
     // a scrape runs it, but a server nobody scrapes must not grow (measured:
     // ~20 bytes per check without this).
-    let upkeep = metrics.clone();
+    let upkeep = shared.metrics.clone();
     let mut upkeep_stop = stop_rx.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
@@ -184,13 +247,6 @@ pub async fn run(
     let mut doors = JoinSet::new();
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let api = Arc::new(Api::new(
-            Arc::clone(&gate),
-            HeaderOptions {
-                legacy: config.http.legacy_headers,
-            },
-            metrics,
-        ));
         tracing::info!(
             "HTTP API listening on http://{addr} (store {})",
             config.store.url
@@ -200,33 +256,46 @@ pub async fn run(
             "HTTP API",
             SEND_TIMEOUT,
             stopped(stop_rx.clone()),
-            move |_peer| {
-                let api = Arc::clone(&api);
-                hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let api = Arc::clone(&api);
-                    async move { Ok::<_, Infallible>(api.handle(req).await) }
-                })
+            {
+                let live = Arc::clone(&live);
+                move |_peer| {
+                    let live = Arc::clone(&live);
+                    hyper::service::service_fn(move |req: Request<Incoming>| {
+                        // Once per request: it decides on these rules alone.
+                        let api = Arc::clone(&live.load().api);
+                        async move { Ok::<_, Infallible>(api.handle(req).await) }
+                    })
+                }
             },
         ));
     }
-    if let (Some(listener), Some(upstream)) = (listeners.proxy, proxy_upstream) {
+    if let (Some(listener), Some(proxy)) = (listeners.proxy, &first.proxy) {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let proxy = Arc::new(Proxy::new(Arc::clone(&gate), &config, upstream)?);
         let send_timeout = config.proxy.send_timeout;
         tracing::info!(
             "reverse proxy listening on http://{addr}, forwarding to {} (store {})",
             proxy.upstream(),
             config.store.url
         );
+        let live = Arc::clone(&live);
         doors.spawn(serve_with(
             listener,
             "reverse proxy",
             send_timeout,
             stopped(stop_rx.clone()),
             move |peer| {
-                let proxy = Arc::clone(&proxy);
+                let live = Arc::clone(&live);
                 hyper::service::service_fn(move |req: Request<Incoming>| {
-                    Arc::clone(&proxy).handle(req, peer)
+                    // Once per request: it decides on these rules alone.
+                    let proxy = live.load().proxy.clone();
+                    async move {
+                        match proxy {
+                            Some(proxy) => proxy.handle(req, peer).await,
+                            // Doors::build makes a proxy whenever this
+                            // door is open; never reached.
+                            None => Ok(no_proxy()),
+                        }
+                    }
                 })
             },
         ));
@@ -234,20 +303,10 @@ pub async fn run(
     if let Some(listener) = listeners.grpc {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let limits = Arc::clone(&config.envoy.0);
-        let settings = &config.envoy_settings;
-        let headers = match settings.response_headers {
-            EnvoyHeaders::None => None,
-            EnvoyHeaders::Reference => Some(ResponseHeaders::Reference {
-                limit: settings.limit_header.clone(),
-                remaining: settings.remaining_header.clone(),
-                reset: settings.reset_header.clone(),
-            }),
-            EnvoyHeaders::Ietf => Some(ResponseHeaders::Ietf),
+        let current: crate::envoy::grpc::Current = {
+            let live = Arc::clone(&live);
+            Arc::new(move || Arc::clone(&live.load().envoy))
         };
-        let service = EnvoyService::new(Arc::clone(&gate), Arc::clone(&limits))?
-            .with_response_headers(headers)
-            .with_quota_mode(settings.quota_mode)
-            .with_dynamic_metadata(settings.response_dynamic_metadata);
         let domains = limits.domains();
         if domains.is_empty() {
             tracing::warn!(
@@ -278,7 +337,7 @@ pub async fn run(
                     timeout: GRPC_BODY_TIMEOUT,
                 })
                 .add_service(health_service.max_decoding_message_size(MAX_GRPC_MESSAGE))
-                .add_service(RateLimitServer::new(service, MAX_GRPC_MESSAGE))
+                .add_service(RateLimitServer::live(current, MAX_GRPC_MESSAGE))
                 .serve_with_incoming_shutdown(incoming, {
                     let stop = stop.clone();
                     async move {
@@ -308,6 +367,7 @@ pub async fn run(
         });
     }
     drop(stop_rx);
+    drop(first);
     while let Some(done) = doors.join_next().await {
         if let Err(e) = done {
             tracing::error!("a front door failed: {e}");
@@ -442,6 +502,15 @@ fn grpc_incoming(
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// The answer of a proxy door without a proxy (never made: see its use).
+fn no_proxy() -> Response<crate::proxy::ProxyBody> {
+    let mut res = Response::new(http_body_util::Either::Right(
+        http_body_util::Full::default(),
+    ));
+    *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    res
 }
 
 /// Resolves once `stop` is true (or its sender is gone).

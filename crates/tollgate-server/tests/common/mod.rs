@@ -148,6 +148,11 @@ impl Tollgate {
         server
     }
 
+    /// The config file it was started with (a test may rewrite it).
+    pub fn config_path(&self) -> PathBuf {
+        self._dir.path().join("tollgate.toml")
+    }
+
     /// The HTTP API's address.
     pub fn api(&self) -> SocketAddr {
         self.http.expect("the HTTP API is served")

@@ -38,6 +38,17 @@ pub struct ResilientLimiterBuilder<S> {
     near_limit_ratio: f64,
     top_denied: usize,
     top_denied_epoch: Duration,
+    /// What a successor takes over from its predecessor
+    /// ([`Self::succeeding`]).
+    predecessor: Option<Predecessor>,
+}
+
+/// A predecessor's replica id, live replica count and breaker.
+#[derive(Debug)]
+struct Predecessor {
+    id: String,
+    live: u64,
+    breaker: Arc<Breaker>,
 }
 
 impl<S: Store> ResilientLimiterBuilder<S> {
@@ -56,7 +67,23 @@ impl<S: Store> ResilientLimiterBuilder<S> {
             near_limit_ratio: DEFAULT_NEAR_LIMIT_RATIO,
             top_denied: DEFAULT_TOP_DENIED_CAPACITY,
             top_denied_epoch: DEFAULT_TOP_DENIED_EPOCH,
+            predecessor: None,
         }
+    }
+
+    /// Makes the limiter built a successor of `previous` (a config reload
+    /// over the same store): it takes over `previous`'s replica id (so the
+    /// fleet does not count this replica twice while both beat), its last
+    /// known live replica count (instead of [`Self::replicas`]) and its
+    /// circuit breaker, shared (an open breaker stays open, and failures
+    /// seen by either count for both); [`Self::breaker`] is then ignored.
+    pub fn succeeding(mut self, previous: &ResilientLimiter<S>) -> Self {
+        self.predecessor = Some(Predecessor {
+            id: previous.inner.id.clone(),
+            live: previous.live_replicas(),
+            breaker: Arc::clone(&previous.inner.breaker),
+        });
+        self
     }
 
     /// The longest a check waits on the store, connection setup and
@@ -176,11 +203,22 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         ::metrics::counter!(metric::BREAKER_OPENED).increment(0);
         // Registered up front: with the memory store nothing is recorded.
         let _ = ::metrics::histogram!(metric::STORE_LATENCY);
-        ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
-        #[allow(clippy::cast_precision_loss)]
-        ::metrics::gauge!(metric::LIVE_REPLICAS).set(self.replicas as f64);
         // The breaker's cool-down and the latency metric: real time.
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        let (id, live, breaker) = match self.predecessor {
+            Some(p) => (p.id, p.live, p.breaker),
+            None => {
+                ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
+                let breaker = Breaker::new(
+                    self.breaker_threshold,
+                    self.breaker_open_for,
+                    Arc::clone(&clock),
+                );
+                (replica_id(), self.replicas, Arc::new(breaker))
+            }
+        };
+        #[allow(clippy::cast_precision_loss)]
+        ::metrics::gauge!(metric::LIVE_REPLICAS).set(live as f64);
         let open = super::open::Open::new(self.limiter.rules());
         let meters = Meters::new(
             self.limiter.rules().iter().map(crate::Rule::capacity),
@@ -192,16 +230,12 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 limiter: self.limiter,
                 policies,
                 timeout: self.timeout,
-                breaker: Breaker::new(
-                    self.breaker_threshold,
-                    self.breaker_open_for,
-                    Arc::clone(&clock),
-                ),
+                breaker,
                 clock,
                 trouble: Throttle::new(Duration::from_secs(1)),
                 breaker_log: Throttle::new(Duration::from_secs(1)),
-                live: AtomicU64::new(self.replicas),
-                id: replica_id(),
+                live: AtomicU64::new(live),
+                id,
                 heartbeat: self.heartbeat,
                 local: OnceLock::new(),
                 local_max_keys: self.local_max_keys,
@@ -308,5 +342,48 @@ mod tests {
             .build()
             .expect("off is fine");
         assert_eq!(off.top_denied_sketch().heap_bytes(), 0);
+    }
+}
+
+#[cfg(test)]
+mod successor_tests {
+    use std::time::Duration;
+
+    use crate::resilient::ResilientLimiter;
+    use crate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+
+    fn limiter(limit: u64) -> Limiter<std::sync::Arc<MemoryStore>> {
+        static STORE: std::sync::OnceLock<std::sync::Arc<MemoryStore>> = std::sync::OnceLock::new();
+        let store = STORE.get_or_init(|| std::sync::Arc::new(MemoryStore::new()));
+        let rule = RuleSpec::new("r", Algorithm::Gcra, limit, Duration::from_secs(60))
+            .build()
+            .expect("rule");
+        Limiter::new(std::sync::Arc::clone(store), [rule]).expect("limiter")
+    }
+
+    #[test]
+    fn a_successor_keeps_the_id_the_live_count_and_the_breaker() {
+        let first = ResilientLimiter::builder(limiter(1))
+            .replicas(3)
+            .heartbeat(None)
+            .build()
+            .expect("first");
+        let next = ResilientLimiter::builder(limiter(2))
+            .replicas(7)
+            .heartbeat(None)
+            .succeeding(&first)
+            .build()
+            .expect("next");
+        assert_eq!(next.replica_id(), first.replica_id());
+        assert_eq!(next.live_replicas(), 3, "the predecessor's count, not 7");
+        assert!(std::sync::Arc::ptr_eq(
+            &next.inner.breaker,
+            &first.inner.breaker
+        ));
+        let other = ResilientLimiter::builder(limiter(2))
+            .heartbeat(None)
+            .build()
+            .expect("other");
+        assert_ne!(other.replica_id(), first.replica_id());
     }
 }

@@ -125,7 +125,9 @@ struct Inner<S> {
     /// Per rule, in the limiter's order.
     policies: Vec<OnError>,
     timeout: Option<Duration>,
-    breaker: Breaker,
+    /// Shared with a successor built by
+    /// [`ResilientLimiterBuilder::succeeding`].
+    breaker: Arc<Breaker>,
     /// The breaker's clock, also timing store calls for the latency metric.
     clock: Arc<dyn Clock>,
     trouble: Throttle,

@@ -1,0 +1,121 @@
+//! What serves requests under one config ([`Doors`]): the gate over the
+//! shared store, and over it the HTTP API, the reverse proxy and the Envoy
+//! service. A reload builds a new `Doors` from the new config and the
+//! previous one (carrying over what must outlive a config), and
+//! `reload.rs` publishes it; each request takes the `Doors` current at its
+//! start and decides on that alone.
+
+use std::sync::Arc;
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use tollgate::store::AnyStore;
+use tollgate_tower::headers::HeaderOptions;
+
+use crate::api::Api;
+use crate::config::{Config, EnvoyHeaders};
+use crate::envoy::headers::ResponseHeaders;
+use crate::envoy::service::EnvoyService;
+use crate::gate::Gate;
+use crate::proxy::Proxy;
+use crate::reload::{ConfigInfo, ReloadStatus};
+
+/// One config's front doors, all over one [`Gate`].
+#[derive(Debug)]
+pub(crate) struct Doors {
+    /// The rules and policies.
+    pub(crate) gate: Arc<Gate>,
+    /// The HTTP API.
+    pub(crate) api: Arc<Api>,
+    /// The reverse proxy, when it is served.
+    pub(crate) proxy: Option<Arc<Proxy>>,
+    /// The Envoy rate limit service.
+    pub(crate) envoy: Arc<EnvoyService>,
+    /// The config they were built from.
+    pub(crate) config: Config,
+    /// Its version and load time.
+    pub(crate) info: Arc<ConfigInfo>,
+}
+
+/// What every generation of [`Doors`] shares.
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    /// The store, opened once at start.
+    pub(crate) store: Arc<AnyStore>,
+    /// Whether the reverse proxy is served.
+    pub(crate) proxy: bool,
+    /// Renders `/metrics`.
+    pub(crate) metrics: PrometheusHandle,
+    /// The last reload's problem.
+    pub(crate) status: Arc<ReloadStatus>,
+}
+
+impl Doors {
+    /// The doors for `config` (loaded as `info`) over the shared store;
+    /// with `previous`, carrying over its replica id, circuit breaker,
+    /// idle upstream connections and runtime-value metric keys.
+    ///
+    /// # Errors
+    /// A rule the library refuses, a proxy without an upstream, an Envoy
+    /// config the gate does not end with.
+    pub(crate) fn build(
+        config: Config,
+        info: ConfigInfo,
+        shared: &Shared,
+        previous: Option<&Doors>,
+    ) -> Result<Self, String> {
+        let gate = Arc::new(Gate::over(
+            &config,
+            Arc::clone(&shared.store),
+            previous.map(|p| &*p.gate),
+        )?);
+        let info = Arc::new(info);
+        let api = Api::new(
+            Arc::clone(&gate),
+            HeaderOptions {
+                legacy: config.http.legacy_headers,
+            },
+            shared.metrics.clone(),
+        )
+        .with_config(Arc::clone(&info), Arc::clone(&shared.status));
+        let proxy = if shared.proxy {
+            let Some(upstream) = config.proxy.upstream.clone() else {
+                return Err(
+                    "the reverse proxy needs an upstream: --upstream URL or [proxy] upstream"
+                        .to_owned(),
+                );
+            };
+            let mut proxy = Proxy::new(Arc::clone(&gate), &config, upstream)?;
+            if let Some(old) = previous.and_then(|p| p.proxy.as_deref()) {
+                proxy = proxy.keeping_connections_of(old);
+            }
+            Some(Arc::new(proxy))
+        } else {
+            None
+        };
+        let settings = &config.envoy_settings;
+        let headers = match settings.response_headers {
+            EnvoyHeaders::None => None,
+            EnvoyHeaders::Reference => Some(ResponseHeaders::Reference {
+                limit: settings.limit_header.clone(),
+                remaining: settings.remaining_header.clone(),
+                reset: settings.reset_header.clone(),
+            }),
+            EnvoyHeaders::Ietf => Some(ResponseHeaders::Ietf),
+        };
+        let mut envoy = EnvoyService::new(Arc::clone(&gate), Arc::clone(&config.envoy.0))?
+            .with_response_headers(headers)
+            .with_quota_mode(settings.quota_mode)
+            .with_dynamic_metadata(settings.response_dynamic_metadata);
+        if let Some(previous) = previous {
+            envoy = envoy.keeping_metrics_of(&previous.envoy);
+        }
+        Ok(Self {
+            gate,
+            api: Arc::new(api),
+            proxy,
+            envoy: Arc::new(envoy),
+            config,
+            info,
+        })
+    }
+}
