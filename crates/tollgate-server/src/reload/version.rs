@@ -12,7 +12,9 @@ pub fn version_of_files(files: &[PathBuf]) -> String {
         let bytes = path.as_os_str().as_encoded_bytes();
         h.update(&(bytes.len() as u64).to_le_bytes());
         h.update(bytes);
-        match std::fs::read(path) {
+        // Through the config reader: a device, a FIFO or a huge file is
+        // refused (never read or waited on), as when the config loads.
+        match crate::config_file::read(path) {
             Ok(content) => {
                 h.update(b"=");
                 h.update(&(content.len() as u64).to_le_bytes());
@@ -20,7 +22,7 @@ pub fn version_of_files(files: &[PathBuf]) -> String {
             }
             Err(e) => {
                 h.update(b"!");
-                h.update(e.to_string().as_bytes());
+                h.update(e.as_bytes());
             }
         }
     }
