@@ -176,9 +176,12 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 refused: parking_lot::Mutex::new(None),
                 refusing: std::sync::atomic::AtomicBool::new(false),
                 meters,
+                runtime: super::runtime::Runtime::new(),
             }),
             task: Mutex::new(None),
             started: AtomicBool::new(false),
+            runtime_task: Mutex::new(None),
+            runtime_started: AtomicBool::new(false),
         };
         limiter.start_heartbeat();
         Ok(limiter)
