@@ -6,6 +6,7 @@
 //! * [`server::run`]: `tollgate serve` — the [`api`] (HTTP JSON API,
 //!   `/metrics`, health) and the [`proxy`] (reverse proxy) over one
 //!   [`gate::Gate`] (limiter, failure policy, circuit breaker, metrics).
+//! * [`admin`]: the admin API (`--admin`), on its own listener.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay` and `check`.
 //!
@@ -19,6 +20,7 @@
 // Library code handles every failure; tests may unwrap.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod cmd;

@@ -177,10 +177,11 @@ impl<S> Limiter<S> {
             // A runtime override (docs/admin.md) before a config one; one
             // built for another algorithm (a reload changed the rule) is
             // passed over.
-            if let Some(own) = runtime.and_then(|t| t.override_for(rule.name(), c.key)) {
-                if own.algorithm() == rule.algorithm() {
-                    return Ok(own);
-                }
+            if let Some(own) = runtime
+                .and_then(|t| t.override_for(rule.name(), c.key))
+                .filter(|own| own.algorithm() == rule.algorithm())
+            {
+                return Ok(own);
             }
             return Ok(self.rule_for_key(i, c.key));
         };

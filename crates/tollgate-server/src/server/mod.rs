@@ -128,6 +128,8 @@ pub struct Listeners {
     /// The Envoy rate limit service (gRPC, HTTP/2), over the config's
     /// Envoy limits.
     pub grpc: Option<TcpListener>,
+    /// The admin API (docs/admin.md): not a front door, never served alone.
+    pub admin: Option<TcpListener>,
 }
 
 /// Serves the front doors on `listeners` with `config` until `shutdown`
@@ -159,6 +161,17 @@ pub async fn run(
     let metrics = crate::metrics::handle();
     let store = open_store(&config.store.url, &config.store, true).await?;
     let gate = Arc::new(Gate::new(&config, store)?);
+    let admin = match listeners.admin {
+        Some(listener) => Some(crate::admin::open(listener, &config, &gate)?),
+        None => None,
+    };
+    // Blocks and runtime overrides a shared store holds apply from the
+    // first check (docs/admin.md).
+    if let Err(e) = gate.limiter().refresh_runtime().await {
+        tracing::warn!(
+            "runtime table (blocks, overrides) not read at start: {e}; retrying in the background"
+        );
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -182,6 +195,21 @@ pub async fn run(
     });
 
     let mut doors = JoinSet::new();
+    if let Some((listener, admin)) = admin {
+        doors.spawn(serve_with(
+            listener,
+            "admin API",
+            SEND_TIMEOUT,
+            stopped(stop_rx.clone()),
+            move |_peer| {
+                let admin = Arc::clone(&admin);
+                hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let admin = Arc::clone(&admin);
+                    async move { Ok::<_, Infallible>(admin.handle(req).await) }
+                })
+            },
+        ));
+    }
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let api = Arc::new(Api::new(
