@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// Serve the HTTP API on this IP:PORT; overrides `[http] listen`.
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Serve the admin API (docs/admin.md) on this IP:PORT; overrides
+    /// `[admin] listen`. Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<String>,
     /// Serve the Envoy rate limit service (gRPC `ShouldRateLimit`) on this
     /// IP:PORT, with the limits of the `--envoy-config` files.
     #[arg(long, value_name = "ADDR")]

@@ -7,6 +7,7 @@
 //!   `/metrics`, health) and the [`proxy`] (reverse proxy) over one
 //!   [`gate::Gate`] (limiter, failure policy, circuit breaker, metrics).
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
+//! * [`admin`]: the admin API (`--admin`), on its own listener.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay` and `check`.
 //!
@@ -20,6 +21,7 @@
 // Library code handles every failure; tests may unwrap.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod admin;
 pub mod api;
 pub mod cli;
 pub mod cmd;

@@ -127,6 +127,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         if let Some(addr) = plan.proxy {
             listeners.proxy = Some(bind(addr, "reverse proxy").await?);
         }
+        if let Some(addr) = plan.admin {
+            listeners.admin = Some(bind(addr, "admin API").await?);
+        }
         if let Some(addr) = plan.grpc {
             listeners.grpc = Some(bind(addr, "Envoy rate limit service").await?);
         }

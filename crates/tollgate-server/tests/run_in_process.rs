@@ -36,6 +36,7 @@ async fn run_serves_until_shutdown_then_returns() {
             http: Some(listener),
             proxy: None,
             grpc: None,
+            admin: None,
         },
         async {
             let _ = stopped.await;
@@ -70,6 +71,7 @@ async fn run_refuses_nothing_to_serve_and_a_proxy_without_upstream() {
             http: None,
             proxy: Some(listener),
             grpc: None,
+            admin: None,
         },
         async {},
         config,

@@ -8,6 +8,7 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, WaitError};
 use crate::overrides::Overrides;
 use crate::rule::{Algorithm, Rule, RuleError};
+use crate::runtime::Table;
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::{MAX_RESERVATION_TTL, Ticket, TicketKind, TicketPair};
@@ -165,9 +166,23 @@ impl<S> Limiter<S> {
     /// # Errors
     /// [`Error::Mismatch`] for a per-call limit with another name,
     /// algorithm or period than rule `i`'s.
-    fn rule_of<'c>(&'c self, c: &Check<'c>, i: usize) -> Result<&'c Rule, Error> {
+    fn rule_of<'c>(
+        &'c self,
+        c: &Check<'c>,
+        i: usize,
+        runtime: Option<&'c Table>,
+    ) -> Result<&'c Rule, Error> {
         let rule = &self.rules[i];
         let Some(limit) = c.limit else {
+            // A runtime override (docs/admin.md) before a config one; one
+            // built for another algorithm (a reload changed the rule) is
+            // passed over.
+            if let Some(own) = runtime
+                .and_then(|t| t.override_for(rule.name(), c.key))
+                .filter(|own| own.algorithm() == rule.algorithm())
+            {
+                return Ok(own);
+            }
             return Ok(self.rule_for_key(i, c.key));
         };
         if limit.name() != rule.name()
@@ -189,8 +204,9 @@ impl<S> Limiter<S> {
     }
 
     /// Each pair's rule, looked up once: the one place a check's rule names
-    /// are resolved, for this limiter and [`crate::resilient`]'s. One pair,
-    /// the common case, needs no vector.
+    /// are resolved, for this limiter and [`crate::resilient`]'s (which
+    /// passes its `runtime` table of overrides). One pair, the common case,
+    /// needs no vector.
     ///
     /// # Errors
     /// No pairs, then per pair a key too long or an unknown rule.
@@ -198,12 +214,13 @@ impl<S> Limiter<S> {
         &'c self,
         checks: &[Check<'c>],
         op: Op,
+        runtime: Option<&'c Table>,
     ) -> Result<Resolved<'c>, Error> {
         match checks {
             [] => Err(Error::NoChecks),
             [c] => {
                 let i = self.resolve_index(c)?;
-                let rule = self.rule_of(c, i)?;
+                let rule = self.rule_of(c, i, runtime)?;
                 op.applies(rule, c.cost)?;
                 Ok(Resolved::One(
                     [KeyCheck {
@@ -219,7 +236,7 @@ impl<S> Limiter<S> {
                 let mut index = Vec::with_capacity(checks.len());
                 for c in checks {
                     let i = self.resolve_index(c)?;
-                    let rule = self.rule_of(c, i)?;
+                    let rule = self.rule_of(c, i, runtime)?;
                     op.applies(rule, c.cost)?;
                     index.push(i);
                     pairs.push(KeyCheck {
@@ -537,7 +554,7 @@ impl<S: Store> Limiter<S> {
             return Err(Error::NoChecks);
         }
         check_time(at)?;
-        let resolved = self.resolve_all(checks, Op::Check)?;
+        let resolved = self.resolve_all(checks, Op::Check, None)?;
         Ok(self.store.check_all(resolved.pairs(), at).await?)
     }
 
@@ -572,7 +589,7 @@ impl<S: Store> Limiter<S> {
         at: Option<Micros>,
     ) -> Result<Vec<Charged>, Error> {
         check_time(at)?;
-        let resolved = self.resolve_all(checks, Op::Charge)?;
+        let resolved = self.resolve_all(checks, Op::Charge, None)?;
         Ok(self.store.charge_all(resolved.pairs(), at).await?)
     }
 
@@ -590,7 +607,7 @@ impl<S: Store> Limiter<S> {
         at: Option<Micros>,
     ) -> Result<Vec<Charged>, Error> {
         check_time(at)?;
-        let resolved = self.resolve_all(checks, Op::Refund)?;
+        let resolved = self.resolve_all(checks, Op::Refund, None)?;
         Ok(self.store.refund_all(resolved.pairs(), at).await?)
     }
 
@@ -611,7 +628,7 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Ticketed, Error> {
         check_time(at)?;
         let ttl = reservation_ttl(ttl)?;
-        let resolved = self.resolve_all(checks, Op::Reserve)?;
+        let resolved = self.resolve_all(checks, Op::Reserve, None)?;
         let ticket = reservation_ticket(checks)?;
         let multi = self
             .store
@@ -653,7 +670,7 @@ impl<S: Store> Limiter<S> {
         at: Option<Micros>,
     ) -> Result<Ticketed, Error> {
         check_time(at)?;
-        let resolved = self.resolve_all(checks, Op::Acquire)?;
+        let resolved = self.resolve_all(checks, Op::Acquire, None)?;
         let ticket = lease_ticket(checks)?;
         let multi = self
             .store

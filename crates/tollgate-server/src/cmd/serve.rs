@@ -23,6 +23,9 @@ pub struct Plan {
     pub proxy: Option<SocketAddr>,
     /// The Envoy rate limit service's address, if it is served.
     pub grpc: Option<SocketAddr>,
+    /// The admin API's address, if it is served (`--admin`, else
+    /// `[admin] listen`).
+    pub admin: Option<SocketAddr>,
 }
 
 /// Lays the flags over the config file. The HTTP API is served at
@@ -87,6 +90,7 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
     };
     let mut http = flag(&args.http, "http")?.or(config.http.listen);
     let proxy = flag(&args.proxy, "proxy")?.or(config.proxy.listen);
+    let admin = flag(&args.admin, "admin")?.or(config.admin.listen);
     if args.upstream.is_some() && proxy.is_none() {
         return Err("--upstream is for the reverse proxy: add --proxy ADDR".to_owned());
     }
@@ -104,6 +108,7 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
         http,
         proxy,
         grpc,
+        admin,
     })
 }
 

@@ -85,7 +85,9 @@ impl Config {
     }
 }
 
-const ROOT_FIELDS: &[&str] = &["store", "rules", "http", "proxy", "envoy", "metrics"];
+const ROOT_FIELDS: &[&str] = &[
+    "store", "rules", "http", "proxy", "envoy", "metrics", "admin",
+];
 const STORE_FIELDS: &[&str] = &[
     "url",
     "timeout",
@@ -318,6 +320,16 @@ impl<'a> Checker<'a> {
                 }
             },
         };
+        let admin = match root.get("admin") {
+            None => Some(AdminConfig::default()),
+            Some(value) => match value.get_ref() {
+                DeValue::Table(t) => self.admin(t),
+                _ => {
+                    self.wrong_type(value, "admin", "a table ([admin])");
+                    None
+                }
+            },
+        };
         let rules = self.rules(root.get("rules"));
         Some(Config {
             store: store?,
@@ -327,6 +339,7 @@ impl<'a> Checker<'a> {
             envoy: EnvoyConfig::default(),
             envoy_settings: envoy_settings?,
             metrics: metrics?,
+            admin: admin?,
         })
     }
 
@@ -441,7 +454,12 @@ impl<'a> Checker<'a> {
     }
 
     /// The value of `key` in `table` as an `IP:PORT` socket address.
-    fn socket_addr(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<SocketAddr> {
+    pub(super) fn socket_addr(
+        &mut self,
+        table: &DeTable<'_>,
+        path: &str,
+        key: &str,
+    ) -> Option<SocketAddr> {
         let (s, span) = self.string(table, path, key)?;
         match parse_listen(s) {
             Ok(a) => Some(a),

@@ -39,6 +39,7 @@
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
 //! config holds and the proxy forwards to); the tests are in `tests.rs`.
 
+mod admin;
 mod checker;
 mod envoy;
 mod metrics;

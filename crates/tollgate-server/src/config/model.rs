@@ -197,6 +197,33 @@ impl Default for MetricsConfig {
     }
 }
 
+/// `[admin]`: off unless `listen` (or `--admin`) names an address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdminConfig {
+    /// `listen`: where the admin API is served.
+    pub listen: Option<SocketAddr>,
+    /// `[[admin.tokens]]`, in file order (names unique).
+    pub tokens: Vec<AdminToken>,
+}
+
+/// One `[[admin.tokens]]` entry: the audit log names `name`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminToken {
+    /// Who holds it, as the audit log says.
+    pub name: String,
+    /// The secret a request sends as `Authorization: Bearer <token>`.
+    pub token: String,
+}
+
+impl std::fmt::Debug for AdminToken {
+    /// The name only: a secret never reaches a log.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminToken")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -215,6 +242,8 @@ pub struct Config {
     pub envoy_settings: EnvoySettings,
     /// `[metrics]`.
     pub metrics: MetricsConfig,
+    /// `[admin]`: the admin API (docs/admin.md).
+    pub admin: AdminConfig,
 }
 
 /// `[envoy]`: what the reference service takes from its environment
@@ -300,6 +329,7 @@ impl Config {
             envoy: EnvoyConfig::default(),
             envoy_settings: EnvoySettings::default(),
             metrics: MetricsConfig::default(),
+            admin: AdminConfig::default(),
         }
     }
 

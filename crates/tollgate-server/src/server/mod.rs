@@ -133,6 +133,8 @@ pub struct Listeners {
     /// The Envoy rate limit service (gRPC, HTTP/2), over the config's
     /// Envoy limits.
     pub grpc: Option<TcpListener>,
+    /// The admin API (docs/admin.md): not a front door, never served alone.
+    pub admin: Option<TcpListener>,
 }
 
 /// Serves the front doors on `listeners` with `config` until `shutdown`
@@ -213,6 +215,21 @@ async fn serve(
     let first = Arc::new(Doors::build(config, info, &shared, None)?);
     let live = Arc::new(ArcSwap::new(Arc::clone(&first)));
     let config = &first.config;
+    let admin = match listeners.admin {
+        Some(listener) => {
+            let live = Arc::clone(&live);
+            let current: crate::admin::GateSource = Arc::new(move || Arc::clone(&live.load().gate));
+            Some(crate::admin::open(listener, config, current)?)
+        }
+        None => None,
+    };
+    // Blocks and runtime overrides a shared store holds apply from the
+    // first check (docs/admin.md).
+    if let Err(e) = first.gate.limiter().refresh_runtime().await {
+        tracing::warn!(
+            "runtime table (blocks, overrides) not read at start: {e}; retrying in the background"
+        );
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -245,6 +262,21 @@ async fn serve(
     });
 
     let mut doors = JoinSet::new();
+    if let Some((listener, admin)) = admin {
+        doors.spawn(serve_with(
+            listener,
+            "admin API",
+            SEND_TIMEOUT,
+            stopped(stop_rx.clone()),
+            move |_peer| {
+                let admin = Arc::clone(&admin);
+                hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let admin = Arc::clone(&admin);
+                    async move { Ok::<_, Infallible>(admin.handle(req).await) }
+                })
+            },
+        ));
+    }
     if let Some(listener) = listeners.http {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         tracing::info!(

@@ -43,12 +43,15 @@ pub struct ResilientLimiterBuilder<S> {
     predecessor: Option<Predecessor>,
 }
 
-/// A predecessor's replica id, live replica count and breaker.
+/// A predecessor's replica id, live replica count, breaker and runtime
+/// table.
 #[derive(Debug)]
 struct Predecessor {
     id: String,
     live: u64,
     breaker: Arc<Breaker>,
+    /// Its runtime table's entries (blocks, runtime overrides).
+    runtime: std::collections::BTreeMap<Vec<u8>, crate::runtime::Entry>,
 }
 
 impl<S: Store> ResilientLimiterBuilder<S> {
@@ -82,6 +85,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
             id: previous.inner.id.clone(),
             live: previous.live_replicas(),
             breaker: Arc::clone(&previous.inner.breaker),
+            runtime: previous.inner.runtime_entries(),
         });
         self
     }
@@ -205,8 +209,12 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         let _ = ::metrics::histogram!(metric::STORE_LATENCY);
         // The breaker's cool-down and the latency metric: real time.
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        let mut runtime = None;
         let (id, live, breaker) = match self.predecessor {
-            Some(p) => (p.id, p.live, p.breaker),
+            Some(p) => {
+                runtime = Some(p.runtime);
+                (p.id, p.live, p.breaker)
+            }
             None => {
                 ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
                 let breaker = Breaker::new(
@@ -243,10 +251,18 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 refusing: std::sync::atomic::AtomicBool::new(false),
                 meters,
                 top: TopDenied::new(rule_count, self.top_denied, self.top_denied_epoch),
+                runtime: super::runtime::Runtime::new(),
             }),
             task: Mutex::new(None),
             started: AtomicBool::new(false),
+            runtime_task: Mutex::new(None),
+            runtime_started: AtomicBool::new(false),
         };
+        // Blocks and runtime overrides carry over (on a store that shares
+        // none they live only here), read against the new rules.
+        if let Some(entries) = runtime {
+            limiter.inner.adopt_runtime(entries);
+        }
         limiter.start_heartbeat();
         Ok(limiter)
     }

@@ -81,10 +81,11 @@ impl<S: Store> ResilientLimiter<S> {
         policy: Option<OnError>,
         op: Op,
     ) -> Result<ChargeVerdict, Refusal> {
+        let table = self.inner.runtime_table();
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks, op)
+            .resolve_all(checks, op, table.as_deref())
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
         self.start_heartbeat();

@@ -22,15 +22,22 @@ impl<S: Store> ResilientLimiter<S> {
     /// As [`ResilientLimiter::check_all`]; [`Refusal::Invalid`] also for a
     /// rule that is not `concurrency` or a pair named twice.
     pub async fn acquire_all(&self, checks: &[Check<'_>]) -> Result<TicketVerdict, Refusal> {
+        let table = self.inner.runtime_table();
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks, Op::Acquire)
+            .resolve_all(checks, Op::Acquire, table.as_deref())
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
         let ticket = lease_ticket(checks).map_err(Refusal::Invalid)?;
         self.start_heartbeat();
         let inner = &self.inner;
+        if let Some(verdict) = inner.runtime_answer(table.as_deref(), pairs, index).await {
+            return Ok(TicketVerdict {
+                verdict,
+                ticket: None,
+            });
+        }
         let store = inner.limiter.store();
         match inner
             .guarded("acquire", store.acquire_all(pairs, &ticket, None))

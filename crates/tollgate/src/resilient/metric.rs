@@ -5,10 +5,11 @@
 use std::sync::OnceLock;
 
 /// Counter, labels `rule`, `outcome` (`allowed`, `denied`, `error`,
-/// `denied_by_other`): one per (rule, key) pair checked, with that
-/// pair's own answer; `error` when the store failed and the policy
+/// `denied_by_other`, `blocked`): one per (rule, key) pair checked, with
+/// that pair's own answer; `error` when the store failed and the policy
 /// refused; `denied_by_other` for a pair that would have admitted in a
-/// multi-rule check another pair denied (it consumed nothing).
+/// multi-rule check another pair denied (it consumed nothing); `blocked`
+/// for a pair an operator's block denied (docs/admin.md).
 pub const CHECKS: &str = "tollgate_checks_total";
 /// Counter, label `rule`: units of admitted checks that landed past the
 /// rule's near-limit threshold (docs/http-api.md, "GET /metrics").
@@ -27,6 +28,13 @@ pub const CHECKS: &str = "tollgate_checks_total";
 /// the `allow` policy admitted reads as an untouched key (only its own
 /// cost can pass the threshold).
 pub const NEAR_LIMIT: &str = "tollgate_near_limit_total";
+/// Counter, label `rule`: pairs decided under a runtime override
+/// (docs/admin.md), whatever their answer.
+pub const OVERRIDDEN: &str = "tollgate_overridden_checks_total";
+/// Counter, label `op`: operators' changes through the admin calls
+/// (`reset`, `block`, `unblock`, `refund`, `set_override`,
+/// `delete_override`).
+pub const ADMIN_OPERATIONS: &str = "tollgate_admin_operations_total";
 /// Histogram, seconds: the time the store took per check (success or
 /// failure; not recorded for calls the open breaker skipped, nor for
 /// an in-process store, see [`crate::Store::in_process`]).
@@ -98,8 +106,10 @@ pub const LEASES: &str = "tollgate_leases_total";
 /// Install the metrics recorder before the first check.
 pub(super) struct Meters {
     /// Per rule (the limiter's order): allowed, denied, error,
-    /// denied_by_other.
-    checks: Vec<[OnceLock<::metrics::Counter>; 4]>,
+    /// denied_by_other, blocked.
+    checks: Vec<[OnceLock<::metrics::Counter>; 5]>,
+    /// Per rule: pairs decided under a runtime override.
+    overridden: Vec<OnceLock<::metrics::Counter>>,
     /// Per rule: charged units, clamped units, charges in debt.
     charges: Vec<[OnceLock<::metrics::Counter>; 3]>,
     /// Per rule: the debt the latest charge left.
@@ -124,6 +134,7 @@ impl Meters {
             checks: (0..rules).map(|_| Default::default()).collect(),
             charges: (0..rules).map(|_| Default::default()).collect(),
             debt: (0..rules).map(|_| OnceLock::new()).collect(),
+            overridden: (0..rules).map(|_| OnceLock::new()).collect(),
             near: (0..rules).map(|_| OnceLock::new()).collect(),
             thresholds: capacities
                 .map(|c| (c, near_limit_threshold(c, ratio)))
@@ -159,6 +170,15 @@ impl Meters {
         }
     }
 
+    /// Counts one pair of rule `i` (named `name`) decided under a runtime
+    /// override.
+    pub(super) fn overridden(&self, i: usize, name: &str) {
+        if let Some(slot) = self.overridden.get(i) {
+            slot.get_or_init(|| ::metrics::counter!(OVERRIDDEN, "rule" => name.to_owned()))
+                .increment(1);
+        }
+    }
+
     pub(super) fn latency(&self) -> &::metrics::Histogram {
         self.latency
             .get_or_init(|| ::metrics::histogram!(STORE_LATENCY))
@@ -190,9 +210,9 @@ impl Meters {
     }
 
     /// Counts one pair of rule `i` (named `name`) under `outcome`
-    /// (0 allowed, 1 denied, 2 error, 3 denied by another pair).
+    /// (0 allowed, 1 denied, 2 error, 3 denied by another pair, 4 blocked).
     pub(super) fn count(&self, i: usize, name: &str, outcome: usize) {
-        const LABELS: [&str; 4] = ["allowed", "denied", "error", "denied_by_other"];
+        const LABELS: [&str; 5] = ["allowed", "denied", "error", "denied_by_other", "blocked"];
         let Some(slot) = self.checks.get(i).and_then(|c| c.get(outcome)) else {
             return;
         };

@@ -81,6 +81,7 @@ pub const HEARTBEAT_INTERVALS: u32 = 3;
 /// `NEAR_LIMIT_RATIO` default.
 pub const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
 
+mod admin;
 mod breaker;
 mod builder;
 mod charge;
@@ -96,6 +97,7 @@ mod near_tests;
 mod open;
 mod policy;
 mod reserve;
+mod runtime;
 mod throttle;
 
 use breaker::Breaker;
@@ -107,7 +109,10 @@ pub use local::local_share;
 use metric::Meters;
 pub use open::MAX_FOLLOWED;
 pub use policy::{OnError, Refusal, Verdict};
+
+pub use admin::Inspection;
 pub use reserve::TicketVerdict;
+pub use runtime::RUNTIME_REFRESH;
 pub use throttle::Throttle;
 
 /// A [`Limiter`] with a store timeout, a failure policy per rule, a circuit
@@ -118,6 +123,9 @@ pub struct ResilientLimiter<S = MemoryStore> {
     /// The heartbeat task, aborted on drop.
     task: Mutex<Option<tokio::task::AbortHandle>>,
     started: AtomicBool,
+    /// The runtime table's refresh task, aborted on drop.
+    runtime_task: Mutex<Option<tokio::task::AbortHandle>>,
+    runtime_started: AtomicBool,
 }
 
 struct Inner<S> {
@@ -149,6 +157,8 @@ struct Inner<S> {
     refusing: std::sync::atomic::AtomicBool,
     /// The most denied keys per rule lately (`denied.rs`).
     top: crate::top::TopDenied,
+    /// Blocks and runtime overrides (docs/admin.md).
+    runtime: runtime::Runtime,
 }
 
 impl<S: Store> fmt::Debug for ResilientLimiter<S> {
@@ -170,6 +180,9 @@ impl<S: Store> fmt::Debug for ResilientLimiter<S> {
 impl<S> Drop for ResilientLimiter<S> {
     fn drop(&mut self) {
         if let Some(task) = self.task.lock().take() {
+            task.abort();
+        }
+        if let Some(task) = self.runtime_task.lock().take() {
             task.abort();
         }
     }
@@ -269,6 +282,7 @@ impl<S: Store> ResilientLimiter<S> {
     /// Starts the heartbeat task if it is not running, there is one to run
     /// and a tokio runtime to run it on.
     fn start_heartbeat(&self) {
+        self.start_runtime();
         let Some(every) = self.inner.heartbeat else {
             return;
         };
@@ -322,11 +336,20 @@ impl<S: Store> ResilientLimiter<S> {
         checks: &[Check<'_>],
         policy: Option<OnError>,
     ) -> Result<Verdict, Refusal> {
+        let table = self.inner.runtime_table();
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks, Op::Check)
+            .resolve_all(checks, Op::Check, table.as_deref())
             .map_err(Refusal::Invalid)?;
+        if let Some(verdict) = self
+            .inner
+            .runtime_answer(table.as_deref(), resolved.pairs(), resolved.index())
+            .await
+        {
+            self.start_heartbeat();
+            return Ok(verdict);
+        }
         self.decide(resolved.pairs(), resolved.index(), policy)
             .await
     }

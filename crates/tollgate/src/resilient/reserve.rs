@@ -37,15 +37,22 @@ impl<S: Store> ResilientLimiter<S> {
         ttl: Duration,
     ) -> Result<TicketVerdict, Refusal> {
         let ttl = reservation_ttl(ttl).map_err(Refusal::Invalid)?;
+        let table = self.inner.runtime_table();
         let resolved = self
             .inner
             .limiter
-            .resolve_all(checks, Op::Reserve)
+            .resolve_all(checks, Op::Reserve, table.as_deref())
             .map_err(Refusal::Invalid)?;
         let (pairs, index) = (resolved.pairs(), resolved.index());
         let ticket = reservation_ticket(checks).map_err(Refusal::Invalid)?;
         self.start_heartbeat();
         let inner = &self.inner;
+        if let Some(verdict) = inner.runtime_answer(table.as_deref(), pairs, index).await {
+            return Ok(TicketVerdict {
+                verdict,
+                ticket: None,
+            });
+        }
         let store = inner.limiter.store();
         match inner
             .guarded("reserve", store.reserve_all(pairs, &ticket, ttl, None))

@@ -7,7 +7,7 @@ use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
-use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
+use crate::store::{KeyCheck, Released, RuntimeEntries, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 use crate::time::Micros;
 
@@ -189,6 +189,41 @@ impl Store for AnyStore {
             AnyStore::Redis(s) => Store::ping(s).await,
             #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => s.ping().await,
+        }
+    }
+
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.reset(rule, key).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => s.reset(rule, key).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => s.reset(rule, key).await,
+        }
+    }
+
+    async fn runtime_read(&self, since: Option<u64>) -> Result<Option<RuntimeEntries>, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.runtime_read(since).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => s.runtime_read(since).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => s.runtime_read(since).await,
+        }
+    }
+
+    async fn runtime_write(
+        &self,
+        field: &[u8],
+        value: Option<&[u8]>,
+        expired: &[Vec<u8>],
+    ) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(s) => s.runtime_write(field, value, expired).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(s) => s.runtime_write(field, value, expired).await,
+            #[cfg(feature = "redis")]
+            AnyStore::Hybrid(s) => s.runtime_write(field, value, expired).await,
         }
     }
 

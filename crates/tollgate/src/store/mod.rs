@@ -26,6 +26,10 @@ use crate::time::Micros;
 pub use any::AnyStore;
 pub use url::StoreUrl;
 
+/// A shared runtime table as read ([`Store::runtime_read`]): its version
+/// and every (field, value) entry.
+pub type RuntimeEntries = (u64, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// One (rule, key, cost) triple of a check handed to a store.
 #[derive(Debug, Clone, Copy)]
 pub struct KeyCheck<'a> {
@@ -186,6 +190,46 @@ pub trait Store: Send + Sync + 'static {
         std::future::ready(Err(unsupported("leases")))
     }
 
+    /// Forgets (rule, key)'s state: the key reads as never checked (empty
+    /// or full, per the algorithm) afterwards (docs/admin.md, "Reset a
+    /// key"). Answers whether there was state to forget (`false` when the
+    /// store cannot tell). The default answers an error.
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (rule, key);
+        std::future::ready(Err(unsupported("resets")))
+    }
+
+    /// The runtime table shared by every replica of this store (blocks and
+    /// runtime overrides, docs/admin.md): `None` when it is unchanged since
+    /// version `since`, or when the store is not shared (the default: the
+    /// table then lives in each process). Else its version and every
+    /// (field, value) entry.
+    fn runtime_read(
+        &self,
+        since: Option<u64>,
+    ) -> impl Future<Output = Result<Option<RuntimeEntries>, StoreError>> + Send {
+        let _ = since;
+        std::future::ready(Ok(None))
+    }
+
+    /// Sets (`Some`) or deletes (`None`) one entry of the shared runtime
+    /// table and bumps its version, also deleting the fields `expired`
+    /// names. Answers `false` when the store is not shared (the default):
+    /// the caller keeps the entry in its own process.
+    fn runtime_write(
+        &self,
+        field: &[u8],
+        value: Option<&[u8]>,
+        expired: &[Vec<u8>],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let _ = (field, value, expired);
+        std::future::ready(Ok(false))
+    }
+
     /// Whether the store answers right now (Redis: a `PING`). An
     /// in-process store always does: the default.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
@@ -307,6 +351,30 @@ impl<S: Store> Store for Arc<S> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Released, StoreError>> + Send {
         (**self).release(ticket, rules, renew, at)
+    }
+
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).reset(rule, key)
+    }
+
+    fn runtime_read(
+        &self,
+        since: Option<u64>,
+    ) -> impl Future<Output = Result<Option<RuntimeEntries>, StoreError>> + Send {
+        (**self).runtime_read(since)
+    }
+
+    fn runtime_write(
+        &self,
+        field: &[u8],
+        value: Option<&[u8]>,
+        expired: &[Vec<u8>],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        (**self).runtime_write(field, value, expired)
     }
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {

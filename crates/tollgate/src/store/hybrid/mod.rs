@@ -393,6 +393,31 @@ impl Store for HybridStore {
     }
 
     /// Redis answers `PING`: the hybrid store is as reachable as its Redis.
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
+        // This replica's lease of the key goes too (other replicas' end
+        // within their lease, at most `lease`: docs/admin.md).
+        let pair = self.pair(rule, key, 0);
+        self.inner.shards[pair.shard].lock().remove(&pair.hash);
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        Store::reset(&self.inner.redis, rule, key).await
+    }
+
+    fn runtime_read(
+        &self,
+        since: Option<u64>,
+    ) -> impl Future<Output = Result<Option<crate::store::RuntimeEntries>, StoreError>> + Send {
+        Store::runtime_read(&self.inner.redis, since)
+    }
+
+    fn runtime_write(
+        &self,
+        field: &[u8],
+        value: Option<&[u8]>,
+        expired: &[Vec<u8>],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        Store::runtime_write(&self.inner.redis, field, value, expired)
+    }
+
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         Store::ping(&self.inner.redis)
     }

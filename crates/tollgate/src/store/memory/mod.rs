@@ -82,6 +82,7 @@ mod guards;
 mod inflight;
 mod records;
 mod reserve;
+mod reset;
 mod table;
 
 use check::{Core, When};
@@ -403,6 +404,14 @@ impl<C: Clock> Store for MemoryStore<C> {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Released, StoreError>> + Send {
         std::future::ready(Ok(self.release_sync(ticket, rules, renew, at)))
+    }
+
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        std::future::ready(Ok(self.core.reset(rule, key)))
     }
 
     fn in_process(&self) -> bool {

@@ -36,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admin;
 mod charge;
 mod check;
 mod conn;
@@ -291,6 +292,31 @@ impl Store for RedisStore {
 
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         RedisStore::ping(self)
+    }
+
+    fn reset(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.reset_key(rule, key)
+    }
+
+    fn runtime_read(
+        &self,
+        since: Option<u64>,
+    ) -> impl Future<Output = Result<Option<crate::store::RuntimeEntries>, StoreError>> + Send {
+        self.read_runtime(since)
+    }
+
+    async fn runtime_write(
+        &self,
+        field: &[u8],
+        value: Option<&[u8]>,
+        expired: &[Vec<u8>],
+    ) -> Result<bool, StoreError> {
+        self.write_runtime(field, value, expired).await?;
+        Ok(true)
     }
 
     async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<Option<u64>, StoreError> {

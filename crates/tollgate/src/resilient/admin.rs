@@ -1,0 +1,342 @@
+//! Operators' calls (docs/admin.md): inspect a key, reset it, block and
+//! unblock it, give units back or take them, and set, list and delete
+//! runtime overrides. The server's admin API calls these; a Rust service
+//! can expose them its own way. Every change is counted
+//! ([`metric::ADMIN_OPERATIONS`]); logging who made it is the caller's.
+//!
+//! Blocks and runtime overrides live in the runtime table (`runtime.rs`):
+//! on Redis shared by every replica (each sees a change within about
+//! [`super::RUNTIME_REFRESH`]) and kept across restarts; on the memory
+//! store, in this process.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::resilient::ResilientLimiter;
+//! use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec, RuntimeOverride};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let rule = RuleSpec::new("api", Algorithm::FixedWindow, 2, Duration::from_secs(60)).build()?;
+//! let limiter = ResilientLimiter::builder(Limiter::new(MemoryStore::new(), [rule])?).build()?;
+//!
+//! // A customer upgrades: 5 a minute for tenant:acme, from now on.
+//! limiter
+//!     .set_override(RuntimeOverride {
+//!         rule: "api".into(),
+//!         key: b"tenant:acme".to_vec(),
+//!         limit: 5,
+//!         period: None,
+//!         burst: None,
+//!         ends_ms: None,
+//!     })
+//!     .await?;
+//! assert_eq!(limiter.check("api", "tenant:acme", 1).await?.decision().limit, 5);
+//!
+//! // An abusive key: denied for ten minutes, whatever it has left.
+//! limiter.block("*", b"tenant:evil", Duration::from_secs(600)).await?;
+//! let denied = limiter.check("api", "tenant:evil", 1).await?;
+//! assert!(!denied.multi.allowed);
+//! assert!(denied.decision().retry_after > Some(Duration::from_secs(599)));
+//!
+//! // Inspect without consuming, then start the key over.
+//! assert_eq!(limiter.inspect("api", b"tenant:acme").await?.decision.remaining, 4);
+//! limiter.reset("api", b"tenant:acme").await?;
+//! assert_eq!(limiter.inspect("api", b"tenant:acme").await?.decision.remaining, 5);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+use std::time::Duration;
+
+use super::{ChargeVerdict, Refusal, ResilientLimiter, metric};
+use crate::decision::Decision;
+use crate::error::Error;
+use crate::limiter::{Check, MAX_KEY_LEN};
+use crate::rule::{Algorithm, Rule};
+use crate::runtime::{
+    Block, EVERY_RULE, Entry, RuntimeOverride, block_field, override_field, override_rule,
+};
+use crate::store::Store;
+
+/// A key's state under one rule, read without consuming
+/// ([`ResilientLimiter::inspect`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspection {
+    /// The rule that decides the key: a runtime override, a config
+    /// override or the rule itself (see `source`).
+    pub rule: Rule,
+    /// Which: `"runtime_override"`, `"config_override"` or `"rule"`.
+    pub source: &'static str,
+    /// A peek (a check of cost 0): `remaining`, `reset_after`, and
+    /// `retry_after` when a check of cost 1 would be denied.
+    pub decision: Decision,
+    /// Units over the limit a charge left (0 for a `concurrency` rule).
+    pub debt: u64,
+    /// Slots held by live leases (`concurrency` rules only).
+    pub held: Option<u64>,
+    /// When a block of the key (this rule's or every rule's) ends, in ms
+    /// since the Unix epoch.
+    pub blocked_until_ms: Option<u64>,
+}
+
+fn count(op: &'static str) {
+    ::metrics::counter!(metric::ADMIN_OPERATIONS, "op" => op).increment(1);
+}
+
+fn invalid(message: impl Into<String>) -> Refusal {
+    Refusal::Invalid(Error::Mismatch(message.into()))
+}
+
+impl<S: Store> ResilientLimiter<S> {
+    /// The key must fit, the rule must exist (or be `*` where `every`).
+    fn admin_target(&self, rule: &str, key: &[u8], every: bool) -> Result<(), Refusal> {
+        if key.len() > MAX_KEY_LEN {
+            return Err(Refusal::Invalid(Error::KeyTooLong { len: key.len() }));
+        }
+        if key.is_empty() {
+            return Err(invalid("the key is empty"));
+        }
+        if (every && rule == EVERY_RULE) || self.rule(rule).is_some() {
+            Ok(())
+        } else {
+            Err(Refusal::Invalid(Error::UnknownRule(rule.to_owned())))
+        }
+    }
+
+    /// `key`'s state under `rule` as its algorithm sees it, nothing
+    /// consumed: the deciding rule, remaining, reset, debt, slots held, and
+    /// the block if one is on.
+    ///
+    /// # Errors
+    /// An unknown rule or a key too long ([`Refusal::Invalid`]); the store
+    /// failed ([`Refusal::Unavailable`]).
+    pub async fn inspect(&self, rule: &str, key: &[u8]) -> Result<Inspection, Refusal> {
+        self.admin_target(rule, key, false)?;
+        let i = self
+            .rule_index(rule)
+            .ok_or_else(|| Refusal::Invalid(Error::UnknownRule(rule.to_owned())))?;
+        let inner = &self.inner;
+        let table = inner.runtime.table.load_full();
+        let base = &self.rules()[i];
+        let runtime = table
+            .override_for(rule, key)
+            .filter(|r| r.algorithm() == base.algorithm());
+        let config = self.rule_for_key(i, key);
+        let (deciding, source) = match runtime {
+            Some(r) => (r, "runtime_override"),
+            None if !std::ptr::eq(config, base) => (config, "config_override"),
+            None => (base, "rule"),
+        };
+        let store = inner.limiter.store();
+        let decision = inner
+            .within("check", store.check(deciding, key, 0, None))
+            .await
+            .map_err(Refusal::Unavailable)?;
+        let concurrency = deciding.algorithm() == Algorithm::Concurrency;
+        let debt = if concurrency {
+            0
+        } else {
+            let pair = [crate::store::KeyCheck {
+                rule: deciding,
+                key,
+                cost: 0,
+            }];
+            let read = inner
+                .within("charge", store.charge_all(&pair, None))
+                .await
+                .map_err(Refusal::Unavailable)?;
+            read.first().map_or(0, |c| c.debt)
+        };
+        let blocked_until_ms = table
+            .blocked(rule, key, inner.wall_now())
+            .map(|us| us.div_ceil(1000));
+        Ok(Inspection {
+            rule: deciding.clone(),
+            source,
+            held: concurrency.then(|| decision.limit.saturating_sub(decision.remaining)),
+            decision,
+            debt,
+            blocked_until_ms,
+        })
+    }
+
+    /// Forgets `key`'s state under `rule` (every rule when `rule` is `*`):
+    /// it reads as never checked. Answers the rules that held state for
+    /// it. On the hybrid store, other replicas' leases of the key end
+    /// within their lease.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::inspect`].
+    pub async fn reset(&self, rule: &str, key: &[u8]) -> Result<Vec<String>, Refusal> {
+        self.admin_target(rule, key, true)?;
+        let rules: Vec<&Rule> = if rule == EVERY_RULE {
+            self.rules().iter().collect()
+        } else {
+            self.rule(rule).into_iter().collect()
+        };
+        let mut held = Vec::new();
+        for r in rules {
+            let reset = self.inner.limiter.store().reset(r, key);
+            if self
+                .inner
+                .within("reset", reset)
+                .await
+                .map_err(Refusal::Unavailable)?
+            {
+                held.push(r.name().to_owned());
+            }
+        }
+        count("reset");
+        Ok(held)
+    }
+
+    /// Denies every check, reservation and acquire of `key` under `rule`
+    /// (every rule when `rule` is `*`) for `duration`, with `retry_after`
+    /// the block's end; charges, refunds, settles and releases still count.
+    /// Answers when it ends (ms since the Unix epoch). A block set again
+    /// replaces the earlier one.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::inspect`], and a zero `duration`.
+    pub async fn block(&self, rule: &str, key: &[u8], duration: Duration) -> Result<u64, Refusal> {
+        self.admin_target(rule, key, true)?;
+        if duration.is_zero() {
+            return Err(invalid("a block needs a duration above 0"));
+        }
+        let now_ms = self.inner.wall_now() / 1000;
+        let for_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        let ends_ms = now_ms.saturating_add(for_ms);
+        let entry = Entry::Block(Block {
+            rule: rule.to_owned(),
+            key: key.to_vec(),
+            ends_ms,
+        });
+        self.inner
+            .write_runtime(block_field(rule, key), Some(entry))
+            .await
+            .map_err(Refusal::Unavailable)?;
+        count("block");
+        Ok(ends_ms)
+    }
+
+    /// Lifts the block of `key` under `rule` (`*`: the block of every
+    /// rule, which is apart from each rule's own). Answers whether one was
+    /// on.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::inspect`].
+    pub async fn unblock(&self, rule: &str, key: &[u8]) -> Result<bool, Refusal> {
+        self.admin_target(rule, key, true)?;
+        let now = self.inner.wall_now();
+        let table = self.inner.runtime.table.load_full();
+        let was = table.entries.iter().any(|e| {
+            matches!(e, Entry::Block(b) if b.rule == rule && b.key == key && b.ends_ms.saturating_mul(1000) > now)
+        });
+        self.inner
+            .write_runtime(block_field(rule, key), None)
+            .await
+            .map_err(Refusal::Unavailable)?;
+        count("unblock");
+        Ok(was)
+    }
+
+    /// The blocks on now.
+    #[must_use]
+    pub fn blocks(&self) -> Vec<Block> {
+        let now_ms = self.inner.wall_now() / 1000;
+        let table = self.inner.runtime.table.load();
+        table
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Block(b) if b.ends_ms > now_ms => Some(b.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Gives `cost` units back to `key` under `rule` (a refund,
+    /// docs/semantics.md), or, for a negative `cost`, takes them (a
+    /// charge: never denied, past the limit as debt).
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::refund_all`], and a cost of 0.
+    pub async fn adjust(
+        &self,
+        rule: &str,
+        key: &[u8],
+        cost: i64,
+    ) -> Result<ChargeVerdict, Refusal> {
+        self.admin_target(rule, key, false)?;
+        let units = cost.unsigned_abs();
+        if units == 0 {
+            return Err(invalid("a cost of 0 changes nothing"));
+        }
+        let pair = [Check::new(rule, key).cost(units)];
+        let verdict = if cost > 0 {
+            self.refund_all(&pair).await?
+        } else {
+            self.charge_all(&pair).await?
+        };
+        count(if cost > 0 { "refund" } else { "charge" });
+        Ok(verdict)
+    }
+
+    /// Sets (or replaces) a runtime override: `o.key` (a prefix when it
+    /// ends in `*`) of rule `o.rule` decided under `o.limit`, `o.period`
+    /// and `o.burst` on the rule's counter, until `o.ends_ms`. It comes
+    /// before a config override of the key, after a check's own per-call
+    /// limit. Answers the rule it makes.
+    ///
+    /// # Errors
+    /// An unknown rule, a key too long, a rule the values make invalid
+    /// ([`Refusal::Invalid`]); the store failed.
+    pub async fn set_override(&self, o: RuntimeOverride) -> Result<Rule, Refusal> {
+        self.admin_target(&o.rule, &o.key, false)?;
+        let base = self
+            .rule(&o.rule)
+            .ok_or_else(|| Refusal::Invalid(Error::UnknownRule(o.rule.clone())))?;
+        let rule = override_rule(base, o.limit, o.period, o.burst)
+            .map_err(|e| invalid(format!("{}: {}", e.field, e.message)))?;
+        let field = override_field(&o.rule, &o.key);
+        self.inner
+            .write_runtime(field, Some(Entry::Override(o)))
+            .await
+            .map_err(Refusal::Unavailable)?;
+        count("set_override");
+        Ok(rule)
+    }
+
+    /// The runtime overrides in force (ended ones left out).
+    #[must_use]
+    pub fn overrides(&self) -> Vec<RuntimeOverride> {
+        let now_ms = self.inner.wall_now() / 1000;
+        let table = self.inner.runtime.table.load();
+        table
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Override(o) if o.ends_ms.is_none_or(|end| end > now_ms) => Some(o.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Deletes the runtime override of `key` (the same text it was set
+    /// with) under `rule`. Answers whether there was one.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::inspect`].
+    pub async fn delete_override(&self, rule: &str, key: &[u8]) -> Result<bool, Refusal> {
+        self.admin_target(rule, key, false)?;
+        let was = self
+            .overrides()
+            .iter()
+            .any(|o| o.rule == rule && o.key == key);
+        self.inner
+            .write_runtime(override_field(rule, key), None)
+            .await
+            .map_err(Refusal::Unavailable)?;
+        count("delete_override");
+        Ok(was)
+    }
+}

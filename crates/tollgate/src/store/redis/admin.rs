@@ -1,0 +1,136 @@
+//! Operators' calls on the Redis store (docs/admin.md): forgetting a key
+//! ([`crate::Store::reset`]) and the shared runtime table of blocks and
+//! runtime overrides ([`crate::Store::runtime_read`],
+//! [`crate::Store::runtime_write`]).
+//!
+//! The table is one hash, `<prefix>:runtime` (field → value, as
+//! `crate::resilient` encodes them), and a counter,
+//! `<prefix>:runtime:version`, bumped after every write: a replica polls
+//! the counter (one `GET`) and reads the hash only when it moved. Neither
+//! key has a TTL: the table outlives every replica (entries carry their
+//! own end). Neither can meet a rule's key, which always holds `:{`.
+
+use super::encode::RuleCache;
+use super::resp::{self, Reply, Value};
+use super::{Backend, RedisStore, conn, protocol, store_error};
+use crate::error::StoreError;
+use crate::rule::Rule;
+use crate::store::RuntimeEntries;
+
+impl RedisStore {
+    /// The Redis key of the runtime table: `<prefix>:runtime`.
+    #[must_use]
+    pub fn runtime_key(&self) -> String {
+        format!("{}:runtime", self.inner.prefix)
+    }
+
+    /// The Redis key of the runtime table's version counter.
+    #[must_use]
+    pub fn runtime_version_key(&self) -> String {
+        format!("{}:runtime:version", self.inner.prefix)
+    }
+
+    /// Runs one plain command (no script) on whichever connection the
+    /// store has, its reply as a [`Value`].
+    async fn command(&self, args: &[&[u8]]) -> Result<Value, StoreError> {
+        if let Backend::Lean(c) = &self.inner.backend {
+            let encode = |out: &mut Vec<u8>, _: &mut RuleCache| resp::command(out, args);
+            return match c.call(encode).await? {
+                Reply::Other(v) => Ok(v),
+                Reply::Ints(ints) => Ok(Value::Array(
+                    ints.as_slice().iter().map(|&n| Value::Int(n)).collect(),
+                )),
+                Reply::Error(e) => Err(conn::server_error(&e)),
+            };
+        }
+        let Some((verb, rest)) = args.split_first() else {
+            return Err(protocol("an empty command"));
+        };
+        let mut cmd = redis::cmd(std::str::from_utf8(verb).unwrap_or("PING"));
+        for a in rest {
+            cmd.arg(*a);
+        }
+        let value: redis::Value = self.query_raw(&cmd).await.map_err(|e| store_error(&e))?;
+        Ok(from_redis(value))
+    }
+
+    /// Deletes (rule, key)'s state: [`crate::Store::reset`].
+    pub(crate) async fn reset_key(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
+        let name = self.redis_key(rule, key);
+        match self.command(&[b"DEL", &name]).await? {
+            Value::Int(n) => Ok(n > 0),
+            other => Err(protocol(format!("DEL answered {other:?}"))),
+        }
+    }
+
+    /// [`crate::Store::runtime_read`].
+    pub(crate) async fn read_runtime(
+        &self,
+        since: Option<u64>,
+    ) -> Result<Option<RuntimeEntries>, StoreError> {
+        let version_key = self.runtime_version_key();
+        let version = match self.command(&[b"GET", version_key.as_bytes()]).await? {
+            Value::Nil => 0,
+            Value::Text(t) => std::str::from_utf8(&t)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .ok_or_else(|| protocol("the runtime table's version is not a number"))?,
+            other => return Err(protocol(format!("GET answered {other:?}"))),
+        };
+        if since == Some(version) {
+            return Ok(None);
+        }
+        let key = self.runtime_key();
+        let Value::Array(items) = self.command(&[b"HGETALL", key.as_bytes()]).await? else {
+            return Err(protocol("HGETALL answered no array"));
+        };
+        let mut entries = Vec::with_capacity(items.len() / 2);
+        let mut items = items.into_iter();
+        while let (Some(Value::Text(f)), Some(Value::Text(v))) = (items.next(), items.next()) {
+            entries.push((f, v));
+        }
+        Ok(Some((version, entries)))
+    }
+
+    /// [`crate::Store::runtime_write`].
+    pub(crate) async fn write_runtime(
+        &self,
+        field: &[u8],
+        value: Option<&[u8]>,
+        expired: &[Vec<u8>],
+    ) -> Result<(), StoreError> {
+        let key = self.runtime_key();
+        match value {
+            Some(v) => self.command(&[b"HSET", key.as_bytes(), field, v]).await?,
+            None => self.command(&[b"HDEL", key.as_bytes(), field]).await?,
+        };
+        if !expired.is_empty() {
+            let mut args: Vec<&[u8]> = vec![b"HDEL", key.as_bytes()];
+            args.extend(expired.iter().map(Vec::as_slice));
+            self.command(&args).await?;
+        }
+        // After the hash: a replica that sees the new version reads it.
+        let version_key = self.runtime_version_key();
+        self.command(&[b"INCR", version_key.as_bytes()]).await?;
+        Ok(())
+    }
+}
+
+/// A redis-rs value as the lean connection's.
+fn from_redis(v: redis::Value) -> Value {
+    match v {
+        redis::Value::Int(n) => Value::Int(n),
+        redis::Value::BulkString(b) => Value::Text(b),
+        redis::Value::SimpleString(s) => Value::Text(s.into_bytes()),
+        redis::Value::Okay => Value::Text(b"OK".to_vec()),
+        redis::Value::Array(a) | redis::Value::Set(a) => {
+            Value::Array(a.into_iter().map(from_redis).collect())
+        }
+        redis::Value::Map(m) => Value::Array(
+            m.into_iter()
+                .flat_map(|(k, v)| [from_redis(k), from_redis(v)])
+                .collect(),
+        ),
+        _ => Value::Nil,
+    }
+}
