@@ -13,7 +13,7 @@
 //! (a slow reader of a large proxied response) is closed likewise, which
 //! also drops the upstream's side of the exchange.
 //!
-//! The gRPC port (the Envoy rate limit service) is HTTP/2 (tonic), with
+//! The gRPC port (the Envoy rate limit service) is HTTP/2 (`h2`), with
 //! the same connection cap and acceptor, and per connection at most
 //! [`MAX_GRPC_STREAMS`] streams, requests of at most [`MAX_GRPC_MESSAGE`]
 //! bytes (a longer one is denied unread), header lists of at most [`MAX_GRPC_HEADER_LIST`] bytes, and a
@@ -32,7 +32,8 @@
 //!
 //! The folder: this file opens the front doors and serves each
 //! ([`run`], [`serve_with`]); `acceptor.rs` accepts connections under the
-//! cap; `watchdog.rs` is the per-connection watchdog and what it watches.
+//! cap; `watchdog.rs` is the per-connection watchdog and what it watches;
+//! `grpc.rs` serves the gRPC door's connections.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -49,12 +50,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::ReceiverStream;
 use tollgate_tower::headers::HeaderOptions;
+use tonic_health::server::{HealthReporter, HealthService};
 
 use crate::api::Api;
 use crate::config::Config;
-use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::grpc::RateLimitServer;
 use crate::envoy::headers::ResponseHeaders;
 use crate::envoy::service::EnvoyService;
@@ -64,6 +64,7 @@ use crate::inline::Inline;
 use crate::proxy::Proxy;
 
 mod acceptor;
+mod grpc;
 mod watchdog;
 
 use acceptor::Acceptor;
@@ -257,49 +258,15 @@ pub async fn run(
             },
             config.store.url
         );
-        let stop = stop_rx.clone();
-        doors.spawn(async move {
-            let (health, health_service) = tonic_health::server::health_reporter();
-            health.set_serving::<RateLimitServer>().await;
-            let incoming = grpc_incoming(listener, stop.clone());
-            let served = tonic::transport::Server::builder()
-                .max_concurrent_streams(MAX_GRPC_STREAMS)
-                .http2_max_header_list_size(MAX_GRPC_HEADER_LIST)
-                // A stream needs no more than its one message in flight.
-                .initial_stream_window_size(u32::try_from(MAX_GRPC_MESSAGE).unwrap_or(u32::MAX))
-                .initial_connection_window_size(1024 * 1024)
-                .layer(BodyDeadlineLayer {
-                    timeout: GRPC_BODY_TIMEOUT,
-                })
-                .add_service(health_service.max_decoding_message_size(MAX_GRPC_MESSAGE))
-                .add_service(RateLimitServer::new(service, MAX_GRPC_MESSAGE))
-                .serve_with_incoming_shutdown(incoming, {
-                    let stop = stop.clone();
-                    async move {
-                    stopped(stop).await;
-                    health
-                        .set_not_serving::<RateLimitServer>()
-                        .await;
-                    }
-                });
-            // Envoy keeps its HTTP/2 connections open, and a client that
-            // never reads never takes the GOAWAY: past the drain time,
-            // stop waiting for them.
-            let give_up = async {
-                stopped(stop).await;
-                tracing::info!("Envoy rate limit service: stopped accepting; draining");
-                tokio::time::sleep(DRAIN_TIMEOUT).await;
-            };
-            tokio::select! {
-                served = served => match served {
-                    Ok(()) => tracing::info!("Envoy rate limit service: drained"),
-                    Err(e) => tracing::error!("Envoy rate limit service failed: {e}"),
-                },
-                () = give_up => tracing::warn!(
-                    "Envoy rate limit service: connections still open after {DRAIN_TIMEOUT:?}; closing them"
-                ),
-            }
-        });
+        let health = HealthReporter::new();
+        health.set_serving::<RateLimitServer>().await;
+        let server = RateLimitServer::new(
+            service,
+            HealthService::from_health_reporter(health.clone()),
+            MAX_GRPC_MESSAGE,
+            GRPC_BODY_TIMEOUT,
+        );
+        doors.spawn(grpc::serve_grpc(listener, server, health, stop_rx.clone()));
     }
     drop(stop_rx);
     while let Some(done) = doors.join_next().await {
@@ -415,30 +382,7 @@ pub async fn serve_with<M, S, B>(
     }
 }
 
-/// The gRPC front door's connections, accepted as [`serve_with`] accepts
-/// the others: at most [`MAX_CONNECTIONS`] at once (past it, new ones wait
-/// in the kernel's backlog), `TCP_NODELAY`, and on an accept error (out of
-/// file descriptors) a log line now and then and a 50 ms pause, not a busy
-/// loop. Ends when `stop` turns true.
-fn grpc_incoming(
-    listener: TcpListener,
-    stop: watch::Receiver<bool>,
-) -> ReceiverStream<std::io::Result<Conn>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        let mut shutdown = std::pin::pin!(stopped(stop));
-        let mut acceptor = Acceptor::new(&listener, "Envoy rate limit service", MAX_CONNECTIONS);
-        while let Some((stream, _peer, permit)) = acceptor.next(&mut shutdown).await {
-            let conn = Conn::new(stream, permit, None);
-            if tx.send(Ok(conn)).await.is_err() {
-                break;
-            }
-        }
-    });
-    ReceiverStream::new(rx)
-}
-
 /// Resolves once `stop` is true (or its sender is gone).
-async fn stopped(mut stop: watch::Receiver<bool>) {
+pub(super) async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
