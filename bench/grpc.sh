@@ -149,7 +149,7 @@ measure_grpc() {
   cpu_end
   # requests N in Xs: R req/s, over_limit P%, p50 A ms, p99 B ms, admitted K
   local n rps p50 p99 admitted
-  read -r n rps p50 p99 admitted < <(awk '{ gsub(/,/, ""); print $2, $5, $11, $14, $17 }' "$out")
+  read -r n rps p50 p99 admitted < <(awk '{ gsub(/,/, ""); print $2, $5, $10, $13, $16 }' "$out")
   [[ -n "$admitted" && "$n" -gt 0 ]] || { cat "$out" >&2; die "no result from grpc_load on $label"; }
   cpu_row "$id" "$label" "$rps" "$p50" "$p99" "$n" "$((n - admitted))" "$(awk '{print $1 + $2}' "$out.time")"
 }
