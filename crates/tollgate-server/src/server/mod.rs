@@ -96,10 +96,9 @@ pub const MAX_GRPC_STREAMS: u32 = 256;
 /// The longest gRPC request message read; a longer `ShouldRateLimit` is
 /// answered `OVER_LIMIT` on its length prefix, unread (an error would be
 /// an admission to Envoy; see [`crate::envoy::wire`]).
-/// tonic reserves a message's declared length as soon as it reads the
-/// prefix, so this times [`MAX_GRPC_STREAMS`] (about 18 MiB with the 8 KiB
-/// read buffer each stream has) is what one connection can make the server
-/// hold. A `ShouldRateLimit` request is a domain and a few descriptors,
+/// A call holds what has arrived of its message (at most this, the
+/// stream's flow-control window), so this times [`MAX_GRPC_STREAMS`]
+/// (16 MiB) is what one connection can make the server hold. A `ShouldRateLimit` request is a domain and a few descriptors,
 /// well under 1 KiB; 64 KiB holds a descriptor carrying a header as long as
 /// Envoy's default limit for all headers together (60 KiB).
 pub const MAX_GRPC_MESSAGE: usize = 64 * 1024;
