@@ -27,6 +27,10 @@
 # calls per minute on one key (domains correct1, one call each, and correct2,
 # four calls each), on tollgate and on limitador: each must admit exactly 10.
 #
+# The machine is shared: a scenario during which other processes took more
+# than BENCH_MAX_OTHER % (default 20) of the cores is measured again, up to
+# BENCH_TRIES times (default 3), and the quietest attempt kept.
+#
 # Usage: bench/grpc.sh [SECONDS per run, default 5] [CONCURRENCY, default 64] [ROUNDS, default 3]
 # Env:   BENCH_PEERS=DIR (default ../shared/peers): where limitador's source is;
 #        BENCH_REDIS=1: also the Redis store; BENCH_KEEP=DIR: keep the raw output;
@@ -156,6 +160,32 @@ measure_grpc() {
 
 scenarios=("open.1 bench 1 admitted hot key" "open.10000 bench 10000 admitted 10k keys" "closed.1 bench_closed 1 denied hot key")
 
+# measure_scenario ID DOMAIN KEYS WHAT: every target once on one scenario.
+measure_scenario() {
+  local id=$1 domain=$2 keys=$3 what=$4
+  sut=("$tg_pid") aux=()
+  measure_grpc "grpc.$id" "tollgate gRPC, $what" "$tg_grpc" "$domain" "$keys"
+  measure "http.$id" "tollgate HTTP check, $what" "http://$tg_http" check.lua "$conc" -- tollgate "envoy.$domain.user" "$keys"
+  if [[ -n "$limitador" ]]; then
+    sut=("$lim_pid") aux=()
+    measure_grpc "lim.$id" "limitador gRPC, $what" "127.0.0.1:$lim_port" "$domain" "$keys"
+  fi
+  if [[ -n "${BENCH_REDIS:-}" ]]; then
+    sut=("$tr_pid") aux=("$redis_pid")
+    measure_grpc "redis.$id" "tollgate gRPC on Redis, $what" "$tr_grpc" "$domain" "$keys"
+  fi
+}
+
+# The machine is shared: a build elsewhere that takes a core during one
+# target's run and not the other's decides a latency comparison by itself.
+# A scenario whose runs saw other processes take more than $max_other % of
+# the cores is measured again (at most $tries times in all), and the
+# attempt that saw the least is kept.
+max_other="${BENCH_MAX_OTHER:-20}"
+tries="${BENCH_TRIES:-3}"
+[[ "$max_other" =~ ^[0-9]+$ && "$tries" =~ ^[0-9]+$ ]] && ((tries >= 1)) || die "BENCH_MAX_OTHER and BENCH_TRIES must be whole numbers, BENCH_TRIES at least 1"
+all="$work/all-results"
+: >"$all"
 for ((round = 1; round <= rounds; round++)); do
   for sc in "${scenarios[@]}"; do
     read -r id domain keys what <<<"$sc"
@@ -165,19 +195,20 @@ for ((round = 1; round <= rounds; round++)); do
       [[ -n "$limitador" ]] && run_load "127.0.0.1:$lim_port" "$domain" "$keys" 1 >/dev/null
       [[ -n "${BENCH_REDIS:-}" ]] && run_load "$tr_grpc" "$domain" "$keys" 1 >/dev/null
     fi
-    sut=("$tg_pid") aux=()
-    measure_grpc "grpc.$id" "tollgate gRPC, $what" "$tg_grpc" "$domain" "$keys"
-    measure "http.$id" "tollgate HTTP check, $what" "http://$tg_http" check.lua "$conc" -- tollgate "envoy.$domain.user" "$keys"
-    if [[ -n "$limitador" ]]; then
-      sut=("$lim_pid") aux=()
-      measure_grpc "lim.$id" "limitador gRPC, $what" "127.0.0.1:$lim_port" "$domain" "$keys"
-    fi
-    if [[ -n "${BENCH_REDIS:-}" ]]; then
-      sut=("$tr_pid") aux=("$redis_pid")
-      measure_grpc "redis.$id" "tollgate gRPC on Redis, $what" "$tr_grpc" "$domain" "$keys"
-    fi
+    best= best_other=
+    for ((try = 1; try <= tries; try++)); do
+      results="$work/results.$round.$id.$try"
+      : >"$results"
+      measure_scenario "$id" "$domain" "$keys" "$what"
+      other=$(awk -F'|' '$10 + 0 > m { m = $10 + 0 } END { print m + 0 }' "$results")
+      if [[ -z "$best" ]] || ((other < best_other)); then best=$results best_other=$other; fi
+      ((other <= max_other)) && break
+      ((try < tries)) && log "round $round: other processes took up to ${other}% of the cores during $what; measuring it again"
+    done
+    cat "$best" >>"$all"
   done
 done
+results=$all
 
 # --- correctness -----------------------------------------------------------------
 # 10 per minute: keep clear of a minute's edge, where a fixed window turns over.
