@@ -1,15 +1,17 @@
 //! A closed-loop load client for the Envoy rate limit service: CONCURRENCY
 //! callers share ONE HTTP/2 connection (as Envoy multiplexes its calls) and
-//! each sends `ShouldRateLimit` for SECONDS, one descriptor `(user, k<i>)`
+//! each sends `ShouldRateLimit` for SECONDS (or, with CALLS, exactly CALLS
+//! calls each, all callers starting at once), one descriptor `(user, k<i>)`
 //! in domain `DOMAIN`, with the key drawn uniformly among KEYS keys. Prints
-//! requests/s, the share answered `OVER_LIMIT`, and p50/p99 latency.
+//! requests/s, the share answered `OVER_LIMIT`, p50/p99 latency and how
+//! many calls were admitted.
 //!
 //! ```text
-//! cargo run --release -p tollgate-server --example grpc_load -- ADDR [CONCURRENCY] [SECONDS] [KEYS] [DOMAIN]
+//! cargo run --release -p tollgate-server --example grpc_load -- ADDR [CONCURRENCY] [SECONDS] [KEYS] [DOMAIN] [CALLS]
 //! ```
 //!
-//! `bench/grpc.sh` starts the service (memory store, then a local
-//! redis-server) and runs this against it.
+//! `bench/grpc.sh` runs this against tollgate and a peer (any server of
+//! `envoy.service.ratelimit.v3.RateLimitService`).
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,7 @@ async fn main() -> Result<(), String> {
     let seconds: u64 = arg(3, 5)?;
     let keys: u64 = arg(4, 1)?;
     let domain: String = arg(5, "bench".to_owned())?;
+    let calls: u64 = arg(6, 0)?;
     if concurrency == 0 || keys == 0 || seconds == 0 {
         return Err("CONCURRENCY, SECONDS and KEYS must be at least 1".to_owned());
     }
@@ -43,16 +46,28 @@ async fn main() -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     let end = Instant::now() + Duration::from_secs(seconds);
+    // With CALLS, every caller waits here so that they all start at once.
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(concurrency));
     let mut callers = tokio::task::JoinSet::new();
     for c in 0..concurrency {
         let mut client = client.clone();
         let domain = domain.clone();
+        let start = std::sync::Arc::clone(&start);
         callers.spawn(async move {
+            if calls > 0 {
+                start.wait().await;
+            }
             // A small xorshift per caller: no shared RNG on the hot path.
             let mut x = 0x9E37_79B9_7F4A_7C15_u64 ^ (c as u64 + 1);
             let mut latencies = Vec::new();
             let mut over = 0u64;
-            while Instant::now() < end {
+            let mut sent = 0u64;
+            while if calls > 0 {
+                sent < calls
+            } else {
+                Instant::now() < end
+            } {
+                sent += 1;
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
@@ -103,12 +118,13 @@ async fn main() -> Result<(), String> {
     #[allow(clippy::cast_precision_loss)]
     let n = all.len() as f64;
     println!(
-        "requests {} in {elapsed:.2}s: {:.0} req/s, over_limit {:.1}%, p50 {:.3} ms, p99 {:.3} ms",
+        "requests {} in {elapsed:.2}s: {:.0} req/s, over_limit {:.1}%, p50 {:.3} ms, p99 {:.3} ms, admitted {}",
         all.len(),
         n / elapsed,
         100.0 * over as f64 / n.max(1.0),
         at(0.50),
-        at(0.99)
+        at(0.99),
+        all.len() as u64 - over
     );
     Ok(())
 }

@@ -336,8 +336,8 @@ fn the_grpc_port_advertises_a_stream_limit_and_denies_oversized_requests_unread(
         let a = call(&mut c, addr, &request(b"rl", &[&user])).await;
         assert_eq!(a.status.as_deref(), Some("0"), "{a:?}");
         let grown = server.peak_rss_kib().saturating_sub(rss_before);
-        // 255 streams x (64 KiB message + 8 KiB buffer) is about 18 MiB,
-        // plus HTTP/2's own buffers (measured: 22 MiB).
+        // 255 streams x 64 KiB of message is about 16 MiB, plus HTTP/2's
+        // own buffers.
         assert!(grown < 40 * 1024, "{grown} KiB for {STREAMS} streams");
         eprintln!("{STREAMS} streams of {MAX_MESSAGE} bytes less one: RSS +{grown} KiB");
         drop(held);

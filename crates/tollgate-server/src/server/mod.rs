@@ -13,7 +13,7 @@
 //! (a slow reader of a large proxied response) is closed likewise, which
 //! also drops the upstream's side of the exchange.
 //!
-//! The gRPC port (the Envoy rate limit service) is HTTP/2 (tonic), with
+//! The gRPC port (the Envoy rate limit service) is HTTP/2 (`h2`), with
 //! the same connection cap and acceptor, and per connection at most
 //! [`MAX_GRPC_STREAMS`] streams, requests of at most [`MAX_GRPC_MESSAGE`]
 //! bytes (a longer one is denied unread), header lists of at most [`MAX_GRPC_HEADER_LIST`] bytes, and a
@@ -35,7 +35,8 @@
 //! config's API, proxy and Envoy service over the shared store; `reload.rs`
 //! reloads the config and swaps them (docs/operations.md); `acceptor.rs`
 //! accepts connections under the cap; `watchdog.rs` is the per-connection
-//! watchdog and what it watches.
+//! watchdog and what it watches; `grpc.rs` serves the gRPC door's
+//! connections.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -52,12 +53,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tokio_stream::wrappers::ReceiverStream;
+use tonic_health::server::{HealthReporter, HealthService};
 
 use arc_swap::ArcSwap;
 
 use crate::config::Config;
-use crate::envoy::deadline::BodyDeadlineLayer;
 use crate::envoy::grpc::RateLimitServer;
 use crate::gate::open_store;
 use crate::inline::Inline;
@@ -65,6 +65,7 @@ use crate::reload::{ConfigInfo, Listen, Loaded, ReloadStatus, Source, rfc3339, v
 
 mod acceptor;
 mod doors;
+mod grpc;
 mod reload;
 mod watchdog;
 
@@ -100,10 +101,9 @@ pub const MAX_GRPC_STREAMS: u32 = 256;
 /// The longest gRPC request message read; a longer `ShouldRateLimit` is
 /// answered `OVER_LIMIT` on its length prefix, unread (an error would be
 /// an admission to Envoy; see [`crate::envoy::wire`]).
-/// tonic reserves a message's declared length as soon as it reads the
-/// prefix, so this times [`MAX_GRPC_STREAMS`] (about 18 MiB with the 8 KiB
-/// read buffer each stream has) is what one connection can make the server
-/// hold. A `ShouldRateLimit` request is a domain and a few descriptors,
+/// A call holds what has arrived of its message (at most this, the
+/// stream's flow-control window), so this times [`MAX_GRPC_STREAMS`]
+/// (16 MiB) is what one connection can make the server hold. A `ShouldRateLimit` request is a domain and a few descriptors,
 /// well under 1 KiB; 64 KiB holds a descriptor carrying a header as long as
 /// Envoy's default limit for all headers together (60 KiB).
 pub const MAX_GRPC_MESSAGE: usize = 64 * 1024;
@@ -354,49 +354,15 @@ async fn serve(
             },
             config.store.url
         );
-        let stop = stop_rx.clone();
-        doors.spawn(async move {
-            let (health, health_service) = tonic_health::server::health_reporter();
-            health.set_serving::<RateLimitServer>().await;
-            let incoming = grpc_incoming(listener, stop.clone());
-            let served = tonic::transport::Server::builder()
-                .max_concurrent_streams(MAX_GRPC_STREAMS)
-                .http2_max_header_list_size(MAX_GRPC_HEADER_LIST)
-                // A stream needs no more than its one message in flight.
-                .initial_stream_window_size(u32::try_from(MAX_GRPC_MESSAGE).unwrap_or(u32::MAX))
-                .initial_connection_window_size(1024 * 1024)
-                .layer(BodyDeadlineLayer {
-                    timeout: GRPC_BODY_TIMEOUT,
-                })
-                .add_service(health_service.max_decoding_message_size(MAX_GRPC_MESSAGE))
-                .add_service(RateLimitServer::live(current, MAX_GRPC_MESSAGE))
-                .serve_with_incoming_shutdown(incoming, {
-                    let stop = stop.clone();
-                    async move {
-                    stopped(stop).await;
-                    health
-                        .set_not_serving::<RateLimitServer>()
-                        .await;
-                    }
-                });
-            // Envoy keeps its HTTP/2 connections open, and a client that
-            // never reads never takes the GOAWAY: past the drain time,
-            // stop waiting for them.
-            let give_up = async {
-                stopped(stop).await;
-                tracing::info!("Envoy rate limit service: stopped accepting; draining");
-                tokio::time::sleep(DRAIN_TIMEOUT).await;
-            };
-            tokio::select! {
-                served = served => match served {
-                    Ok(()) => tracing::info!("Envoy rate limit service: drained"),
-                    Err(e) => tracing::error!("Envoy rate limit service failed: {e}"),
-                },
-                () = give_up => tracing::warn!(
-                    "Envoy rate limit service: connections still open after {DRAIN_TIMEOUT:?}; closing them"
-                ),
-            }
-        });
+        let health = HealthReporter::new();
+        health.set_serving::<RateLimitServer>().await;
+        let server = RateLimitServer::new(
+            current,
+            HealthService::from_health_reporter(health.clone()),
+            MAX_GRPC_MESSAGE,
+            GRPC_BODY_TIMEOUT,
+        );
+        doors.spawn(grpc::serve_grpc(listener, server, health, stop_rx.clone()));
     }
     drop(stop_rx);
     drop(first);
@@ -513,29 +479,6 @@ pub async fn serve_with<M, S, B>(
     }
 }
 
-/// The gRPC front door's connections, accepted as [`serve_with`] accepts
-/// the others: at most [`MAX_CONNECTIONS`] at once (past it, new ones wait
-/// in the kernel's backlog), `TCP_NODELAY`, and on an accept error (out of
-/// file descriptors) a log line now and then and a 50 ms pause, not a busy
-/// loop. Ends when `stop` turns true.
-fn grpc_incoming(
-    listener: TcpListener,
-    stop: watch::Receiver<bool>,
-) -> ReceiverStream<std::io::Result<Conn>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        let mut shutdown = std::pin::pin!(stopped(stop));
-        let mut acceptor = Acceptor::new(&listener, "Envoy rate limit service", MAX_CONNECTIONS);
-        while let Some((stream, _peer, permit)) = acceptor.next(&mut shutdown).await {
-            let conn = Conn::new(stream, permit, None);
-            if tx.send(Ok(conn)).await.is_err() {
-                break;
-            }
-        }
-    });
-    ReceiverStream::new(rx)
-}
-
 /// The answer of a proxy door without a proxy (never made: see its use).
 fn no_proxy() -> Response<crate::proxy::ProxyBody> {
     let mut res = Response::new(http_body_util::Either::Right(
@@ -546,6 +489,6 @@ fn no_proxy() -> Response<crate::proxy::ProxyBody> {
 }
 
 /// Resolves once `stop` is true (or its sender is gone).
-async fn stopped(mut stop: watch::Receiver<bool>) {
+pub(super) async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }

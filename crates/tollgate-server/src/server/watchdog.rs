@@ -154,14 +154,6 @@ impl Conn {
     }
 }
 
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
 impl tokio::io::AsyncRead for Conn {
     #[inline]
     fn poll_read(
