@@ -102,3 +102,30 @@ fn envoy_limits_count_as_every_rule_does() {
         .unwrap_or_else(|| panic!("no Envoy near-limit series in\n{m}"));
     assert!(line.ends_with(" 2"), "{line}");
 }
+
+#[test]
+fn utilization_is_the_busiest_keys_share_between_scrapes() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    let util = |rule: &str| {
+        let m = get(s.api(), "/metrics").text();
+        series(
+            &m,
+            "tollgate_utilization_ratio",
+            &format!("rule=\"{rule}\""),
+        )
+    };
+    // Key "k" at 7 of 10, another key at 2: the busiest one shows.
+    checks(&s, "window", &[3, 4]);
+    let other = json!({"rule": "window", "key": "other", "cost": 2}).to_string();
+    assert_eq!(post_json(s.api(), "/v1/check", &other).status, 200);
+    assert!((util("window") - 0.7).abs() < 1e-9, "{}", util("window"));
+    assert_eq!(util("bucket"), 0.0);
+    // Nothing decided since the last scrape: 0 again.
+    assert_eq!(util("window"), 0.0);
+    // A denial reads the key as it is (7 used: 4 do not fit); filling it
+    // is a key at its limit.
+    assert_eq!(checks(&s, "window", &[4]), [429]);
+    assert!((util("window") - 0.7).abs() < 1e-9);
+    assert_eq!(checks(&s, "window", &[3]), [200]);
+    assert_eq!(util("window"), 1.0);
+}

@@ -192,6 +192,7 @@ impl Api {
         }
         // reservations and leases whose time ran out: expired, off the gauges
         self.gate.limiter().sweep_open();
+        self.gate.limiter().publish_utilization();
         self.metrics.run_upkeep();
         let mut text = self.metrics.render();
         if let Some((info, _)) = &self.config {

@@ -3,6 +3,7 @@
 //! handles the limiter keeps to them.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Counter, labels `rule`, `outcome` (`allowed`, `denied`, `error`,
 /// `denied_by_other`, `blocked`): one per (rule, key) pair checked, with
@@ -28,6 +29,13 @@ pub const CHECKS: &str = "tollgate_checks_total";
 /// the `allow` policy admitted reads as an untouched key (only its own
 /// cost can pass the threshold).
 pub const NEAR_LIMIT: &str = "tollgate_near_limit_total";
+/// Gauge, label `rule`: the highest share of its capacity any key of the
+/// rule had used at a decision (admitted or denied; 1 = a key at its
+/// limit) between the last two `/metrics` scrapes
+/// ([`crate::resilient::ResilientLimiter::publish_utilization`]), so an
+/// operator sees a rule's busiest key close in before the 429s. 0 when
+/// nothing was decided in between.
+pub const UTILIZATION: &str = "tollgate_utilization_ratio";
 /// Counter, label `rule`: pairs decided under a runtime override
 /// (docs/admin.md), whatever their answer.
 pub const OVERRIDDEN: &str = "tollgate_overridden_checks_total";
@@ -122,6 +130,9 @@ pub(super) struct Meters {
     /// The near-limit ratio, for a decision of another capacity (the
     /// `local` fallback's share).
     ratio: f64,
+    /// Per rule: the highest use seen since the last scrape, in
+    /// millionths of the capacity ([`UTILIZATION`]).
+    peak: Vec<AtomicU32>,
     latency: OnceLock<::metrics::Histogram>,
 }
 
@@ -140,7 +151,33 @@ impl Meters {
                 .map(|c| (c, near_limit_threshold(c, ratio)))
                 .collect(),
             ratio,
+            peak: (0..rules).map(|_| AtomicU32::new(0)).collect(),
             latency: OnceLock::new(),
+        }
+    }
+
+    /// Notes rule `i`'s decision `d` for [`UTILIZATION`]: one load and a
+    /// compare, a write only when it is the new peak.
+    #[inline]
+    pub(super) fn utilization(&self, i: usize, d: &crate::decision::Decision) {
+        let Some(slot) = self.peak.get(i) else { return };
+        if d.limit == 0 {
+            return;
+        }
+        let used = d.limit.saturating_sub(d.remaining).min(d.limit);
+        let share =
+            u32::try_from(u128::from(used) * 1_000_000 / u128::from(d.limit)).unwrap_or(1_000_000);
+        if share > slot.load(Ordering::Relaxed) {
+            slot.fetch_max(share, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets every rule's [`UTILIZATION`] gauge to its peak since the last
+    /// call, and starts the next interval.
+    pub(super) fn publish_utilization(&self, names: impl Iterator<Item = String>) {
+        for (slot, name) in self.peak.iter().zip(names) {
+            let peak = slot.swap(0, Ordering::Relaxed);
+            ::metrics::gauge!(UTILIZATION, "rule" => name).set(f64::from(peak) / 1_000_000.0);
         }
     }
 

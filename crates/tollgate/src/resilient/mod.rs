@@ -222,6 +222,22 @@ impl<S> ResilientLimiter<S> {
         self.inner.live.load(Ordering::Acquire)
     }
 
+    /// Sets the `tollgate_utilization_ratio{rule}` gauges to each rule's
+    /// peak since the last call ([`metric::UTILIZATION`]): call it once per
+    /// metrics scrape, as the server's `/metrics` does.
+    pub fn publish_utilization(&self)
+    where
+        S: Store,
+    {
+        let names = self
+            .inner
+            .limiter
+            .rules()
+            .iter()
+            .map(|r| r.name().to_owned());
+        self.inner.meters.publish_utilization(names);
+    }
+
     /// Counts as expired the reservations and leases of this replica
     /// whose time ran out (`tollgate_reservations_total{outcome="expired"}`,
     /// `tollgate_leases_total{outcome="expired"}`) and brings the gauges
@@ -508,6 +524,9 @@ impl<S: Store> Inner<S> {
                 (true, false) => 3,
             };
             self.meters.count(i, rules[i].name(), outcome);
+            if outcome != 3 {
+                self.meters.utilization(i, d);
+            }
             if outcome == 1 {
                 // Denied pairs only: an admission pays no lock, no clock.
                 if let Some(c) = checks.get(n) {
