@@ -191,7 +191,7 @@ fn every_operation_on_the_memory_store() {
         admin,
         "PUT",
         "/admin/v1/overrides/api/tenant%3Abig%3A*",
-        r#"{"limit":7,"ttl_ms":600000}"#,
+        r#"{"limit":7,"period":"2h","ttl_ms":600000}"#,
     );
     let admitted = (0..10)
         .filter(|_| check(api, "api", "tenant:acme").0)
@@ -199,6 +199,9 @@ fn every_operation_on_the_memory_store() {
     assert_eq!(admitted, 5);
     assert_eq!(check(api, "api", "tenant:acme").1, 5);
     assert_eq!(check(api, "api", "tenant:big:x").1, 7);
+    // The headers describe the limit that applied.
+    let r = post_json(api, "/v1/check", r#"{"rule":"api","key":"tenant:big:y"}"#);
+    assert_eq!(r.header("RateLimit-Policy"), Some("\"api\";q=7;w=7200"));
     assert_eq!(
         ok(admin, "GET", "/admin/v1/keys/api/tenant:acme", "")["source"],
         "runtime_override"

@@ -369,7 +369,7 @@ fn rule_pairs<'a>(
     api: &'a Api,
     req: &CheckRequest<'_>,
     decided: Decided<'a>,
-) -> Vec<(&'a tollgate::Rule, &'a Decision)> {
+) -> Vec<(std::borrow::Cow<'a, tollgate::Rule>, &'a Decision)> {
     req.pairs
         .iter()
         .zip(decided.iter())
@@ -413,13 +413,16 @@ fn answer(
             if let Some(i) = api.gate.rule_index(&pair.rule) {
                 let rule = api.gate.rule_for_key(i, pair.key.as_bytes());
                 api.policies
-                    .insert_headers(headers, i, rule, d, retry, api.headers);
+                    .insert_headers(headers, i, &rule, d, retry, api.headers);
             }
             basis.mark(headers);
         }
         _ => insert_verdict_headers(
             res.headers_mut(),
-            &rule_pairs(api, req, decided),
+            &rule_pairs(api, req, decided)
+                .iter()
+                .map(|(r, d)| (&**r, *d))
+                .collect::<Vec<_>>(),
             retry,
             degraded,
             api.headers,

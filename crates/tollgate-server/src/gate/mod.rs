@@ -127,8 +127,9 @@ impl Gate {
 
     /// The rule (or `[[rules.overrides]]` entry) that decides `key` under
     /// rule `i`: what an answer's headers describe.
+    /// A runtime override first, then a config one, then the rule.
     #[must_use]
-    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> &Rule {
+    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> std::borrow::Cow<'_, Rule> {
         self.limiter.rule_for_key(i, key)
     }
 

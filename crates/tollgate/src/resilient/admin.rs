@@ -120,7 +120,7 @@ impl<S: Store> ResilientLimiter<S> {
         let runtime = table
             .override_for(rule, key)
             .filter(|r| r.algorithm() == base.algorithm());
-        let config = self.rule_for_key(i, key);
+        let config = inner.limiter.rule_for_key(i, key);
         let (deciding, source) = match runtime {
             Some(r) => (r, "runtime_override"),
             None if !std::ptr::eq(config, base) => (config, "config_override"),

@@ -278,9 +278,21 @@ impl<S: Store> ResilientLimiter<S> {
 
     /// [`Limiter::rule_for_key`]: the rule (or per-key override) that
     /// decides `key` under rule `i`.
+    /// A runtime override (docs/admin.md) comes first, as in a check.
     #[must_use]
-    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> &Rule {
-        self.inner.limiter.rule_for_key(i, key)
+    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> std::borrow::Cow<'_, Rule>
+    where
+        S: Store,
+    {
+        let rule = &self.inner.limiter.rules()[i];
+        if let Some(table) = self.inner.runtime_table()
+            && let Some(own) = table
+                .override_for(rule.name(), key)
+                .filter(|own| own.algorithm() == rule.algorithm())
+        {
+            return std::borrow::Cow::Owned(own.clone());
+        }
+        std::borrow::Cow::Borrowed(self.inner.limiter.rule_for_key(i, key))
     }
 
     /// The rule named `name`.
