@@ -173,3 +173,42 @@ fn distinct_overrides_keep_no_state_of_their_own() {
         .expect("tollgate_memory_store_keys");
     assert!(keys <= 2.0, "{keys} keys");
 }
+
+#[test]
+fn an_admin_override_shows_in_current_limit() {
+    let config = format!(
+        "{}\n[admin]\n[[admin.tokens]]\nname = \"t\"\ntoken = \"0123456789abcdef0123\"\n",
+        common::rls::toml("memory")
+    );
+    let mut rls = Rls::start_with(&config, YAML, &["--admin", "127.0.0.1:0"]);
+    let log = rls.server.log();
+    let at = log
+        .find("admin API listening on http://")
+        .expect("admin listener");
+    let rest = &log[at + "admin API listening on http://".len()..];
+    let admin: std::net::SocketAddr = rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())]
+        .parse()
+        .expect("admin address");
+    // The descriptor api=k9 is counted under rule envoy.over.api, key "api=k9".
+    let r = common::request(
+        admin,
+        "PUT",
+        "/admin/v1/overrides/envoy.over.api/api%3Dk9",
+        &[("authorization", "Bearer 0123456789abcdef0123")],
+        br#"{"limit":2,"period":"1h"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let seen_now = seen(&call(&mut rls, "over", desc(&[("api", "k9")])));
+    assert_eq!(
+        seen_now,
+        (Code::Ok, 1, Some((2, HOUR, "api_limit".to_owned())))
+    );
+    assert_eq!(
+        seen(&call(&mut rls, "over", desc(&[("api", "k9")]))).0,
+        Code::Ok
+    );
+    assert_eq!(
+        seen(&call(&mut rls, "over", desc(&[("api", "k9")]))).0,
+        Code::OverLimit
+    );
+}

@@ -282,6 +282,7 @@ impl EnvoyService {
             .as_ref()
             .map(|h| h.for_statuses(&plans, &statuses, &quota, self.gate.rules()))
             .unwrap_or_default();
+        self.show_admin_overrides(&plans, &mut statuses);
         self.record_detailed(req, &plans, &statuses, &shadow_over);
         let dynamic_metadata = self
             .dynamic_metadata
@@ -293,6 +294,35 @@ impl EnvoyService {
             dynamic_metadata,
             ..RateLimitResponse::default()
         })
+    }
+
+    /// A descriptor decided under an admin's runtime override (docs/admin.md)
+    /// shows that limit in its `current_limit`: its `requests_per_unit`, and
+    /// its unit when the override's period is one.
+    fn show_admin_overrides(&self, plans: &[Plan<'_>], statuses: &mut [DescriptorStatus]) {
+        for (plan, s) in plans.iter().zip(statuses.iter_mut()) {
+            let Plan::Counted {
+                rule,
+                key,
+                under: None,
+                ..
+            } = plan
+            else {
+                continue;
+            };
+            let std::borrow::Cow::Owned(own) = self.gate.rule_for_key(*rule, key.as_bytes()) else {
+                continue;
+            };
+            if let Some(current) = &mut s.current_limit {
+                current.requests_per_unit = u32::try_from(own.limit()).unwrap_or(u32::MAX);
+                if let Some(unit) = Unit::ALL
+                    .iter()
+                    .find(|u| Duration::from_secs(u.seconds()) == own.period())
+                {
+                    current.unit = unit.proto();
+                }
+            }
+        }
     }
 
     /// Counts the descriptors whose limits name runtime values in their

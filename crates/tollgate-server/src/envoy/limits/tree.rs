@@ -28,7 +28,8 @@ pub enum Unit {
 }
 
 impl Unit {
-    pub(super) const ALL: [Unit; 7] = [
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
         Unit::Second,
         Unit::Minute,
         Unit::Hour,
