@@ -109,3 +109,30 @@ fn bad_overrides_are_refused_with_their_field() {
         assert!(text.contains(want), "no {want:?} in:\n{text}");
     }
 }
+
+#[test]
+fn the_proxy_answers_with_the_override_that_applied() {
+    let up = common::start_upstream();
+    let config = "[[rules]]\nname = \"per_tenant\"\nalgorithm = \"fixed_window\"\nlimit = 2\n\
+                  period = \"1h\"\nkey = \"header:x-tenant\"\n\
+                  [[rules.overrides]]\nkey = \"slow\"\nlimit = 3\nperiod = \"2h\"\n";
+    let upstream = format!("http://{}", up.addr);
+    let s = Tollgate::start(
+        config,
+        &["--proxy", "127.0.0.1:0", "--upstream", upstream.as_str()],
+    );
+    let policy = |tenant: &str| {
+        let r = common::request(s.proxy(), "GET", "/", &[("x-tenant", tenant)], b"");
+        (r.status, r.header("RateLimit-Policy").map(str::to_owned))
+    };
+    assert_eq!(
+        policy("slow"),
+        (200, Some("\"per_tenant\";q=3;w=7200".to_owned()))
+    );
+    assert_eq!(
+        policy("other"),
+        (200, Some("\"per_tenant\";q=2;w=3600".to_owned()))
+    );
+    let statuses: Vec<u16> = (0..3).map(|_| policy("slow").0).collect();
+    assert_eq!(statuses, [200, 200, 429]);
+}

@@ -449,6 +449,22 @@ impl RuleKeys {
             .collect()
     }
 
+    /// The rules that decide `keys`, in order: each key's own override
+    /// (runtime, then config) where it has one, else its rule
+    /// ([`ResilientLimiter::rule_for_key`]): what an answer's headers
+    /// describe.
+    #[must_use]
+    pub fn rules_for<'a, S: Store>(
+        &self,
+        limiter: &'a ResilientLimiter<S>,
+        keys: &Keys,
+    ) -> Vec<std::borrow::Cow<'a, Rule>> {
+        keys.keys
+            .iter()
+            .map(|(i, key)| limiter.rule_for_key(self.rules[*i].index, key))
+            .collect()
+    }
+
     /// Checks `keys` all-or-nothing in one
     /// [`ResilientLimiter::check_all_as`] (`policy`, when given, answers a
     /// store failure instead of the rules' own) and answers: [`answer`] or
@@ -461,7 +477,13 @@ impl RuleKeys {
         options: HeaderOptions,
     ) -> HttpVerdict {
         let outcome = limiter.check_all_as(&self.checks(keys), policy).await;
-        self.verdict(limiter.rules(), keys, outcome, options)
+        match outcome {
+            Ok(verdict) => {
+                let rules = self.rules_for(limiter, keys);
+                answer(&as_refs(&rules), verdict, options)
+            }
+            Err(refused) => refusal(&refused),
+        }
     }
 
     /// A check's `outcome` (of [`RuleKeys::checks`] of `keys`) as a
@@ -479,6 +501,11 @@ impl RuleKeys {
             Err(refused) => refusal(&refused),
         }
     }
+}
+
+/// `rules` as plain references, as [`answer`] takes them.
+pub(crate) fn as_refs<'a>(rules: &'a [std::borrow::Cow<'a, Rule>]) -> Vec<&'a Rule> {
+    rules.iter().map(|r| &**r).collect()
 }
 
 /// What an answer's rate-limit headers rest on, from a check's

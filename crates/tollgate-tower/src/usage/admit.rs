@@ -23,7 +23,7 @@ use tollgate::ticket::Ticket;
 use tollgate::{Check, Decision, MultiDecision, Store};
 
 use super::hold::{Hold, Pair, Plan};
-use crate::decide::{HttpVerdict, Keys, RuleKeys, answer, refusal};
+use crate::decide::{HttpVerdict, Keys, RuleKeys, answer, as_refs, refusal};
 use crate::headers::HeaderOptions;
 
 /// What [`RuleKeys::admit`] decided: the answer, and, for an admitted
@@ -73,7 +73,6 @@ impl RuleKeys {
         if !self.holds() {
             return Admission::bare(self.check(limiter, keys, policy, options).await);
         }
-        let all = limiter.rules();
         let entries = self.entries();
         let leased = keys.only(|i| entries[i].lease.is_some());
         let rated = keys.only(|i| entries[i].lease.is_none());
@@ -89,8 +88,8 @@ impl RuleKeys {
             match limiter.acquire_all(&self.checks(&leased)).await {
                 Err(refused) => return Admission::bare(refusal(&refused)),
                 Ok(taken) if !taken.verdict.multi.allowed => {
-                    let rules = self.rules_of(all, &leased);
-                    return Admission::bare(answer(&rules, taken.verdict, options));
+                    let rules = self.rules_for(limiter, &leased);
+                    return Admission::bare(answer(&as_refs(&rules), taken.verdict, options));
                 }
                 Ok(taken) => {
                     lease.ticket = taken.ticket;
@@ -130,8 +129,8 @@ impl RuleKeys {
                 return Admission::bare(refusal(&refused));
             }
             Some(Ok(verdict)) => {
-                let rules = self.rules_of(all, &rated);
-                match answer(&rules, verdict.clone(), options) {
+                let rules = self.rules_for(limiter, &rated);
+                match answer(&as_refs(&rules), verdict.clone(), options) {
                     refused @ HttpVerdict::Respond { .. } => {
                         lease.give_back().await;
                         return Admission::bare(refused);
@@ -150,7 +149,7 @@ impl RuleKeys {
                 .as_ref()
                 .is_some_and(|v| v.degraded == Some(OnError::Allow));
         let verdict = merge(keys, &leased, lease_verdict, rate);
-        let verdict = answer(&self.rules_of(all, keys), verdict, options);
+        let verdict = answer(&as_refs(&self.rules_for(limiter, keys)), verdict, options);
         let renew_every = leased
             .iter()
             .filter_map(|(i, _)| entries[i].lease)
