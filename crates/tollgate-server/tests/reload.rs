@@ -383,6 +383,19 @@ fn changed_rules_state(store: &str) {
         10,
         "30 minutes owed at 3 minutes a unit"
     );
+    // A sliding log keeps its entries through a limit and a period change.
+    reload_to(&s, &one_rule(store, "sliding_log", 10, "1h"), 10);
+    assert_eq!(remaining(&s, "l", 3), 7);
+    reload_to(&s, &one_rule(store, "sliding_log", 12, "1h"), 12);
+    assert_eq!(remaining(&s, "l", 0), 9, "3 of 12 used");
+    rename_onto(&s.config_path(), &one_rule(store, "sliding_log", 12, "2h"));
+    wait_rules(&s, "period 2h", |r| {
+        r["rules"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == "r"))
+            .is_some_and(|x| x["period_ms"] == 7_200_000)
+    });
+    assert_eq!(remaining(&s, "l", 0), 9, "the 3 entries count for 2h now");
 }
 
 #[test]
