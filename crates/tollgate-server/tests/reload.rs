@@ -4,8 +4,9 @@
 //! atomic rename alternating) with no failed check, no check decided by a
 //! mix of two configs and the counts of an unchanged rule kept exactly; a
 //! bad file that changes nothing and shows in `/v1/rules`, `/readyz` and
-//! `/metrics`; a changed listener address reported; and what happens to a
-//! changed rule's state, as the docs say.
+//! `/metrics`; a changed listener address reported; a changed admin token
+//! reported, not silently ignored; and what happens to a changed rule's
+//! state, as the docs say.
 
 mod common;
 
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Tollgate, get, post_json};
+use common::{Tollgate, get, post_json, request};
 use redis_harness::RedisServer;
 
 /// The rule no reload changes: a count that only checks move. Its 30-day
@@ -335,6 +336,67 @@ fn settings_read_at_start_are_reported_and_the_rest_applies() {
     assert_eq!(status, 200, "{body}");
     let ready = get(s.api(), "/readyz");
     assert_eq!(ready.status, 200, "{}", ready.text());
+}
+
+/// `[admin]` with one token, `token`.
+fn admin_table(token: &str) -> String {
+    format!("\n[admin]\n[[admin.tokens]]\nname = \"oncall\"\ntoken = \"{token}\"\n")
+}
+
+/// The status of `GET /admin/v1/blocks` on the admin API `s` logged, with
+/// `token`.
+fn admin_status(s: &Tollgate, token: &str) -> u16 {
+    let log = s.log();
+    let marker = "admin API listening on http://";
+    let at = log
+        .find(marker)
+        .unwrap_or_else(|| panic!("no admin API:\n{log}"));
+    let rest = &log[at + marker.len()..];
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    let addr = rest[..end].parse().expect("admin address");
+    let auth = format!("Bearer {token}");
+    request(
+        addr,
+        "GET",
+        "/admin/v1/blocks",
+        &[("Authorization", &auth)],
+        b"",
+    )
+    .status
+}
+
+#[test]
+fn a_changed_admin_token_is_reported_not_silently_ignored() {
+    let (old, new) = ("old-token-0123456789", "new-token-0123456789");
+    let s = Tollgate::start(
+        &(generation("memory", 0) + &admin_table(old)),
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--reload-poll",
+            "50ms",
+        ],
+    );
+    assert_eq!(admin_status(&s, old), 200);
+    // Revoking `old` by a reload: the rules apply, the token change
+    // cannot (the admin API is set up at start), and the reload says so.
+    rename_onto(
+        &s.config_path(),
+        &(generation("memory", 1) + &admin_table(new)),
+    );
+    wait_rules(&s, "generation 1", |r| {
+        limit_of(r, "pair_a") == Some(10_000_001)
+    });
+    let r = rules(&s);
+    let message = r["reload_error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a token change that does not apply went unreported: {r}"));
+    assert!(message.contains("[admin] changed"), "{message}");
+    assert!(message.contains("needs a restart"), "{message}");
+    assert_eq!(admin_status(&s, old), 200, "what the report says runs");
+    assert_eq!(admin_status(&s, new), 401);
 }
 
 /// A one-rule config of `rule`'s `algorithm`, `limit` and `period`.

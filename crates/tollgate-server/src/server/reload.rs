@@ -185,6 +185,17 @@ impl Reloader {
             );
             new.config.proxy.send_timeout = running.proxy.send_timeout;
         }
+        // The admin API's tokens are read when its listener opens: a
+        // reload that drops a token must say the token still works, or an
+        // operator revoking a leaked one believes it revoked (docs/operations.md).
+        if running.admin != new.config.admin {
+            changed.push(
+                "[admin] changed (the admin API's listener and tokens are set up at start; \
+                 a removed token still works until the restart)"
+                    .to_owned(),
+            );
+            new.config.admin = running.admin.clone();
+        }
         new.config.http.listen = running.http.listen;
         new.config.proxy.listen = running.proxy.listen;
         new.listen = self.listen;
