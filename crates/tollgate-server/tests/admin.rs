@@ -236,6 +236,18 @@ fn every_operation_on_the_memory_store() {
         ),
         ("GET", "/admin/v1/keys/api", "", 400),
         ("GET", "/admin/v1/top/nope", "", 404),
+        (
+            "POST",
+            "/admin/v1/blocks",
+            r#"{"rule":"api","key":"k","for_ms":18446744073709551615}"#,
+            400,
+        ),
+        (
+            "PUT",
+            "/admin/v1/overrides/api/k",
+            r#"{"limit":2,"ttl_ms":31622400001}"#,
+            400,
+        ),
         ("GET", "/admin/v1/top/api?n=0", "", 400),
         ("PATCH", "/admin/v1/overrides", "", 405),
         ("GET", "/admin/v2/x", "", 404),

@@ -171,6 +171,21 @@ fn u64_field(map: &Map<String, Value>, name: &str) -> Result<Option<u64>, Respon
     }
 }
 
+/// The longest block or override ttl, ms: a rule's longest period (366
+/// days). Anything longer reads as "forever", which a DELETE says better.
+const MAX_FOR_MS: u64 = 366 * 86_400 * 1_000;
+
+/// `n` (field `name`), refused above [`MAX_FOR_MS`].
+fn at_most_a_year(n: Option<u64>, name: &str) -> Result<Option<u64>, Response<ApiBody>> {
+    match n {
+        Some(n) if n > MAX_FOR_MS => Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("{name} must be at most {MAX_FOR_MS} (366 days), got {n}"),
+        )),
+        n => Ok(n),
+    }
+}
+
 /// The admin API for `listener`: its tokens from `config` and
 /// [`TOKEN_ENV`], refused beyond loopback without one, a warning at start
 /// when open on loopback. Logs where it listens.
@@ -327,7 +342,7 @@ impl Admin {
         let map = object(body, &["rule", "key", "for_ms"], &["rule", "key", "for_ms"])?;
         let rule = string_field(&map, "rule")?;
         let key = string_field(&map, "key")?;
-        let for_ms = u64_field(&map, "for_ms")?.unwrap_or(0);
+        let for_ms = at_most_a_year(u64_field(&map, "for_ms")?, "for_ms")?.unwrap_or(0);
         let until = self
             .gate()
             .limiter()
@@ -455,7 +470,7 @@ impl Admin {
             }
         };
         let burst = u64_field(&map, "burst")?;
-        let ttl_ms = u64_field(&map, "ttl_ms")?;
+        let ttl_ms = at_most_a_year(u64_field(&map, "ttl_ms")?, "ttl_ms")?;
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, ms);
