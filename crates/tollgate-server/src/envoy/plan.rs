@@ -126,11 +126,7 @@ pub(crate) fn plan<'a>(
             )?));
             continue;
         }
-        let mut entries: Vec<(&[u8], &[u8])> = d
-            .entries
-            .iter()
-            .map(|e| (e.key.as_slice(), e.value.as_slice()))
-            .collect();
+        let mut entries = d.pairs();
         // The entries a share_threshold wildcard matched now carry its
         // pattern: the values it matches share one counter.
         let found_limit = limits.find_shared(domain, &mut entries);
@@ -237,11 +233,7 @@ fn overridden<'a>(
             o.unit
         )));
     };
-    let entries: Vec<(&[u8], &[u8])> = d
-        .entries
-        .iter()
-        .map(|e| (e.key.as_slice(), e.value.as_slice()))
-        .collect();
+    let entries = d.pairs();
     // Only a fixed window (the reference's only kind) is a count the two
     // limits can share.
     let configured = limits

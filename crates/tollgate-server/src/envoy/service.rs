@@ -347,11 +347,7 @@ impl EnvoyService {
             } else {
                 Outcome::Within
             };
-            let entries: Vec<(&[u8], &[u8])> = req.descriptors[i]
-                .entries
-                .iter()
-                .map(|e| (e.key.as_slice(), e.value.as_slice()))
-                .collect();
+            let entries = req.descriptors[i].pairs();
             self.detailed
                 .record(&self.limits, domain, &entries, outcome);
         }

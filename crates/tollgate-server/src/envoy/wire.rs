@@ -48,6 +48,18 @@ pub struct RateLimitDescriptor {
     pub is_negative_hits: bool,
 }
 
+impl RateLimitDescriptor {
+    /// Its entries as (key, value) byte pairs, as the limits are looked up
+    /// and counted by.
+    #[must_use]
+    pub fn pairs(&self) -> Vec<(&[u8], &[u8])> {
+        self.entries
+            .iter()
+            .map(|e| (e.key.as_slice(), e.value.as_slice()))
+            .collect()
+    }
+}
+
 /// One descriptor entry, key and value as the bytes Envoy sent.
 #[derive(Clone, PartialEq, Eq, prost::Message)]
 pub struct Entry {
