@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use super::tree::EnvoyLimits;
+use super::tree::{EnvoyLimits, Step};
 
 impl EnvoyLimits {
     /// The stats key of `entries` in `domain`, `None` when they find no
@@ -51,14 +51,11 @@ impl EnvoyLimits {
             composite.extend_from_slice(key);
             composite.push(b'_');
             composite.extend_from_slice(value);
-            // (node, its pattern's value when a wildcard matched it, by value)
-            let found = if let Some(&n) = level.by_composite.get(composite.as_slice()) {
-                Some((n, None, true))
-            } else if let Some(w) = level.wildcards.iter().find(|w| w.matches(&composite)) {
-                Some((w.node, Some(w), true))
-            } else {
-                level.by_composite.get(key).map(|&n| (n, None, false))
-            };
+            let found = level.step(key, &composite).map(|(n, step)| match step {
+                Step::Value => (n, None, true),
+                Step::Wildcard(w) => (n, Some(w), true),
+                Step::Key => (n, None, false),
+            });
             named.push('.');
             detailed.push('.');
             let Some((index, wildcard, by_value)) = found else {

@@ -151,6 +151,32 @@ pub(super) struct Level {
     pub(super) wildcards: Vec<Wildcard>,
 }
 
+/// How a request entry found its node at a level.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Step<'l> {
+    /// By its `key_value`.
+    Value,
+    /// By this wildcard's pattern.
+    Wildcard(&'l Wildcard),
+    /// By its key alone.
+    Key,
+}
+
+impl Level {
+    /// The node entry `key` (with `composite`, its `key_value`) finds here,
+    /// as the reference's `GetLimit` looks: the exact `key_value`, else the
+    /// first wildcard (config order) matching it, else the key alone.
+    pub(super) fn step(&self, key: &[u8], composite: &[u8]) -> Option<(usize, Step<'_>)> {
+        if let Some(&n) = self.by_composite.get(composite) {
+            return Some((n, Step::Value));
+        }
+        if let Some(w) = self.wildcards.iter().find(|w| w.matches(composite)) {
+            return Some((w.node, Step::Wildcard(w)));
+        }
+        self.by_composite.get(key).map(|&n| (n, Step::Key))
+    }
+}
+
 /// A wildcard node: `key_value` split at each `*`, each `*` matching any
 /// run of bytes, the empty one included (as the reference's
 /// `wildcardMatch`).
@@ -333,24 +359,11 @@ impl EnvoyLimits {
             composite.extend_from_slice(key);
             composite.push(b'_');
             composite.extend_from_slice(value.as_ref());
-            let mut by_wildcard = false;
-            let index = level
-                .by_composite
-                .get(composite.as_slice())
-                .copied()
-                .or_else(|| {
-                    by_wildcard = true;
-                    level
-                        .wildcards
-                        .iter()
-                        .find(|w| w.matches(&composite))
-                        .map(|w| w.node)
-                })
-                .or_else(|| {
-                    by_wildcard = false;
-                    level.by_composite.get(key).copied()
-                });
-            let Some(node) = index.and_then(|index| level.nodes.get(index)) else {
+            let Some((index, step)) = level.step(key, &composite) else {
+                break;
+            };
+            let by_wildcard = matches!(step, Step::Wildcard(_));
+            let Some(node) = level.nodes.get(index) else {
                 break;
             };
             if by_wildcard && let Some(pattern) = &node.share {
