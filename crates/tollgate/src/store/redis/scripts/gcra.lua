@@ -25,25 +25,25 @@ PURE[1] = gcra
 
 ALGOS[1] = function(key, cost, inc, tau, interval, burst, t)
   local allowed, remaining, used, retry, new_tat =
-    gcra(tonumber(redis.call('GET', key)), cost, inc, tau, interval, burst, t)
+    gcra(tonumber(rcall('GET', key)), cost, inc, tau, interval, burst, t)
   local write = function()
-    redis.call('SET', key, num(new_tat), 'PX', ttl_ms(new_tat - t))
+    rcall('SET', key, num(new_tat), 'PX', ttl_ms(new_tat - t))
   end
   return allowed, remaining, used, retry, write
 end
 
 REFUNDS[1] = function(key, cost, inc, tau, interval, burst, t0)
-  local stored = tonumber(redis.call('GET', key))
+  local stored = tonumber(rcall('GET', key))
   if stored == nil then return end
   local tat = stored - inc
   if tat < t0 then tat = t0 end
-  redis.call('SET', key, num(tat), 'PX', ttl_ms(tat - t0))
+  rcall('SET', key, num(tat), 'PX', ttl_ms(tat - t0))
 end
 
 -- Charge (docs/semantics.md, "Charge"): new_tat = max(tat, t) + units * T,
 -- units = the cost, or as much of it as keeps the debt within max_debt.
 CHARGES[1] = function(key, cost, max_debt, tau, interval, burst, t)
-  local stored = tonumber(redis.call('GET', key))
+  local stored = tonumber(rcall('GET', key))
   local tat = t
   if stored and stored > t then tat = stored end
   local ceiling = t + tau + max_debt * interval
@@ -52,7 +52,7 @@ CHARGES[1] = function(key, cost, max_debt, tau, interval, burst, t)
   if cost < units then units = cost end
   local new_tat = tat + units * interval
   local used = new_tat - t
-  if units > 0 then redis.call('SET', key, num(new_tat), 'PX', ttl_ms(used)) end
+  if units > 0 then rcall('SET', key, num(new_tat), 'PX', ttl_ms(used)) end
   local left, debt = tau - used, 0
   if left < 0 then
     debt = idiv(-left + interval - 1, interval)
@@ -63,11 +63,11 @@ end
 
 -- Give back: the TAT moves back by units * T, never below t.
 GIVEBACKS[1] = function(key, units, max_debt, tau, interval, burst, t, made)
-  local stored = tonumber(redis.call('GET', key))
+  local stored = tonumber(rcall('GET', key))
   if stored == nil or stored <= t then return end
   local tat = stored - units * interval
   if tat < t then tat = t end
-  redis.call('SET', key, num(tat), 'PX', ttl_ms(tat - t))
+  rcall('SET', key, num(tat), 'PX', ttl_ms(tat - t))
 end
 
 RETURNS[1] = function(key, units, p1, p2, p3, p4, t)

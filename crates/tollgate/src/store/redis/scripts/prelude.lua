@@ -63,11 +63,19 @@
 
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
+-- The library functions a check calls, as locals: a global is a table
+-- lookup each time it is named, and a check names several.
+local tonumber, floor, ceil, format = tonumber, math.floor, math.ceil, string.format
+local rcall = redis.call
+-- Redis 7 takes SET's NX and GET together: a check that creates its key
+-- does it in one command (see check.lua, mode "b").
+local NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+
 local TWO53 = 9007199254740992
 
 -- floor(a / b) for integers 0 <= a < 2^53, b >= 1, exactly.
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
@@ -103,13 +111,13 @@ local function muldiv(a, b, c)
 end
 
 local function num(x)
-  return string.format('%d', x)
+  return format('%d', x)
 end
 
 -- Milliseconds of TTL for a key that is back to empty `us` microseconds from t.
 local margin = tonumber(ARGV[2]) or 0
 local function ttl_ms(us)
-  local ms = math.ceil(us / 1000) + margin
+  local ms = ceil(us / 1000) + margin
   if ms < 1 then ms = 1 end
   return num(ms)
 end

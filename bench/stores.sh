@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# What the shared counter costs: `POST /v1/check` on `tollgate serve` over
+# the memory store, a local redis-server, and the hybrid store on that
+# redis-server, measured in ONE run with wrk (2 threads, 64 connections, N
+# seconds per target, on the same 2 cores as the servers), each for an
+# admitted rule ("open") and a denied one ("closed"), one hot key and 10k
+# random keys (bench/http/rules.toml, bench/http/check.lua).
+#
+# For every row it prints the CPU per check of tollgate and of
+# redis-server separately (utime + stime from /proc), their sum, the Redis
+# calls per check (script calls counted by redis-server's INFO
+# commandstats, divided by the checks wrk made), and the ratio the issue's
+# goal is about: (tollgate + redis-server CPU) / the memory store's CPU,
+# per row. With ROUNDS > 1 the rounds are interleaved and each ratio is the
+# median of the per-round ratios (both sides minutes apart in one round).
+#
+# Usage: bench/stores.sh [SECONDS per target, default 5] [ROUNDS, default 3]
+# Env:   BENCH_KEEP=DIR keeps wrk's output and the servers' logs in DIR;
+#        BENCH_QUIET_BUSY / BENCH_QUIET_WAIT as in bench/http.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+secs="${1:-5}"
+rounds="${2:-3}"
+[[ "$secs" =~ ^[0-9]+$ && "$rounds" =~ ^[0-9]+$ ]] && ((secs >= 1 && secs <= 300 && rounds >= 1 && rounds <= 10)) ||
+  { echo "usage: bench/stores.sh [SECONDS per target, 1..300] [ROUNDS, 1..10]" >&2; exit 2; }
+threads=2
+conns=64
+keys=10000
+hz=$(getconf CLK_TCK)
+
+# log, die, need_pkg, stop, free_port, wait_http, start_tollgate, measure,
+# cpu_begin/cpu_end/cpu_row, wait_quiet: shared with bench/http.sh.
+source "$root/bench/lib/measure.sh"
+need_pkg wrk wrk
+need_pkg redis-server redis-server
+need_pkg redis-cli redis-tools
+need_pkg ss iproute2
+need_pkg curl curl
+
+log "building tollgate (release)"
+cargo build --release -q -p tollgate-server --bin tollgate
+tollgate="$root/target/release/tollgate"
+
+work=$(mktemp -d)
+keep="${BENCH_KEEP:-}"
+pids=()
+cleanup() {
+  while ((${#pids[@]})); do stop "${pids[-1]}"; done
+  if [[ -n "$keep" ]]; then mkdir -p "$keep" && cp -r "$work"/. "$keep"/ 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+results="$work/results"
+: >"$results"
+calls="$work/calls" # id|round|script calls counted by redis-server|checks
+: >"$calls"
+round=0
+sut=()
+aux=()
+
+
+expect() { [[ "$2" == *"$3"* ]] || die "$1: expected $3, got: $2"; }
+post_json() { curl -s --max-time 2 -H 'content-type: application/json' -d "$2" "$1"; }
+
+# script_calls PORT: script runs redis-server counted since its last RESETSTAT.
+script_calls() {
+  redis-cli -p "$1" info commandstats | tr -d '\r' |
+    sed -nE 's/^cmdstat_(eval|evalsha|fcall|fcall_ro):calls=([0-9]+),.*/\2/p' | awk '{ s += $1 } END { print s + 0 }'
+}
+
+start_redis_server() {
+  redis_port=$(free_port)
+  mkdir -p "$work/redis"
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$work/redis" --daemonize no --logfile "$work/redis/log" &
+  redis_pid=$!
+  pids+=("$redis_pid")
+  for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-cli -p "$redis_port" ping >/dev/null || die "redis-server did not start"
+}
+
+# One store's 2x2 matrix; with a redis-server, its script calls per row.
+matrix() { # ID-PREFIX NAME URL [REDIS-PORT]
+  local rule k id before
+  for rule in open closed; do
+    for k in 1 "$keys"; do
+      id="$1.$rule.$k"
+      [[ -n "${4:-}" ]] && redis-cli -p "$4" config resetstat >/dev/null
+      measure "$id" "$2 $rule $( ((k == 1)) && echo 'hot key' || echo "${k} keys")" \
+        "$3" check.lua "$conns" -- tollgate "$rule" "$k"
+      if [[ -n "${4:-}" ]]; then
+        echo "$id|$round|$(script_calls "$4")|$(awk '/requests in/ {print $1}' "$work/wrk-$id.$round.txt")" >>"$calls"
+      fi
+    done
+  done
+}
+
+probe() { # NAME ADDR
+  expect "$1 open" "$(post_json "http://$2/v1/check" '{"rule":"open","key":"probe"}')" '"allowed":true'
+  for _ in 1 2; do post_json "http://$2/v1/check" '{"rule":"closed","key":"probe"}' >/dev/null; done
+  expect "$1 closed" "$(post_json "http://$2/v1/check" '{"rule":"closed","key":"probe"}')" '"allowed":false'
+}
+
+one_round() {
+  local tg
+  start_tollgate memory --config bench/http/rules.toml --http 127.0.0.1:0 --store memory
+  tg=$pid sut=("$pid") aux=()
+  wait_http "http://$addr/healthz"
+  probe memory "$addr"
+  matrix mem "memory" "http://$addr"
+  stop "$tg"
+
+  local store
+  for store in redis hybrid; do
+    start_redis_server
+    local config=bench/http/rules.toml
+    if [[ "$store" == hybrid ]]; then
+      # the same rules and [store], hybrid on (it needs the url in the file)
+      config="$work/hybrid.toml"
+      sed "s|^\\[store\\]\$|[store]\\nurl = \"redis://127.0.0.1:$redis_port\"\\nhybrid = true|" bench/http/rules.toml >"$config"
+    fi
+    start_tollgate "$store" --config "$config" --http 127.0.0.1:0 --store "redis://127.0.0.1:$redis_port"
+    tg=$pid sut=("$pid") aux=("$redis_pid")
+    wait_http "http://$addr/readyz"
+    probe "$store" "$addr"
+    matrix "$store" "$store" "http://$addr" "$redis_port"
+    if [[ "$store" == redis ]]; then
+      redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+        grep -E '^cmdstat_(evalsha|eval|fcall|fcall_ro):' >"$work/commandstats-$store.txt" || true
+    fi
+    if grep -q 'store trouble' "$work/$store.log"; then log "WARNING: tollgate logged store trouble ($store)"; fi
+    local bare
+    bare=$(redis-cli -p "$redis_port" eval "local n = 0
+      for _, k in ipairs(redis.call('KEYS', '*')) do
+        if redis.call('PTTL', k) == -1 then n = n + 1 end
+      end
+      return n" 0)
+    [[ "$bare" == 0 ]] || die "$store left $bare keys without a TTL"
+    stop "$tg"
+    stop "$redis_pid"
+  done
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((round = 1; round <= rounds; round++)); do one_round; done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo
+echo "bench/stores.sh $secs $rounds: wrk -t$threads -c$conns -d${secs}s per target, $rounds round(s); $(nproc) cores shared by wrk and the servers"
+echo "tollgate $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ uncommitted changes in crates/)'); redis $(redis-server --version | grep -o 'v=[0-9.]*' | cut -d= -f2); load average before $load_before, after $load_after"
+echo
+# results: id|label|round|req/s|p50|p99|non2xx|srv|wrk|other|steal|errors|aux
+python3 - "$results" "$calls" "$rounds" <<'PY'
+import sys, statistics
+rows = [l.rstrip("\n").split("|") for l in open(sys.argv[1]) if l.strip()]
+calls = {}
+for l in open(sys.argv[2]):
+    i, r, c, n = l.strip().split("|")
+    calls[(i, r)] = (int(c), int(n))
+rounds = int(sys.argv[3])
+by = {}
+for r in rows:
+    by[(r[0], r[2])] = r
+scen = ["open.1", "open.10000", "closed.1", "closed.10000"]
+names = {"open.1": "admitted, hot key", "open.10000": "admitted, 10k keys",
+         "closed.1": "denied, hot key", "closed.10000": "denied, 10k keys"}
+def f(x):
+    try: return float(x)
+    except ValueError: return 0.0
+def med(v):
+    return statistics.median(v) if v else float("nan")
+print(f"{'row':<20} {'store':<7} {'req/s':>9} {'p99 ms':>7} {'tollgate us':>11} {'redis us':>9} {'total us':>9} {'calls/check':>11} {'other':>6}   (medians over rounds)")
+ratios = {}
+for s in scen:
+    for store in ["mem", "redis", "hybrid"]:
+        rs = [by[(f"{store}.{s}", str(k))] for k in range(1, rounds + 1) if (f"{store}.{s}", str(k)) in by]
+        if not rs: continue
+        tg = med([f(r[7]) for r in rs]); rd = med([f(r[12]) for r in rs]) if store != "mem" else 0.0
+        tot = med([f(r[7]) + (f(r[12]) if store != "mem" else 0.0) for r in rs])
+        cpc = med([calls[(f"{store}.{s}", r[2])][0] / max(1, calls[(f"{store}.{s}", r[2])][1]) for r in rs]) if store != "mem" else None
+        print(f"{names[s]:<20} {store:<7} {med([f(r[3]) for r in rs]):>9.0f} {med([f(r[5]) for r in rs]):>7.2f} {tg:>11.2f} "
+              f"{(f'{rd:.2f}' if store != 'mem' else '-'):>9} {tot:>9.2f} {(f'{cpc:.4f}' if cpc is not None else '-'):>11} {med([f(r[9]) for r in rs]):>5.0f}%")
+    for store in ["redis", "hybrid"]:
+        v = []
+        for k in range(1, rounds + 1):
+            m, o = by.get((f"mem.{s}", str(k))), by.get((f"{store}.{s}", str(k)))
+            if m and o and f(m[7]) > 0:
+                v.append((f(o[7]) + f(o[12])) / f(m[7]))
+        ratios[(store, s)] = med(v)
+print()
+print(f"{'(tollgate + redis-server CPU) / memory CPU, median of per-round ratios':<72}")
+print(f"{'store':<8} {'goal':>6} " + " ".join(f"{names[s]:>19}" for s in scen) + "   worst")
+for store, goal in [("redis", 1.15), ("hybrid", None)]:
+    v = [ratios[(store, s)] for s in scen]
+    worst = max(v)
+    verdict = "" if goal is None else ("met" if worst <= goal else "MISSED")
+    print(f"{store:<8} {('<=' + str(goal)) if goal else '':>6} " + " ".join(f"{x:>19.2f}" for x in v) + f"   {worst:.2f} {verdict}")
+PY
+if [[ -s "$work/commandstats-redis.txt" ]]; then
+  echo
+  echo "redis-server's script calls in the Redis rows (last round, last row's stats: $(cat "$work/commandstats-redis.txt" | paste -sd' '))"
+fi
