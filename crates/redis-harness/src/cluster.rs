@@ -559,7 +559,8 @@ impl RedisCluster {
         }
     }
 
-    /// `SCRIPT FLUSH` on every live node (each has its own script cache).
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH` on every live node (each has its
+    /// own script cache and libraries).
     pub fn script_flush(&self) {
         for node in self.live() {
             node.script_flush();

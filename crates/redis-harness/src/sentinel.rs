@@ -320,7 +320,7 @@ impl SentinelSetup {
         self.master().flushall();
     }
 
-    /// `SCRIPT FLUSH` on every live data server.
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH` on every live data server.
     pub fn script_flush(&self) {
         for server in self.servers.iter().filter(|s| s.is_live()) {
             server.script_flush();

@@ -568,10 +568,17 @@ impl RedisServer {
         self.expect_ok(&["FLUSHALL"]);
     }
 
-    /// `SCRIPT FLUSH`: empties the Lua script cache, so the next `EVALSHA`
-    /// gets `NOSCRIPT`.
+    /// `SCRIPT FLUSH` and `FUNCTION FLUSH`: empties the Lua script cache
+    /// and the function libraries, so the next `EVALSHA` gets `NOSCRIPT`
+    /// and the next `FCALL` `Function not found`. A replica refuses
+    /// `FUNCTION FLUSH` (`READONLY`): its master's flush reaches it.
     pub fn script_flush(&self) {
         self.expect_ok(&["SCRIPT", "FLUSH"]);
+        let reply = self.cli(&["FUNCTION", "FLUSH"]);
+        assert!(
+            reply.trim() == "OK" || reply.starts_with("READONLY"),
+            "redis-harness: FUNCTION FLUSH answered {reply:?}"
+        );
     }
 
     /// `DBSIZE` of database 0.

@@ -4,8 +4,10 @@
 //! the server dies fails and is never sent again; a frozen server fails
 //! checks with a timeout, on time; `AUTH` and `SELECT` on connect; dropping
 //! the store closes its connection. Concurrent checks share script runs
-//! (batches): a lost script, a dead server or a timeout never runs a check
-//! of a batch twice.
+//! (batches): a lost script or function library, a dead server or a
+//! timeout never runs a check of a batch twice. Runs go as functions,
+//! falling back to scripts where the user may not call them, and a user
+//! that may run neither is told so.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -296,11 +298,12 @@ fn window_count(server: &RedisServer, store: &RedisStore, rule: &Rule, key: &[u8
     }
 }
 
-/// `SCRIPT FLUSH` under concurrent checks of every algorithm (batches of
-/// one algorithm and of several): every batch answered `NOSCRIPT` is sent
-/// again by source, and each check runs exactly once: every one admitted,
-/// each key left exactly as the memory store is after the same checks,
-/// round after round.
+/// `SCRIPT FLUSH` and `FUNCTION FLUSH` under concurrent checks of every
+/// algorithm (batches of one algorithm and of several): every batch
+/// answered `Function not found` is sent again once the library is loaded
+/// again (and one answered `NOSCRIPT`, by source), and each check runs
+/// exactly once: every one admitted, each key left exactly as the memory
+/// store is after the same checks, round after round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_scripts_under_batches_run_each_check_exactly_once() {
     let server = RedisServer::start();
@@ -318,7 +321,7 @@ async fn lost_scripts_under_batches_run_each_check_exactly_once() {
     );
     let t0 = 1_764_000_000_000_000;
     for round in 0..6u64 {
-        assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).trim(), "OK");
+        server.script_flush();
         let t = t0 + round * 1_000_000;
         // Even rounds: each task checks one algorithm (single-script
         // batches); odd rounds: all five (mixed batches).
@@ -424,4 +427,68 @@ async fn batched_checks_that_time_out_never_run_twice() {
         let n = window_count(&server, &store, &rule, key.as_bytes());
         assert!(n <= 1, "{key} counted {n}: a check ran twice");
     }
+}
+
+/// Where the user may not call functions, checks (single, batched,
+/// multi-rule) and leases run as scripts; where it may run neither
+/// functions nor scripts, a check fails with an error that says so, and
+/// nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
+    let server = RedisServer::start();
+    let calls = |command: &str| -> u64 {
+        let stats = server.cli(&["INFO", "commandstats"]);
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    let rule = window("refused", 100);
+    assert!(
+        store
+            .check(&rule, b"k", 1, None)
+            .await
+            .expect("decided")
+            .allowed
+    );
+    assert_eq!(calls("fcall"), 2, "Function not found, then the call");
+    assert_eq!(calls("evalsha") + calls("eval"), 0);
+
+    assert_eq!(
+        server.cli(&["ACL", "SETUSER", "default", "-fcall"]).trim(),
+        "OK"
+    );
+    let checks = (0..20).map(|_| store.check(&rule, b"k", 1, None));
+    for d in futures_util::future::join_all(checks).await {
+        assert!(d.expect("decided by script").allowed);
+    }
+    assert!(calls("evalsha") + calls("eval") >= 1, "ran as scripts");
+    assert_eq!(
+        window_count(&server, &store, &rule, b"k"),
+        21,
+        "each check once"
+    );
+
+    assert_eq!(
+        server
+            .cli(&["ACL", "SETUSER", "default", "-evalsha", "-eval"])
+            .trim(),
+        "OK"
+    );
+    let e = store
+        .check(&rule, b"k", 1, None)
+        .await
+        .expect_err("no way to run a script");
+    assert!(
+        e.to_string().contains("Redis refuses tollgate's scripts"),
+        "{e}"
+    );
+    assert_eq!(
+        window_count(&server, &store, &rule, b"k"),
+        21,
+        "nothing written"
+    );
 }

@@ -109,7 +109,9 @@ async fn decisions_equal_the_memory_store_on_random_traces() {
 /// Script runs (`EVALSHA` + `EVAL`) `server` counted since its last
 /// `CONFIG RESETSTAT`.
 fn script_runs(server: &RedisServer) -> u64 {
-    command_calls(server, "evalsha") + command_calls(server, "eval")
+    command_calls(server, "fcall")
+        + command_calls(server, "evalsha")
+        + command_calls(server, "eval")
 }
 
 /// How many times redis-server ran `command` since the last
@@ -235,6 +237,26 @@ async fn warmed_gcra(prefix: &str, limit: u64) -> (RedisServer, RedisStore, Rule
     (server, redis, rule)
 }
 
+/// As [`warmed_gcra`], the store's user refused `FCALL`: checks go as
+/// scripts (`EVALSHA`), as on a Redis without functions.
+async fn warmed_gcra_scripts(prefix: &str, limit: u64) -> (RedisServer, RedisStore, Rule) {
+    let server = RedisServer::start();
+    assert_eq!(
+        server.cli(&["ACL", "SETUSER", "default", "-fcall"]).trim(),
+        "OK"
+    );
+    let redis = connect(&server, prefix).await;
+    let rule = RuleSpec::new("r", Algorithm::Gcra, limit, Duration::from_secs(60))
+        .build()
+        .expect("rule");
+    redis
+        .check(&rule, b"warm", 0, Some(EPOCH))
+        .await
+        .expect("warm-up by script");
+    assert!(command_calls(&server, "evalsha") + command_calls(&server, "eval") >= 1);
+    (server, redis, rule)
+}
+
 /// A check that fails inside a batch (its key holds a hash: `WRONGTYPE`)
 /// reports its own error; the checks before and after it in the same
 /// script run are decided (and written) as if it were not there. On a
@@ -325,10 +347,12 @@ async fn a_hot_gcra_key_is_read_and_written_once_a_batch() {
 /// Redis refuses the script's first write), every check of that key from
 /// the first one that consumed on reports the error, since nothing it
 /// consumed was kept; checks before it, and of other keys that wrote
-/// nothing, keep their decisions; and nothing was written.
+/// nothing, keep their decisions; and nothing was written. Scripts only:
+/// the user may not `FCALL` here (a function that writes is refused whole
+/// under `maxmemory`: the next test).
 #[tokio::test]
 async fn a_failed_write_fails_the_checks_that_depend_on_it() {
-    let (server, redis, rule) = warmed_gcra("oom", 2).await;
+    let (server, redis, rule) = warmed_gcra_scripts("oom", 2).await;
     assert_eq!(
         server.cli(&["CONFIG", "SET", "maxmemory", "1"]).trim(),
         "OK"
@@ -363,6 +387,47 @@ async fn a_failed_write_fails_the_checks_that_depend_on_it() {
         "OK"
     );
     // Nothing was consumed: `a` starts full.
+    let memory = MemoryStore::new();
+    for cost in [2, 1] {
+        let expected = memory.check_sync(&rule, b"a", cost, Some(EPOCH));
+        let got = redis.check(&rule, b"a", cost, Some(EPOCH)).await;
+        assert_eq!(got.expect("decided"), expected, "cost {cost}");
+    }
+    assert_no_key_without_ttl(&server);
+}
+
+/// Under `maxmemory`, Redis refuses a function that may write before it
+/// runs: a batch run as one fails whole, with the server's OOM error, and
+/// consumes nothing.
+#[tokio::test]
+async fn a_function_refused_for_memory_fails_its_batch_and_writes_nothing() {
+    let (server, redis, rule) = warmed_gcra("oomf", 2).await;
+    assert!(
+        command_calls(&server, "fcall") >= 1,
+        "checks run as a function"
+    );
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "1"]).trim(),
+        "OK"
+    );
+    let checks: [(&[u8], u64); 4] = [(b"a", 0), (b"a", 1), (b"b", 0), (b"a", 1)];
+    let got = futures_util::future::join_all(
+        checks
+            .iter()
+            .map(|&(key, cost)| redis.check(&rule, key, cost, Some(EPOCH))),
+    )
+    .await;
+    for ((key, cost), got) in checks.iter().zip(got) {
+        let e = got.expect_err("refused whole");
+        assert!(
+            e.to_string().contains("OOM"),
+            "key {key:?} cost {cost}: {e}"
+        );
+    }
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "0"]).trim(),
+        "OK"
+    );
     let memory = MemoryStore::new();
     for cost in [2, 1] {
         let expected = memory.check_sync(&rule, b"a", cost, Some(EPOCH));

@@ -47,11 +47,11 @@ impl RedisStore {
             // May share a script run with other checks (see `conn/`).
             Backend::Lean(conn) => {
                 let (code, prefix) = (scripts::code(rule.algorithm()), &*self.inner.prefix);
-                lean_eval(conn, |by_sha| {
+                lean_eval(conn, |via| {
                     let encode = move |out: &mut Vec<u8>, cache: &mut RuleCache| {
                         encode_check(out, cache, prefix, rule, key, cost)
                     };
-                    conn.check(code, by_sha, at, encode)
+                    conn.check(code, via, at, encode)
                 })
                 .await?
             }

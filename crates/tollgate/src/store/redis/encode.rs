@@ -3,7 +3,7 @@
 
 use super::keys;
 use super::resp::{Args, Encoder};
-use super::scripts::{self, Script, push_common_args};
+use super::scripts::{self, Script, Via, push_common_args};
 use crate::rule::{Algorithm, Rule};
 use crate::time::Micros;
 
@@ -332,14 +332,14 @@ fn push_charge_args(a: &mut impl Args, rule: &Rule, cost: u64) {
     }
 }
 
-/// Appends `run` of `script` (by hash, or with `by_sha` false by source)
+/// Appends `run` of `script` (as a function, by hash or by source: `via`)
 /// as one RESP command; a single check's rule-dependent bytes come from
 /// (and go to) `cache`.
 pub(super) fn encode_run(
     out: &mut Vec<u8>,
     cache: &mut RuleCache,
     script: &Script,
-    by_sha: bool,
+    via: Via,
     prefix: &str,
     margin_ms: u64,
     run: Run<'_, '_>,
@@ -354,13 +354,13 @@ pub(super) fn encode_run(
     };
     let Some((rule, key, cost)) = single else {
         let mut e = Encoder::command(out, 3 + run.args());
-        e.encoded(script.head(by_sha));
+        e.encoded(script.head(via));
         e.uint(run.keys() as u64);
         script_args(&mut e, prefix, margin_ms, run);
         return;
     };
     let cached = cache.get(prefix, rule);
-    Encoder::append(out).encoded(script.head_one_key(by_sha));
+    Encoder::append(out).encoded(script.head_one_key(via));
     encode_key(out, cached, key);
     push_common_args(&mut Encoder::append(out), 1, margin_ms, run.mode, run.at);
     encode_pair(out, cached, rule, cost);
@@ -418,6 +418,18 @@ mod tests {
     use super::*;
     use crate::rule::RuleSpec;
     use crate::store::redis::scripts::Scripts;
+
+    /// The start of `script`'s command run `via`, as redis-rs sends it.
+    fn named(script: &Script, via: Via) -> redis::Cmd {
+        let (verb, body) = match via {
+            Via::Function => ("FCALL", scripts::LIBRARY.name.as_str()),
+            Via::Sha => ("EVALSHA", script.sha.as_str()),
+            Via::Source => ("EVAL", script.source),
+        };
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(body);
+        cmd
+    }
 
     /// The lean connection's commands are byte for byte what redis-rs
     /// sends for the same run.
@@ -490,7 +502,7 @@ mod tests {
             }
             for at in [None, Some(1_764_000_000_000_000)] {
                 for &(mode, extra) in &extras {
-                    for (by_sha, verb) in [(true, "EVALSHA"), (false, "EVAL")] {
+                    for via in [Via::Function, Via::Sha, Via::Source] {
                         let script = &scripts.multi;
                         let run = Run {
                             pairs,
@@ -499,10 +511,9 @@ mod tests {
                             extra,
                         };
                         let mut lean = Vec::new();
-                        encode_run(&mut lean, &mut cache, script, by_sha, "tg", 600_000, run);
-                        let mut cmd = redis::cmd(verb);
-                        let body = if by_sha { &script.sha } else { script.source };
-                        cmd.arg(body).arg(run.keys());
+                        encode_run(&mut lean, &mut cache, script, via, "tg", 600_000, run);
+                        let mut cmd = named(script, via);
+                        cmd.arg(run.keys());
                         script_args(&mut cmd, "tg", 600_000, run);
                         assert_eq!(
                             String::from_utf8_lossy(&lean),
@@ -545,7 +556,7 @@ mod tests {
             &same[..],
         ] {
             for at in [None, Some(1_764_000_000_000_000)] {
-                for by_sha in [true, false] {
+                for via in [Via::Function, Via::Sha, Via::Source] {
                     let (mut parts, mut key_lens) = (Vec::new(), Vec::new());
                     for &(rule, key, cost) in run {
                         let mut part = Vec::new();
@@ -558,7 +569,7 @@ mod tests {
                     scripts.write_checks(
                         &mut lean,
                         all_same.then(|| scripts::code(code)),
-                        by_sha,
+                        via,
                         at.map(|t| (t, 600_000)),
                         parts.iter().zip(&key_lens).map(|(p, &k)| &p[..k]),
                         parts.iter().zip(&key_lens).map(|(p, &k)| &p[k..]),
@@ -568,8 +579,7 @@ mod tests {
                     } else {
                         &scripts.multi
                     };
-                    let mut cmd = redis::cmd(if by_sha { "EVALSHA" } else { "EVAL" });
-                    cmd.arg(if by_sha { &script.sha } else { script.source });
+                    let mut cmd = named(script, via);
                     cmd.arg(run.len());
                     for &(rule, key, _) in run {
                         cmd.arg(keys::redis_key("tg", rule.name(), rule.algorithm(), key));

@@ -8,10 +8,10 @@ use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 use super::conn::{self, Conn};
 use super::encode::{Extra, Pair, Pairs, RuleCache, Run, encode_run, script_args};
 use super::resp::{Ints, Reply};
-use super::scripts::Script;
+use super::scripts::{LIBRARY, Script, Via};
 use super::{Backend, RedisStore, protocol, store_error};
 use crate::decision::Decision;
-use crate::error::StoreError;
+use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::Rule;
 use crate::time::Micros;
 
@@ -101,35 +101,88 @@ impl RedisStore {
             };
             return Ok(Ints::Heap(reply));
         };
-        lean_eval(conn, |by_sha| {
+        lean_eval(conn, |via| {
             conn.call(move |out: &mut Vec<u8>, cache: &mut RuleCache| {
-                encode_run(out, cache, script, by_sha, prefix, margin_ms, run);
+                encode_run(out, cache, script, via, prefix, margin_ms, run);
             })
         })
         .await
     }
 }
 
-/// Runs a script on the lean connection through `call(by_sha)`, falling
-/// back from `EVALSHA` to `EVAL` on `NOSCRIPT` (nothing ran), and, behind
-/// Sentinel, trying once more on `READONLY` (the master was demoted;
-/// nothing ran, and the connection looks the new master up).
+/// Runs a script on the lean connection through `call(via)`: as the
+/// library's function while the server takes them (on `Function not
+/// found`, nothing ran: the library is loaded and the call made again);
+/// by hash where it has no functions or refuses them, falling back to the
+/// source on `NOSCRIPT` (nothing ran); behind Sentinel, trying once more
+/// on `READONLY` (the master was demoted; nothing ran, and the connection
+/// looks the new master up). A server that refuses scripts altogether
+/// gets a clear error (docs/redis-store.md, "Functions").
 pub(super) async fn lean_eval<F, C>(conn: &Conn, mut call: F) -> Result<Ints, StoreError>
 where
-    F: FnMut(bool) -> C,
+    F: FnMut(Via) -> C,
     C: Future<Output = Result<Reply, StoreError>>,
 {
-    let (mut by_sha, mut retried) = (true, false);
+    let (mut via, mut loaded, mut retried) = (conn.via(), false, false);
     loop {
-        match call(by_sha).await? {
+        match call(via).await? {
             Reply::Ints(ints) => return Ok(ints),
-            Reply::Error(e) if by_sha && e.starts_with("NOSCRIPT") => by_sha = false,
+            Reply::Error(e) if via == Via::Function => {
+                let missing = e.starts_with("ERR Function not found");
+                if missing && !loaded {
+                    loaded = true;
+                    if load_library(conn).await? {
+                        continue;
+                    }
+                    conn.without_functions();
+                } else if refuses(&e) {
+                    conn.without_functions();
+                } else if !missing {
+                    return Err(conn::server_error(&e));
+                }
+                via = Via::Sha;
+            }
+            Reply::Error(e) if via == Via::Sha && e.starts_with("NOSCRIPT") => via = Via::Source,
             Reply::Error(e) if !retried && e.starts_with("READONLY") && conn.follows_sentinel() => {
                 retried = true;
+            }
+            Reply::Error(e) if refuses(&e) => {
+                return Err(StoreError::new(
+                    StoreErrorKind::Protocol,
+                    format!(
+                        "Redis refuses tollgate's scripts ({e}): tollgate needs FUNCTION LOAD \
+                         and FCALL (Redis 7), or EVALSHA and EVAL, for its user"
+                    ),
+                ));
             }
             Reply::Error(e) => return Err(conn::server_error(&e)),
             Reply::Other(v) => return Err(protocol(format!("the script answered {v:?}"))),
         }
+    }
+}
+
+/// Whether a server's error says it does not know a command or will not
+/// let this user run it (so asking again the same way is worthless).
+fn refuses(e: &str) -> bool {
+    e.starts_with("NOPERM") || e.contains("unknown command") || e.contains("unknown subcommand")
+}
+
+/// Loads the function library; false when the server refuses it (then
+/// the connection goes on by hash). Loaded already (by another caller, or
+/// another replica) counts as loaded.
+async fn load_library(conn: &Conn) -> Result<bool, StoreError> {
+    let load = &LIBRARY.load;
+    match conn
+        .call(move |out: &mut Vec<u8>, _: &mut RuleCache| out.extend_from_slice(load))
+        .await?
+    {
+        Reply::Error(e) if e.contains("already exists") => Ok(true),
+        Reply::Error(e) if refuses(&e) => Ok(false),
+        Reply::Error(e) => Err(conn::server_error(&format!(
+            "{e} (loading the function library {})",
+            LIBRARY.name
+        ))),
+        _ => Ok(true),
     }
 }
 

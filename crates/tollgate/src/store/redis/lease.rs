@@ -23,6 +23,7 @@ struct LeaseScript {
 
 static LEASE: LazyLock<LeaseScript> = LazyLock::new(|| {
     let source = concat!(
+        "local EVAL = true\n",
         include_str!("scripts/prelude.lua"),
         include_str!("scripts/gcra.lua"),
         include_str!("scripts/token_bucket.lua"),

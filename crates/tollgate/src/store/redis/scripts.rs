@@ -1,26 +1,96 @@
-//! The Lua scripts, composed from one file per algorithm and run by hash.
+//! The Lua scripts, composed from one file per algorithm, and the function
+//! library holding all of them.
 //!
-//! Each runnable script is `prelude.lua` + the algorithm file(s) +
-//! `check.lua`: one script per algorithm for single-rule checks, and one
-//! holding all five for multi-rule checks. They are sent with `EVALSHA`; on
-//! `NOSCRIPT` (after a restart, a failover or `SCRIPT FLUSH`) the store falls
-//! back to `EVAL`, which also caches the script again.
+//! Each script is `prelude.lua` + the algorithm file(s) + `check.lua`,
+//! whose `main` is one run: one script per algorithm for single-rule
+//! checks, and one holding all six for multi-rule checks. The same files
+//! also make ONE function library (Redis 7 functions): its definitions run
+//! once, when it is loaded, where a script re-runs them on every call.
+//!
+//! On the lean connection a run is an `FCALL` of the library's function;
+//! on `Function not found` (a restart, a failover, `FUNCTION FLUSH`) the
+//! connection loads the library and calls again; where Redis has no
+//! functions (before 7) or refuses them, `EVALSHA` of the script; on
+//! `NOSCRIPT`, `EVAL`, which also caches the script again. Cluster and TLS
+//! (redis-rs) run scripts. See docs/redis-store.md, "Functions".
 //!
 //! Concurrent single checks share one run in batch mode (see `conn/` and
 //! [`Scripts::write_checks`]).
 
-use super::resp::{Args, Encoder};
+use std::sync::LazyLock;
+
+use super::resp::{Args, Encoder, command};
 use crate::rule::{Algorithm, Rule};
 use crate::time::Micros;
 
+/// A script for `EVAL`: the files, then a call of `main` on the script's
+/// keys and arguments.
 macro_rules! script {
     ($($file:literal),*) => {
         concat!(
+            "local EVAL = true\n",
             include_str!("scripts/prelude.lua"),
             $(include_str!(concat!("scripts/", $file)),)*
-            include_str!("scripts/check.lua")
+            include_str!("scripts/check.lua"),
+            "return main(KEYS, ARGV)\n"
         )
     };
+}
+
+/// How a run names what it runs: the library's function (`FCALL`), the
+/// script's hash (`EVALSHA`) or its source (`EVAL`). Ordered from the
+/// fallback up: a batch of checks goes the lowest way any of them asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Via {
+    /// `EVAL source`: the server lost the script.
+    Source,
+    /// `EVALSHA sha`.
+    Sha,
+    /// `FCALL function`.
+    Function,
+}
+
+/// The function library: every algorithm and `check.lua`, its `main`
+/// registered under the library's own name, which carries a hash of the
+/// files (so two versions of tollgate on one Redis each keep theirs).
+pub(crate) struct Library {
+    /// The library's name, also its function's.
+    pub(crate) name: String,
+    /// `FUNCTION LOAD source`, RESP-encoded.
+    pub(crate) load: Vec<u8>,
+    /// `FCALL name`, RESP-encoded.
+    fcall: Vec<u8>,
+}
+
+/// The library every connection loads.
+pub(crate) static LIBRARY: LazyLock<Library> = LazyLock::new(|| {
+    let body = concat!(
+        include_str!("scripts/prelude.lua"),
+        include_str!("scripts/gcra.lua"),
+        include_str!("scripts/token_bucket.lua"),
+        include_str!("scripts/fixed_window.lua"),
+        include_str!("scripts/sliding_window.lua"),
+        include_str!("scripts/sliding_log.lua"),
+        include_str!("scripts/concurrency.lua"),
+        include_str!("scripts/check.lua"),
+    );
+    let sha = sha1_smol::Sha1::from(body).digest().to_string();
+    let name = format!("tollgate_{}", &sha[..16]);
+    let source = format!(
+        "#!lua name={name}\nlocal EVAL = false\n{body}redis.register_function('{name}', main)\n"
+    );
+    let mut load = Vec::new();
+    command(&mut load, &[b"FUNCTION", b"LOAD", source.as_bytes()]);
+    Library {
+        fcall: bulk_pair("FCALL", &name),
+        load,
+        name,
+    }
+});
+
+/// `$len verb $len body`, RESP-encoded: a command's first two arguments.
+fn bulk_pair(verb: &str, body: &str) -> Vec<u8> {
+    format!("${}\r\n{verb}\r\n${}\r\n{body}\r\n", verb.len(), body.len()).into_bytes()
 }
 
 /// One script's source and its SHA-1.
@@ -36,16 +106,15 @@ pub(crate) struct Script {
     one_by_sha: Vec<u8>,
     /// The start of a one-key run: `*14`, `EVAL source 1`.
     one_by_source: Vec<u8>,
+    /// The start of a one-key run: `*14`, `FCALL function 1`.
+    one_by_function: Vec<u8>,
 }
 
 impl Script {
     fn new(source: &'static str) -> Self {
         let sha = sha1_smol::Sha1::from(source).digest().to_string();
-        let encode = |verb: &str, body: &str| {
-            format!("${}\r\n{verb}\r\n${}\r\n{body}\r\n", verb.len(), body.len()).into_bytes()
-        };
-        let by_sha = encode("EVALSHA", &sha);
-        let by_source = encode("EVAL", source);
+        let by_sha = bulk_pair("EVALSHA", &sha);
+        let by_source = bulk_pair("EVAL", source);
         // 14 arguments: the verb, the script, 1 key, the key, 4 common
         // arguments and 6 for the pair (see check.lua).
         let one = |head: &[u8]| [b"*14\r\n", head, b"$1\r\n1\r\n"].concat();
@@ -53,6 +122,7 @@ impl Script {
             source,
             one_by_sha: one(&by_sha),
             one_by_source: one(&by_source),
+            one_by_function: one(&LIBRARY.fcall),
             by_sha,
             by_source,
             sha,
@@ -60,22 +130,22 @@ impl Script {
     }
 
     /// The start of a run over one key, RESP-encoded: the command header,
-    /// `EVALSHA sha` (or with `by_sha` false `EVAL source`), and `1`.
-    pub(crate) fn head_one_key(&self, by_sha: bool) -> &[u8] {
-        if by_sha {
-            &self.one_by_sha
-        } else {
-            &self.one_by_source
+    /// the verb and what it names (see [`Via`]), and `1`.
+    pub(crate) fn head_one_key(&self, via: Via) -> &[u8] {
+        match via {
+            Via::Function => &self.one_by_function,
+            Via::Sha => &self.one_by_sha,
+            Via::Source => &self.one_by_source,
         }
     }
 
-    /// The first two arguments of a run, RESP-encoded: `EVALSHA sha`, or
-    /// with `by_sha` false `EVAL source`.
-    pub(crate) fn head(&self, by_sha: bool) -> &[u8] {
-        if by_sha {
-            &self.by_sha
-        } else {
-            &self.by_source
+    /// The first two arguments of a run, RESP-encoded: `FCALL function`,
+    /// `EVALSHA sha` or `EVAL source`.
+    pub(crate) fn head(&self, via: Via) -> &[u8] {
+        match via {
+            Via::Function => &LIBRARY.fcall,
+            Via::Sha => &self.by_sha,
+            Via::Source => &self.by_source,
         }
     }
 }
@@ -144,7 +214,7 @@ impl Scripts {
         &self,
         out: &mut Vec<u8>,
         code: Option<u8>,
-        by_sha: bool,
+        via: Via,
         at: Option<(Micros, u64)>,
         keys: impl ExactSizeIterator<Item = &'a [u8]>,
         args: impl Iterator<Item = &'a [u8]>,
@@ -157,7 +227,7 @@ impl Scripts {
         let (t, margin_ms) = at.unzip();
         if n == 1 {
             let mut e = Encoder::append(out);
-            e.encoded(script.head_one_key(by_sha));
+            e.encoded(script.head_one_key(via));
             for key in keys {
                 e.encoded(key);
             }
@@ -182,7 +252,7 @@ impl Scripts {
             refs.push(u8::try_from(i + 1).unwrap_or(u8::MAX));
         }
         let mut e = Encoder::command(out, 8 + n + 6 * tuples.len());
-        e.encoded(script.head(by_sha));
+        e.encoded(script.head(via));
         e.uint(n as u64);
         for key in keys {
             e.encoded(key);

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::super::resp::{self, Ints, Reply, Value};
+use super::super::scripts::Via;
 use super::handshake::{Opened, open};
 use super::sentinel::{Announce, watch};
 use super::{
@@ -380,14 +382,19 @@ impl Driver {
                 Part::Whole => 0,
             };
             let same = batch.iter().all(|s| code(s) == code(first));
-            let by_sha = batch
+            let via = batch
                 .iter()
-                .all(|s| matches!(s.part, Part::Check { by_sha: true, .. }));
+                .map(|s| match s.part {
+                    Part::Check { via, .. } => via,
+                    Part::Whole => Via::Source,
+                })
+                .min()
+                .unwrap_or(Via::Source);
             let checks = &self.shared.checks;
             checks.scripts.write_checks(
                 &mut self.wbuf,
                 same.then(|| code(first)),
-                by_sha,
+                via,
                 at(first).flatten().map(|t| (t, checks.margin_ms)),
                 batch.iter().map(|s| split(s).0),
                 batch.iter().map(|s| split(s).1),
@@ -462,6 +469,8 @@ impl Driver {
         self.node = Some(node);
         self.commands_out = 0;
         self.backoff = MIN_BACKOFF;
+        // A new server may take functions (see `Conn::via`).
+        self.shared.functions.store(true, Ordering::Relaxed);
         self.last_reply = now;
         self.rstart = 0;
         self.rend = 0;

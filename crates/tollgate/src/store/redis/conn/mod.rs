@@ -60,6 +60,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -67,7 +68,7 @@ use parking_lot::Mutex;
 
 use super::encode::RuleCache;
 use super::resp::Reply;
-use super::scripts::Scripts;
+use super::scripts::{Scripts, Via};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::{Credentials, HostPort};
 use crate::time::Micros;
@@ -139,6 +140,9 @@ struct Shared {
     config: Config,
     /// How checks are written.
     checks: Checks,
+    /// Whether runs go as `FCALL` (the server has functions and lets us
+    /// use them; set again on every new connection: see [`Conn::via`]).
+    functions: AtomicBool,
 }
 
 /// What the driver needs to write checks (see [`Conn::check`]).
@@ -185,8 +189,8 @@ pub(super) enum Part {
         key_len: u32,
         /// The algorithm's script code (`scripts::code`).
         code: u8,
-        /// Run by hash (else by source: the server lost its scripts).
-        by_sha: bool,
+        /// How its run names the script (see [`Via`]).
+        via: Via,
         /// Its explicit time, or `None` for the server's.
         at: Option<Micros>,
     },
@@ -304,6 +308,7 @@ impl Conn {
             }),
             config,
             checks,
+            functions: AtomicBool::new(true),
         });
         tokio::spawn(Driver::new(shared.clone(), opened));
         Ok(Self { shared })
@@ -338,7 +343,7 @@ impl Conn {
     pub(super) fn check<E: FnOnce(&mut Vec<u8>, &mut RuleCache) -> usize + Unpin>(
         &self,
         code: u8,
-        by_sha: bool,
+        via: Via,
         at: Option<Micros>,
         encode: E,
     ) -> Call<'_, impl FnOnce(&mut Vec<u8>, &mut RuleCache) -> Part + Unpin> {
@@ -349,12 +354,28 @@ impl Conn {
                 Part::Check {
                     key_len: u32::try_from(key_len).unwrap_or(u32::MAX),
                     code,
-                    by_sha,
+                    via,
                     at,
                 }
             }),
             slot: None,
         }
+    }
+
+    /// How a run names its script now: as the library's function while
+    /// this connection's server takes functions, else by hash.
+    pub(super) fn via(&self) -> Via {
+        if self.shared.functions.load(Ordering::Relaxed) {
+            Via::Function
+        } else {
+            Via::Sha
+        }
+    }
+
+    /// Runs go by hash on this connection from now on (until it
+    /// reconnects): its server has no functions, or refuses them.
+    pub(super) fn without_functions(&self) {
+        self.shared.functions.store(false, Ordering::Relaxed);
     }
 
     /// Whether the master is found through Sentinel (a `READONLY` reply is

@@ -1,19 +1,16 @@
 -- tollgate: the body shared by every script: decide every pair against one
--- snapshot, then write only if every pair admits (all-or-nothing).
-local t = tonumber(ARGV[1])
-if t == nil then
-  local now = redis.call('TIME')
-  t = tonumber(now[1]) * 1000000 + tonumber(now[2])
-end
-local n = tonumber(ARGV[3])
-local mode = ARGV[4]
+-- snapshot, then write only if every pair admits (all-or-nothing). `main`
+-- is one run; a script calls it on KEYS and ARGV, a function library
+-- registers it (see scripts.rs).
+
+-- The run's time (µs) and its argument strings' numbers (see `arg`).
+local t, nums
 
 -- Each argument string's number, converted once per run: a multi-rule run
 -- may repeat parameters, and tonumber of a long decimal string is one of
 -- the dearer steps of a check (two strtod calls).
-local nums = {}
 local function arg(j)
-  local s = ARGV[j]
+  local s = A[j]
   local v = nums[s]
   if v == nil then
     v = tonumber(s)
@@ -41,8 +38,8 @@ end
 -- growing a table one element at a time costs Redis's Lua more than the
 -- elements).
 local function pair_one()
-  return tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
-    tonumber(ARGV[9]), tonumber(ARGV[10])
+  return tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), tonumber(A[8]),
+    tonumber(A[9]), tonumber(A[10])
 end
 
 -- what a check of zero cost reports (for gcra and token_bucket p1 is the
@@ -50,360 +47,372 @@ end
 local function peek(i)
   local code, _, p1, p2, p3, p4 = pair(i)
   if code == 1 or code == 2 then p1 = 0 end
-  local allowed, remaining, reset, retry = algo_of(code)(KEYS[i], 0, p1, p2, p3, p4, t)
+  local allowed, remaining, reset, retry = algo_of(code)(K[i], 0, p1, p2, p3, p4, t)
   return { allowed, remaining, reset, retry }
 end
 
-local out = {}
-if mode == 'b' then
-  -- Batch: ARGV[5] holds one byte per pair, the (1-based) index of its six
-  -- arguments among the distinct tuples that follow (a batch's checks
-  -- mostly share one rule and cost: each tuple is sent, and converted to
-  -- numbers, once per run). Every pair is decided in order, and a later
-  -- pair on the same key sees what an earlier one consumed; the reply is
-  -- built as it goes.
-  -- A key whose algorithm has a pure decision (PURE: GCRA, one stored
-  -- number) is read once and written once per run: `state[key]` is its
-  -- number as the run's earlier pairs left it (false: none; negated once
-  -- a pair consumed from it, which also puts the key in `dirty`), and the keys
-  -- in `dirty` are written after the last pair, with their last value.
-  -- What Redis holds afterwards is exactly what a write after each pair
-  -- would leave (the run is atomic, and the last value of a key is its
-  -- largest TAT, with the longest TTL), for one GET and one SET a key
-  -- instead of a GET and a SET a pair: a hot key's batch costs Redis about
-  -- as much as one check. Any other pair is written as soon as it admits.
-  local refs, tuples = ARGV[5], {}
-  for j = 1, (#ARGV - 5) / 6 do
-    local b = 5 + (j - 1) * 6
-    tuples[j] = { tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]),
-                  tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]) }
+local function main(keys, argv)
+  begin(keys, argv)
+  t = tonumber(A[1])
+  if t == nil then
+    local now = redis.call('TIME')
+    t = tonumber(now[1]) * 1000000 + tonumber(now[2])
   end
-  local byte = string.byte
-  local reply = { t }
-  local done = 0
-  local state, dirty = {}, {}
-  local function fail(i, e)
-    if type(e) == 'table' and e.err then e = e.err end
-    local r = 4 * i - 2
-    reply[r] = tostring(e)
-    reply[r + 1] = 0
-    reply[r + 2] = 0
-    reply[r + 3] = 0
-  end
-  -- Decides pairs done+1..n; one pcall for the whole run, not one per pair.
-  local function run()
-    for i = done + 1, n do
-      local p = tuples[byte(refs, i)]
-      local code, cost, key = p[1], p[2], KEYS[i]
-      local pure = PURE[code]
-      local allowed, remaining, reset, retry
-      if pure then
-        local stored, created = state[key], false
-        if stored == nil then
-          if NX_GET and cost > 0 and cost <= p[6] and p[3] <= p[4] then
-            -- A check of a key that does not exist is admitted (GCRA:
-            -- cost <= burst and increment <= tau) and leaves t + increment:
-            -- write that unless the key exists, and read it if it does, in
-            -- one command. Checks of many keys mostly find theirs gone (a
-            -- key lives until its TAT): this halves their commands.
-            local old = rcall('SET', key, num(t + p[3]), 'NX', 'PX', ttl_ms(p[3]), 'GET')
-            if old then stored = tonumber(old) else created = true end
-          else
-            stored = tonumber(rcall('GET', key))
-          end
-          -- a TAT at or before t counts as none (and so every number kept
-          -- in `state` is above t >= 0: its sign is free to mark dirt)
-          if not stored or stored <= t then stored = false end
-          state[key] = stored
-        elseif stored and stored < 0 then
-          stored = -stored
-        end
-        local after
-        allowed, remaining, reset, retry, after = pure(stored, cost, p[3], p[4], p[5], p[6], t)
-        if created then
-          -- written already, and clean: what Redis holds
-          state[key] = after
-        elseif allowed and cost > 0 then
-          local s = state[key]
-          if not s or s > 0 then dirty[#dirty + 1] = key end
-          state[key] = -after
-        end
-      else
-        local write
-        allowed, remaining, reset, retry, write = algo_of(code)(key, cost, p[3], p[4], p[5], p[6], t)
-        if allowed and cost > 0 then write() end
-      end
+  local n = tonumber(A[3])
+  local mode = A[4]
+  nums = {}
+
+  local out = {}
+  if mode == 'b' then
+    -- Batch: A[5] holds one byte per pair, the (1-based) index of its six
+    -- arguments among the distinct tuples that follow (a batch's checks
+    -- mostly share one rule and cost: each tuple is sent, and converted to
+    -- numbers, once per run). Every pair is decided in order, and a later
+    -- pair on the same key sees what an earlier one consumed; the reply is
+    -- built as it goes.
+    -- A key whose algorithm has a pure decision (PURE: GCRA, one stored
+    -- number) is read once and written once per run: `state[key]` is its
+    -- number as the run's earlier pairs left it (false: none; negated once
+    -- a pair consumed from it, which also puts the key in `dirty`), and the keys
+    -- in `dirty` are written after the last pair, with their last value.
+    -- What Redis holds afterwards is exactly what a write after each pair
+    -- would leave (the run is atomic, and the last value of a key is its
+    -- largest TAT, with the longest TTL), for one GET and one SET a key
+    -- instead of a GET and a SET a pair: a hot key's batch costs Redis about
+    -- as much as one check. Any other pair is written as soon as it admits.
+    local refs, tuples = A[5], {}
+    for j = 1, (#A - 5) / 6 do
+      local b = 5 + (j - 1) * 6
+      tuples[j] = { tonumber(A[b + 1]), tonumber(A[b + 2]), tonumber(A[b + 3]),
+                    tonumber(A[b + 4]), tonumber(A[b + 5]), tonumber(A[b + 6]) }
+    end
+    local byte = string.byte
+    local reply = { t }
+    local done = 0
+    local state, dirty = {}, {}
+    local function fail(i, e)
+      if type(e) == 'table' and e.err then e = e.err end
       local r = 4 * i - 2
-      reply[r] = allowed and 1 or 0
-      reply[r + 1] = remaining
-      reply[r + 2] = reset
-      reply[r + 3] = retry
-      done = i
+      reply[r] = tostring(e)
+      reply[r + 1] = 0
+      reply[r + 2] = 0
+      reply[r + 3] = 0
     end
-  end
-  while done < n do
-    local ok, e = pcall(run)
-    if not ok then
-      -- Pair done+1 failed (e.g. WRONGTYPE; redis.call raises a table
-      -- {err = …}): its error text and three zeros; the others go on.
-      done = done + 1
-      fail(done, e)
+    -- Decides pairs done+1..n; one pcall for the whole run, not one per pair.
+    local function run()
+      for i = done + 1, n do
+        local p = tuples[byte(refs, i)]
+        local code, cost, key = p[1], p[2], K[i]
+        local pure = PURE[code]
+        local allowed, remaining, reset, retry
+        if pure then
+          local stored, created = state[key], false
+          if stored == nil then
+            if NX_GET and cost > 0 and cost <= p[6] and p[3] <= p[4] then
+              -- A check of a key that does not exist is admitted (GCRA:
+              -- cost <= burst and increment <= tau) and leaves t + increment:
+              -- write that unless the key exists, and read it if it does, in
+              -- one command. Checks of many keys mostly find theirs gone (a
+              -- key lives until its TAT): this halves their commands.
+              local old = rcall('SET', key, num(t + p[3]), 'NX', 'PX', ttl_ms(p[3]), 'GET')
+              if old then stored = tonumber(old) else created = true end
+            else
+              stored = tonumber(rcall('GET', key))
+            end
+            -- a TAT at or before t counts as none (and so every number kept
+            -- in `state` is above t >= 0: its sign is free to mark dirt)
+            if not stored or stored <= t then stored = false end
+            state[key] = stored
+          elseif stored and stored < 0 then
+            stored = -stored
+          end
+          local after
+          allowed, remaining, reset, retry, after = pure(stored, cost, p[3], p[4], p[5], p[6], t)
+          if created then
+            -- written already, and clean: what Redis holds
+            state[key] = after
+          elseif allowed and cost > 0 then
+            local s = state[key]
+            if not s or s > 0 then dirty[#dirty + 1] = key end
+            state[key] = -after
+          end
+        else
+          local write
+          allowed, remaining, reset, retry, write = algo_of(code)(key, cost, p[3], p[4], p[5], p[6], t)
+          if allowed and cost > 0 then write() end
+        end
+        local r = 4 * i - 2
+        reply[r] = allowed and 1 or 0
+        reply[r + 1] = remaining
+        reply[r + 2] = reset
+        reply[r + 3] = retry
+        done = i
+      end
     end
-  end
-  -- One pcall for the writes too; a refused write (e.g. READONLY, OOM)
-  -- means nothing this run consumed from its key was kept: every pair on
-  -- that key from its first consuming one on (those that consumed, and
-  -- those decided on what they consumed) reports the error instead.
-  local written = 0
-  local function write()
-    for j = written + 1, #dirty do
-      local key = dirty[j]
-      local v = -state[key]
-      -- GCRA's write, as in gcra.lua (called through a function per key,
-      -- it cost redis-server ~1,100 more instructions a check on 10k keys)
-      rcall('SET', key, num(v), 'PX', ttl_ms(v - t))
-      written = j
+    while done < n do
+      local ok, e = pcall(run)
+      if not ok then
+        -- Pair done+1 failed (e.g. WRONGTYPE; redis.call raises a table
+        -- {err = …}): its error text and three zeros; the others go on.
+        done = done + 1
+        fail(done, e)
+      end
     end
-  end
-  while written < #dirty do
-    local ok, e = pcall(write)
-    if not ok then
-      written = written + 1
-      local key, from = dirty[written], n + 1
-      for i = 1, n do
-        if KEYS[i] == key then
-          local p = tuples[byte(refs, i)]
-          if from > n and p[2] > 0 and reply[4 * i - 2] == 1 then from = i end
-          if i >= from then fail(i, e) end
+    -- One pcall for the writes too; a refused write (e.g. READONLY, OOM)
+    -- means nothing this run consumed from its key was kept: every pair on
+    -- that key from its first consuming one on (those that consumed, and
+    -- those decided on what they consumed) reports the error instead.
+    local written = 0
+    local function write()
+      for j = written + 1, #dirty do
+        local key = dirty[j]
+        local v = -state[key]
+        -- GCRA's write, as in gcra.lua (called through a function per key,
+        -- it cost redis-server ~1,100 more instructions a check on 10k keys)
+        rcall('SET', key, num(v), 'PX', ttl_ms(v - t))
+        written = j
+      end
+    end
+    while written < #dirty do
+      local ok, e = pcall(write)
+      if not ok then
+        written = written + 1
+        local key, from = dirty[written], n + 1
+        for i = 1, n do
+          if K[i] == key then
+            local p = tuples[byte(refs, i)]
+            if from > n and p[2] > 0 and reply[4 * i - 2] == 1 then from = i end
+            if i >= from then fail(i, e) end
+          end
         end
       end
     end
-  end
-  return reply
-elseif mode == 'g' or mode == 'f' then
-  -- Charge (mode 'g'): every pair in turn (a later pair on the same key
-  -- sees the earlier one's units), never denied. Refund (mode 'f'): every
-  -- pair given its cost back, then read as a charge of nothing reads it.
-  -- The reply: t, then 6 per pair (units: 0 for a refund).
-  local function usage(i, code, cost, p1, p2, p3, p4)
-    local charge = CHARGES[code]
-    if charge == nil then
-      error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
+    return reply
+  elseif mode == 'g' or mode == 'f' then
+    -- Charge (mode 'g'): every pair in turn (a later pair on the same key
+    -- sees the earlier one's units), never denied. Refund (mode 'f'): every
+    -- pair given its cost back, then read as a charge of nothing reads it.
+    -- The reply: t, then 6 per pair (units: 0 for a refund).
+    local function usage(i, code, cost, p1, p2, p3, p4)
+      local charge = CHARGES[code]
+      if charge == nil then
+        error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
+      end
+      if mode == 'f' then
+        RETURNS[code](K[i], cost, p1, p2, p3, p4, t)
+        cost = 0
+      end
+      return charge(K[i], cost, p1, p2, p3, p4, t)
     end
-    if mode == 'f' then
-      RETURNS[code](KEYS[i], cost, p1, p2, p3, p4, t)
-      cost = 0
+    if n == 1 then
+      local remaining, reset, debt, units = usage(1, pair_one())
+      return { t, 1, remaining, reset, -1, debt, units }
     end
-    return charge(KEYS[i], cost, p1, p2, p3, p4, t)
-  end
-  if n == 1 then
-    local remaining, reset, debt, units = usage(1, pair_one())
-    return { t, 1, remaining, reset, -1, debt, units }
-  end
-  local reply = { t }
-  for i = 1, n do
-    local remaining, reset, debt, units = usage(i, pair(i))
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = -1
-    reply[#reply + 1] = debt
-    reply[#reply + 1] = units
-  end
-  return reply
-elseif mode == 'v' and n == 1 then
-  -- One reservation (several: with the checks, below).
-  local code, cost, p1, p2, p3, p4 = pair_one()
-  local allowed, remaining, reset, retry, write = algo_of(code)(KEYS[1], cost, p1, p2, p3, p4, t)
-  if allowed then
-    if cost > 0 then write() end
-    redis.call('SET', KEYS[2], '0:' .. ARGV[6] .. ':' .. string.format('%x', t) .. ':'
-      .. ARGV[11] .. ':' .. ARGV[12], 'PX', ARGV[13])
-  end
-  return { t, allowed and 1 or 0, remaining, reset, retry }
-elseif mode == 's' then
-  -- Settle (or cancel) a reservation: KEYS[n+i] are its records. Unknown
-  -- (a record missing or past its memory) or finished (settled before):
-  -- nothing changes. Else every pair: usage above its estimate charged;
-  -- below it given back unless late (past the ttl); a cancel (-1) gives
-  -- the whole estimate back. Reply: t, status (0 done, 1 unknown,
-  -- 2 finished), late (0/1), then 7 per pair: allowed, remaining,
-  -- reset_after, retry_after, debt, units charged, estimate.
-  --
-  -- A record "settled:estimate:made:ttl:remember" (see mode 'v'): its
-  -- state (0 open, 1 settled or unknown: nil) and, when open, the
-  -- estimate, the time made, the end of the ttl and of its memory.
-  local function record(rec)
-    if not rec then return nil end
-    if rec == '1' then return 1 end
-    local st, e, m, d, f = string.match(rec, '^(%d):(%d+):(%x+):(%x+):(%x+)$')
-    if st == nil then return nil end
-    m = tonumber(m, 16)
-    d = m + tonumber(d, 16)
-    f = d + tonumber(f, 16)
-    if t >= f then return nil end
-    if st ~= '0' then return 1 end
-    return 0, tonumber(e), m, d
-  end
-  -- Pair i's usage `actual` against its estimate e made at `made`.
-  local function settle(i, code, p1, p2, p3, p4, e, made, late, actual)
-    if actual >= e then
-      return CHARGES[code](KEYS[i], actual - e, p1, p2, p3, p4, t)
-    end
-    if not late then
-      local back = e
-      if actual > 0 then back = e - actual end
-      GIVEBACKS[code](KEYS[i], back, p1, p2, p3, p4, t, made)
-    end
-    return CHARGES[code](KEYS[i], 0, p1, p2, p3, p4, t)
-  end
-  if n == 1 then
-    -- At the server's time the record is read and closed in one call
-    -- (SET … GET), its value becoming "1"; the key's TTL still forgets
-    -- it. At an explicit time the record keeps its times once settled
-    -- (its first byte set to 1), so that its memory after the ttl is
-    -- counted on that clock, not on Redis's.
-    local at_once = ARGV[1] == ''
-    local rec
-    if at_once then
-      rec = redis.call('SET', KEYS[2], '1', 'XX', 'KEEPTTL', 'GET')
-    else
-      rec = redis.call('GET', KEYS[2])
-    end
-    local st, e, made, due = record(rec)
-    if st ~= 0 then return { t, st == nil and 1 or 2, 0 } end
-    if not at_once then redis.call('SETRANGE', KEYS[2], 0, '1') end
-    local late = t > due
-    local code, _, p1, p2, p3, p4 = pair_one()
-    local remaining, reset, debt, units =
-      settle(1, code, p1, p2, p3, p4, e, made, late, tonumber(ARGV[11]))
-    return { t, 0, late and 1 or 0, 1, remaining, reset, -1, debt, units, e }
-  end
-  local recs = {}
-  for i = 1, n do
-    local st, e, made, due = record(redis.call('GET', KEYS[n + i]))
-    if st == nil then return { t, 1, 0 } end
-    recs[i] = { st, e, made, due }
-  end
-  for i = 1, n do
-    if recs[i][1] ~= 0 then return { t, 2, 0 } end
-  end
-  local late = t > recs[1][4]
-  local reply = { t, 0, late and 1 or 0 }
-  local base = 4 + 6 * n
-  for i = 1, n do
-    redis.call('SETRANGE', KEYS[n + i], 0, '1')
-    local code, _, p1, p2, p3, p4 = pair(i)
-    local e = recs[i][2]
-    local remaining, reset, debt, units =
-      settle(i, code, p1, p2, p3, p4, e, recs[i][3], late, tonumber(ARGV[base + i]))
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = -1
-    reply[#reply + 1] = debt
-    reply[#reply + 1] = units
-    reply[#reply + 1] = e
-  end
-  return reply
-elseif mode == 'l' or mode == 'w' then
-  -- Release or renew lease ARGV[5 + 6n] on every pair: all of them live, or
-  -- nothing changes (status 1).
-  local id = ARGV[5 + 6 * n]
-  local found = {}
-  for i = 1, n do
-    local at, list = cc_find(KEYS[i], id, t)
-    if at == nil then return { t, 1 } end
-    found[i] = { at, list }
-  end
-  local reply = { t, 0 }
-  for i = 1, n do
-    local _, _, lease, limit = pair(i)
-    local allowed, remaining, reset, retry =
-      cc_end(KEYS[i], found[i][2], found[i][1], mode == 'w', lease, limit, t)
-    reply[#reply + 1] = allowed and 1 or 0
-    reply[#reply + 1] = remaining
-    reply[#reply + 1] = reset
-    reply[#reply + 1] = retry
-  end
-  return reply
-elseif mode == 'a' then
-  -- Acquire: every pair's decision first; when all admit, each takes a
-  -- lease of its cost with the id ARGV[5 + 6n].
-  local id = ARGV[5 + 6 * n]
-  local all = true
-  if n == 1 then
-    -- One pair decides and takes its lease in one look at the key.
-    local code, cost, lease, limit = pair(1)
-    if code ~= 6 then error('tollgate: only concurrency rules are acquired') end
-    local allowed, remaining, reset, retry = cc_acquire(KEYS[1], cost, lease, limit, id, t)
-    out[1] = { allowed, remaining, reset, retry }
-    n = 0
-  end
-  for i = 1, n do
-    local code, cost, lease, limit = pair(i)
-    if code ~= 6 then error('tollgate: only concurrency rules are acquired') end
-    local allowed, remaining, reset, retry = cc_decide(cc_live(KEYS[i], t), cost, lease, limit, t)
-    if not allowed then all = false end
-    out[i] = { allowed, remaining, reset, retry }
-  end
-  if all then
+    local reply = { t }
     for i = 1, n do
-      local _, cost, lease, limit = pair(i)
-      local allowed, remaining, reset, retry = cc_acquire(KEYS[i], cost, lease, limit, id, t)
+      local remaining, reset, debt, units = usage(i, pair(i))
+      reply[#reply + 1] = 1
+      reply[#reply + 1] = remaining
+      reply[#reply + 1] = reset
+      reply[#reply + 1] = -1
+      reply[#reply + 1] = debt
+      reply[#reply + 1] = units
+    end
+    return reply
+  elseif mode == 'v' and n == 1 then
+    -- One reservation (several: with the checks, below).
+    local code, cost, p1, p2, p3, p4 = pair_one()
+    local allowed, remaining, reset, retry, write = algo_of(code)(K[1], cost, p1, p2, p3, p4, t)
+    if allowed then
+      if cost > 0 then write() end
+      redis.call('SET', K[2], '0:' .. A[6] .. ':' .. string.format('%x', t) .. ':'
+        .. A[11] .. ':' .. A[12], 'PX', A[13])
+    end
+    return { t, allowed and 1 or 0, remaining, reset, retry }
+  elseif mode == 's' then
+    -- Settle (or cancel) a reservation: K[n+i] are its records. Unknown
+    -- (a record missing or past its memory) or finished (settled before):
+    -- nothing changes. Else every pair: usage above its estimate charged;
+    -- below it given back unless late (past the ttl); a cancel (-1) gives
+    -- the whole estimate back. Reply: t, status (0 done, 1 unknown,
+    -- 2 finished), late (0/1), then 7 per pair: allowed, remaining,
+    -- reset_after, retry_after, debt, units charged, estimate.
+    --
+    -- A record "settled:estimate:made:ttl:remember" (see mode 'v'): its
+    -- state (0 open, 1 settled or unknown: nil) and, when open, the
+    -- estimate, the time made, the end of the ttl and of its memory.
+    local function record(rec)
+      if not rec then return nil end
+      if rec == '1' then return 1 end
+      local st, e, m, d, f = string.match(rec, '^(%d):(%d+):(%x+):(%x+):(%x+)$')
+      if st == nil then return nil end
+      m = tonumber(m, 16)
+      d = m + tonumber(d, 16)
+      f = d + tonumber(f, 16)
+      if t >= f then return nil end
+      if st ~= '0' then return 1 end
+      return 0, tonumber(e), m, d
+    end
+    -- Pair i's usage `actual` against its estimate e made at `made`.
+    local function settle(i, code, p1, p2, p3, p4, e, made, late, actual)
+      if actual >= e then
+        return CHARGES[code](K[i], actual - e, p1, p2, p3, p4, t)
+      end
+      if not late then
+        local back = e
+        if actual > 0 then back = e - actual end
+        GIVEBACKS[code](K[i], back, p1, p2, p3, p4, t, made)
+      end
+      return CHARGES[code](K[i], 0, p1, p2, p3, p4, t)
+    end
+    if n == 1 then
+      -- At the server's time the record is read and closed in one call
+      -- (SET … GET), its value becoming "1"; the key's TTL still forgets
+      -- it. At an explicit time the record keeps its times once settled
+      -- (its first byte set to 1), so that its memory after the ttl is
+      -- counted on that clock, not on Redis's.
+      local at_once = A[1] == ''
+      local rec
+      if at_once then
+        rec = redis.call('SET', K[2], '1', 'XX', 'KEEPTTL', 'GET')
+      else
+        rec = redis.call('GET', K[2])
+      end
+      local st, e, made, due = record(rec)
+      if st ~= 0 then return { t, st == nil and 1 or 2, 0 } end
+      if not at_once then redis.call('SETRANGE', K[2], 0, '1') end
+      local late = t > due
+      local code, _, p1, p2, p3, p4 = pair_one()
+      local remaining, reset, debt, units =
+        settle(1, code, p1, p2, p3, p4, e, made, late, tonumber(A[11]))
+      return { t, 0, late and 1 or 0, 1, remaining, reset, -1, debt, units, e }
+    end
+    local recs = {}
+    for i = 1, n do
+      local st, e, made, due = record(redis.call('GET', K[n + i]))
+      if st == nil then return { t, 1, 0 } end
+      recs[i] = { st, e, made, due }
+    end
+    for i = 1, n do
+      if recs[i][1] ~= 0 then return { t, 2, 0 } end
+    end
+    local late = t > recs[1][4]
+    local reply = { t, 0, late and 1 or 0 }
+    local base = 4 + 6 * n
+    for i = 1, n do
+      redis.call('SETRANGE', K[n + i], 0, '1')
+      local code, _, p1, p2, p3, p4 = pair(i)
+      local e = recs[i][2]
+      local remaining, reset, debt, units =
+        settle(i, code, p1, p2, p3, p4, e, recs[i][3], late, tonumber(A[base + i]))
+      reply[#reply + 1] = 1
+      reply[#reply + 1] = remaining
+      reply[#reply + 1] = reset
+      reply[#reply + 1] = -1
+      reply[#reply + 1] = debt
+      reply[#reply + 1] = units
+      reply[#reply + 1] = e
+    end
+    return reply
+  elseif mode == 'l' or mode == 'w' then
+    -- Release or renew lease A[5 + 6n] on every pair: all of them live, or
+    -- nothing changes (status 1).
+    local id = A[5 + 6 * n]
+    local found = {}
+    for i = 1, n do
+      local at, list = cc_find(K[i], id, t)
+      if at == nil then return { t, 1 } end
+      found[i] = { at, list }
+    end
+    local reply = { t, 0 }
+    for i = 1, n do
+      local _, _, lease, limit = pair(i)
+      local allowed, remaining, reset, retry =
+        cc_end(K[i], found[i][2], found[i][1], mode == 'w', lease, limit, t)
+      reply[#reply + 1] = allowed and 1 or 0
+      reply[#reply + 1] = remaining
+      reply[#reply + 1] = reset
+      reply[#reply + 1] = retry
+    end
+    return reply
+  elseif mode == 'a' then
+    -- Acquire: every pair's decision first; when all admit, each takes a
+    -- lease of its cost with the id A[5 + 6n].
+    local id = A[5 + 6 * n]
+    local all = true
+    if n == 1 then
+      -- One pair decides and takes its lease in one look at the key.
+      local code, cost, lease, limit = pair(1)
+      if code ~= 6 then error('tollgate: only concurrency rules are acquired') end
+      local allowed, remaining, reset, retry = cc_acquire(K[1], cost, lease, limit, id, t)
+      out[1] = { allowed, remaining, reset, retry }
+      n = 0
+    end
+    for i = 1, n do
+      local code, cost, lease, limit = pair(i)
+      if code ~= 6 then error('tollgate: only concurrency rules are acquired') end
+      local allowed, remaining, reset, retry = cc_decide(cc_live(K[i], t), cost, lease, limit, t)
+      if not allowed then all = false end
       out[i] = { allowed, remaining, reset, retry }
     end
-    if n == 0 then n = 1 end
-  else
-    for i = 1, n do
-      if out[i][1] then out[i] = peek(i) end
-    end
-  end
-elseif mode == 'r' then
-  for i = 1, n do
-    local code, cost, p1, p2, p3, p4 = pair(i)
-    REFUNDS[code](KEYS[i], cost, p1, p2, p3, p4, t)
-  end
-  for i = 1, n do out[i] = peek(i) end
-else
-  local writes, all = {}, true
-  for i = 1, n do
-    local code, cost, p1, p2, p3, p4 = pair(i)
-    local allowed, remaining, reset, retry, write = algo_of(code)(KEYS[i], cost, p1, p2, p3, p4, t)
-    if not allowed then all = false end
-    out[i] = { allowed, remaining, reset, retry }
-    if allowed and cost > 0 then writes[#writes + 1] = write end
-  end
-  if all and (mode == 'c' or mode == 'v') then
-    for i = 1, #writes do writes[i]() end
-    if mode == 'v' then
-      -- A reservation: a record beside each pair's state (same hash slot),
-      -- kept until its memory after the ttl ends:
-      -- "settled:estimate:made:ttl:remember", settled 0 or 1 (the first
-      -- byte, so a settle marks it with SETRANGE), the estimate as its
-      -- argument, the times in hex (µs; the ttl, the memory after it and
-      -- the record's PX come from the client): no decimal formatting,
-      -- and a settle parses them with strtoul (docs/redis-store.md).
-      local tail = ':' .. string.format('%x', t) .. ':' .. ARGV[5 + 6 * n] .. ':' .. ARGV[6 + 6 * n]
-      local px = ARGV[7 + 6 * n]
+    if all then
       for i = 1, n do
-        redis.call('SET', KEYS[n + i], '0:' .. ARGV[6 + (i - 1) * 6] .. tail, 'PX', px)
+        local _, cost, lease, limit = pair(i)
+        local allowed, remaining, reset, retry = cc_acquire(K[i], cost, lease, limit, id, t)
+        out[i] = { allowed, remaining, reset, retry }
+      end
+      if n == 0 then n = 1 end
+    else
+      for i = 1, n do
+        if out[i][1] then out[i] = peek(i) end
       end
     end
-  elseif n > 1 or mode == 'd' or mode == 'v' then
-    -- nothing is consumed: pairs that would have admitted report a peek
+  elseif mode == 'r' then
     for i = 1, n do
-      if out[i][1] then out[i] = peek(i) end
+      local code, cost, p1, p2, p3, p4 = pair(i)
+      REFUNDS[code](K[i], cost, p1, p2, p3, p4, t)
+    end
+    for i = 1, n do out[i] = peek(i) end
+  else
+    local writes, all = {}, true
+    for i = 1, n do
+      local code, cost, p1, p2, p3, p4 = pair(i)
+      local allowed, remaining, reset, retry, write = algo_of(code)(K[i], cost, p1, p2, p3, p4, t)
+      if not allowed then all = false end
+      out[i] = { allowed, remaining, reset, retry }
+      if allowed and cost > 0 then writes[#writes + 1] = write end
+    end
+    if all and (mode == 'c' or mode == 'v') then
+      for i = 1, #writes do writes[i]() end
+      if mode == 'v' then
+        -- A reservation: a record beside each pair's state (same hash slot),
+        -- kept until its memory after the ttl ends:
+        -- "settled:estimate:made:ttl:remember", settled 0 or 1 (the first
+        -- byte, so a settle marks it with SETRANGE), the estimate as its
+        -- argument, the times in hex (µs; the ttl, the memory after it and
+        -- the record's PX come from the client): no decimal formatting,
+        -- and a settle parses them with strtoul (docs/redis-store.md).
+        local tail = ':' .. string.format('%x', t) .. ':' .. A[5 + 6 * n] .. ':' .. A[6 + 6 * n]
+        local px = A[7 + 6 * n]
+        for i = 1, n do
+          redis.call('SET', K[n + i], '0:' .. A[6 + (i - 1) * 6] .. tail, 'PX', px)
+        end
+      end
+    elseif n > 1 or mode == 'd' or mode == 'v' then
+      -- nothing is consumed: pairs that would have admitted report a peek
+      for i = 1, n do
+        if out[i][1] then out[i] = peek(i) end
+      end
     end
   end
-end
 
-local reply = { t }
-for i = 1, n do
-  local o = out[i]
-  reply[#reply + 1] = o[1] and 1 or 0
-  reply[#reply + 1] = o[2]
-  reply[#reply + 1] = o[3]
-  reply[#reply + 1] = o[4]
+  local reply = { t }
+  for i = 1, n do
+    local o = out[i]
+    reply[#reply + 1] = o[1] and 1 or 0
+    reply[#reply + 1] = o[2]
+    reply[#reply + 1] = o[3]
+    reply[#reply + 1] = o[4]
+  end
+  return reply
 end
-return reply

@@ -61,15 +61,34 @@
 -- value written is a whole number below 2^53, which Lua 5.1's %d converts
 -- through a 64-bit integer exactly, at half the cost of %.0f.
 
-if redis.replicate_commands then pcall(redis.replicate_commands) end
-
 -- The library functions a check calls, as locals: a global is a table
--- lookup each time it is named, and a check names several.
-local tonumber, floor, ceil, format = tonumber, math.floor, math.ceil, string.format
-local rcall = redis.call
+-- lookup each time it is named, and a check names several. Bound as a run
+-- begins (a function library cannot see them while it is loaded).
+local tonumber, floor, ceil, format, rcall
 -- Redis 7 takes SET's NX and GET together: a check that creates its key
 -- does it in one command (see check.lua, mode "b").
-local NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+local NX_GET
+local function bind()
+  tonumber, floor, ceil, format = _G.tonumber, math.floor, math.ceil, string.format
+  rcall = redis.call
+  NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+end
+
+-- The run's keys and arguments (a script's KEYS and ARGV, a function's own
+-- two arguments) and its TTL margin, set by `begin` as a run starts. A
+-- script composed for EVAL starts with `local EVAL = true`, and a function
+-- library with `local EVAL = false` (it defines what its function calls,
+-- once, when it is loaded: see scripts.rs and docs/redis-store.md).
+local K, A, margin
+local function begin(keys, argv)
+  if not rcall then bind() end
+  K, A = keys, argv
+  margin = tonumber(argv[2]) or 0
+end
+if EVAL then
+  if redis.replicate_commands then pcall(redis.replicate_commands) end
+  begin(KEYS, ARGV)
+end
 
 local TWO53 = 9007199254740992
 
@@ -115,7 +134,6 @@ local function num(x)
 end
 
 -- Milliseconds of TTL for a key that is back to empty `us` microseconds from t.
-local margin = tonumber(ARGV[2]) or 0
 local function ttl_ms(us)
   local ms = ceil(us / 1000) + margin
   if ms < 1 then ms = 1 end
