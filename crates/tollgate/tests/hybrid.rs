@@ -258,7 +258,7 @@ async fn a_fixed_window_lease_ends_with_its_window() {
     let clock = FakeClock::new();
     let options = HybridOptions {
         batch: Some(50),
-        lease: Duration::from_secs(3600),
+        lease: Some(Duration::from_secs(3600)),
         ..HybridOptions::default()
     };
     let store = HybridStore::with_clock(redis(&server).await, options, clock.clone());
@@ -306,7 +306,7 @@ async fn multi_rule_checks_are_all_or_nothing() {
     let server = RedisServer::start();
     let options = HybridOptions {
         batch: Some(10),
-        lease: Duration::from_secs(60),
+        lease: Some(Duration::from_secs(60)),
         ..HybridOptions::default()
     };
     let store = HybridStore::new(redis(&server).await, options);
@@ -369,7 +369,7 @@ async fn costs_above_the_batch() {
     let server = RedisServer::start();
     let options = HybridOptions {
         batch: Some(5),
-        lease: Duration::from_secs(60),
+        lease: Some(Duration::from_secs(60)),
         ..HybridOptions::default()
     };
     let store = HybridStore::new(redis(&server).await, options);
@@ -442,7 +442,7 @@ async fn expired_leases_go_back_and_shrink_the_next() {
     let clock = FakeClock::new();
     let options = HybridOptions {
         batch: Some(20),
-        lease: Duration::from_secs(1),
+        lease: Some(Duration::from_secs(1)),
         ..HybridOptions::default()
     };
     let store = HybridStore::with_clock(redis(&server).await, options, clock.clone());
@@ -477,7 +477,7 @@ async fn a_flood_of_fresh_keys_forgets_entries_without_units_first() {
     let clock = FakeClock::new();
     let options = HybridOptions {
         batch: Some(10),
-        lease: Duration::from_secs(3600),
+        lease: Some(Duration::from_secs(3600)),
         // 16 local shards of 10 entries
         max_keys: 160,
         ..HybridOptions::default()
