@@ -17,7 +17,10 @@
 //!   GCRA / token bucket units of expired leases that cannot be safely given
 //!   back (lease sizes follow each replica's demand to keep those few).
 //!
-//! Leases live at most `lease` (default 1 s, never more than the rule's
+//! GCRA and token bucket leases are paced: a charge whose units are spent
+//! one per `T`, each when the algorithm would have admitted it, so every
+//! lease call takes units even when the fleet saturates the key. Leases
+//! live `lease` (default a tenth of the rule's period, never more than the
 //! period, and never past the end of a fixed or sliding window). Unspent
 //! units of an expired lease are given back in the same Redis call as the
 //! key's next lease.
@@ -30,7 +33,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let redis = RedisStore::connect("redis://127.0.0.1:6379", RedisOptions::default()).await?;
-//! // five replicas share the limit: each leases 1000 / (10 × 5) = 20 units at a time
+//! // five replicas share the limit: each leases up to min(1000 / 5, 100 ms / 1 ms) = 100 units
 //! let store = HybridStore::new(redis, HybridOptions { replicas: 5, ..HybridOptions::default() });
 //! let rule = RuleSpec::new("per_user", Algorithm::Gcra, 1000, Duration::from_secs(1)).build()?;
 //! let limiter = Limiter::new(store, [rule])?;
