@@ -161,13 +161,13 @@ impl Entry {
     /// last lease plus the units held and due) and reset_after.
     #[inline] // called per check from check.rs and plan.rs, other codegen units
     pub(super) fn view(&self, now: Micros) -> (u64, Duration) {
-        let due = if self.interval == 0 {
-            self.units
-        } else {
-            match u64::try_from(signed(now) - self.next) {
-                Ok(ahead) => (ahead / self.interval + 1).min(self.units),
-                Err(_) => 0,
-            }
+        // interval 0: not paced, every unit held is due
+        let due = match u64::try_from(signed(now).saturating_sub(self.next)) {
+            Ok(ahead) => ahead
+                .checked_div(self.interval)
+                .map_or(self.units, |d| (d + 1).min(self.units)),
+            Err(_) if self.interval == 0 => self.units,
+            Err(_) => 0,
         };
         let remaining = self.remaining.saturating_add(due).min(self.rule.capacity());
         let elapsed = now.saturating_sub(self.seen);
