@@ -4,7 +4,9 @@
 #   1. latency p50/p99 of one check, one sequential caller: memory, Redis,
 #      hybrid, and what Redis adds over memory;
 #   2. checks/s at 64 concurrent tasks (1 worker thread) and Redis calls per
-#      check, plain Redis vs hybrid, all-admitted and over-the-limit workloads.
+#      check, plain Redis vs hybrid, all-admitted and over-the-limit workloads;
+#   3. a fleet of 5 hybrid stores at 10x the demand a 1,000/s limit allows
+#      (gcra, token bucket, fixed window): Redis calls per check, accuracy.
 # Then checks the stores' call counts against the server's own count of
 # script calls (INFO commandstats). Usage: bench/hybrid.sh [seconds per phase]
 set -euo pipefail

@@ -7,7 +7,11 @@
 //!    calls per check, plain Redis vs hybrid, on two workloads: every check
 //!    admitted (1,000 keys, a burst far above the demand), and over the
 //!    limit (10 keys at 1,000/s each, the hybrid store sized for 5
-//!    replicas).
+//!    replicas);
+//! 3. a fleet: 5 hybrid stores (each its own connection) sharing one key
+//!    per algorithm (gcra, token bucket, fixed window; 1,000/s), each
+//!    replica checking 2,000 times a second (10x the limit): Redis calls
+//!    per check and admitted / allowance.
 //!
 //! Prints the figures, then `TOTAL redis_checks=… hybrid_calls=…` so the
 //! script can compare with the server's own count of script calls.
@@ -105,6 +109,63 @@ async fn throughput<S: Store + Clone>(
     (n as f64 / elapsed, n, admitted.load(Ordering::Relaxed))
 }
 
+/// Each of `fleet` checks `rule` 2 times a millisecond for `seconds`
+/// (fixed window: whole windows from one's start). Returns checks,
+/// admitted, and the wall clock (µs; redis-server runs on this host, so
+/// its `TIME`) around the run.
+async fn drive_fleet(fleet: &[HybridStore], rule: &Rule, seconds: u64) -> (u64, u64, u64, u64) {
+    let period = rule.period_micros();
+    let mut start = wall_micros();
+    if rule.algorithm() == Algorithm::FixedWindow {
+        let from = (start / period + 1) * period + 10_000;
+        tokio::time::sleep(Duration::from_micros(from - start)).await;
+        start = from;
+    }
+    let run = if rule.algorithm() == Algorithm::FixedWindow {
+        Duration::from_micros(seconds * period - 100_000)
+    } else {
+        Duration::from_secs(seconds)
+    };
+    let checks = Arc::new(AtomicU64::new(0));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = fleet
+        .iter()
+        .map(|store| {
+            let (store, rule) = (store.clone(), rule.clone());
+            let (checks, admitted) = (checks.clone(), admitted.clone());
+            tokio::spawn(async move {
+                let deadline = tokio::time::Instant::now() + run;
+                let mut tick = tokio::time::interval(Duration::from_millis(1));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                while tick.tick().await < deadline {
+                    for _ in 0..2 {
+                        let d = store.check(&rule, b"fleet", 1, None).await.expect("check");
+                        checks.fetch_add(1, Ordering::Relaxed);
+                        admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.await.expect("task");
+    }
+    let end = wall_micros();
+    (
+        checks.load(Ordering::Relaxed),
+        admitted.load(Ordering::Relaxed),
+        start,
+        end,
+    )
+}
+
+fn wall_micros() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    u64::try_from(since.as_micros()).expect("µs fit")
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let url = args
@@ -158,6 +219,11 @@ fn main() {
             us(h50) - us(m50),
             us(h99) - us(m99)
         );
+        println!(
+            "  hybrid / memory: p50 {:.2}x, p99 {:.2}x",
+            us(h50) / us(m50),
+            us(h99) / us(m99)
+        );
 
         let limited = RuleSpec::new("limited", Algorithm::Gcra, 1_000, Duration::from_secs(1))
             .build()
@@ -184,8 +250,36 @@ fn main() {
             );
         }
         println!(
+            "fleet: 5 hybrid stores, one key per algorithm at 1,000/s, each replica 2,000 checks/s (10x), {seconds} s"
+        );
+        let mut fleet_calls = 0;
+        for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket, Algorithm::FixedWindow] {
+            let mut fleet = Vec::new();
+            for _ in 0..5 {
+                fleet.push(HybridStore::new(connect().await.expect("connect"), fleet_of_5.clone()));
+            }
+            let rule = RuleSpec::new(format!("fleet_{algorithm}"), algorithm, 1_000, Duration::from_secs(1))
+                .build()
+                .expect("rule");
+            let (checks, admitted, start, end) = drive_fleet(&fleet, &rule, seconds).await;
+            let calls: u64 = fleet.iter().map(HybridStore::redis_calls).sum();
+            fleet_calls += calls;
+            let period = rule.period_micros();
+            let allowance = if algorithm == Algorithm::FixedWindow {
+                rule.limit() * (end / period - start / period + 1)
+            } else {
+                rule.burst() + (end - start) / rule.interval_micros()
+            };
+            println!(
+                "  {algorithm:<13} {checks:>7} checks ({:.1}x)   {:.4} Redis calls/check   admitted {admitted} of {allowance} ({:+.2}%)",
+                checks as f64 / allowance as f64,
+                calls as f64 / checks as f64,
+                (admitted as f64 / allowance as f64 - 1.0) * 100.0
+            );
+        }
+        println!(
             "TOTAL redis_checks={redis_checks} hybrid_calls={}",
-            hybrid.redis_calls()
+            hybrid.redis_calls() + fleet_calls
         );
     });
 }

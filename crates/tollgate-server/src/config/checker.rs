@@ -405,7 +405,7 @@ impl<'a> Checker<'a> {
             store.hybrid = Some(tollgate::store::hybrid::HybridOptions {
                 replicas: u32::try_from(store.replicas).unwrap_or(u32::MAX),
                 batch,
-                lease: lease.unwrap_or(Duration::from_secs(1)),
+                lease,
                 max_keys: store.max_keys,
             });
         } else if let Some(k) = ["hybrid_batch", "hybrid_lease"]

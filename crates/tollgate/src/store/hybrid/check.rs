@@ -22,31 +22,56 @@ impl HybridStore {
         cost: u64,
         at: Option<Micros>,
     ) -> Result<Decision, StoreError> {
-        self.inner.checks.fetch_add(1, Ordering::Relaxed);
-        if at.is_some() || cost == 0 || cost > rule.capacity() || self.per_call(rule) {
-            self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            return self.inner.redis.check(rule, key, cost, at).await;
+        if at.is_some() || cost == 0 || cost > rule.capacity() {
+            return self.passed_through(rule, key, cost, at).await;
         }
         let pair = self.pair(rule, key, cost);
-        // The fast path: units at hand.
+        // The fast path: units at hand and due, or a remembered denial. A
+        // per-call limit never has units at hand (never leased) and is
+        // looked for below, off this path.
         {
             let now = self.inner.clock.now();
             let mut shard = self.inner.shards[pair.shard].lock();
+            shard.checks += 1;
             if let Some(e) = shard.get_mut(&pair.hash) {
                 e.expire(now);
                 if e.units >= cost {
-                    e.units -= cost;
                     e.last_used = now;
-                    return Ok(e.admitted(now));
+                    if e.is_due(now, cost) {
+                        e.spend(cost);
+                        return Ok(e.admitted(now));
+                    }
+                    // due later: this replica's next units are already
+                    // leased, asking Redis would only lease further ahead
+                    return Ok(e.denied(now, cost));
                 }
                 if now < e.not_before {
                     e.last_used = now;
-                    return Ok(e.denied(now));
+                    return Ok(e.denied(now, cost));
                 }
             }
         }
+        if self.per_call(rule) {
+            // counted above already
+            self.inner.calls.fetch_add(1, Ordering::Relaxed);
+            return self.inner.redis.check(rule, key, cost, at).await;
+        }
         let decided = self.decide(std::slice::from_ref(&pair)).await?;
         Ok(decided.decisions[0])
+    }
+
+    /// A check decided in Redis (explicit times, peeks, costs above the
+    /// capacity): one call.
+    async fn passed_through(
+        &self,
+        rule: &Rule,
+        key: &[u8],
+        cost: u64,
+        at: Option<Micros>,
+    ) -> Result<Decision, StoreError> {
+        self.inner.checks.fetch_add(1, Ordering::Relaxed);
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        self.inner.redis.check(rule, key, cost, at).await
     }
 
     pub(super) async fn check_many(
@@ -111,9 +136,15 @@ impl HybridStore {
             inner.calls.fetch_add(calls.len() as u64, Ordering::Relaxed);
             let results = join_all(calls.iter().map(|c| {
                 let rule = pairs[c.pair].rule;
-                inner
-                    .redis
-                    .lease_at(&c.redis_key, rule, c.need, c.n, c.give_back, None)
+                inner.redis.lease_at(
+                    &c.redis_key,
+                    rule,
+                    c.need,
+                    c.n,
+                    c.give_back,
+                    c.horizon,
+                    None,
+                )
             }))
             .await;
             let received = inner.clock.now();
@@ -129,7 +160,7 @@ impl HybridStore {
                 match result {
                     Ok(lease) => {
                         e.failed = None;
-                        inner.apply(e, &lease, sent, received);
+                        inner.apply(e, &lease, c.horizon > 0, sent, received);
                         if lease.units < c.need {
                             short.push((c.pair, lease.wait_need));
                         }

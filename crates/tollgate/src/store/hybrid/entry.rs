@@ -22,8 +22,21 @@ pub(super) struct Entry {
     pub(super) redis_key: Box<[u8]>,
     /// Leased units not spent yet (valid while `now < expires`).
     pub(super) units: u64,
-    /// Local time the lease ends.
+    /// Local time the lease ends (a paced lease: `life` after the time its
+    /// next unit was due, moved on as units are spent).
     pub(super) expires: Micros,
+    /// A paced lease (GCRA, token bucket): the local time the next unit may
+    /// be spent (each later one `interval` after it), `T`; 0 when not
+    /// paced. Measured from when the reply was received: never early.
+    /// Signed: units already there were due before the clock's origin may
+    /// be (a [`crate::FakeClock`] starts at 0).
+    pub(super) next: i64,
+    pub(super) interval: Micros,
+    /// A paced lease: when its call was sent, the call's round trip, and
+    /// the lease life (for `expires`).
+    pub(super) sent: Micros,
+    pub(super) lag: Micros,
+    pub(super) life: Micros,
     /// Units the current lease took, and the size of the next (0: the
     /// batch).
     pub(super) leased: u64,
@@ -55,6 +68,11 @@ impl Entry {
             redis_key,
             units: 0,
             expires: 0,
+            next: 0,
+            interval: 0,
+            sent: 0,
+            lag: 0,
+            life: 0,
             leased: 0,
             size: 0,
             t0: 0,
@@ -78,6 +96,55 @@ impl Entry {
         }
     }
 
+    /// The local time a check of `cost` (at least 1, at most `units`) may
+    /// be spent: now for an unpaced lease, else when its last unit is due.
+    #[inline] // called per check from check.rs and plan.rs, other codegen units
+    pub(super) fn due(&self, cost: u64) -> i64 {
+        self.next
+            .saturating_add(signed((cost - 1).saturating_mul(self.interval)))
+    }
+
+    /// Whether a check of `cost` (at least 1, at most `units`) is due at
+    /// `now`.
+    #[inline] // called per check from check.rs and plan.rs, other codegen units
+    pub(super) fn is_due(&self, now: Micros, cost: u64) -> bool {
+        signed(now) >= self.due(cost)
+    }
+
+    /// Spends `cost` units at hand.
+    #[inline] // called per check from check.rs and plan.rs, other codegen units
+    pub(super) fn spend(&mut self, cost: u64) {
+        self.units -= cost;
+        if self.interval > 0 {
+            self.next = self
+                .next
+                .saturating_add(signed(cost.saturating_mul(self.interval)));
+            // The lease lives `life` past the time its next unit was due in
+            // Redis (from the call's sending: never late), and at least
+            // `life` past the lease.
+            self.expires = self.paced_end();
+        }
+    }
+
+    /// A paced lease's end: `life` past the Redis time its next unit was
+    /// due (from the call's sending: never late), at least `life` past the
+    /// lease.
+    pub(super) fn paced_end(&self) -> Micros {
+        let next_sent = u64::try_from(self.next.saturating_sub(signed(self.lag))).unwrap_or(0);
+        self.sent.max(next_sent).saturating_add(self.life)
+    }
+
+    /// When a check of `cost` that this entry denies may ask again: when
+    /// the units at hand are due, or `not_before`.
+    #[inline]
+    pub(super) fn retry_at(&self, cost: u64) -> Micros {
+        if self.units >= cost {
+            u64::try_from(self.due(cost)).unwrap_or(0)
+        } else {
+            self.not_before
+        }
+    }
+
     /// Stops spending the current lease; its units go back with the next.
     pub(super) fn retire(&mut self) {
         if self.units > 0 {
@@ -91,13 +158,18 @@ impl Entry {
     }
 
     /// What this replica knows of the pair now: remaining (Redis's at the
-    /// last lease plus the units held) and reset_after.
+    /// last lease plus the units held and due) and reset_after.
     #[inline] // called per check from check.rs and plan.rs, other codegen units
     pub(super) fn view(&self, now: Micros) -> (u64, Duration) {
-        let remaining = self
-            .remaining
-            .saturating_add(self.units)
-            .min(self.rule.capacity());
+        // interval 0: not paced, every unit held is due
+        let due = match u64::try_from(signed(now).saturating_sub(self.next)) {
+            Ok(ahead) => ahead
+                .checked_div(self.interval)
+                .map_or(self.units, |d| (d + 1).min(self.units)),
+            Err(_) if self.interval == 0 => self.units,
+            Err(_) => 0,
+        };
+        let remaining = self.remaining.saturating_add(due).min(self.rule.capacity());
         let elapsed = now.saturating_sub(self.seen);
         (
             remaining,
@@ -117,10 +189,11 @@ impl Entry {
         }
     }
 
+    /// A local denial of a check of `cost`.
     #[inline] // called per check from check.rs and plan.rs, other codegen units
-    pub(super) fn denied(&self, now: Micros) -> Decision {
+    pub(super) fn denied(&self, now: Micros, cost: u64) -> Decision {
         let (_, reset_after) = self.view(now);
-        let retry = Duration::from_micros(self.not_before.saturating_sub(now));
+        let retry = Duration::from_micros(self.retry_at(cost).saturating_sub(now));
         Decision {
             allowed: false,
             limit: self.rule.capacity(),
@@ -148,6 +221,12 @@ impl Entry {
             && self.give_back.is_none()
             && now >= self.not_before
     }
+}
+
+/// µs as a signed number (clocks stay far below 2^63 µs).
+#[inline]
+pub(super) fn signed(micros: u64) -> i64 {
+    i64::try_from(micros).unwrap_or(i64::MAX)
 }
 
 /// Clears a lease in flight when its leader finishes or is dropped

@@ -17,7 +17,10 @@
 //!   GCRA / token bucket units of expired leases that cannot be safely given
 //!   back (lease sizes follow each replica's demand to keep those few).
 //!
-//! Leases live at most `lease` (default 1 s, never more than the rule's
+//! GCRA and token bucket leases are paced: a charge whose units are spent
+//! one per `T`, each when the algorithm would have admitted it, so every
+//! lease call takes units even when the fleet saturates the key. Leases
+//! live `lease` (default a tenth of the rule's period, never more than the
 //! period, and never past the end of a fixed or sliding window). Unspent
 //! units of an expired lease are given back in the same Redis call as the
 //! key's next lease.
@@ -30,7 +33,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let redis = RedisStore::connect("redis://127.0.0.1:6379", RedisOptions::default()).await?;
-//! // five replicas share the limit: each leases 1000 / (10 × 5) = 20 units at a time
+//! // five replicas share the limit: each leases up to min(1000 / 5, 100 ms / 1 ms) = 100 units
 //! let store = HybridStore::new(redis, HybridOptions { replicas: 5, ..HybridOptions::default() });
 //! let rule = RuleSpec::new("per_user", Algorithm::Gcra, 1000, Duration::from_secs(1)).build()?;
 //! let limiter = Limiter::new(store, [rule])?;
@@ -44,7 +47,8 @@ mod plan;
 
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -57,6 +61,7 @@ use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
+use crate::store::memory::fingerprint::Sip13;
 use crate::store::redis::RedisStore;
 use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
@@ -68,13 +73,17 @@ pub struct HybridOptions {
     /// How many replicas share the limits (default 1): the default batch is
     /// sized from it.
     pub replicas: u32,
-    /// Units taken per lease. `None` (default): `capacity / (10 ×
-    /// replicas)`, at least 1. Always capped at the rule's capacity; a
-    /// check costing more leases its cost.
+    /// The most units one lease takes (leases follow this replica's demand
+    /// up to it). `None` (default): GCRA and token bucket `capacity /
+    /// replicas` but no more than a lease life's worth (`lease / T`); the
+    /// window algorithms `capacity / (2 × replicas)`; at least 1. Always capped at the rule's capacity; a check costing more
+    /// leases its cost.
     pub batch: Option<u64>,
-    /// The longest a lease lives (default 1 s; also never longer than the
-    /// rule's period, nor past the end of a fixed or sliding window).
-    pub lease: Duration,
+    /// The longest a leased unit may wait to be spent (GCRA and token
+    /// bucket: after the time the algorithm admits it). `None` (default): a
+    /// tenth of the rule's period. Never longer than the period, nor past
+    /// the end of a fixed or sliding window.
+    pub lease: Option<Duration>,
     /// Most (rule, key) entries kept locally (default 100,000).
     pub max_keys: usize,
 }
@@ -84,38 +93,95 @@ impl Default for HybridOptions {
         Self {
             replicas: 1,
             batch: None,
-            lease: Duration::from_secs(1),
+            lease: None,
             max_keys: 100_000,
         }
     }
 }
 
 impl HybridOptions {
-    /// The batch for `rule`: [`HybridOptions::batch`] or its default,
-    /// between 1 and the rule's capacity.
+    /// The batch (most units per lease) for `rule`:
+    /// [`HybridOptions::batch`] or its default, between 1 and the rule's
+    /// capacity.
     #[must_use]
     pub fn batch_for(&self, rule: &Rule) -> u64 {
         let capacity = rule.capacity();
-        let batch = self
-            .batch
-            .unwrap_or(capacity / (10 * u64::from(self.replicas.max(1))));
+        let batch = self.batch.unwrap_or_else(|| {
+            let share = capacity / u64::from(self.replicas.max(1));
+            if paced(rule) {
+                share.min(self.lease_for(rule) / rule.interval_micros().max(1))
+            } else {
+                share / 2
+            }
+        });
         batch.clamp(1, capacity.max(1))
     }
 
-    /// The longest life of a lease of `rule`, µs: `lease`, at most the
-    /// rule's period, at least 1 µs.
+    /// The longest life of a lease of `rule`, µs: `lease` or a tenth of the
+    /// period, at most the period, at least 1 µs.
     #[must_use]
     pub fn lease_for(&self, rule: &Rule) -> Micros {
-        duration_to_micros(self.lease)
-            .min(rule.period_micros())
+        let period = rule.period_micros();
+        self.lease
+            .map_or(period / 10, duration_to_micros)
+            .min(period)
             .max(1)
     }
+}
+
+/// Whether `rule`'s leases are paced (GCRA, token bucket: a charge whose
+/// units are spent one per `T`, docs/hybrid.md).
+fn paced(rule: &Rule) -> bool {
+    matches!(
+        rule.algorithm(),
+        crate::Algorithm::Gcra | crate::Algorithm::TokenBucket
+    )
 }
 
 /// Local shards (a power of two).
 const SHARDS: usize = 16;
 
-type Shard = HashMap<u128, Entry>;
+/// One shard: its entries, keyed by the (rule, key) hash (already random:
+/// the map uses its low word as is), and the checks it decided, counted
+/// under its lock (a counter shared by every shard costs an atomic
+/// read-modify-write of one cache line per check, fought over by threads).
+#[derive(Default)]
+struct Shard {
+    map: HashMap<u128, Entry, BuildHasherDefault<PassHasher>>,
+    checks: u64,
+}
+
+impl Deref for Shard {
+    type Target = HashMap<u128, Entry, BuildHasherDefault<PassHasher>>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl DerefMut for Shard {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+/// Passes a (rule, key) hash's low word through as the map's hash.
+#[derive(Default)]
+struct PassHasher(u64);
+
+impl Hasher for PassHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    #[allow(clippy::cast_possible_truncation)] // the low word, on purpose
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
 
 /// The hybrid store: local leases over a [`RedisStore`]. Cheap to clone:
 /// clones share leases and counters.
@@ -128,10 +194,16 @@ struct Inner {
     redis: RedisStore,
     options: HybridOptions,
     clock: Box<dyn Clock>,
-    hashers: [RandomState; 2],
+    /// The (rule name, key) hash, as the memory store's.
+    sip: Sip13,
+    /// Keys the hash of a rule's definition (algorithm, limit, period,
+    /// burst): foldhash, fast on four words, and the definitions are the
+    /// operator's, not a client's.
+    shape: foldhash::fast::RandomState,
     shards: Vec<Mutex<Shard>>,
     shard_cap: usize,
     calls: AtomicU64,
+    /// Checks not counted by a shard (multi-rule, passed through to Redis).
     checks: AtomicU64,
     /// The identities of the rules of the limiter that took the store last
     /// ([`Store::rules_in_use`]; `None` before one did): any other rule is
@@ -162,14 +234,17 @@ impl HybridStore {
     #[must_use]
     pub fn with_clock(redis: RedisStore, options: HybridOptions, clock: impl Clock) -> Self {
         let max_keys = options.max_keys.max(SHARDS);
+        let random = RandomState::new();
+        let sip = Sip13::new(random.hash_one(1_u8), random.hash_one(2_u8));
         Self {
             inner: Arc::new(Inner {
                 redis,
                 shard_cap: max_keys / SHARDS,
                 options,
                 clock: Box::new(clock),
-                hashers: [RandomState::new(), RandomState::new()],
-                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                sip,
+                shape: foldhash::fast::RandomState::default(),
+                shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
                 calls: AtomicU64::new(0),
                 checks: AtomicU64::new(0),
                 limiter_rules: ArcSwapOption::empty(),
@@ -199,7 +274,8 @@ impl HybridStore {
     /// Checks decided so far (a multi-rule check counts once).
     #[must_use]
     pub fn checks(&self) -> u64 {
-        self.inner.checks.load(Ordering::Relaxed)
+        let local: u64 = self.inner.shards.iter().map(|s| s.lock().checks).sum();
+        local + self.inner.checks.load(Ordering::Relaxed)
     }
 
     /// Local (rule, key) entries held.
@@ -233,7 +309,7 @@ impl HybridStore {
             if (self
                 .inner
                 .redis
-                .lease_at(&key, &rule, 0, 0, Some(g), None)
+                .lease_at(&key, &rule, 0, 0, Some(g), 0, None)
                 .await)
                 .is_ok()
             {
@@ -255,20 +331,21 @@ impl HybridStore {
             .is_some_and(|ids| ids.binary_search(&rule.identity()).is_err())
     }
 
-    /// The local identity of (rule, key): a 128-bit SipHash under random
-    /// keys of the rule's definition and the key.
+    /// The local identity of (rule, key): the memory store's 128-bit
+    /// SipHash-1-3 of (rule name, key) under a random key, its first word
+    /// mixed with a keyed hash of the rule's definition (so a reloaded rule
+    /// of the same name with another limit is another entry). One pass
+    /// over the key.
     #[inline] // called per check from check.rs, another codegen unit
     fn hash(&self, rule: &Rule, key: &[u8]) -> u128 {
-        let id = (
-            rule.name(),
+        let fp = self.inner.sip.fingerprint(rule.name().as_bytes(), key);
+        let shape = self.inner.shape.hash_one((
             rule.algorithm(),
             rule.limit(),
             rule.period_micros(),
             rule.burst(),
-            key,
-        );
-        let [a, b] = &self.inner.hashers;
-        (u128::from(a.hash_one(id)) << 64) | u128::from(b.hash_one(id))
+        ));
+        (u128::from(fp.0 ^ shape) << 64) | u128::from(fp.1)
     }
 
     #[inline] // called per check from check.rs, another codegen unit
@@ -278,8 +355,9 @@ impl HybridStore {
             rule,
             key,
             hash,
-            // SHARDS is a power of two; the hash's low bits are uniform.
-            shard: usize::try_from(hash % SHARDS as u128).unwrap_or(0),
+            // SHARDS is a power of two; the high word's bits are uniform
+            // (the map hashes with the low word).
+            shard: usize::try_from((hash >> 64) % SHARDS as u128).unwrap_or(0),
             cost,
         }
     }

@@ -9,7 +9,7 @@ use parking_lot::MutexGuard;
 use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 
-use super::entry::{Entry, Flight};
+use super::entry::{Entry, Flight, signed};
 use super::{Inner, Pair, Shard};
 use crate::decision::MultiDecision;
 use crate::error::StoreError;
@@ -35,6 +35,9 @@ pub(super) struct LeaseCall {
     pub(super) give_back: Option<GiveBack>,
     pub(super) need: u64,
     pub(super) n: u64,
+    /// Paced leases (GCRA, token bucket): the most debt, in units, the
+    /// lease may leave (0: not paced).
+    pub(super) horizon: u64,
 }
 
 impl Inner {
@@ -66,6 +69,11 @@ impl Inner {
                 return Plan::Done(Err(err.clone()));
             }
             if e.units >= p.cost {
+                if !e.is_due(now, p.cost) {
+                    // leased already, due later
+                    all_ready = false;
+                    blocked = true;
+                }
                 continue;
             }
             all_ready = false;
@@ -84,10 +92,10 @@ impl Inner {
             for p in pairs {
                 let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
                 if all_ready {
-                    e.units -= p.cost;
+                    e.spend(p.cost);
                     out.push(e.admitted(now));
-                } else if e.units < p.cost && now < e.not_before {
-                    out.push(e.denied(now));
+                } else if now < e.retry_at(p.cost) && (e.units < p.cost || !e.is_due(now, p.cost)) {
+                    out.push(e.denied(now, p.cost));
                 } else {
                     // would have admitted: what this replica knows, unchanged
                     out.push(e.admitted(now));
@@ -138,6 +146,14 @@ impl Inner {
                 give_back: e.give_back.take(),
                 need: p.cost,
                 n: e.size.max(p.cost),
+                // Paced only within the batch: a bigger cost is one check's,
+                // taken now or not at all (no units held for a retry that
+                // may never come).
+                horizon: if super::paced(p.rule) && p.cost <= batch {
+                    p.rule.capacity()
+                } else {
+                    0
+                },
             });
         }
         Plan::Lease(flights, calls)
@@ -146,7 +162,14 @@ impl Inner {
 
 impl Inner {
     /// Records a lease in its entry.
-    pub(super) fn apply(&self, e: &mut Entry, lease: &Lease, sent: Micros, received: Micros) {
+    pub(super) fn apply(
+        &self,
+        e: &mut Entry,
+        lease: &Lease,
+        paced: bool,
+        sent: Micros,
+        received: Micros,
+    ) {
         if lease.units > 0 {
             let mut life = self.options.lease_for(&e.rule);
             if let Some(end) = lease.window_end {
@@ -154,22 +177,56 @@ impl Inner {
             }
             e.units = lease.units;
             e.leased = lease.units;
-            // From the time the call was sent: the lease was taken after
-            // it, so the local expiry is never later than the real one.
-            e.expires = sent.saturating_add(life);
             e.t0 = lease.t;
+            if paced {
+                // Unit j is due `first + (j − 1) × T` after the lease's
+                // Redis time, which lies between `sent` and `received`:
+                // due from `received + first` (never early), and the
+                // lease ends `life` after that from `sent` (never late).
+                e.interval = e.rule.interval_micros().max(1);
+                e.next = signed(received).saturating_add(lease.first);
+                e.sent = sent;
+                e.lag = received.saturating_sub(sent);
+                e.life = life;
+                e.expires = e.paced_end();
+            } else {
+                e.interval = 0;
+                e.next = 0;
+                // From the time the call was sent: the lease was taken
+                // after it, so the local expiry is never later than the
+                // real one.
+                e.expires = sent.saturating_add(life);
+            }
         }
         e.reset_after = lease.reset_after;
         e.remaining = lease.remaining;
         e.seen = received;
-        // Units left in Redis: worth asking as soon as the local ones run
-        // out. None: not before `n` units are back (asking for fewer would
-        // mostly be answered with fewer, at the cost of more calls).
-        e.not_before = match lease.wait {
-            _ if lease.remaining > 0 => 0,
-            Some(0) => 0,
-            Some(w) => received.saturating_add(w),
-            None => received.saturating_add(e.rule.period_micros()),
+        e.not_before = if paced {
+            // A paced lease is refused only when the units would be due
+            // past the horizon: ask again once they would fit.
+            match lease.wait_need {
+                _ if lease.units > 0 => 0,
+                Some(w) => received.saturating_add(
+                    w.saturating_sub(
+                        e.rule
+                            .capacity()
+                            .min(e.rule.max_debt())
+                            .saturating_mul(e.rule.interval_micros()),
+                    ),
+                ),
+                None => received.saturating_add(e.rule.period_micros()),
+            }
+        } else {
+            // Units left in Redis: worth asking as soon as the local ones
+            // run out. None: not before `n` units are back (asking for
+            // fewer would mostly be answered with fewer, at the cost of
+            // more calls).
+            match lease.wait {
+                _ if lease.remaining > 0 => 0,
+                Some(0) => 0,
+                Some(w) => received.saturating_add(w),
+                None => received.saturating_add(e.rule.period_micros()),
+            }
         };
     }
 
@@ -193,7 +250,7 @@ impl Inner {
                 let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
                 match short.iter().find(|s| s.0 == i) {
                     Some(&(_, wait)) => {
-                        let mut d = e.denied(now);
+                        let mut d = e.denied(now, p.cost);
                         d.remaining = e.view(now).0;
                         d.retry_after = wait.map(Duration::from_micros);
                         d.reset_after = d.reset_after.max(d.retry_after.unwrap_or_default());

@@ -15,7 +15,7 @@ pub(super) const CLASS_BITS: u32 = 16;
 
 /// A (rule, key) fingerprint. Hashed by its first word: it is already random.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Fp(pub(super) u64, pub(super) u64);
+pub(crate) struct Fp(pub(crate) u64, pub(crate) u64);
 
 impl Hash for Fp {
     fn hash<H: Hasher>(&self, state: &mut H) {
@@ -107,13 +107,13 @@ pub(super) fn le_word8(b: &[u8]) -> u64 {
 /// `siphasher` crate computes it; a test checks they agree), written out so
 /// the whole hash stays in registers and inlines into the check.
 #[derive(Clone, Copy)]
-pub(super) struct Sip13 {
+pub(crate) struct Sip13 {
     /// The state after keying.
     pub(super) v: [u64; 4],
 }
 
 impl Sip13 {
-    pub(super) fn new(k0: u64, k1: u64) -> Self {
+    pub(crate) fn new(k0: u64, k1: u64) -> Self {
         Self {
             v: [
                 k0 ^ 0x736f_6d65_7073_6575,
@@ -152,7 +152,7 @@ impl Sip13 {
     /// shares a key's state with a few other inputs in 2^128, as any
     /// collision would.
     #[inline(always)]
-    pub(super) fn fingerprint(&self, name: &[u8], key: &[u8]) -> Fp {
+    pub(crate) fn fingerprint(&self, name: &[u8], key: &[u8]) -> Fp {
         let mut v = self.v;
         let (head, rest) = name.split_at(name.len().min(7));
         Self::absorb(&mut v, le_word(head) | (name.len() as u64) << 56);

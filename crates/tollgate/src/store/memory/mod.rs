@@ -77,7 +77,7 @@ mod charge;
 mod check;
 mod classes;
 mod evict;
-mod fingerprint;
+pub(crate) mod fingerprint;
 mod guards;
 mod inflight;
 mod records;

@@ -67,6 +67,10 @@ pub(crate) struct Lease {
     /// µs until a check of cost `need` would be admitted (0: now); `None`:
     /// never.
     pub(crate) wait_need: Option<Micros>,
+    /// A paced lease (GCRA / token bucket with a horizon): µs from `t` to
+    /// the time its first unit may be spent (negative: units were there
+    /// already); unit `j` may be spent `(j − 1) × T` later. 0 otherwise.
+    pub(crate) first: i64,
 }
 
 impl RedisStore {
@@ -85,12 +89,17 @@ impl RedisStore {
         at: Option<Micros>,
     ) -> Result<Lease, StoreError> {
         let redis_key = keys::redis_key(&self.inner.prefix, rule.name(), rule.algorithm(), key);
-        self.lease_at(&redis_key, rule, need, n, give_back, at)
+        self.lease_at(&redis_key, rule, need, n, give_back, 0, at)
             .await
     }
 
     /// [`RedisStore::lease`] on the Redis key of the pair (see
-    /// [`RedisStore::redis_key`]).
+    /// [`RedisStore::redis_key`]). A `horizon` above 0 (GCRA and token
+    /// bucket) makes it a paced lease: a charge of up to `n` units keeping
+    /// the debt within `horizon` units, spendable one per `T` from
+    /// [`Lease::first`] (`scripts/lease.lua`). At most the rule's
+    /// `max_debt`.
+    #[allow(clippy::too_many_arguments)] // one script's arguments, spelled out
     pub(crate) async fn lease_at(
         &self,
         redis_key: &[u8],
@@ -98,6 +107,7 @@ impl RedisStore {
         need: u64,
         n: u64,
         give_back: Option<GiveBack>,
+        horizon: u64,
         at: Option<Micros>,
     ) -> Result<Lease, StoreError> {
         let code = u64::from(scripts::code(rule.algorithm()));
@@ -131,10 +141,11 @@ impl RedisStore {
             g.units,
             g.t0,
             g.reset_after,
+            horizon.min(rule.max_debt()),
         ];
         let texts: Vec<String> = numbers.iter().map(u64::to_string).collect();
         let t_arg = at.map(|t| t.to_string()).unwrap_or_default();
-        let mut args: Vec<&[u8]> = Vec::with_capacity(16);
+        let mut args: Vec<&[u8]> = Vec::with_capacity(17);
         args.extend([&b"EVALSHA"[..], LEASE.sha.as_bytes(), b"1", redis_key]);
         args.push(t_arg.as_bytes());
         args.extend(texts.iter().map(String::as_bytes));
@@ -207,10 +218,11 @@ fn parse(reply: &[i64]) -> Result<Lease, StoreError> {
         wait,
         window_end,
         wait_need,
+        first,
     ] = reply
     else {
         return Err(protocol(format!(
-            "the lease script replied {reply:?}, not 7 integers"
+            "the lease script replied {reply:?}, not 8 integers"
         )));
     };
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
@@ -222,6 +234,7 @@ fn parse(reply: &[i64]) -> Result<Lease, StoreError> {
         wait: u64::try_from(*wait).ok(),
         window_end: u64::try_from(*window_end).ok(),
         wait_need: u64::try_from(*wait_need).ok(),
+        first: *first,
     })
 }
 
@@ -358,6 +371,101 @@ mod tests {
             assert!(
                 leases > 50 && partial > 5 && refused > 5,
                 "{algorithm}: {leases} {partial} {refused}"
+            );
+        }
+        assert!(
+            server.keys_without_ttl().is_empty(),
+            "{:?}",
+            server.keys_without_ttl()
+        );
+    }
+
+    /// A paced lease (GCRA, token bucket; a horizon): on random histories
+    /// of checks and paced leases at explicit times, it is the charge of
+    /// `min(n, units keeping the debt within the horizon)` (nothing below
+    /// `need`), leaving the state that charge leaves; and its first unit is
+    /// spendable exactly when a check of cost 1 would have been admitted
+    /// before it, each later unit `T` after the one before.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_paced_lease_is_a_charge_spent_when_checks_would_be_admitted() {
+        let server = redis_harness::RedisServer::start();
+        let store = RedisStore::connect(&server.url(), RedisOptions::default())
+            .await
+            .unwrap();
+        for algorithm in [Algorithm::Gcra, Algorithm::TokenBucket] {
+            let rule = RuleSpec::new(
+                format!("paced_{algorithm}"),
+                algorithm,
+                10,
+                Duration::from_secs(1),
+            )
+            .burst(15)
+            .build()
+            .unwrap();
+            let (tau, interval) = (rule.tau_micros(), rule.interval_micros());
+            let key = keys::redis_key(&store.inner.prefix, rule.name(), algorithm, b"k");
+            let mut rng = Rng(0x5DEE_CE66_D1CE_4E5B ^ u64::from(scripts::code(algorithm)));
+            let mut state = KeyState::Empty;
+            let mut t: Micros = 1_764_000_000_000_000;
+            let (mut full, mut partial, mut refused) = (0, 0, 0);
+            for step in 0..300 {
+                t += rng.below(400_000);
+                let what = format!("{algorithm} step {step} t {t}");
+                if rng.below(3) == 0 {
+                    let d = store.check(&rule, b"k", 1, Some(t)).await.unwrap();
+                    assert_eq!(d, algorithm::decide(&rule, &mut state, t, 1), "{what}");
+                    continue;
+                }
+                let n = 1 + rng.below(15);
+                let need = 1 + rng.below(n);
+                let horizon = 1 + rng.below(20);
+                let lease = store
+                    .lease_at(&key, &rule, need, n, None, horizon, Some(t))
+                    .await
+                    .unwrap();
+                let before = state.clone();
+                let used = micros(algorithm::evaluate(&rule, &before, t, 0).reset_after);
+                let fit = (tau + horizon * interval).saturating_sub(used) / interval;
+                let want = if fit >= need { fit.min(n) } else { 0 };
+                assert_eq!(
+                    lease.units, want,
+                    "{what}: n {n} need {need} horizon {horizon}"
+                );
+                match want {
+                    0 => refused += 1,
+                    k if k == n => full += 1,
+                    _ => partial += 1,
+                }
+                if want > 0 {
+                    let c = algorithm::charge(&rule, &mut state, t, want);
+                    assert_eq!(c.clamped, 0, "{what}");
+                    let first =
+                        i64::try_from(used + interval).unwrap() - i64::try_from(tau).unwrap();
+                    assert_eq!(lease.first, first, "{what}");
+                    // unit 1 spendable at t + first: a check of 1 then is
+                    // admitted by the state before the lease, not 1 µs sooner
+                    let at = t.checked_add_signed(first).unwrap();
+                    if first > 0 {
+                        assert!(algorithm::evaluate(&rule, &before, at, 1).allowed, "{what}");
+                        assert!(
+                            !algorithm::evaluate(&rule, &before, at - 1, 1).allowed,
+                            "{what}"
+                        );
+                    }
+                } else {
+                    assert_eq!(lease.first, 0, "{what}");
+                }
+                let peek = store.check(&rule, b"k", 0, Some(t)).await.unwrap();
+                assert_eq!(
+                    peek,
+                    algorithm::evaluate(&rule, &state, t, 0),
+                    "{what}: peek"
+                );
+                assert_eq!(lease.remaining, peek.remaining, "{what}");
+            }
+            assert!(
+                full > 20 && partial > 5 && refused > 5,
+                "{algorithm}: {full} {partial} {refused}"
             );
         }
         assert!(

@@ -12,6 +12,7 @@
 --   ARGV[10]  u: units of an earlier lease to give back first (0: none)
 --   ARGV[11]  t0: the time (µs) that earlier lease was taken at
 --   ARGV[12]  its reset_after (µs) right after it was taken
+--   ARGV[13]  horizon h in units (gcra / token bucket only; 0 or absent: none)
 --
 -- First the refund: the state becomes no more generous than if the earlier
 -- lease had taken u fewer units (fixed window, sliding window, sliding log:
@@ -22,13 +23,21 @@
 -- check at t (found with the algorithm's own decision, nothing written while
 -- searching), or 0 when k < m; k > 0 is consumed exactly as a check of cost k
 -- (same writes, same TTL).
+-- With a horizon h > 0 (gcra / token bucket), the lease is instead a charge
+-- (CHARGES, docs/semantics.md "Charge") of k = min(n, what keeps the debt
+-- within h units) units, or nothing when that is below m: a paced lease. Its
+-- units become spendable one per T, the first at t + first (first = the
+-- reset_after of a peek + T - tau, negative when units are there already):
+-- unit j at the time a check of cost 1 would admit it, so a holder spending
+-- no unit before its time admits exactly what the algorithm admits.
 --
 -- Reply: t, k, remaining and reset_after of a peek after the lease, wait_n
 -- (µs until a check of cost n would be admitted with no other traffic; 0
 -- now, -1 never), the end (µs) of the current window for fixed and sliding
 -- window (-1 for the others: a lease must not be spent past it), and
 -- wait_need (the same for a check of cost m: the retry_after of a check of
--- cost m that this lease could not cover).
+-- cost m that this lease could not cover), and first (µs from t to the first
+-- unit of a paced lease; 0 otherwise).
 local t = tonumber(ARGV[1])
 if t == nil then
   local now = redis.call('TIME')
@@ -39,6 +48,7 @@ local code = tonumber(ARGV[3])
 local a, b, c, d = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local need, n = tonumber(ARGV[8]), tonumber(ARGV[9])
 local u, t0, reset0 = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local horizon = tonumber(ARGV[13] or '0') or 0
 
 local algo = ALGOS[code]
 if algo == nil then
@@ -90,7 +100,15 @@ if u > 0 then
 end
 
 local k = 0
-if n > 0 then
+local first = 0
+if n > 0 and horizon > 0 and (code == 1 or code == 2) then
+  local _, _, used = eval(0)
+  if used + need * b <= a + horizon * b then
+    first = used + b - a
+    local _, _, _, took = CHARGES[code](key, n, horizon, a, b, c, t)
+    k = took
+  end
+elseif n > 0 then
   local ok = function(cost)
     local allowed = eval(cost)
     return allowed
@@ -131,4 +149,4 @@ end
 local _, remaining, reset = eval(0)
 local window_end = -1
 if code == 3 or code == 4 then window_end = (idiv(t, a) + 1) * a end
-return { t, k, remaining, reset, wait_for(n), window_end, wait_for(need) }
+return { t, k, remaining, reset, wait_for(n), window_end, wait_for(need), first }
