@@ -472,6 +472,25 @@ async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
         "each check once"
     );
 
+    // The user may call functions but not load them, and the library is
+    // gone: loading is refused, and the checks go as scripts.
+    assert_eq!(server.cli(&["FUNCTION", "FLUSH"]).trim(), "OK");
+    assert_eq!(
+        server
+            .cli(&["ACL", "SETUSER", "default", "+fcall", "-function"])
+            .trim(),
+        "OK"
+    );
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    assert!(
+        store
+            .check(&rule, b"k", 1, None)
+            .await
+            .expect("decided")
+            .allowed
+    );
+    assert_eq!(window_count(&server, &store, &rule, b"k"), 22);
+
     assert_eq!(
         server
             .cli(&["ACL", "SETUSER", "default", "-evalsha", "-eval"])
@@ -488,7 +507,7 @@ async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
     );
     assert_eq!(
         window_count(&server, &store, &rule, b"k"),
-        21,
+        22,
         "nothing written"
     );
 }

@@ -298,13 +298,16 @@ async fn a_failing_check_in_a_batch_fails_alone() {
 async fn a_hot_gcra_key_is_read_and_written_once_a_batch() {
     let (server, redis, rule) = warmed_gcra("hot", 5).await;
     assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
-    let checks: [(&[u8], u64); 10] = [
+    // costs above the burst (6) and the capacity (9): never admitted
+    let checks: [(&[u8], u64); 12] = [
         (b"h", 1),
         (b"h", 2),
         (b"o", 1),
         (b"h", 0),
+        (b"h", 6),
         (b"h", 1),
         (b"h", 3),
+        (b"o", 9),
         (b"o", 1),
         (b"h", 1),
         (b"h", 1),

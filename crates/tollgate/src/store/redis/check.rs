@@ -5,11 +5,11 @@
 use futures_util::future::join_all;
 
 use super::encode::{Pair, Pairs, RuleCache, encode_check, subset};
-use super::eval::{decision, lean_eval};
+use super::eval::{decision, gcra_decision, lean_eval};
 use super::{Backend, RedisStore, keys, protocol, scripts};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
-use crate::rule::Rule;
+use crate::rule::{Algorithm, Rule};
 use crate::store::KeyCheck;
 use crate::time::Micros;
 
@@ -63,6 +63,10 @@ impl RedisStore {
         };
         match reply.as_slice() {
             [t, r @ ..] if r.len() == 4 && *t >= 0 => decision(r, rule),
+            // a GCRA check decided in a batch (see `gcra_decision`)
+            [t, used] if *t >= 0 && rule.algorithm() == Algorithm::Gcra => {
+                gcra_decision(*used, rule, cost)
+            }
             other => Err(protocol(format!(
                 "script replied {other:?} to a single check"
             ))),

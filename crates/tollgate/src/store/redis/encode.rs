@@ -68,7 +68,7 @@ fn push_pair_args(a: &mut impl Args, rule: &Rule, cost: u64) {
 }
 
 /// A cost above capacity is "never" whatever its size: keep it small.
-fn clamp_cost(rule: &Rule, cost: u64) -> u64 {
+pub(super) fn clamp_cost(rule: &Rule, cost: u64) -> u64 {
     cost.min(rule.capacity().saturating_add(1))
 }
 
@@ -589,7 +589,8 @@ mod tests {
                         push_pair_args(&mut cmd, run[0].0, run[0].2);
                     } else {
                         // Each distinct (rule, cost) once, in order of first
-                        // use; one byte per check names its tuple.
+                        // use; one byte per check names its tuple (none
+                        // when there is one tuple).
                         push_common_args(&mut cmd, run.len(), 600_000, "b", at);
                         let mut tuples: Vec<(&Rule, u64)> = Vec::new();
                         let mut refs = Vec::new();
@@ -603,6 +604,9 @@ mod tests {
                                     tuples.len() - 1
                                 });
                             refs.push(u8::try_from(i + 1).expect("few tuples"));
+                        }
+                        if tuples.len() == 1 {
+                            refs.clear();
                         }
                         cmd.arg(refs);
                         for (rule, cost) in tuples {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind};
 
 use super::conn::{self, Conn};
-use super::encode::{Extra, Pair, Pairs, RuleCache, Run, encode_run, script_args};
+use super::encode::{Extra, Pair, Pairs, RuleCache, Run, clamp_cost, encode_run, script_args};
 use super::resp::{Ints, Reply};
 use super::scripts::{LIBRARY, Script, Via};
 use super::{Backend, RedisStore, protocol, store_error};
@@ -127,24 +127,25 @@ where
     loop {
         match call(via).await? {
             Reply::Ints(ints) => return Ok(ints),
-            Reply::Error(e) if via == Via::Function => {
-                let missing = e.starts_with("ERR Function not found");
-                if missing && !loaded {
+            // (a check asking for a function may have gone by hash, in a
+            // batch with one that asked so)
+            Reply::Error(e) if via >= Via::Sha && e.starts_with("NOSCRIPT") => via = Via::Source,
+            Reply::Error(e) if !retried && e.starts_with("READONLY") && conn.follows_sentinel() => {
+                retried = true;
+            }
+            Reply::Error(e) if via == Via::Function && e.starts_with("ERR Function not found") => {
+                if !loaded {
                     loaded = true;
                     if load_library(conn).await? {
                         continue;
                     }
-                    conn.without_functions();
-                } else if refuses(&e) {
-                    conn.without_functions();
-                } else if !missing {
-                    return Err(conn::server_error(&e));
                 }
+                conn.without_functions();
                 via = Via::Sha;
             }
-            Reply::Error(e) if via == Via::Sha && e.starts_with("NOSCRIPT") => via = Via::Source,
-            Reply::Error(e) if !retried && e.starts_with("READONLY") && conn.follows_sentinel() => {
-                retried = true;
+            Reply::Error(e) if via == Via::Function && refuses(&e) && names_functions(&e) => {
+                conn.without_functions();
+                via = Via::Sha;
             }
             Reply::Error(e) if refuses(&e) => {
                 return Err(StoreError::new(
@@ -165,6 +166,12 @@ where
 /// let this user run it (so asking again the same way is worthless).
 fn refuses(e: &str) -> bool {
     e.starts_with("NOPERM") || e.contains("unknown command") || e.contains("unknown subcommand")
+}
+
+/// Whether an error is about functions (`FCALL`, `FUNCTION`).
+fn names_functions(e: &str) -> bool {
+    let e = e.to_ascii_lowercase();
+    e.contains("fcall") || e.contains("function")
 }
 
 /// Loads the function library; false when the server refuses it (then
@@ -200,6 +207,38 @@ pub(super) fn decision(r: &[i64], rule: &Rule) -> Result<Decision, StoreError> {
         } else {
             Some(Duration::from_micros(unsigned(r[3])?))
         },
+    })
+}
+
+/// A GCRA check's decision from its one integer in a batch's reply (see
+/// `check.lua`, mode "b"): `used`, its TAT after the check minus t, when
+/// it admits, else `-1 - used`. The rest follows from the rule and the
+/// cost exactly as the script computes it for a single check: remaining
+/// `max(tau - used, 0) / T`, and a denied check that fits (cost <= burst)
+/// may retry in `used + increment - tau`.
+#[inline] // called per check from check.rs, another codegen unit
+pub(super) fn gcra_decision(packed: i64, rule: &Rule, cost: u64) -> Result<Decision, StoreError> {
+    let allowed = packed >= 0;
+    let used = if allowed {
+        Some(packed)
+    } else {
+        (-1i64).checked_sub(packed)
+    };
+    let used = used
+        .and_then(|u| u64::try_from(u).ok())
+        .ok_or_else(|| protocol(format!("a GCRA check answered {packed}")))?;
+    let cost = clamp_cost(rule, cost);
+    let tau = rule.tau_micros();
+    let retry_after = (!allowed && cost <= rule.burst()).then(|| {
+        let due = used.saturating_add(rule.increment_micros(cost));
+        Duration::from_micros(due.saturating_sub(tau))
+    });
+    Ok(Decision {
+        allowed,
+        limit: rule.capacity(),
+        remaining: tau.saturating_sub(used) / rule.interval_micros().max(1),
+        reset_after: Duration::from_micros(used),
+        retry_after,
     })
 }
 

@@ -258,7 +258,8 @@ impl Scripts {
             e.encoded(key);
         }
         push_common_args(&mut e, n, margin_ms.unwrap_or(0), "b", t);
-        e.bytes(&refs);
+        // One tuple (the usual batch: one rule, one cost): no indices.
+        e.bytes(if tuples.len() == 1 { &[] } else { &refs });
         for a in tuples {
             e.encoded(a);
         }

@@ -206,25 +206,26 @@ impl Driver {
                 let batch = self.inflight.front().map_or(0, |s| s.replies_to as usize);
                 if batch > 1 && self.inflight.len() >= batch {
                     // The usual reply to a batch, all integers: straight to
-                    // its checks (five integers each), no reply tree.
-                    if let Some(used) = resp::int_array_of(buf, 1 + 4 * batch, &mut self.ints) {
+                    // its checks (each its time and its integers: see
+                    // `width`), no reply tree.
+                    let len = 1 + self.inflight.iter().take(batch).map(width).sum::<usize>();
+                    if let Some(used) = resp::int_array_of(buf, len, &mut self.ints) {
                         self.rstart += used;
                         self.last_reply = now;
                         self.commands_out = self.commands_out.saturating_sub(1);
                         let t = self.ints[0];
-                        for (sent, four) in self
-                            .inflight
-                            .drain(..batch)
-                            .zip(self.ints[1..].chunks_exact(4))
-                        {
+                        let mut at = 1;
+                        for sent in self.inflight.drain(..batch) {
+                            let w = width(&sent);
                             if sent.slot != DONE {
-                                let five = [t, four[0], four[1], four[2], four[3]];
-                                st.complete(
-                                    sent.slot,
-                                    Ok(Reply::Ints(Ints::Inline(5, five))),
-                                    &mut self.wakers,
-                                );
+                                let mut five = [t, 0, 0, 0, 0];
+                                five[1..=w].copy_from_slice(&self.ints[at..at + w]);
+                                // w <= 4
+                                #[allow(clippy::cast_possible_truncation)]
+                                let ints = Ints::Inline(1 + w as u8, five);
+                                st.complete(sent.slot, Ok(Reply::Ints(ints)), &mut self.wakers);
                             }
+                            at += w;
                         }
                         continue;
                     }
@@ -259,10 +260,19 @@ impl Driver {
                 if self.inflight.len() < n - 1 {
                     return Err(protocol("a batch's reply to fewer checks"));
                 }
-                answer(sent.slot, member_reply(&reply, 0, n));
-                for j in 1..n {
-                    let slot = self.inflight.pop_front().map_or(DONE, |s| s.slot);
-                    answer(slot, member_reply(&reply, j, n));
+                let widths: Vec<usize> = std::iter::once(&sent)
+                    .chain(self.inflight.iter().take(n - 1))
+                    .map(width)
+                    .collect();
+                let mut at = 1;
+                for (j, &w) in widths.iter().enumerate() {
+                    let slot = if j == 0 {
+                        sent.slot
+                    } else {
+                        self.inflight.pop_front().map_or(DONE, |s| s.slot)
+                    };
+                    answer(slot, member_reply(&reply, at, w, &widths));
+                    at += w;
                 }
             }
             drop(st);
@@ -638,8 +648,9 @@ impl Future for Driver {
                 this.wake_callers();
                 return Poll::Ready(());
             }
-            let corked =
-                matches!(this.phase, Phase::Up(_)) && this.commands_out >= MAX_COMMANDS_OUT;
+            let corked = matches!(this.phase, Phase::Up(_))
+                && (this.commands_out >= MAX_COMMANDS_OUT
+                    || (this.commands_out > 0 && st.queued.len() < MAX_BATCH));
             if !st.queued.is_empty() && !corked {
                 if !this.yielded {
                     // Let the other ready tasks queue their requests too:
@@ -702,39 +713,62 @@ impl Drop for Driver {
     }
 }
 
-/// Check `j`'s reply out of the reply to a batch of `n`: the time and its
-/// four integers, or its error (its own, or the whole batch's).
-pub(super) fn member_reply(reply: &Reply, j: usize, n: usize) -> Result<Reply, StoreError> {
-    let at = 1 + 4 * j;
-    let bad = || protocol(format!("a batch of {n} checks answered {reply:?}"));
+/// How many integers a check's answer takes in its batch's reply: one for
+/// GCRA (see `check.lua`, mode "b"), four for the others.
+fn width(sent: &Sent) -> usize {
+    match sent.part {
+        Part::Check { code: 1, .. } => 1,
+        _ => 4,
+    }
+}
+
+/// The reply of the check whose `width` integers start at `at` in the
+/// reply to a batch of checks of `widths`: the time and its integers, or
+/// its error (its own, or the whole batch's).
+pub(super) fn member_reply(
+    reply: &Reply,
+    at: usize,
+    width: usize,
+    widths: &[usize],
+) -> Result<Reply, StoreError> {
+    let len = 1 + widths.iter().sum::<usize>();
+    let bad = || {
+        protocol(format!(
+            "a batch of {} checks answered {reply:?}",
+            widths.len()
+        ))
+    };
+    let mut five = [0; 5];
     match reply {
         Reply::Error(e) => Ok(Reply::Error(e.clone())),
         Reply::Ints(ints) => {
             let ints = ints.as_slice();
-            if ints.len() != 1 + 4 * n {
+            if ints.len() != len || width > 4 {
                 return Err(bad());
             }
-            Ok(Reply::Ints(Ints::Inline(
-                5,
-                [ints[0], ints[at], ints[at + 1], ints[at + 2], ints[at + 3]],
-            )))
+            five[0] = ints[0];
+            five[1..=width].copy_from_slice(&ints[at..at + width]);
+            // width <= 4
+            #[allow(clippy::cast_possible_truncation)]
+            Ok(Reply::Ints(Ints::Inline(1 + width as u8, five)))
         }
         // Some check failed: its error text stands in its first integer.
-        Reply::Other(Value::Array(items)) if items.len() == 1 + 4 * n => {
+        Reply::Other(Value::Array(items)) if items.len() == len && width <= 4 => {
             if let Value::Text(e) = &items[at] {
                 return Ok(Reply::Error(String::from_utf8_lossy(e).into_owned()));
             }
-            let mut five = [0; 5];
             for (v, item) in five
                 .iter_mut()
-                .zip(std::iter::once(&items[0]).chain(&items[at..at + 4]))
+                .zip(std::iter::once(&items[0]).chain(&items[at..at + width]))
             {
                 match item {
                     Value::Int(i) => *v = *i,
                     _ => return Err(bad()),
                 }
             }
-            Ok(Reply::Ints(Ints::Inline(5, five)))
+            // width <= 4
+            #[allow(clippy::cast_possible_truncation)]
+            Ok(Reply::Ints(Ints::Inline(1 + width as u8, five)))
         }
         Reply::Other(_) => Err(bad()),
     }

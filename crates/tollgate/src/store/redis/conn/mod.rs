@@ -101,10 +101,14 @@ pub(super) const MAX_BATCH: usize = 64;
 // (`Scripts::write_checks`): a batch has at most 255 distinct tuples.
 const _: () = assert!(MAX_BATCH <= 255);
 /// Most commands (script runs, batches) written and not yet answered.
-/// Requests queued while this many are out wait for the next reply: under
-/// load they pile up into one batch instead of trickling out as batches
-/// of one, which would cost Redis a script run each. Two, so Redis always
-/// has the next batch while we read the last.
+/// Requests queued while one is out wait for its reply, unless a whole
+/// batch ([`MAX_BATCH`]) is waiting: under load they pile up into one
+/// batch instead of trickling out as batches of one, which would cost
+/// Redis a script run each (and both sides a wake-up and a system call a
+/// batch: waiting for the reply before sending the next made batches twice
+/// as large as keeping two out, for less CPU a check on both sides; see
+/// bench/README.md, "Redis path CPU"). A second one goes out when a
+/// batch is full, so Redis has the next while we read the last.
 const MAX_COMMANDS_OUT: usize = 2;
 
 /// Where the connection goes.

@@ -65,56 +65,71 @@ local function main(keys, argv)
   local out = {}
   if mode == 'b' then
     -- Batch: A[5] holds one byte per pair, the (1-based) index of its six
-    -- arguments among the distinct tuples that follow (a batch's checks
-    -- mostly share one rule and cost: each tuple is sent, and converted to
-    -- numbers, once per run). Every pair is decided in order, and a later
+    -- arguments among the distinct tuples that follow, or nothing when
+    -- there is one tuple (a batch's checks mostly share one rule and cost:
+    -- each tuple is sent, and converted to numbers, once per run). Every pair is decided in order, and a later
     -- pair on the same key sees what an earlier one consumed; the reply is
     -- built as it goes.
-    -- A key whose algorithm has a pure decision (PURE: GCRA, one stored
-    -- number) is read once and written once per run: `state[key]` is its
-    -- number as the run's earlier pairs left it (false: none; negated once
-    -- a pair consumed from it, which also puts the key in `dirty`), and the keys
-    -- in `dirty` are written after the last pair, with their last value.
-    -- What Redis holds afterwards is exactly what a write after each pair
-    -- would leave (the run is atomic, and the last value of a key is its
-    -- largest TAT, with the longest TTL), for one GET and one SET a key
-    -- instead of a GET and a SET a pair: a hot key's batch costs Redis about
-    -- as much as one check. Any other pair is written as soon as it admits.
+    -- A GCRA key (one stored number) is read once and written once per
+    -- run: `state[key]` is its number as the run's earlier pairs left it
+    -- (false: none; negated once a pair consumed from it, which also puts
+    -- the key in `dirty`), and the keys in `dirty` are written after the
+    -- last pair, with their last value. What Redis holds afterwards is
+    -- exactly what a write after each pair would leave (the run is atomic,
+    -- and the last value of a key is its largest TAT, with the longest
+    -- TTL), for one GET and one SET a key instead of a GET and a SET a
+    -- pair: a hot key's batch costs Redis about as much as one check. Any
+    -- other pair is written as soon as it admits.
     local refs, tuples = A[5], {}
     for j = 1, (#A - 5) / 6 do
       local b = 5 + (j - 1) * 6
       tuples[j] = { tonumber(A[b + 1]), tonumber(A[b + 2]), tonumber(A[b + 3]),
                     tonumber(A[b + 4]), tonumber(A[b + 5]), tonumber(A[b + 6]) }
     end
+    -- No indices: every pair has the one tuple.
+    local only = #refs == 0 and tuples[1]
     local byte = string.byte
-    local reply = { t }
+    -- The reply: t, then per pair ONE integer for GCRA (code 1): the TAT
+    -- after it minus t, `used`, when it admits, else -1 - used (the client
+    -- derives the rest from the rule: see encode.rs, `gcra_decision`), and
+    -- the four of a single check for the others; a failed pair's error
+    -- text in place of its first, and zeros for the rest. `pos` is the next
+    -- pair's place.
+    local reply, pos = { t }, 2
     local done = 0
-    local state, dirty = {}, {}
-    local function fail(i, e)
+    -- `kept[key]`: the last pair whose consumption of a GCRA key is in
+    -- Redis already (it created the key: see below).
+    local state, dirty, kept = {}, {}, {}
+    local function fail(at, width, e)
       if type(e) == 'table' and e.err then e = e.err end
-      local r = 4 * i - 2
-      reply[r] = tostring(e)
-      reply[r + 1] = 0
-      reply[r + 2] = 0
-      reply[r + 3] = 0
+      reply[at] = tostring(e)
+      for r = at + 1, at + width - 1 do reply[r] = 0 end
     end
     -- Decides pairs done+1..n; one pcall for the whole run, not one per pair.
     local function run()
       for i = done + 1, n do
-        local p = tuples[byte(refs, i)]
+        local p = only or tuples[byte(refs, i)]
         local code, cost, key = p[1], p[2], K[i]
-        local pure = PURE[code]
-        local allowed, remaining, reset, retry
-        if pure then
+        if code == 1 then
+          -- GCRA, as gcra.lua decides it, inline (two calls a pair cost
+          -- more than the decision).
           local stored, created = state[key], false
+          local inc, tau = p[3], p[4]
           if stored == nil then
-            if NX_GET and cost > 0 and cost <= p[6] and p[3] <= p[4] then
-              -- A check of a key that does not exist is admitted (GCRA:
-              -- cost <= burst and increment <= tau) and leaves t + increment:
-              -- write that unless the key exists, and read it if it does, in
-              -- one command. Checks of many keys mostly find theirs gone (a
-              -- key lives until its TAT): this halves their commands.
-              local old = rcall('SET', key, num(t + p[3]), 'NX', 'PX', ttl_ms(p[3]), 'GET')
+            if NX_GET and cost > 0 and cost <= p[6] and inc <= tau then
+              -- A check of a key that does not exist is admitted (cost <=
+              -- burst and increment <= tau) and leaves t + increment: write
+              -- that unless the key exists, and read it if it does, in one
+              -- command. Checks of many keys mostly find theirs gone (a key
+              -- lives until its TAT): this halves their commands.
+              -- (what it writes is the same for every pair of this tuple
+              -- in the run: formatted once)
+              local v = p[7]
+              if not v then
+                v = num(t + inc)
+                p[7], p[8] = v, ttl_ms(inc)
+              end
+              local old = rcall('SET', key, v, 'NX', 'PX', p[8], 'GET')
               if old then stored = tonumber(old) else created = true end
             else
               stored = tonumber(rcall('GET', key))
@@ -126,26 +141,37 @@ local function main(keys, argv)
           elseif stored and stored < 0 then
             stored = -stored
           end
-          local after
-          allowed, remaining, reset, retry, after = pure(stored, cost, p[3], p[4], p[5], p[6], t)
           if created then
             -- written already, and clean: what Redis holds
-            state[key] = after
-          elseif allowed and cost > 0 then
-            local s = state[key]
-            if not s or s > 0 then dirty[#dirty + 1] = key end
-            state[key] = -after
+            state[key] = t + inc
+            kept[key] = i
+            reply[pos] = inc
+          else
+            local tat = t
+            if stored and stored > t then tat = stored end
+            local after = tat + inc
+            if cost <= p[6] and after - t <= tau then
+              if cost > 0 then
+                local was = state[key]
+                if not was or was > 0 then dirty[#dirty + 1] = key end
+                state[key] = -after
+              end
+              reply[pos] = after - t
+            else
+              reply[pos] = t - tat - 1
+            end
           end
+          pos = pos + 1
         else
-          local write
-          allowed, remaining, reset, retry, write = algo_of(code)(key, cost, p[3], p[4], p[5], p[6], t)
+          local allowed, remaining, reset, retry, write =
+            algo_of(code)(key, cost, p[3], p[4], p[5], p[6], t)
           if allowed and cost > 0 then write() end
+          reply[pos] = allowed and 1 or 0
+          reply[pos + 1] = remaining
+          reply[pos + 2] = reset
+          reply[pos + 3] = retry
+          pos = pos + 4
         end
-        local r = 4 * i - 2
-        reply[r] = allowed and 1 or 0
-        reply[r + 1] = remaining
-        reply[r + 2] = reset
-        reply[r + 3] = retry
         done = i
       end
     end
@@ -153,15 +179,19 @@ local function main(keys, argv)
       local ok, e = pcall(run)
       if not ok then
         -- Pair done+1 failed (e.g. WRONGTYPE; redis.call raises a table
-        -- {err = …}): its error text and three zeros; the others go on.
+        -- {err = …}): its error text (and zeros); the others go on.
         done = done + 1
-        fail(done, e)
+        local p = only or tuples[byte(refs, done)]
+        local width = p[1] == 1 and 1 or 4
+        fail(pos, width, e)
+        pos = pos + width
       end
     end
     -- One pcall for the writes too; a refused write (e.g. READONLY, OOM)
-    -- means nothing this run consumed from its key was kept: every pair on
-    -- that key from its first consuming one on (those that consumed, and
-    -- those decided on what they consumed) reports the error instead.
+    -- means nothing this run consumed from its key was kept (but what a
+    -- pair that created it consumed): every pair on that key from its
+    -- first consuming one on (those that consumed, and those decided on
+    -- what they consumed) reports the error instead.
     local written = 0
     local function write()
       for j = written + 1, #dirty do
@@ -177,13 +207,16 @@ local function main(keys, argv)
       local ok, e = pcall(write)
       if not ok then
         written = written + 1
-        local key, from = dirty[written], n + 1
+        local key, from, at = dirty[written], n + 1, 2
         for i = 1, n do
-          if K[i] == key then
-            local p = tuples[byte(refs, i)]
-            if from > n and p[2] > 0 and reply[4 * i - 2] == 1 then from = i end
-            if i >= from then fail(i, e) end
+          local p = only or tuples[byte(refs, i)]
+          local width = p[1] == 1 and 1 or 4
+          if K[i] == key and i > (kept[key] or 0) then
+            local v = reply[at]
+            if from > n and p[2] > 0 and type(v) == 'number' and v >= 0 then from = i end
+            if i >= from then fail(at, width, e) end
           end
+          at = at + width
         end
       end
     end

@@ -3,9 +3,8 @@
 -- reset_after, retry_after (-1 none), write; write(t) applies an admitted check.
 
 -- The decision from the stored TAT (nil: none): allowed, remaining,
--- reset_after, retry_after, and the TAT an admitted check leaves. Pure, so
--- that a batch can decide several checks of one key from one read (see
--- check.lua, PURE).
+-- reset_after, retry_after, and the TAT an admitted check leaves. A batch
+-- (check.lua, mode "b") decides its GCRA pairs the same way, inline.
 local function gcra(stored, cost, inc, tau, interval, burst, t)
   local tat = t
   if stored and stored > t then tat = stored end
@@ -21,7 +20,6 @@ local function gcra(stored, cost, inc, tau, interval, burst, t)
   if not allowed and fits then retry = new_tat - tau - t end
   return allowed, idiv(left, interval), used, retry, new_tat
 end
-PURE[1] = gcra
 
 ALGOS[1] = function(key, cost, inc, tau, interval, burst, t)
   local allowed, remaining, used, retry, new_tat =

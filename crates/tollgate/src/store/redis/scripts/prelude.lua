@@ -37,7 +37,7 @@
 --   then 6 arguments per pair: algorithm code, cost, p1, p2, p3, p4 -- except
 --   in mode "b": ARGV[5] is one byte per pair, the 1-based index of its six
 --   arguments among the distinct 6-argument tuples that follow (each sent
---   once per run, however many pairs share it)
+--   once per run, however many pairs share it), or empty when there is one
 --     gcra (1), token_bucket (2):  p1 = cost*period/limit (µs, floored),
 --                                  p2 = tau = burst*period/limit, p3 = T = period/limit,
 --                                  p4 = burst
@@ -49,8 +49,10 @@
 -- Reply: t (µs), then 4 integers per pair: allowed (0/1), remaining,
 -- reset_after (µs), retry_after (µs, or -1 for none); in mode "g" 6 per
 -- pair: those four, the debt and the units recorded (the rest of the cost
--- was clamped at max_debt). In mode "b" a failed
--- pair's four are its error text and three zeros.
+-- was clamped at max_debt). In mode "b" a GCRA pair (code 1) answers ONE
+-- integer: used = its TAT after minus t when it admits, else -1 - used
+-- (the client derives the four from the rule); a failed pair's first is
+-- its error text, and the others of its four zeros.
 --
 -- Precision: Lua numbers are IEEE doubles, exact for integers below 2^53
 -- (about 285 years of microseconds). Every stored or compared value stays
@@ -149,6 +151,3 @@ local GIVEBACKS = {}
 -- Refunds (docs/semantics.md, "Refund"): (key, units, the pair's charge
 -- arguments p1..p4, t); the units counted last come off first.
 local RETURNS = {}
--- For GCRA (code 1): the decision as a pure function of the key's one stored
--- number (see gcra.lua); batches read and write such keys once a run.
-local PURE = {}
