@@ -13,6 +13,8 @@
 #         POST /v1/check) | charge-open (POST /v1/charge of the open rule) | healthz | proxy (GET / through the proxy to
 #         nginx, keyed by x-key among KEYS keys)
 #   BIN:  the tollgate binary (default target/release/tollgate, built here)
+# Env:  STORE=redis: the checks go to a redis-server started here (its own
+#       instructions are not counted: bench/lua-instructions.sh counts them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -42,6 +44,15 @@ if [[ $kind == proxy ]]; then
 else
   args=(serve --config bench/http/rules.toml --http 127.0.0.1:0)
   load=$kind
+fi
+if [[ "${STORE:-memory}" == redis ]]; then
+  rport=$((20000 + RANDOM % 10000))
+  mkdir -p "$work/redis"
+  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/redis" \
+    --logfile "$work/redis/log" &
+  pids+=($!)
+  for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  args+=(--store "redis://127.0.0.1:$rport")
 fi
 valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" "$bin" "${args[@]}" >"$work/log" 2>&1 &
 pid=$!

@@ -37,9 +37,10 @@ pub(super) struct Entry {
     pub(super) sent: Micros,
     pub(super) lag: Micros,
     pub(super) life: Micros,
-    /// Units the current lease took, and the size of the next (0: the
-    /// batch).
+    /// Units the current lease took, the local time it was sent, and the
+    /// size of the next (0: a first lease, see plan.rs).
     pub(super) leased: u64,
+    pub(super) taken: Micros,
     pub(super) size: u64,
     /// The lease's Redis time and reset_after right after it.
     pub(super) t0: Micros,
@@ -74,6 +75,7 @@ impl Entry {
             lag: 0,
             life: 0,
             leased: 0,
+            taken: 0,
             size: 0,
             t0: 0,
             reset_after: 0,

@@ -81,8 +81,10 @@ pub struct HybridOptions {
     pub batch: Option<u64>,
     /// The longest a leased unit may wait to be spent (GCRA and token
     /// bucket: after the time the algorithm admits it). `None` (default): a
-    /// tenth of the rule's period. Never longer than the period, nor past
-    /// the end of a fixed or sliding window.
+    /// lease of at most [`HybridOptions::small_for`] units (a tenth of the
+    /// capacity per replica) lives 1 s, a larger one a tenth of the
+    /// rule's period (docs/hybrid.md, "The error bound"). Never longer than
+    /// the period, nor past the end of a fixed or sliding window.
     pub lease: Option<Duration>,
     /// Most (rule, key) entries kept locally (default 100,000).
     pub max_keys: usize,
@@ -117,8 +119,9 @@ impl HybridOptions {
         batch.clamp(1, capacity.max(1))
     }
 
-    /// The longest life of a lease of `rule`, µs: `lease` or a tenth of the
-    /// period, at most the period, at least 1 µs.
+    /// The life of a lease larger than [`HybridOptions::small_for`] units
+    /// of `rule`, µs: `lease` or a tenth of the period, at most the
+    /// period, at least 1 µs.
     #[must_use]
     pub fn lease_for(&self, rule: &Rule) -> Micros {
         let period = rule.period_micros();
@@ -126,6 +129,28 @@ impl HybridOptions {
             .map_or(period / 10, duration_to_micros)
             .min(period)
             .max(1)
+    }
+
+    /// The most units of `rule` a lease may take and live the longer life
+    /// (1 s by default): a tenth of the capacity per replica, so that all
+    /// replicas together hold at most a tenth of the capacity in such
+    /// leases. A key each replica sees a few times a lease life keeps its
+    /// lease between checks, however short the period.
+    #[must_use]
+    pub fn small_for(&self, rule: &Rule) -> u64 {
+        (rule.capacity() / (10 * u64::from(self.replicas.max(1)))).max(1)
+    }
+
+    /// The life of a lease of `units` of `rule`, µs: `lease` when set;
+    /// else 1 s (at most the period) up to [`HybridOptions::small_for`]
+    /// units, and [`HybridOptions::lease_for`] above.
+    #[must_use]
+    pub fn life_for(&self, rule: &Rule, units: u64) -> Micros {
+        if self.lease.is_none() && units <= self.small_for(rule) {
+            SMALL_LEASE_LIFE.min(rule.period_micros()).max(1)
+        } else {
+            self.lease_for(rule)
+        }
     }
 }
 
@@ -137,6 +162,9 @@ fn paced(rule: &Rule) -> bool {
         crate::Algorithm::Gcra | crate::Algorithm::TokenBucket
     )
 }
+
+/// The default life of a small lease (see [`HybridOptions::life_for`]), µs.
+const SMALL_LEASE_LIFE: Micros = 1_000_000;
 
 /// Local shards (a power of two).
 const SHARDS: usize = 16;

@@ -116,16 +116,30 @@ impl Inner {
         for i in to_lease {
             let p = &pairs[i];
             let e = self.entry(shard_mut(&mut guards, p.shard), p, now);
-            // Size leases to this replica's demand for the key: a lease
-            // spent out before it expired doubles the next (up to the
-            // batch); one that expired with units unspent makes the next
-            // what was spent.
+            // Size leases to this replica's demand for the key: the first
+            // is the batch set, or by default a small one (see
+            // `HybridOptions::life_for`); a lease spent
+            // out before it expired doubles the next (up to the batch), but
+            // past the small size (where leases live a tenth as long) only
+            // when it was spent within that shorter life; one that expired
+            // with units unspent makes the next what was spent.
             let batch = self.options.batch_for(p.rule);
-            let current = if e.size == 0 { batch } else { e.size };
+            let small = self.options.small_for(p.rule);
+            let first = match self.options.batch {
+                Some(_) => batch,
+                None => batch.min(small),
+            };
+            let current = if e.size == 0 { first } else { e.size };
             e.size = match e.give_back {
                 Some(g) => e.leased.saturating_sub(g.units),
                 None if e.units == 0 && e.leased > 0 && now < e.expires => {
-                    current.saturating_mul(2)
+                    let grown = current.saturating_mul(2);
+                    let quick = now.saturating_sub(e.taken) < self.options.lease_for(p.rule);
+                    if current <= small && grown > small && !quick {
+                        small
+                    } else {
+                        grown
+                    }
                 }
                 None => current,
             }
@@ -171,12 +185,13 @@ impl Inner {
         received: Micros,
     ) {
         if lease.units > 0 {
-            let mut life = self.options.lease_for(&e.rule);
+            let mut life = self.options.life_for(&e.rule, lease.units);
             if let Some(end) = lease.window_end {
                 life = life.min(end.saturating_sub(lease.t));
             }
             e.units = lease.units;
             e.leased = lease.units;
+            e.taken = sent;
             e.t0 = lease.t;
             if paced {
                 // Unit j is due `first + (j − 1) × T` after the lease's
