@@ -232,11 +232,18 @@ impl<S: Store> ResilientLimiterBuilder<S> {
             self.limiter.rules().iter().map(crate::Rule::capacity),
             self.near_limit_ratio,
         );
+        let self_timed = self.timeout.is_some_and(|t| {
+            self.limiter
+                .store()
+                .bounds_calls()
+                .is_some_and(|bound| bound <= t)
+        });
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
                 open,
                 limiter: self.limiter,
                 policies,
+                self_timed,
                 timeout: self.timeout,
                 breaker,
                 clock,

@@ -133,6 +133,9 @@ struct Inner<S> {
     /// Per rule, in the limiter's order.
     policies: Vec<OnError>,
     timeout: Option<Duration>,
+    /// The store fails its own calls within `timeout` (see
+    /// [`Store::bounds_calls`]): no timer of ours.
+    self_timed: bool,
     /// Shared with a successor built by
     /// [`ResilientLimiterBuilder::succeeding`].
     breaker: Arc<Breaker>,
@@ -505,10 +508,10 @@ impl<S: Store> Inner<S> {
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         match self.timeout {
-            Some(t) => tokio::time::timeout(t, call)
+            Some(t) if !self.self_timed => tokio::time::timeout(t, call)
                 .await
                 .unwrap_or_else(|_| Err(timed_out(t, what))),
-            None => call.await,
+            _ => call.await,
         }
     }
 

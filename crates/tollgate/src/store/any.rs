@@ -50,6 +50,14 @@ impl Store for AnyStore {
         matches!(self, AnyStore::Memory(_))
     }
 
+    fn bounds_calls(&self) -> Option<std::time::Duration> {
+        match self {
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(r) => r.bounds_calls(),
+            _ => None,
+        }
+    }
+
     fn rules_in_use(&self, rules: &[Rule]) {
         #[cfg(feature = "redis")]
         if let AnyStore::Hybrid(h) = self {

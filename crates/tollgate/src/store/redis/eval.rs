@@ -124,8 +124,25 @@ where
     C: Future<Output = Result<Reply, StoreError>>,
 {
     let (mut via, mut loaded, mut retried) = (conn.via(), false, false);
+    // Every call together ends within the connection's timeout (see
+    // `RedisStore::bounds_calls`): the first by the connection's own
+    // timer, one made again by what is left.
+    let deadline = tokio::time::Instant::from_std(conn::io_now() + conn.timeout());
+    let mut again = false;
     loop {
-        match call(via).await? {
+        let reply = match again {
+            false => call(via).await?,
+            true => tokio::time::timeout_at(deadline, call(via))
+                .await
+                .map_err(|_| {
+                    StoreError::new(
+                        StoreErrorKind::Timeout,
+                        format!("no reply within {:?}", conn.timeout()),
+                    )
+                })??,
+        };
+        again = true;
+        match reply {
             Reply::Ints(ints) => return Ok(ints),
             // (a check asking for a function may have gone by hash, in a
             // batch with one that asked so)

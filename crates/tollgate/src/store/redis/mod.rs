@@ -294,6 +294,16 @@ impl Store for RedisStore {
         RedisStore::ping(self)
     }
 
+    fn bounds_calls(&self) -> Option<Duration> {
+        match &self.inner.backend {
+            // every request fails after the timeout (see `conn/`), and a
+            // call made again after an error only within what is left
+            // (`eval::lean_eval`)
+            Backend::Lean(conn) => Some(conn.timeout()),
+            _ => None,
+        }
+    }
+
     fn reset(
         &self,
         rule: &Rule,

@@ -366,6 +366,11 @@ impl Conn {
         }
     }
 
+    /// The longest a request waits for its reply.
+    pub(super) fn timeout(&self) -> Duration {
+        self.shared.config.timeout
+    }
+
     /// How a run names its script now: as the library's function while
     /// this connection's server takes functions, else by hash.
     pub(super) fn via(&self) -> Via {
@@ -547,6 +552,6 @@ pub(super) fn server_error(message: &str) -> StoreError {
     clippy::disallowed_methods,
     reason = "I/O timers run on real time, not on the limiter's clock"
 )]
-fn io_now() -> Instant {
+pub(super) fn io_now() -> Instant {
     Instant::now()
 }
