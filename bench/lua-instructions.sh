@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# redis-server instructions per check inside tollgate's batched check script
-# (EVALSHA in batch mode, see crates/tollgate/src/store/redis/scripts/
-# check.lua), counted by callgrind: an instruction count does not move with
-# the shared machine's load, so this is how changes to the scripts are
-# judged. Two workloads: batches on one hot key, and on KEYS random keys.
+# redis-server instructions per check inside tollgate's batched checks
+# (batch mode, see crates/tollgate/src/store/redis/scripts/check.lua),
+# counted by callgrind: an instruction count does not move with the shared
+# machine's load, so this is how changes to the scripts are judged. Two
+# workloads: batches on one hot key, and on KEYS random keys.
 #
 # Usage: bench/lua-instructions.sh [BATCH=20] [RUNS=500] [KEYS=10000] [SCRIPT]
-#   SCRIPT: a composed script file (default: prelude.lua + gcra.lua +
-#           check.lua of this tree, as the store composes them)
+#   SCRIPT: a composed file (default: the function library of this tree,
+#           run with FCALL, as the store composes it: see scripts.rs);
+#           with VIA=script, the GCRA script run with EVALSHA (what a
+#           Redis without functions runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 batch=${1:-20} runs=${2:-500} keys=${3:-10000} script=${4:-}
@@ -24,17 +26,26 @@ work=$(mktemp -d)
 vpid=
 cleanup() { [[ -n "$vpid" ]] && kill "$vpid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
+toggle=fcallCommand
 if [[ -z "$script" ]]; then
   s=crates/tollgate/src/store/redis/scripts
   script=$work/script.lua
-  cat "$s/prelude.lua" "$s/gcra.lua" "$s/check.lua" >"$script"
+  if [[ "${VIA:-function}" == script ]]; then
+    { echo 'local EVAL = true'; cat "$s/prelude.lua" "$s/gcra.lua" "$s/check.lua"
+      echo 'return main(KEYS, ARGV)'; } >"$script"
+  else
+    { echo '#!lua name=tollgate_bench'; echo 'local EVAL = false'
+      cat "$s"/{prelude,gcra,token_bucket,fixed_window,sliding_window,sliding_log,concurrency,check}.lua
+      echo "redis.register_function('tollgate_bench', main)"; } >"$script"
+  fi
 fi
-# count WORKLOAD-KEYS: one callgrind run of redis-server, only EVALSHA counted.
+head -c 5 "$script" | grep -q '#!lua' || toggle=evalShaCommand
+# count WORKLOAD-KEYS: one callgrind run of redis-server, only FCALL (or EVALSHA) counted.
 count() {
   local k=$1 port
   port=$((30000 + RANDOM % 5000))
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" --collect-atstart=no \
-    --toggle-collect=evalShaCommand redis-server --port "$port" --bind 127.0.0.1 --save "" \
+    --toggle-collect=$toggle redis-server --port "$port" --bind 127.0.0.1 --save "" \
     --appendonly no --dir "$work" >/dev/null 2>"$work/valgrind.log" &
   vpid=$!
   for _ in $(seq 150); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
@@ -44,7 +55,7 @@ count() {
   vpid=
   local ir
   ir=$(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
-  # batch.py runs RUNS counted runs plus one first run, all inside EVALSHA
+  # batch.py runs RUNS counted runs plus one first run, all inside FCALL (EVALSHA)
   echo "batches of $batch on $( ((k == 1)) && echo "one hot key" || echo "$k keys"): $((ir / ((runs + 1) * batch))) instructions a check"
 }
 count 1

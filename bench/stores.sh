@@ -7,7 +7,8 @@
 # random keys (bench/http/rules.toml, bench/http/check.lua).
 #
 # For every row it prints the CPU per check of tollgate and of
-# redis-server separately (utime + stime from /proc), their sum, the Redis
+# redis-server separately (utime + stime from /proc; "(sys)": the stime
+# part, the kernel's: sockets and wake-ups), their sum, the Redis
 # calls per check (script calls counted by redis-server's INFO
 # commandstats, divided by the checks wrk made), and the ratio the issue's
 # goal is about: (tollgate + redis-server CPU) / the memory store's CPU,
@@ -58,6 +59,8 @@ results="$work/results"
 : >"$results"
 calls="$work/calls" # id|round|script calls counted by redis-server|checks
 : >"$calls"
+sys="$work/sys" # id|round|system ticks of tollgate|of redis-server|checks
+: >"$sys"
 round=0
 sut=()
 aux=()
@@ -83,15 +86,31 @@ start_redis_server() {
   redis-cli -p "$redis_port" ping >/dev/null || die "redis-server did not start"
 }
 
+# sys_ticks PID...: system-time clock ticks the processes have used (the
+# kernel's share: sockets, wake-ups).
+sys_ticks() {
+  local t=0 p f
+  for p in "$@"; do
+    f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    f=${f##*) }
+    set -- $f
+    t=$((t + ${13}))
+  done
+  echo "$t"
+}
+
 # One store's 2x2 matrix; with a redis-server, its script calls per row.
 matrix() { # ID-PREFIX NAME URL [REDIS-PORT]
-  local rule k id before
+  local rule k id s0 s1 a0 a1
   for rule in open closed; do
     for k in 1 "$keys"; do
       id="$1.$rule.$k"
       [[ -n "${4:-}" ]] && redis-cli -p "$4" config resetstat >/dev/null
+      s0=$(sys_ticks "${sut[@]}") a0=$(sys_ticks "${aux[@]}")
       measure "$id" "$2 $rule $( ((k == 1)) && echo 'hot key' || echo "${k} keys")" \
         "$3" check.lua "$conns" -- tollgate "$rule" "$k"
+      s1=$(sys_ticks "${sut[@]}") a1=$(sys_ticks "${aux[@]}")
+      echo "$id|$round|$((s1 - s0))|$((a1 - a0))|$(awk '/requests in/ {print $1}' "$work/wrk-$id.$round.txt")" >>"$sys"
       if [[ -n "${4:-}" ]]; then
         echo "$id|$round|$(script_calls "$4")|$(awk '/requests in/ {print $1}' "$work/wrk-$id.$round.txt")" >>"$calls"
       fi
@@ -154,7 +173,7 @@ echo "bench/stores.sh $secs $rounds: wrk -t$threads -c$conns -d${secs}s per targ
 echo "tollgate $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ uncommitted changes in crates/)'); redis $(redis-server --version | grep -o 'v=[0-9.]*' | cut -d= -f2); load average before $load_before, after $load_after"
 echo
 # results: id|label|round|req/s|p50|p99|non2xx|srv|wrk|other|steal|errors|aux
-python3 - "$results" "$calls" "$rounds" <<'PY'
+python3 - "$results" "$calls" "$rounds" "$sys" "$hz" <<'PY'
 import sys, statistics
 rows = [l.rstrip("\n").split("|") for l in open(sys.argv[1]) if l.strip()]
 calls = {}
@@ -162,6 +181,11 @@ for l in open(sys.argv[2]):
     i, r, c, n = l.strip().split("|")
     calls[(i, r)] = (int(c), int(n))
 rounds = int(sys.argv[3])
+hz = float(sys.argv[5])
+systime = {}
+for l in open(sys.argv[4]):
+    i, r, a, b, n = l.strip().split("|")
+    systime[(i, r)] = (1e6 * int(a) / hz / max(1, int(n)), 1e6 * int(b) / hz / max(1, int(n)))
 by = {}
 for r in rows:
     by[(r[0], r[2])] = r
@@ -173,7 +197,7 @@ def f(x):
     except ValueError: return 0.0
 def med(v):
     return statistics.median(v) if v else float("nan")
-print(f"{'row':<20} {'store':<7} {'req/s':>9} {'p99 ms':>7} {'tollgate us':>11} {'redis us':>9} {'total us':>9} {'calls/check':>11} {'other':>6}   (medians over rounds)")
+print(f"{'row':<20} {'store':<7} {'req/s':>9} {'p99 ms':>7} {'tollgate us':>11} {'(sys)':>6} {'redis us':>9} {'(sys)':>6} {'total us':>9} {'calls/check':>11} {'other':>6}   (medians over rounds)")
 ratios = {}
 for s in scen:
     for store in ["mem", "redis", "hybrid"]:
@@ -182,8 +206,10 @@ for s in scen:
         tg = med([f(r[7]) for r in rs]); rd = med([f(r[12]) for r in rs]) if store != "mem" else 0.0
         tot = med([f(r[7]) + (f(r[12]) if store != "mem" else 0.0) for r in rs])
         cpc = med([calls[(f"{store}.{s}", r[2])][0] / max(1, calls[(f"{store}.{s}", r[2])][1]) for r in rs]) if store != "mem" else None
-        print(f"{names[s]:<20} {store:<7} {med([f(r[3]) for r in rs]):>9.0f} {med([f(r[5]) for r in rs]):>7.2f} {tg:>11.2f} "
-              f"{(f'{rd:.2f}' if store != 'mem' else '-'):>9} {tot:>9.2f} {(f'{cpc:.4f}' if cpc is not None else '-'):>11} {med([f(r[9]) for r in rs]):>5.0f}%")
+        ts = med([systime[(f"{store}.{s}", r[2])][0] for r in rs])
+        rsy = med([systime[(f"{store}.{s}", r[2])][1] for r in rs])
+        print(f"{names[s]:<20} {store:<7} {med([f(r[3]) for r in rs]):>9.0f} {med([f(r[5]) for r in rs]):>7.2f} {tg:>11.2f} {ts:>6.2f} "
+              f"{(f'{rd:.2f}' if store != 'mem' else '-'):>9} {(f'{rsy:.2f}' if store != 'mem' else '-'):>6} {tot:>9.2f} {(f'{cpc:.4f}' if cpc is not None else '-'):>11} {med([f(r[9]) for r in rs]):>5.0f}%")
     for store in ["redis", "hybrid"]:
         v = []
         for k in range(1, rounds + 1):

@@ -1,7 +1,10 @@
 """Runs tollgate's check script in batch mode ("b") the way the store
 sends it: ITERS runs of BATCH GCRA checks (1,000,000 per 1 s, cost 1), each
 on a key drawn among KEYS (1: one hot key), 50 runs pipelined at a time.
-Prints redis-server's own usec_per_call (INFO commandstats) for the runs.
+SCRIPTFILE is a function library (it starts with `#!lua`: loaded with
+FUNCTION LOAD and run with FCALL, as the store does on Redis 7) or a script
+(EVALSHA). Prints redis-server's own usec_per_call (INFO commandstats) for
+the runs.
 
 usage: batch.py PORT SCRIPTFILE [BATCH=20] [KEYS=10000] [ITERS=3000]
 """
@@ -34,15 +37,23 @@ def read():
     raise Exception(line)
 def cmd(*a):
     s.sendall(enc(*a)); return read()
-sha = cmd('SCRIPT', 'LOAD', src).decode()
+if src.startswith(b'#!lua'):
+    verb = 'FCALL'
+    sha = re.match(rb'#!lua name=(\w+)', src)[1].decode()
+    cmd('FUNCTION', 'LOAD', 'REPLACE', src)
+else:
+    verb = 'EVALSHA'
+    sha = cmd('SCRIPT', 'LOAD', src).decode()
 cmd('FLUSHALL')
 random.seed(1)
 def one():
     ks = ['tollgate-bench:{open:=k%d}:gcra' % random.randrange(nkeys) for _ in range(batch)]
-    return enc('EVALSHA', sha, str(batch), *ks, '', '0', str(batch), 'b', bytes([1]*batch), '1', '1', '1', '1000000', '1', '1000000')
-# one run first (not counted): the reply's shape is checked
+    # one tuple: no indices (see prelude.lua, mode "b")
+    return enc(verb, sha, str(batch), *ks, '', '0', str(batch), 'b', b'', '1', '1', '1', '1000000', '1', '1000000')
+# one run first (not counted): the reply's shape is checked (a GCRA check
+# answers one integer)
 s.sendall(one()); r = read()
-assert isinstance(r, list) and len(r) == 1 + 4 * batch, r
+assert isinstance(r, list) and len(r) == 1 + batch, r
 cmd('CONFIG', 'RESETSTAT')
 chunk = 50
 assert iters % chunk == 0, 'ITERS must be a multiple of 50'
@@ -52,7 +63,7 @@ for i in range(iters // chunk):
         r = read()
         if not isinstance(r, list): print(r); sys.exit(1)
 info = cmd('INFO', 'commandstats').decode()
-m = re.search(r'cmdstat_evalsha:calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)', info)
+m = re.search(r'cmdstat_(?:evalsha|fcall):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)', info)
 calls, usec, per = int(m[1]), int(m[2]), float(m[3])
 print('batch %d, %d keys: %d runs, %.2f us a run, %.2f us a check (usec_per_call)'
       % (batch, nkeys, calls, per, per / batch))
