@@ -11,11 +11,11 @@
 //!   allocation per request.
 //! * One driver task owns the socket. Woken by new requests, it first lets
 //!   every other ready task queue theirs (one yield), then writes all of
-//!   them with one `write`: under load, batches form by themselves. At
-//!   most two commands are out unanswered; what is queued meanwhile waits
-//!   for the next reply and goes as one batch (a server whose requests
-//!   arrive one by one from many connections would otherwise send batches
-//!   of one).
+//!   them with one `write`: under load, batches form by themselves. While
+//!   one command is out unanswered, what is queued meanwhile waits for its
+//!   reply and goes as one batch (a server whose requests arrive one by
+//!   one from many connections would otherwise send batches of one); a
+//!   second goes out only when a whole batch waits ([`MAX_COMMANDS_OUT`]).
 //! * Single checks are queued as parts (a key and its pair arguments), not
 //!   commands: the driver writes each run of up to [`MAX_BATCH`]
 //!   consecutive ones at the same time (the server's, or the same explicit
