@@ -511,3 +511,45 @@ async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
         "nothing written"
     );
 }
+
+/// A frozen server with a check already out: checks made while it waits
+/// (held back until its reply, to go as one batch) still fail within the
+/// timeout of their own call, not of when the connection first wrote them
+/// (`Store::bounds_calls` promises that: `ResilientLimiter` then sets no
+/// timer of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_held_back_behind_a_frozen_batch_fail_on_time() {
+    let timeout = Duration::from_millis(400);
+    let slack = Duration::from_millis(120);
+    let server = RedisServer::start();
+    let store = connect(&server.url(), timeout).await;
+    assert_eq!(store.bounds_calls(), Some(timeout));
+    let rule = window("held", 100);
+    warm_then_pause(&server, &store, &rule, b"k").await;
+    let timed = |store: RedisStore, rule: Rule, key: String| async move {
+        let start = Instant::now();
+        let result = store.check(&rule, key.as_bytes(), 1, None).await;
+        (result, start.elapsed())
+    };
+    let first = tokio::spawn(timed(store.clone(), rule.clone(), "first".into()));
+    let mut later = Vec::new();
+    for i in 0..4 {
+        tokio::time::sleep(timeout / 5).await;
+        later.push(tokio::spawn(timed(
+            store.clone(),
+            rule.clone(),
+            format!("later{i}"),
+        )));
+    }
+    for task in std::iter::once(first).chain(later) {
+        let (result, waited) = task.await.expect("task");
+        let err = result.expect_err("nothing answers");
+        assert!(err.is_transient(), "{err}");
+        assert!(
+            waited <= timeout + slack,
+            "failed after {waited:?} (timeout {timeout:?}): {err}"
+        );
+    }
+    server.resume();
+    assert!(settle(&store, &rule, b"k").await.allowed);
+}
