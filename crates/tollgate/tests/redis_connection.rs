@@ -553,3 +553,74 @@ async fn checks_held_back_behind_a_frozen_batch_fail_on_time() {
     server.resume();
     assert!(settle(&store, &rule, b"k").await.allowed);
 }
+
+/// A TCP relay to `upstream` that delays the server's first `Function not
+/// found` by `delay`, then stops passing the client's bytes on (the server
+/// as good as frozen for this connection from then on): the library's load
+/// goes nowhere.
+fn relay_freezing_after_function_not_found(upstream: String, delay: Duration) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let mut server = TcpStream::connect(&upstream).expect("upstream");
+            let frozen = Arc::new(AtomicBool::new(false));
+            let (mut c, mut s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let held = frozen.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = c.read(&mut buf) {
+                    if held.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    if s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = server.read(&mut buf) {
+                    if buf[..n].windows(18).any(|w| w == b"Function not found") {
+                        std::thread::sleep(delay);
+                        frozen.store(true, Ordering::SeqCst);
+                    }
+                    if client.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The library loaded after `Function not found` is loaded within what is
+/// left of the call's timeout: a check whose `FCALL` was answered late and
+/// whose load then goes unanswered fails within the timeout
+/// (`Store::bounds_calls`), not the time to the answer plus another
+/// timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_load_that_hangs_fails_within_the_check_timeout() {
+    let timeout = Duration::from_millis(500);
+    let slack = Duration::from_millis(120);
+    let server = RedisServer::start();
+    let port = relay_freezing_after_function_not_found(server.addr(), timeout * 3 / 5);
+    let store = connect(&format!("redis://127.0.0.1:{port}"), timeout).await;
+    let rule = window("load_hangs", 100);
+    let start = Instant::now();
+    let err = store
+        .check(&rule, b"k", 1, None)
+        .await
+        .expect_err("the load goes unanswered");
+    let waited = start.elapsed();
+    assert!(err.is_transient(), "{err}");
+    assert!(
+        waited <= timeout + slack,
+        "failed after {waited:?} (timeout {timeout:?}): {err}"
+    );
+}
