@@ -10,6 +10,7 @@
 //! that may run neither is told so.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_harness::{RedisServer, Reply};
@@ -561,7 +562,6 @@ async fn checks_held_back_behind_a_frozen_batch_fail_on_time() {
 fn relay_freezing_after_function_not_found(upstream: String, delay: Duration) -> u16 {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
-    use std::sync::atomic::{AtomicBool, Ordering};
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     std::thread::spawn(move || {
@@ -623,4 +623,99 @@ async fn a_library_load_that_hangs_fails_within_the_check_timeout() {
         waited <= timeout + slack,
         "failed after {waited:?} (timeout {timeout:?}): {err}"
     );
+}
+
+/// A TCP relay to `upstream`. Once `arm` is set, the next connection to
+/// send bytes is cut after them: what its client sends later goes nowhere,
+/// and the server's replies reach the client `delay` late (a path that
+/// dies silently, with one reply still on its way). Other connections
+/// pass everything.
+fn relay_cut_after_next_request(upstream: String, arm: Arc<AtomicBool>, delay: Duration) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let mut server = TcpStream::connect(&upstream).expect("upstream");
+            let cut = Arc::new(AtomicBool::new(false));
+            let (mut c, mut s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (arm, cut_in) = (arm.clone(), cut.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = c.read(&mut buf) {
+                    if cut_in.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    if arm.swap(false, Ordering::SeqCst) {
+                        cut_in.store(true, Ordering::SeqCst);
+                    }
+                    if s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = server.read(&mut buf) {
+                    if cut.load(Ordering::SeqCst) {
+                        std::thread::sleep(delay);
+                    }
+                    if client.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A connection whose path dies silently with two commands out, the
+/// older's reply arriving after the newer was written, is still found dead
+/// (nothing at all for a whole timeout while replies are owed) and
+/// replaced: checks decide again, not time out for as long as the socket
+/// stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_silent_after_a_late_reply_is_replaced() {
+    let timeout = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let arm = Arc::new(AtomicBool::new(false));
+    let port = relay_cut_after_next_request(server.addr(), arm.clone(), timeout / 3);
+    let store = connect(&format!("redis://127.0.0.1:{port}"), timeout).await;
+    let rule = window("silent", 1000);
+    assert!(
+        store
+            .check(&rule, b"warm", 1, None)
+            .await
+            .expect("warm")
+            .allowed
+    );
+    arm.store(true, Ordering::SeqCst);
+    let first = {
+        let (store, rule) = (store.clone(), rule.clone());
+        tokio::spawn(async move { store.check(&rule, b"first", 1, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // A whole batch waits: it goes out before the first one's reply.
+    for task in spawn_checks(&store, &rule, "lost", 70) {
+        let err = task
+            .await
+            .expect("task")
+            .expect_err("never reaches the server");
+        assert!(err.is_transient(), "{err}");
+    }
+    assert!(first.await.expect("task").expect("answered late").allowed);
+    let start = Instant::now();
+    loop {
+        if store.check(&rule, b"after", 1, None).await.is_ok() {
+            break;
+        }
+        assert!(
+            start.elapsed() < timeout * 6,
+            "still no answer after {:?}: the silent connection was kept",
+            start.elapsed()
+        );
+    }
 }

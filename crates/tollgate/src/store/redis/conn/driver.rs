@@ -597,7 +597,15 @@ impl Driver {
             }
         }
         if let Some(oldest) = self.inflight.front() {
-            stalled = late(oldest) && self.last_reply < oldest.at;
+            // Nothing at all for a whole timeout while a reply is owed
+            // (with two commands out, the older's reply may have come
+            // after the newer was written: "nothing since it was sent"
+            // would keep a silently dead path for good).
+            stalled = late(oldest)
+                && self
+                    .last_reply
+                    .checked_add(timeout)
+                    .is_some_and(|quiet| quiet <= now);
         }
         drop(st);
         if stalled {
