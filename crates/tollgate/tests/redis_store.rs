@@ -701,11 +701,12 @@ async fn odd_batches_of_gcra_and_others_equal_the_memory_store() {
                 let got = redis.charge_all(&charge, Some(t)).await.expect("charge");
                 assert_eq!(got, memory.charge_all_sync(&charge, Some(t)), "charge");
             }
+            let period = u64::try_from(rules[0].period().as_micros()).expect("period");
             t += match rng.below(4) {
                 0 => 0,
                 1 => rng.below(1_000),
-                2 => rng.below(rules[0].period().as_micros() as u64 + 1),
-                _ => 2 * rules[0].period().as_micros() as u64,
+                2 => rng.below(period + 1),
+                _ => 2 * period,
             };
         }
     }
