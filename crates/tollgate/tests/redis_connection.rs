@@ -10,6 +10,7 @@
 //! that may run neither is told so.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_harness::{RedisServer, Reply};
@@ -510,4 +511,211 @@ async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
         22,
         "nothing written"
     );
+}
+
+/// A frozen server with a check already out: checks made while it waits
+/// (held back until its reply, to go as one batch) still fail within the
+/// timeout of their own call, not of when the connection first wrote them
+/// (`Store::bounds_calls` promises that: `ResilientLimiter` then sets no
+/// timer of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_held_back_behind_a_frozen_batch_fail_on_time() {
+    let timeout = Duration::from_millis(400);
+    let slack = Duration::from_millis(120);
+    let server = RedisServer::start();
+    let store = connect(&server.url(), timeout).await;
+    assert_eq!(store.bounds_calls(), Some(timeout));
+    let rule = window("held", 100);
+    warm_then_pause(&server, &store, &rule, b"k").await;
+    let timed = |store: RedisStore, rule: Rule, key: String| async move {
+        let start = Instant::now();
+        let result = store.check(&rule, key.as_bytes(), 1, None).await;
+        (result, start.elapsed())
+    };
+    let first = tokio::spawn(timed(store.clone(), rule.clone(), "first".into()));
+    let mut later = Vec::new();
+    for i in 0..4 {
+        tokio::time::sleep(timeout / 5).await;
+        later.push(tokio::spawn(timed(
+            store.clone(),
+            rule.clone(),
+            format!("later{i}"),
+        )));
+    }
+    for task in std::iter::once(first).chain(later) {
+        let (result, waited) = task.await.expect("task");
+        let err = result.expect_err("nothing answers");
+        assert!(err.is_transient(), "{err}");
+        assert!(
+            waited <= timeout + slack,
+            "failed after {waited:?} (timeout {timeout:?}): {err}"
+        );
+    }
+    server.resume();
+    assert!(settle(&store, &rule, b"k").await.allowed);
+}
+
+/// A TCP relay to `upstream` that delays the server's first `Function not
+/// found` by `delay`, then stops passing the client's bytes on (the server
+/// as good as frozen for this connection from then on): the library's load
+/// goes nowhere.
+fn relay_freezing_after_function_not_found(upstream: String, delay: Duration) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let mut server = TcpStream::connect(&upstream).expect("upstream");
+            let frozen = Arc::new(AtomicBool::new(false));
+            let (mut c, mut s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let held = frozen.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = c.read(&mut buf) {
+                    if held.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    if s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = server.read(&mut buf) {
+                    if buf[..n].windows(18).any(|w| w == b"Function not found") {
+                        std::thread::sleep(delay);
+                        frozen.store(true, Ordering::SeqCst);
+                    }
+                    if client.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The library loaded after `Function not found` is loaded within what is
+/// left of the call's timeout: a check whose `FCALL` was answered late and
+/// whose load then goes unanswered fails within the timeout
+/// (`Store::bounds_calls`), not the time to the answer plus another
+/// timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_library_load_that_hangs_fails_within_the_check_timeout() {
+    let timeout = Duration::from_millis(500);
+    let slack = Duration::from_millis(120);
+    let server = RedisServer::start();
+    let port = relay_freezing_after_function_not_found(server.addr(), timeout * 3 / 5);
+    let store = connect(&format!("redis://127.0.0.1:{port}"), timeout).await;
+    let rule = window("load_hangs", 100);
+    let start = Instant::now();
+    let err = store
+        .check(&rule, b"k", 1, None)
+        .await
+        .expect_err("the load goes unanswered");
+    let waited = start.elapsed();
+    assert!(err.is_transient(), "{err}");
+    assert!(
+        waited <= timeout + slack,
+        "failed after {waited:?} (timeout {timeout:?}): {err}"
+    );
+}
+
+/// A TCP relay to `upstream`. Once `arm` is set, the next connection to
+/// send bytes is cut after them: what its client sends later goes nowhere,
+/// and the server's replies reach the client `delay` late (a path that
+/// dies silently, with one reply still on its way). Other connections
+/// pass everything.
+fn relay_cut_after_next_request(upstream: String, arm: Arc<AtomicBool>, delay: Duration) -> u16 {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let mut server = TcpStream::connect(&upstream).expect("upstream");
+            let cut = Arc::new(AtomicBool::new(false));
+            let (mut c, mut s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (arm, cut_in) = (arm.clone(), cut.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = c.read(&mut buf) {
+                    if cut_in.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    if arm.swap(false, Ordering::SeqCst) {
+                        cut_in.store(true, Ordering::SeqCst);
+                    }
+                    if s.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                while let Ok(n @ 1..) = server.read(&mut buf) {
+                    if cut.load(Ordering::SeqCst) {
+                        std::thread::sleep(delay);
+                    }
+                    if client.write_all(&buf[..n]).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A connection whose path dies silently with two commands out, the
+/// older's reply arriving after the newer was written, is still found dead
+/// (nothing at all for a whole timeout while replies are owed) and
+/// replaced: checks decide again, not time out for as long as the socket
+/// stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_silent_after_a_late_reply_is_replaced() {
+    let timeout = Duration::from_millis(300);
+    let server = RedisServer::start();
+    let arm = Arc::new(AtomicBool::new(false));
+    let port = relay_cut_after_next_request(server.addr(), arm.clone(), timeout / 3);
+    let store = connect(&format!("redis://127.0.0.1:{port}"), timeout).await;
+    let rule = window("silent", 1000);
+    assert!(
+        store
+            .check(&rule, b"warm", 1, None)
+            .await
+            .expect("warm")
+            .allowed
+    );
+    arm.store(true, Ordering::SeqCst);
+    let first = {
+        let (store, rule) = (store.clone(), rule.clone());
+        tokio::spawn(async move { store.check(&rule, b"first", 1, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // A whole batch waits: it goes out before the first one's reply.
+    for task in spawn_checks(&store, &rule, "lost", 70) {
+        let err = task
+            .await
+            .expect("task")
+            .expect_err("never reaches the server");
+        assert!(err.is_transient(), "{err}");
+    }
+    assert!(first.await.expect("task").expect("answered late").allowed);
+    let start = Instant::now();
+    loop {
+        if store.check(&rule, b"after", 1, None).await.is_ok() {
+            break;
+        }
+        assert!(
+            start.elapsed() < timeout * 6,
+            "still no answer after {:?}: the silent connection was kept",
+            start.elapsed()
+        );
+    }
 }

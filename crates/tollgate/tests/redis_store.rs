@@ -630,3 +630,90 @@ async fn sliding_window_stays_exact_past_two_to_the_53() {
     assert!(big_products > 100, "only {big_products} checks past 2^53");
     assert_no_key_without_ttl(&server);
 }
+
+/// Batches from one task (queued in order, so the memory store can replay
+/// them) of 2, 63, 64, 65 and 130 checks over three keys, mixing a random
+/// GCRA rule with a rule of another algorithm (so batches mix reply
+/// widths), costs 0, 1, the burst, the capacity, past it and `u64::MAX`,
+/// keys in debt after charges between batches, time standing still, going
+/// on or jumping past every TAT: each decision equals the memory store's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_batches_of_gcra_and_others_equal_the_memory_store() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "odd").await;
+    let memory = MemoryStore::new();
+    let mut rng = Rng(0x0dd_ba7c);
+    let mut t = EPOCH;
+    let mut total = 0u64;
+    for round in 0..40u64 {
+        let other = Algorithm::RATES[1 + usize::try_from(rng.below(4)).unwrap()];
+        let rules = [
+            random_rule(&mut rng, &format!("g{round}"), Algorithm::Gcra),
+            random_rule(&mut rng, &format!("o{round}"), other),
+        ];
+        // Scripts and the library loaded: a batch answered NOSCRIPT goes
+        // again in the order its callers wake, not the order sent.
+        for rule in &rules {
+            redis.check(rule, b"warm", 0, Some(t)).await.expect("warm");
+        }
+        for step in 0..6u64 {
+            let n = [2usize, 63, 64, 65, 130][usize::try_from(rng.below(5)).unwrap()];
+            let checks: Vec<(usize, String, u64)> = (0..n)
+                .map(|_| {
+                    let r = usize::try_from(rng.below(4)).unwrap().min(1) ^ 1;
+                    let rule = &rules[r];
+                    let cost = match rng.below(8) {
+                        0 => 0,
+                        1 => rule.burst(),
+                        2 => rule.capacity(),
+                        3 => rule.capacity() + 1,
+                        4 => u64::MAX,
+                        5 => 1 + rng.below(rule.capacity()),
+                        _ => 1,
+                    };
+                    (r, format!("k{}", rng.below(3)), cost)
+                })
+                .collect();
+            let sent = checks
+                .iter()
+                .map(|(r, key, cost)| redis.check(&rules[*r], key.as_bytes(), *cost, Some(t)));
+            let decided = futures_util::future::join_all(sent).await;
+            total += n as u64;
+            for ((r, key, cost), got) in checks.iter().zip(decided) {
+                let got = got.expect("check");
+                let expected = memory.check_sync(&rules[*r], key.as_bytes(), *cost, Some(t));
+                assert_eq!(
+                    got, expected,
+                    "round {round} step {step} ({n} checks): rule {:?} key {key} t {t} cost {cost}",
+                    rules[*r]
+                );
+            }
+            if rng.below(3) == 0 {
+                // Debt: a charge of up to twice the capacity.
+                let rule = &rules[0];
+                let cost = rng.below(2 * rule.capacity() + 1);
+                let key = format!("k{}", rng.below(3));
+                let charge = [KeyCheck {
+                    rule,
+                    key: key.as_bytes(),
+                    cost,
+                }];
+                let got = redis.charge_all(&charge, Some(t)).await.expect("charge");
+                assert_eq!(got, memory.charge_all_sync(&charge, Some(t)), "charge");
+            }
+            let period = u64::try_from(rules[0].period().as_micros()).expect("period");
+            t += match rng.below(4) {
+                0 => 0,
+                1 => rng.below(1_000),
+                2 => rng.below(period + 1),
+                _ => 2 * period,
+            };
+        }
+    }
+    let runs = script_runs(&server);
+    assert!(
+        runs * 8 <= total,
+        "{total} checks in {runs} runs: hardly batched"
+    );
+    assert_no_key_without_ttl(&server);
+}

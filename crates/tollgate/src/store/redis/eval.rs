@@ -128,18 +128,19 @@ where
     // `RedisStore::bounds_calls`): the first by the connection's own
     // timer, one made again by what is left.
     let deadline = tokio::time::Instant::from_std(conn::io_now() + conn.timeout());
+    let late = || {
+        StoreError::new(
+            StoreErrorKind::Timeout,
+            format!("no reply within {:?}", conn.timeout()),
+        )
+    };
     let mut again = false;
     loop {
         let reply = match again {
             false => call(via).await?,
             true => tokio::time::timeout_at(deadline, call(via))
                 .await
-                .map_err(|_| {
-                    StoreError::new(
-                        StoreErrorKind::Timeout,
-                        format!("no reply within {:?}", conn.timeout()),
-                    )
-                })??,
+                .map_err(|_| late())??,
         };
         again = true;
         match reply {
@@ -153,7 +154,9 @@ where
             Reply::Error(e) if via == Via::Function && e.starts_with("ERR Function not found") => {
                 if !loaded {
                     loaded = true;
-                    if load_library(conn).await? {
+                    // (within what is left too: the load is a call)
+                    let load = tokio::time::timeout_at(deadline, load_library(conn));
+                    if load.await.map_err(|_| late())?? {
                         continue;
                     }
                 }

@@ -21,8 +21,7 @@ use super::handshake::{Opened, open};
 use super::sentinel::{Announce, watch};
 use super::{
     DONE, KEEP_BUFFER, Link, MAX_BACKOFF, MAX_BATCH, MAX_COMMANDS_OUT, MAX_REPLY, MIN_BACKOFF,
-    Part, Queued, READ_BUFFER, Shared, Slot, State, Target, io_error, io_now, protocol,
-    unavailable,
+    Part, READ_BUFFER, Shared, Slot, State, Target, io_error, io_now, protocol, unavailable,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::HostPort;
@@ -317,10 +316,46 @@ impl Driver {
     }
 
     /// Takes the requests callers queued: straight to the write buffer when
-    /// connected, else to wait for a connection.
+    /// connected (after any held before them), else to wait for a
+    /// connection.
     fn take(&mut self, st: &mut State, now: Instant) {
-        let mut start = 0;
-        let mut sent = |q: &Queued| {
+        if !matches!(self.phase, Phase::Up(_)) || self.draining.is_some() {
+            self.hold(st, now);
+        } else if self.unsent.is_empty() {
+            let mut start = 0;
+            let mut taking = std::mem::take(&mut self.taking);
+            taking.extend(st.queued.iter().map(|q| {
+                let s = Sent {
+                    slot: q.slot,
+                    start,
+                    len: q.len,
+                    part: q.part,
+                    at: now,
+                    replies_to: 1,
+                };
+                start += q.len;
+                s
+            }));
+            self.emit(&st.out, &taking);
+            taking.clear();
+            self.taking = taking;
+            st.out.clear();
+            st.queued.clear();
+        } else {
+            self.hold(st, now);
+            self.emit_unsent(st);
+        }
+    }
+
+    /// Moves the requests callers queued to `unsent`, on the clock from
+    /// `now` as if written: they wait for a connection, or (corked: see
+    /// `poll`) for a reply before they go, and either way fail by the
+    /// timeout of their call, not of when they are written at last.
+    fn hold(&mut self, st: &mut State, now: Instant) {
+        let base = u32::try_from(self.unsent_bytes.len()).unwrap_or(u32::MAX);
+        let mut start = base;
+        self.unsent_bytes.extend_from_slice(&st.out);
+        self.unsent.extend(st.queued.iter().map(|q| {
             let s = Sent {
                 slot: q.slot,
                 start,
@@ -329,28 +364,33 @@ impl Driver {
                 at: now,
                 replies_to: 1,
             };
-            start += q.len;
+            start = start.saturating_add(q.len);
             s
-        };
-        if matches!(self.phase, Phase::Up(_)) && self.draining.is_none() {
-            let mut taking = std::mem::take(&mut self.taking);
-            taking.extend(st.queued.iter().map(sent));
-            self.emit(&st.out, &taking);
-            taking.clear();
-            self.taking = taking;
-        } else {
-            let base = u32::try_from(self.unsent_bytes.len()).unwrap_or(u32::MAX);
-            self.unsent_bytes.extend_from_slice(&st.out);
-            self.unsent.extend(st.queued.iter().map(|q| {
-                let s = sent(q);
-                Sent {
-                    start: s.start.saturating_add(base),
-                    ..s
-                }
-            }));
-        }
+        }));
         st.out.clear();
         st.queued.clear();
+    }
+
+    /// Writes the requests in `unsent`, except those already answered
+    /// (timed out) or given up.
+    fn emit_unsent(&mut self, st: &mut State) {
+        let mut taking = std::mem::take(&mut self.taking);
+        for s in self.unsent.drain(..) {
+            if s.slot == DONE {
+                continue;
+            }
+            if matches!(st.slots[s.slot as usize], Slot::Abandoned) {
+                st.release(s.slot);
+                continue;
+            }
+            taking.push(s);
+        }
+        let bytes = std::mem::take(&mut self.unsent_bytes);
+        self.emit(&bytes, &taking);
+        self.unsent_bytes = bytes;
+        self.unsent_bytes.clear();
+        taking.clear();
+        self.taking = taking;
     }
 
     /// Appends `requests` (their bytes in `bytes`) to the write buffer and
@@ -486,26 +526,10 @@ impl Driver {
         self.rend = 0;
         self.wbuf.clear();
         self.wpos = 0;
-        let mut st = self.shared.state.lock();
+        let shared = Arc::clone(&self.shared);
+        let mut st = shared.state.lock();
         st.set_link(Link::Up);
-        let mut taking = std::mem::take(&mut self.taking);
-        for s in self.unsent.drain(..) {
-            if s.slot == DONE {
-                continue;
-            }
-            if matches!(st.slots[s.slot as usize], Slot::Abandoned) {
-                st.release(s.slot);
-                continue;
-            }
-            taking.push(s);
-        }
-        drop(st);
-        let bytes = std::mem::take(&mut self.unsent_bytes);
-        self.emit(&bytes, &taking);
-        self.unsent_bytes = bytes;
-        self.unsent_bytes.clear();
-        taking.clear();
-        self.taking = taking;
+        self.emit_unsent(&mut st);
     }
 
     /// A connection attempt failed: so do the requests waiting for it, and
@@ -573,7 +597,15 @@ impl Driver {
             }
         }
         if let Some(oldest) = self.inflight.front() {
-            stalled = late(oldest) && self.last_reply < oldest.at;
+            // Nothing at all for a whole timeout while a reply is owed
+            // (with two commands out, the older's reply may have come
+            // after the newer was written: "nothing since it was sent"
+            // would keep a silently dead path for good).
+            stalled = late(oldest)
+                && self
+                    .last_reply
+                    .checked_add(timeout)
+                    .is_some_and(|quiet| quiet <= now);
         }
         drop(st);
         if stalled {
@@ -648,10 +680,24 @@ impl Future for Driver {
                 this.wake_callers();
                 return Poll::Ready(());
             }
-            let corked = matches!(this.phase, Phase::Up(_))
+            // Requests waiting to be written: queued by callers, and, while
+            // connected, held back (corked) before.
+            let up = matches!(this.phase, Phase::Up(_));
+            let held = if up && this.draining.is_none() {
+                this.unsent.len()
+            } else {
+                0
+            };
+            let waiting = st.queued.len() + held;
+            let corked = up
                 && (this.commands_out >= MAX_COMMANDS_OUT
-                    || (this.commands_out > 0 && st.queued.len() < MAX_BATCH));
-            if !st.queued.is_empty() && !corked {
+                    || (this.commands_out > 0 && waiting < MAX_BATCH));
+            if corked {
+                // Their timeout runs from now, not from when they go.
+                if !st.queued.is_empty() {
+                    this.hold(&mut st, now);
+                }
+            } else if waiting > 0 {
                 if !this.yielded {
                     // Let the other ready tasks queue their requests too:
                     // one write will carry them all.

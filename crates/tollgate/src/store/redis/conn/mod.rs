@@ -30,11 +30,12 @@
 //!   checks) and, once every reply read is stored, wakes the callers.
 //! * Every request fails after the configured timeout, counted from when
 //!   the driver takes it (one scheduling round after the call, so no clock
-//!   read per request). One timer serves the whole connection: requests
+//!   read per request), whether it writes it then or holds it back (to go
+//!   with the next batch, or on the next connection). One timer serves the whole connection: requests
 //!   time out in the order they were taken.
-//!   When the oldest request times out and nothing at all arrived since it
-//!   was sent, the connection is taken for dead (a hung server, a silent
-//!   network partition) and dropped.
+//!   When the oldest request times out and nothing at all arrived for a
+//!   whole timeout, the connection is taken for dead (a hung server, a
+//!   silent network partition) and dropped.
 //! * A request that was written to a connection that then breaks fails
 //!   with [`StoreErrorKind::Unavailable`]; it is never sent again, since it
 //!   may have run (a repeated check counts twice). Requests not yet written
