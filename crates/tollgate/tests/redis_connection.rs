@@ -492,10 +492,24 @@ async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
     );
     assert_eq!(window_count(&server, &store, &rule, b"k"), 22);
 
+    // EVALSHA refused, EVAL allowed: by source.
     assert_eq!(
         server
-            .cli(&["ACL", "SETUSER", "default", "-evalsha", "-eval"])
+            .cli(&["ACL", "SETUSER", "default", "-evalsha"])
             .trim(),
+        "OK"
+    );
+    assert!(
+        store
+            .check(&rule, b"k", 1, None)
+            .await
+            .expect("decided by EVAL")
+            .allowed
+    );
+    assert_eq!(window_count(&server, &store, &rule, b"k"), 23);
+
+    assert_eq!(
+        server.cli(&["ACL", "SETUSER", "default", "-eval"]).trim(),
         "OK"
     );
     let e = store
@@ -508,7 +522,7 @@ async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
     );
     assert_eq!(
         window_count(&server, &store, &rule, b"k"),
-        22,
+        23,
         "nothing written"
     );
 }
@@ -718,4 +732,69 @@ async fn a_connection_silent_after_a_late_reply_is_replaced() {
             start.elapsed()
         );
     }
+}
+
+/// A user that may run the scripts but not touch tollgate's keys gets the
+/// server's own error, not one about scripts.
+#[tokio::test]
+async fn a_key_permission_error_is_not_taken_for_refused_scripts() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    let rule = window("keys", 100);
+    assert!(
+        store
+            .check(&rule, b"k", 1, None)
+            .await
+            .expect("decided")
+            .allowed
+    );
+    assert_eq!(
+        server
+            .cli(&["ACL", "SETUSER", "default", "resetkeys", "~other:*"])
+            .trim(),
+        "OK"
+    );
+    let e = store
+        .check(&rule, b"k", 1, None)
+        .await
+        .expect_err("no access to the key");
+    let text = e.to_string();
+    assert!(text.contains("NOPERM"), "{text}");
+    assert!(!text.contains("refuses tollgate's scripts"), "{text}");
+}
+
+/// The checks of a batch a flushed library fails together load it once,
+/// not each: a load compiles the whole library on the server.
+#[tokio::test]
+async fn a_flushed_library_is_loaded_once_for_a_whole_batch() {
+    let server = RedisServer::start();
+    let store = connect(&server.url(), Duration::from_secs(5)).await;
+    let rule = window("once", 1000);
+    assert!(
+        store
+            .check(&rule, b"k", 1, None)
+            .await
+            .expect("decided")
+            .allowed
+    );
+    server.script_flush();
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    // on this current-thread runtime all forty queue before the
+    // connection's task runs: one batch, answered `Function not found`
+    let checks = (0..40).map(|_| store.check(&rule, b"k", 1, None));
+    for d in futures_util::future::join_all(checks).await {
+        assert!(d.expect("decided").allowed);
+    }
+    let loads = server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_function|load:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert_eq!(loads, 1, "one FUNCTION LOAD");
+    assert_eq!(
+        window_count(&server, &store, &rule, b"k"),
+        41,
+        "each check once"
+    );
 }

@@ -167,6 +167,12 @@ where
                 conn.without_functions();
                 via = Via::Sha;
             }
+            // EVAL may be allowed where EVALSHA is not
+            Reply::Error(e)
+                if via == Via::Sha && refuses(&e) && e.to_ascii_lowercase().contains("evalsha") =>
+            {
+                via = Via::Source;
+            }
             Reply::Error(e) if refuses(&e) => {
                 return Err(StoreError::new(
                     StoreErrorKind::Protocol,
@@ -185,7 +191,10 @@ where
 /// Whether a server's error says it does not know a command or will not
 /// let this user run it (so asking again the same way is worthless).
 fn refuses(e: &str) -> bool {
-    e.starts_with("NOPERM") || e.contains("unknown command") || e.contains("unknown subcommand")
+    // (a NOPERM about keys or channels is not about the command)
+    (e.starts_with("NOPERM") && e.contains("command"))
+        || e.contains("unknown command")
+        || e.contains("unknown subcommand")
 }
 
 /// Whether an error is about functions (`FCALL`, `FUNCTION`).
@@ -198,11 +207,19 @@ fn names_functions(e: &str) -> bool {
 /// the connection goes on by hash). Loaded already (by another caller, or
 /// another replica) counts as loaded.
 async fn load_library(conn: &Conn) -> Result<bool, StoreError> {
+    // One load at a time on this connection: whoever waited while another
+    // loaded calls again at once.
+    let seen = conn.loads();
+    let mut loads = conn.loading().await;
+    if seen != Some(*loads) {
+        return Ok(true);
+    }
     let load = &LIBRARY.load;
-    match conn
+    let reply = conn
         .call(move |out: &mut Vec<u8>, _: &mut RuleCache| out.extend_from_slice(load))
-        .await?
-    {
+        .await?;
+    *loads += 1;
+    match reply {
         Reply::Error(e) if e.contains("already exists") => Ok(true),
         Reply::Error(e) if refuses(&e) => Ok(false),
         Reply::Error(e) => Err(conn::server_error(&format!(

@@ -148,6 +148,10 @@ struct Shared {
     /// Whether runs go as `FCALL` (the server has functions and lets us
     /// use them; set again on every new connection: see [`Conn::via`]).
     functions: AtomicBool,
+    /// Held while the function library is loaded, with the number of
+    /// loads made: the callers a flushed library fails together load it
+    /// once, not each (a load compiles the whole library on the server).
+    loads: tokio::sync::Mutex<u64>,
 }
 
 /// What the driver needs to write checks (see [`Conn::check`]).
@@ -314,6 +318,7 @@ impl Conn {
             config,
             checks,
             functions: AtomicBool::new(true),
+            loads: tokio::sync::Mutex::new(0),
         });
         tokio::spawn(Driver::new(shared.clone(), opened));
         Ok(Self { shared })
@@ -365,6 +370,18 @@ impl Conn {
             }),
             slot: None,
         }
+    }
+
+    /// The number of function library loads made so far, or `None` while
+    /// one is under way (see [`Conn::loading`]).
+    pub(super) fn loads(&self) -> Option<u64> {
+        self.shared.loads.try_lock().ok().map(|n| *n)
+    }
+
+    /// Waits for the right to load the function library; the guard holds
+    /// the count of loads made, to be raised by one that loads.
+    pub(super) async fn loading(&self) -> tokio::sync::MutexGuard<'_, u64> {
+        self.shared.loads.lock().await
     }
 
     /// The longest a request waits for its reply.
