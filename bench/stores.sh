@@ -17,7 +17,10 @@
 #
 # Usage: bench/stores.sh [SECONDS per target, default 5] [ROUNDS, default 3]
 # Env:   BENCH_KEEP=DIR keeps wrk's output and the servers' logs in DIR;
-#        BENCH_QUIET_BUSY / BENCH_QUIET_WAIT as in bench/http.sh.
+#        BENCH_QUIET_BUSY / BENCH_QUIET_WAIT as in bench/http.sh;
+#        BENCH_BASE=COMMIT also measures the Redis rows with `tollgate` built
+#        at COMMIT (once, into target/bench-ab/COMMIT), in the same rounds
+#        ("base" rows: its own scripts and connection).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -43,6 +46,19 @@ need_pkg curl curl
 log "building tollgate (release)"
 cargo build --release -q -p tollgate-server --bin tollgate
 tollgate="$root/target/release/tollgate"
+base_bin=
+if [[ -n "${BENCH_BASE:-}" ]]; then
+  base_sha=$(git rev-parse --verify --short "$BENCH_BASE^{commit}") || die "no commit $BENCH_BASE"
+  base_dir="$root/target/bench-ab/$base_sha"
+  base_bin="$base_dir/target/release/tollgate"
+  if [[ ! -x "$base_bin" ]]; then
+    tree=$(mktemp -d)
+    git worktree add -q --detach "$tree" "$base_sha"
+    log "building tollgate at $base_sha (once; kept in $base_dir)"
+    (cd "$tree" && CARGO_TARGET_DIR="$base_dir/target" cargo build --release -q -p tollgate-server --bin tollgate)
+    git worktree remove --force "$tree"
+  fi
+fi
 
 work=$(mktemp -d)
 keep="${BENCH_KEEP:-}"
@@ -133,8 +149,9 @@ one_round() {
   matrix mem "memory" "http://$addr"
   stop "$tg"
 
-  local store
-  for store in redis hybrid; do
+  local store stores=(redis hybrid)
+  [[ -n "$base_bin" ]] && stores+=(base)
+  for store in "${stores[@]}"; do
     start_redis_server
     local config=bench/http/rules.toml
     if [[ "$store" == hybrid ]]; then
@@ -142,7 +159,11 @@ one_round() {
       config="$work/hybrid.toml"
       sed "s|^\\[store\\]\$|[store]\\nurl = \"redis://127.0.0.1:$redis_port\"\\nhybrid = true|" bench/http/rules.toml >"$config"
     fi
-    start_tollgate "$store" --config "$config" --http 127.0.0.1:0 --store "redis://127.0.0.1:$redis_port"
+    if [[ "$store" == base ]]; then
+      BIN="$base_bin" start_tollgate "$store" serve --config "$config" --http 127.0.0.1:0 --store "redis://127.0.0.1:$redis_port"
+    else
+      start_tollgate "$store" --config "$config" --http 127.0.0.1:0 --store "redis://127.0.0.1:$redis_port"
+    fi
     tg=$pid sut=("$pid") aux=("$redis_pid")
     wait_http "http://$addr/readyz"
     probe "$store" "$addr"
@@ -200,7 +221,7 @@ def med(v):
 print(f"{'row':<20} {'store':<7} {'req/s':>9} {'p99 ms':>7} {'tollgate us':>11} {'(sys)':>6} {'redis us':>9} {'(sys)':>6} {'total us':>9} {'calls/check':>11} {'other':>6}   (medians over rounds)")
 ratios = {}
 for s in scen:
-    for store in ["mem", "redis", "hybrid"]:
+    for store in ["mem", "redis", "hybrid", "base"]:
         rs = [by[(f"{store}.{s}", str(k))] for k in range(1, rounds + 1) if (f"{store}.{s}", str(k)) in by]
         if not rs: continue
         tg = med([f(r[7]) for r in rs]); rd = med([f(r[12]) for r in rs]) if store != "mem" else 0.0
@@ -210,7 +231,7 @@ for s in scen:
         rsy = med([systime[(f"{store}.{s}", r[2])][1] for r in rs])
         print(f"{names[s]:<20} {store:<7} {med([f(r[3]) for r in rs]):>9.0f} {med([f(r[5]) for r in rs]):>7.2f} {tg:>11.2f} {ts:>6.2f} "
               f"{(f'{rd:.2f}' if store != 'mem' else '-'):>9} {(f'{rsy:.2f}' if store != 'mem' else '-'):>6} {tot:>9.2f} {(f'{cpc:.4f}' if cpc is not None else '-'):>11} {med([f(r[9]) for r in rs]):>5.0f}%")
-    for store in ["redis", "hybrid"]:
+    for store in ["redis", "hybrid", "base"]:
         v = []
         for k in range(1, rounds + 1):
             m, o = by.get((f"mem.{s}", str(k))), by.get((f"{store}.{s}", str(k)))
@@ -220,12 +241,32 @@ for s in scen:
 print()
 print(f"{'(tollgate + redis-server CPU) / memory CPU, median of per-round ratios':<72}")
 print(f"{'store':<8} {'goal':>6} " + " ".join(f"{names[s]:>19}" for s in scen) + "   worst")
-for store, goal in [("redis", 1.15), ("hybrid", None)]:
+for store, goal in [("redis", 1.15), ("hybrid", None), ("base", None)]:
+    if any(ratios[(store, s)] != ratios[(store, s)] for s in scen):
+        continue  # not measured (NaN)
     v = [ratios[(store, s)] for s in scen]
     worst = max(v)
     verdict = "" if goal is None else ("met" if worst <= goal else "MISSED")
     print(f"{store:<8} {('<=' + str(goal)) if goal else '':>6} " + " ".join(f"{x:>19.2f}" for x in v) + f"   {worst:.2f} {verdict}")
+# this tree's Redis rows against the base tree's, when measured
+v = {}
+for s in scen:
+    r = []
+    for k in range(1, rounds + 1):
+        a, b = by.get((f"redis.{s}", str(k))), by.get((f"base.{s}", str(k)))
+        if a and b and f(b[7]) + f(b[12]) > 0:
+            r.append((f(a[7]) + f(a[12])) / (f(b[7]) + f(b[12])))
+    if r: v[s] = med(r)
+if v:
+    print()
+    print("Redis rows, (tollgate + redis-server CPU) this tree / base, median of per-round ratios:")
+    print("         " + " ".join(f"{names[s]:>19}" for s in scen))
+    print("         " + " ".join(f"{v.get(s, float('nan')):>19.2f}" for s in scen))
 PY
+if [[ -n "$base_bin" ]]; then
+  echo
+  echo "base: the Redis rows with tollgate built at $base_sha (its own scripts and connection), same rounds"
+fi
 if [[ -s "$work/commandstats-redis.txt" ]]; then
   echo
   echo "redis-server's script calls in the Redis rows (last round, last row's stats: $(cat "$work/commandstats-redis.txt" | paste -sd' '))"
