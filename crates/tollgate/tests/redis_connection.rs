@@ -19,6 +19,8 @@ use tollgate::{
     Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreError, StoreErrorKind,
 };
 
+mod relay;
+
 async fn connect(url: &str, timeout: Duration) -> RedisStore {
     let options = RedisOptions {
         prefix: "conn".to_owned(),
@@ -574,43 +576,18 @@ async fn checks_held_back_behind_a_frozen_batch_fail_on_time() {
 /// as good as frozen for this connection from then on): the library's load
 /// goes nowhere.
 fn relay_freezing_after_function_not_found(upstream: String, delay: Duration) -> u16 {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(mut client) = client else { return };
-            let mut server = TcpStream::connect(&upstream).expect("upstream");
-            let frozen = Arc::new(AtomicBool::new(false));
-            let (mut c, mut s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let held = frozen.clone();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n @ 1..) = c.read(&mut buf) {
-                    if held.load(Ordering::SeqCst) {
-                        continue;
-                    }
-                    if s.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n @ 1..) = server.read(&mut buf) {
-                    if buf[..n].windows(18).any(|w| w == b"Function not found") {
-                        std::thread::sleep(delay);
-                        frozen.store(true, Ordering::SeqCst);
-                    }
-                    if client.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
+    relay::relay(
+        upstream,
+        |_, frozen| !frozen.load(Ordering::SeqCst),
+        move |bytes, frozen| {
+            if bytes.windows(18).any(|w| w == b"Function not found") {
+                frozen.store(true, Ordering::SeqCst);
+                delay
+            } else {
+                Duration::ZERO
+            }
+        },
+    )
 }
 
 /// The library loaded after `Function not found` is loaded within what is
@@ -645,45 +622,25 @@ async fn a_library_load_that_hangs_fails_within_the_check_timeout() {
 /// dies silently, with one reply still on its way). Other connections
 /// pass everything.
 fn relay_cut_after_next_request(upstream: String, arm: Arc<AtomicBool>, delay: Duration) -> u16 {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(mut client) = client else { return };
-            let mut server = TcpStream::connect(&upstream).expect("upstream");
-            let cut = Arc::new(AtomicBool::new(false));
-            let (mut c, mut s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-            let (arm, cut_in) = (arm.clone(), cut.clone());
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n @ 1..) = c.read(&mut buf) {
-                    if cut_in.load(Ordering::SeqCst) {
-                        continue;
-                    }
-                    if arm.swap(false, Ordering::SeqCst) {
-                        cut_in.store(true, Ordering::SeqCst);
-                    }
-                    if s.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 65536];
-                while let Ok(n @ 1..) = server.read(&mut buf) {
-                    if cut.load(Ordering::SeqCst) {
-                        std::thread::sleep(delay);
-                    }
-                    if client.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
+    relay::relay(
+        upstream,
+        move |_, cut| {
+            if cut.load(Ordering::SeqCst) {
+                return false;
+            }
+            if arm.swap(false, Ordering::SeqCst) {
+                cut.store(true, Ordering::SeqCst);
+            }
+            true
+        },
+        move |_, cut| {
+            if cut.load(Ordering::SeqCst) {
+                delay
+            } else {
+                Duration::ZERO
+            }
+        },
+    )
 }
 
 /// A connection whose path dies silently with two commands out, the

@@ -15,8 +15,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
-use super::super::resp::{self, Ints, Reply, Value};
+use super::super::resp::{self, Ints, Reply};
 use super::super::scripts::Via;
+use super::batch::{member_reply, width};
 use super::handshake::{Opened, open};
 use super::sentinel::{Announce, watch};
 use super::{
@@ -207,7 +208,12 @@ impl Driver {
                     // The usual reply to a batch, all integers: straight to
                     // its checks (each its time and its integers: see
                     // `width`), no reply tree.
-                    let len = 1 + self.inflight.iter().take(batch).map(width).sum::<usize>();
+                    let len = 1 + self
+                        .inflight
+                        .iter()
+                        .take(batch)
+                        .map(|s| width(s.part))
+                        .sum::<usize>();
                     if let Some(used) = resp::int_array_of(buf, len, &mut self.ints) {
                         self.rstart += used;
                         self.last_reply = now;
@@ -215,7 +221,7 @@ impl Driver {
                         let t = self.ints[0];
                         let mut at = 1;
                         for sent in self.inflight.drain(..batch) {
-                            let w = width(&sent);
+                            let w = width(sent.part);
                             if sent.slot != DONE {
                                 let mut five = [t, 0, 0, 0, 0];
                                 five[1..=w].copy_from_slice(&self.ints[at..at + w]);
@@ -261,7 +267,7 @@ impl Driver {
                 }
                 let widths: Vec<usize> = std::iter::once(&sent)
                     .chain(self.inflight.iter().take(n - 1))
-                    .map(width)
+                    .map(|s| width(s.part))
                     .collect();
                 let mut at = 1;
                 for (j, &w) in widths.iter().enumerate() {
@@ -756,66 +762,5 @@ impl Drop for Driver {
         }
         drop(st);
         self.wake_callers();
-    }
-}
-
-/// How many integers a check's answer takes in its batch's reply: one for
-/// GCRA (see `check.lua`, mode "b"), four for the others.
-fn width(sent: &Sent) -> usize {
-    match sent.part {
-        Part::Check { code: 1, .. } => 1,
-        _ => 4,
-    }
-}
-
-/// The reply of the check whose `width` integers start at `at` in the
-/// reply to a batch of checks of `widths`: the time and its integers, or
-/// its error (its own, or the whole batch's).
-pub(super) fn member_reply(
-    reply: &Reply,
-    at: usize,
-    width: usize,
-    widths: &[usize],
-) -> Result<Reply, StoreError> {
-    let len = 1 + widths.iter().sum::<usize>();
-    let bad = || {
-        protocol(format!(
-            "a batch of {} checks answered {reply:?}",
-            widths.len()
-        ))
-    };
-    let mut five = [0; 5];
-    match reply {
-        Reply::Error(e) => Ok(Reply::Error(e.clone())),
-        Reply::Ints(ints) => {
-            let ints = ints.as_slice();
-            if ints.len() != len || width > 4 {
-                return Err(bad());
-            }
-            five[0] = ints[0];
-            five[1..=width].copy_from_slice(&ints[at..at + width]);
-            // width <= 4
-            #[allow(clippy::cast_possible_truncation)]
-            Ok(Reply::Ints(Ints::Inline(1 + width as u8, five)))
-        }
-        // Some check failed: its error text stands in its first integer.
-        Reply::Other(Value::Array(items)) if items.len() == len && width <= 4 => {
-            if let Value::Text(e) = &items[at] {
-                return Ok(Reply::Error(String::from_utf8_lossy(e).into_owned()));
-            }
-            for (v, item) in five
-                .iter_mut()
-                .zip(std::iter::once(&items[0]).chain(&items[at..at + width]))
-            {
-                match item {
-                    Value::Int(i) => *v = *i,
-                    _ => return Err(bad()),
-                }
-            }
-            // width <= 4
-            #[allow(clippy::cast_possible_truncation)]
-            Ok(Reply::Ints(Ints::Inline(1 + width as u8, five)))
-        }
-        Reply::Other(_) => Err(bad()),
     }
 }

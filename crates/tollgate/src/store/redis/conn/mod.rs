@@ -74,6 +74,7 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::{Credentials, HostPort};
 use crate::time::Micros;
 
+mod batch;
 mod dial;
 mod driver;
 mod handshake;
