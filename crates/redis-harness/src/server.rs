@@ -581,6 +581,19 @@ impl RedisServer {
         );
     }
 
+    /// How many times this server ran `command` (lowercase, as `INFO
+    /// commandstats` names it: `fcall`, `function|load`) since it started
+    /// or since the last `CONFIG RESETSTAT`; 0 when it never did.
+    #[must_use]
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let prefix = format!("cmdstat_{command}:calls=");
+        self.cli(&["INFO", "commandstats"])
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// `DBSIZE` of database 0.
     #[must_use]
     pub fn dbsize(&self) -> u64 {

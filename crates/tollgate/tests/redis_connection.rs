@@ -439,15 +439,7 @@ async fn batched_checks_that_time_out_never_run_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_refused_fall_back_to_scripts_and_no_scripting_says_so() {
     let server = RedisServer::start();
-    let calls = |command: &str| -> u64 {
-        let stats = server.cli(&["INFO", "commandstats"]);
-        let prefix = format!("cmdstat_{command}:calls=");
-        stats
-            .lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next()?.parse().ok())
-            .unwrap_or(0)
-    };
+    let calls = |command: &str| server.command_calls(command);
     let store = connect(&server.url(), Duration::from_secs(5)).await;
     let rule = window("refused", 100);
     assert!(
@@ -742,13 +734,11 @@ async fn a_flushed_library_is_loaded_once_for_a_whole_batch() {
     for d in futures_util::future::join_all(checks).await {
         assert!(d.expect("decided").allowed);
     }
-    let loads = server
-        .cli(&["INFO", "commandstats"])
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_function|load:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse::<u64>().ok())
-        .unwrap_or(0);
-    assert_eq!(loads, 1, "one FUNCTION LOAD");
+    assert_eq!(
+        server.command_calls("function|load"),
+        1,
+        "one FUNCTION LOAD"
+    );
     assert_eq!(
         window_count(&server, &store, &rule, b"k"),
         41,

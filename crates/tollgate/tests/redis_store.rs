@@ -109,21 +109,7 @@ async fn decisions_equal_the_memory_store_on_random_traces() {
 /// Script runs (`EVALSHA` + `EVAL`) `server` counted since its last
 /// `CONFIG RESETSTAT`.
 fn script_runs(server: &RedisServer) -> u64 {
-    command_calls(server, "fcall")
-        + command_calls(server, "evalsha")
-        + command_calls(server, "eval")
-}
-
-/// How many times redis-server ran `command` since the last
-/// `CONFIG RESETSTAT`.
-fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    server.command_calls("fcall") + server.command_calls("evalsha") + server.command_calls("eval")
 }
 
 /// Many concurrent single checks, batched into shared script runs (`b`
@@ -253,7 +239,7 @@ async fn warmed_gcra_scripts(prefix: &str, limit: u64) -> (RedisServer, RedisSto
         .check(&rule, b"warm", 0, Some(EPOCH))
         .await
         .expect("warm-up by script");
-    assert!(command_calls(&server, "evalsha") + command_calls(&server, "eval") >= 1);
+    assert!(server.command_calls("evalsha") + server.command_calls("eval") >= 1);
     (server, redis, rule)
 }
 
@@ -323,7 +309,7 @@ async fn a_hot_gcra_key_is_read_and_written_once_a_batch() {
     // a read (GET, or on Redis 7 the SET NX GET that creates a missing
     // key) and a write of the last state, a key
     assert_eq!(
-        command_calls(&server, "get") + command_calls(&server, "set"),
+        server.command_calls("get") + server.command_calls("set"),
         4,
         "two commands a key"
     );
@@ -406,7 +392,7 @@ async fn a_failed_write_fails_the_checks_that_depend_on_it() {
 async fn a_function_refused_for_memory_fails_its_batch_and_writes_nothing() {
     let (server, redis, rule) = warmed_gcra("oomf", 2).await;
     assert!(
-        command_calls(&server, "fcall") >= 1,
+        server.command_calls("fcall") >= 1,
         "checks run as a function"
     );
     assert_eq!(
