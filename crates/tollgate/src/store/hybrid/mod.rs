@@ -8,10 +8,11 @@
 //! price is a bounded error, derived in `docs/hybrid.md`:
 //!
 //! * **over-admission**: in any interval, at most the units the replicas
-//!   held at its start: at most `replicas × batch`, and at most what was
-//!   leased in the `lease` before it (GCRA and token bucket: `lease / T`);
-//!   none over a run that starts on an unused key, and none for fixed and
-//!   sliding window (a lease ends with its window);
+//!   held at its start: at most `replicas × batch`, and at most the small
+//!   leases' (a tenth of the capacity) plus what larger ones took in the
+//!   `lease` before it (GCRA and token bucket: `lease / T`); none over a
+//!   run that starts on an unused key, and none for fixed and sliding
+//!   window (a lease ends with its window);
 //! * **under-admission**: units sitting unspent in replicas' leases (at
 //!   most `replicas × batch` at any moment, back at most `lease` later), and
 //!   GCRA / token bucket units of expired leases that cannot be safely given
@@ -20,8 +21,10 @@
 //! GCRA and token bucket leases are paced: a charge whose units are spent
 //! one per `T`, each when the algorithm would have admitted it, so every
 //! lease call takes units even when the fleet saturates the key. Leases
-//! live `lease` (default a tenth of the rule's period, never more than the
-//! period, and never past the end of a fixed or sliding window). Unspent
+//! live `lease` (by default 1 s for a small lease, at most a tenth of the
+//! capacity per replica, and a tenth of the rule's period for a larger
+//! one; never more than the period, and never past the end of a fixed or
+//! sliding window). Unspent
 //! units of an expired lease are given back in the same Redis call as the
 //! key's next lease.
 //!
@@ -76,8 +79,8 @@ pub struct HybridOptions {
     /// The most units one lease takes (leases follow this replica's demand
     /// up to it). `None` (default): GCRA and token bucket `capacity /
     /// replicas` but no more than a lease life's worth (`lease / T`); the
-    /// window algorithms `capacity / (2 × replicas)`; at least 1. Always capped at the rule's capacity; a check costing more
-    /// leases its cost.
+    /// window algorithms `capacity / (2 × replicas)`; at least 1. Always
+    /// capped at the rule's capacity; a check costing more leases its cost.
     pub batch: Option<u64>,
     /// The longest a leased unit may wait to be spent (GCRA and token
     /// bucket: after the time the algorithm admits it). `None` (default): a
