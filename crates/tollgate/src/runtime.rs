@@ -153,6 +153,11 @@ impl Entry {
             Entry::Block(b) => Some(b.ends_ms),
         }
     }
+
+    /// Whether it has ended by `now_ms` (ms since the Unix epoch).
+    pub(crate) fn ended(&self, now_ms: u64) -> bool {
+        self.ends_ms().is_some_and(|end| end <= now_ms)
+    }
 }
 
 /// `base` under an override's limit, period and burst (as a config

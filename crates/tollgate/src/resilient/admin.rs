@@ -226,11 +226,12 @@ impl<S: Store> ResilientLimiter<S> {
     /// As [`ResilientLimiter::inspect`].
     pub async fn unblock(&self, rule: &str, key: &[u8]) -> Result<bool, Refusal> {
         self.admin_target(rule, key, true)?;
-        let now = self.inner.wall_now();
-        let table = self.inner.runtime.table.load_full();
-        let was = table.entries.iter().any(|e| {
-            matches!(e, Entry::Block(b) if b.rule == rule && b.key == key && b.ends_ms.saturating_mul(1000) > now)
-        });
+        let was = !self
+            .in_force(|e| match e {
+                Entry::Block(b) if b.rule == rule && b.key == key => Some(()),
+                _ => None,
+            })
+            .is_empty();
         self.inner
             .write_runtime(block_field(rule, key), None)
             .await
@@ -242,15 +243,22 @@ impl<S: Store> ResilientLimiter<S> {
     /// The blocks on now.
     #[must_use]
     pub fn blocks(&self) -> Vec<Block> {
+        self.in_force(|e| match e {
+            Entry::Block(b) => Some(b.clone()),
+            Entry::Override(_) => None,
+        })
+    }
+
+    /// The runtime table's entries in force now (ended ones left out), as
+    /// `pick` takes them.
+    fn in_force<T>(&self, pick: impl Fn(&Entry) -> Option<T>) -> Vec<T> {
         let now_ms = self.inner.wall_now() / 1000;
         let table = self.inner.runtime.table.load();
         table
             .entries
             .iter()
-            .filter_map(|e| match e {
-                Entry::Block(b) if b.ends_ms > now_ms => Some(b.clone()),
-                _ => None,
-            })
+            .filter(|e| !e.ended(now_ms))
+            .filter_map(pick)
             .collect()
     }
 
@@ -309,16 +317,10 @@ impl<S: Store> ResilientLimiter<S> {
     /// The runtime overrides in force (ended ones left out).
     #[must_use]
     pub fn overrides(&self) -> Vec<RuntimeOverride> {
-        let now_ms = self.inner.wall_now() / 1000;
-        let table = self.inner.runtime.table.load();
-        table
-            .entries
-            .iter()
-            .filter_map(|e| match e {
-                Entry::Override(o) if o.ends_ms.is_none_or(|end| end > now_ms) => Some(o.clone()),
-                _ => None,
-            })
-            .collect()
+        self.in_force(|e| match e {
+            Entry::Override(o) => Some(o.clone()),
+            Entry::Block(_) => None,
+        })
     }
 
     /// Deletes the runtime override of `key` (the same text it was set

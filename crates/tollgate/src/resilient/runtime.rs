@@ -144,7 +144,7 @@ impl<S: Store> Inner<S> {
             .entries
             .lock()
             .iter()
-            .filter(|(f, e)| **f != field && e.ends_ms().is_some_and(|end| end <= now_ms))
+            .filter(|(f, e)| **f != field && e.ended(now_ms))
             .map(|(f, _)| f.clone())
             .collect();
         let value = entry.as_ref().map(|e| e.encode().1);
