@@ -22,7 +22,8 @@ use super::handshake::{Opened, open};
 use super::sentinel::{Announce, watch};
 use super::{
     DONE, KEEP_BUFFER, Link, MAX_BACKOFF, MAX_BATCH, MAX_COMMANDS_OUT, MAX_REPLY, MIN_BACKOFF,
-    Part, READ_BUFFER, Shared, Slot, State, Target, io_error, io_now, protocol, unavailable,
+    Part, Queued, READ_BUFFER, Shared, Slot, State, Target, io_error, io_now, protocol,
+    unavailable,
 };
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::HostPort;
@@ -328,20 +329,8 @@ impl Driver {
         if !matches!(self.phase, Phase::Up(_)) || self.draining.is_some() {
             self.hold(st, now);
         } else if self.unsent.is_empty() {
-            let mut start = 0;
             let mut taking = std::mem::take(&mut self.taking);
-            taking.extend(st.queued.iter().map(|q| {
-                let s = Sent {
-                    slot: q.slot,
-                    start,
-                    len: q.len,
-                    part: q.part,
-                    at: now,
-                    replies_to: 1,
-                };
-                start += q.len;
-                s
-            }));
+            taking.extend(sent(&st.queued, 0, now));
             self.emit(&st.out, &taking);
             taking.clear();
             self.taking = taking;
@@ -359,20 +348,8 @@ impl Driver {
     /// timeout of their call, not of when they are written at last.
     fn hold(&mut self, st: &mut State, now: Instant) {
         let base = u32::try_from(self.unsent_bytes.len()).unwrap_or(u32::MAX);
-        let mut start = base;
         self.unsent_bytes.extend_from_slice(&st.out);
-        self.unsent.extend(st.queued.iter().map(|q| {
-            let s = Sent {
-                slot: q.slot,
-                start,
-                len: q.len,
-                part: q.part,
-                at: now,
-                replies_to: 1,
-            };
-            start = start.saturating_add(q.len);
-            s
-        }));
+        self.unsent.extend(sent(&st.queued, base, now));
         st.out.clear();
         st.queued.clear();
     }
@@ -645,6 +622,23 @@ impl Driver {
             cx.waker().wake_by_ref();
         }
     }
+}
+
+/// The requests `queued`, their bytes from `start` on in their buffer, as
+/// sent (or held) at `now`.
+fn sent(queued: &[Queued], mut start: u32, now: Instant) -> impl Iterator<Item = Sent> + '_ {
+    queued.iter().map(move |q| {
+        let s = Sent {
+            slot: q.slot,
+            start,
+            len: q.len,
+            part: q.part,
+            at: now,
+            replies_to: 1,
+        };
+        start = start.saturating_add(q.len);
+        s
+    })
 }
 
 impl Future for Driver {
