@@ -15,6 +15,19 @@
 # per row. With ROUNDS > 1 the rounds are interleaved and each ratio is the
 # median of the per-round ratios (both sides minutes apart in one round).
 #
+# Each round also measures a FLOOR per row: what one check costs when it
+# reaches Redis as the cheapest native command that does that row's part
+# of the work, with no script, no decision and no HTTP: redis-benchmark (a
+# C client) pipelining 32 at a time on 2 connections (tollgate's batches
+# are ~30). Hot key, admitted or denied: `GET` of one key (a read-only
+# command: less than any check, which also records what it admits).
+# 10k keys, admitted: `SET key v NX PX 1 GET` over 10k keys (each admitted
+# check creates its key, which lives until its TAT, 1 µs here:
+# docs/semantics.md); denied: `GET` over 10k existing keys. It prints the
+# CPU a command of redis-server and of the client, and (memory + both) /
+# memory: a Redis path cannot cost less than that ratio, whatever its
+# scripts and client do.
+#
 # Usage: bench/stores.sh [SECONDS per target, default 5] [ROUNDS, default 3]
 # Env:   BENCH_KEEP=DIR keeps wrk's output and the servers' logs in DIR;
 #        BENCH_QUIET_BUSY / BENCH_QUIET_WAIT as in bench/http.sh;
@@ -40,6 +53,7 @@ source "$root/bench/lib/measure.sh"
 need_pkg wrk wrk
 need_pkg redis-server redis-server
 need_pkg redis-cli redis-tools
+need_pkg redis-benchmark redis-tools
 need_pkg ss iproute2
 need_pkg curl curl
 
@@ -77,6 +91,8 @@ calls="$work/calls" # id|round|script calls counted by redis-server|checks
 : >"$calls"
 sys="$work/sys" # id|round|system ticks of tollgate|of redis-server|checks
 : >"$sys"
+floor="$work/floor" # row|round|redis-server ticks (user+sys)|client ticks|commands
+: >"$floor"
 round=0
 sut=()
 aux=()
@@ -134,6 +150,38 @@ matrix() { # ID-PREFIX NAME URL [REDIS-PORT]
   done
 }
 
+# The floor of each row (see the header): redis-benchmark's native
+# command, CPU per command of redis-server and of the client (the
+# subshell's children's ticks from /proc).
+floor_rows() {
+  local row cmd n=$((secs * 400000)) r0 r1 c
+  start_redis_server
+  # the denied 10k-key row reads keys that exist (its checks are denied
+  # because their keys hold a day's TAT)
+  redis-benchmark -p "$redis_port" -c 2 -P 32 -r "$keys" -n $((keys * 20)) -q \
+    SET 'tollgate-bench:{closed:=k__rand_int__}:gcra' 1765012345678901 PX 86400000 >/dev/null
+  for row in open.1 open.$keys closed.1 closed.$keys; do
+    case $row in
+      open.1 | closed.1) cmd=(GET 'tollgate-bench:{hot:=probe}:gcra') ;;
+      open.*) cmd=(-r "$keys" SET 'tollgate-bench:{open:=k__rand_int__}:gcra' 1765012345678901 NX PX 1 GET) ;;
+      closed.*) cmd=(-r "$keys" GET 'tollgate-bench:{closed:=k__rand_int__}:gcra') ;;
+    esac
+    redis-cli -p "$redis_port" config resetstat >/dev/null
+    r0=$(proc_ticks "$redis_pid")
+    c=$(
+      redis-benchmark -p "$redis_port" -c 2 -P 32 -n "$n" -q "${cmd[@]}" >/dev/null
+      read -r f <"/proc/$BASHPID/stat"
+      f=${f##*) }
+      set -- $f
+      echo $((${14} + ${15}))
+    )
+    r1=$(proc_ticks "$redis_pid")
+    echo "$row|$round|$((r1 - r0))|$c|$(redis-cli -p "$redis_port" info commandstats | tr -d '\r' |
+      sed -nE 's/^cmdstat_(get|set):calls=([0-9]+),.*/\2/p' | awk '{ s += $1 } END { print s + 0 }')" >>"$floor"
+  done
+  stop "$redis_pid"
+}
+
 probe() { # NAME ADDR
   expect "$1 open" "$(post_json "http://$2/v1/check" '{"rule":"open","key":"probe"}')" '"allowed":true'
   for _ in 1 2; do post_json "http://$2/v1/check" '{"rule":"closed","key":"probe"}' >/dev/null; done
@@ -148,6 +196,7 @@ one_round() {
   probe memory "$addr"
   matrix mem "memory" "http://$addr"
   stop "$tg"
+  floor_rows
 
   local store stores=(redis hybrid)
   [[ -n "$base_bin" ]] && stores+=(base)
@@ -194,7 +243,7 @@ echo "bench/stores.sh $secs $rounds: wrk -t$threads -c$conns -d${secs}s per targ
 echo "tollgate $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo ' (+ uncommitted changes in crates/)'); redis $(redis-server --version | grep -o 'v=[0-9.]*' | cut -d= -f2); load average before $load_before, after $load_after"
 echo
 # results: id|label|round|req/s|p50|p99|non2xx|srv|wrk|other|steal|errors|aux
-python3 - "$results" "$calls" "$rounds" "$sys" "$hz" <<'PY'
+python3 - "$results" "$calls" "$rounds" "$sys" "$hz" "$floor" <<'PY'
 import sys, statistics
 rows = [l.rstrip("\n").split("|") for l in open(sys.argv[1]) if l.strip()]
 calls = {}
@@ -262,6 +311,25 @@ if v:
     print("Redis rows, (tollgate + redis-server CPU) this tree / base, median of per-round ratios:")
     print("         " + " ".join(f"{names[s]:>19}" for s in scen))
     print("         " + " ".join(f"{v.get(s, float('nan')):>19.2f}" for s in scen))
+# the floor: one native command a check (see the header)
+fl = {}
+for l in open(sys.argv[6]):
+    row, r, srv, cli, n = l.strip().split("|")
+    n = max(1, int(n))
+    fl[(row, r)] = (1e6 * int(srv) / hz / n, 1e6 * int(cli) / hz / n)
+if fl:
+    print()
+    print("Floor: one native command a check, redis-benchmark -c 2 -P 32 (medians over rounds; ratio: (memory + redis-server + client) / memory, median of per-round ratios):")
+    print(f"{'row':<20} {'command':<26} {'redis-server us':>15} {'client us':>9} {'ratio':>6}  {'Redis path, this tree':>21}")
+    cmds = {"open.1": "GET (one key)", "open.10000": "SET NX PX 1 GET (10k)",
+            "closed.1": "GET (one key)", "closed.10000": "GET (10k existing keys)"}
+    for s in scen:
+        rs = [str(k) for k in range(1, rounds + 1) if (s, str(k)) in fl]
+        if not rs: continue
+        srv = med([fl[(s, k)][0] for k in rs]); cli = med([fl[(s, k)][1] for k in rs])
+        rat = med([(f(by[(f"mem.{s}", k)][7]) + fl[(s, k)][0] + fl[(s, k)][1]) / f(by[(f"mem.{s}", k)][7])
+                   for k in rs if (f"mem.{s}", k) in by])
+        print(f"{names[s]:<20} {cmds[s]:<26} {srv:>15.2f} {cli:>9.2f} {rat:>6.2f}  {ratios.get(('redis', s), float('nan')):>21.2f}")
 PY
 if [[ -n "$base_bin" ]]; then
   echo
