@@ -48,8 +48,12 @@ cmd('FLUSHALL')
 random.seed(1)
 def one():
     ks = ['tollgate-bench:{open:=k%d}:gcra' % random.randrange(nkeys) for _ in range(batch)]
-    # one tuple: no indices (see prelude.lua, mode "b")
-    return enc(verb, sha, str(batch), *ks, '', '0', str(batch), 'b', b'', '1', '1', '1', '1000000', '1', '1000000')
+    # each key sent once, with one index a pair when some repeat (as the
+    # store sends them); one tuple: no tuple indices (see check.lua, mode "b")
+    distinct = list(dict.fromkeys(ks))
+    krefs = b'' if len(distinct) == len(ks) else bytes(distinct.index(k) + 1 for k in ks)
+    return enc(verb, sha, str(len(distinct)), *distinct, '', '0', str(batch), 'b', b'', krefs,
+               '1', '1', '1', '1000000', '1', '1000000')
 # one run first (not counted): the reply's shape is checked (a GCRA check
 # answers one integer)
 s.sendall(one()); r = read()

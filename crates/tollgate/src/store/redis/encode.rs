@@ -580,14 +580,36 @@ mod tests {
                         &scripts.multi
                     };
                     let mut cmd = named(script, via);
-                    cmd.arg(run.len());
-                    for &(rule, key, _) in run {
-                        cmd.arg(keys::redis_key("tg", rule.name(), rule.algorithm(), key));
+                    let run_keys: Vec<Vec<u8>> = run
+                        .iter()
+                        .map(|&(rule, key, _)| {
+                            keys::redis_key("tg", rule.name(), rule.algorithm(), key)
+                        })
+                        .collect();
+                    // A batch names each key once (in order of first use),
+                    // with one byte per check naming its key when some
+                    // repeat.
+                    let mut distinct: Vec<&Vec<u8>> = Vec::new();
+                    let mut key_refs = Vec::new();
+                    for k in &run_keys {
+                        let i = distinct.iter().position(|&d| d == k).unwrap_or_else(|| {
+                            distinct.push(k);
+                            distinct.len() - 1
+                        });
+                        key_refs.push(u8::try_from(i + 1).expect("few keys"));
+                    }
+                    if distinct.len() == run.len() {
+                        key_refs.clear();
                     }
                     if run.len() == 1 {
+                        cmd.arg(1).arg(&run_keys[0]);
                         push_common_args(&mut cmd, 1, 600_000, "c", at);
                         push_pair_args(&mut cmd, run[0].0, run[0].2);
                     } else {
+                        cmd.arg(distinct.len());
+                        for k in &distinct {
+                            cmd.arg(k.as_slice());
+                        }
                         // Each distinct (rule, cost) once, in order of first
                         // use; one byte per check names its tuple (none
                         // when there is one tuple).
@@ -609,6 +631,7 @@ mod tests {
                             refs.clear();
                         }
                         cmd.arg(refs);
+                        cmd.arg(key_refs);
                         for (rule, cost) in tuples {
                             push_pair_args(&mut cmd, rule, cost);
                         }

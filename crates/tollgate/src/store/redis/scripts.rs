@@ -206,8 +206,9 @@ impl Scripts {
     /// `code` is the algorithm all share (its own script runs them), or
     /// `None` when they mix (the script holding all six does). One check
     /// is written as the ordinary single check (`t margin 1 c`); several
-    /// (at most 255) as a batch (`t margin n b refs`, then each distinct
-    /// six-argument tuple once: see `prelude.lua`), whose reply is the time
+    /// (at most 255) as a batch (each distinct key once, `t margin n b refs
+    /// key_refs`, then each distinct six-argument tuple once: see
+    /// `prelude.lua`), whose reply is the time
     /// and four integers per check, or a check's error text in place of its
     /// first.
     pub(crate) fn write_checks<'a>(
@@ -251,19 +252,72 @@ impl Scripts {
             };
             refs.push(u8::try_from(i + 1).unwrap_or(u8::MAX));
         }
-        let mut e = Encoder::command(out, 8 + n + 6 * tuples.len());
+        let (distinct, key_refs) = distinct_keys(keys);
+        let mut e = Encoder::command(out, 9 + distinct.len() + 6 * tuples.len());
         e.encoded(script.head(via));
-        e.uint(n as u64);
-        for key in keys {
+        e.uint(distinct.len() as u64);
+        for key in distinct {
             e.encoded(key);
         }
         push_common_args(&mut e, n, margin_ms.unwrap_or(0), "b", t);
         // One tuple (the usual batch: one rule, one cost): no indices.
         e.bytes(if tuples.len() == 1 { &[] } else { &refs });
+        e.bytes(&key_refs);
         for a in tuples {
             e.encoded(a);
         }
     }
+}
+
+/// A batch's keys, each once, and each check's key as its (1-based) index
+/// among them, one byte a check; no indices when no key repeats (see
+/// `check.lua`, mode "b"). A hot key's batch sends its key once: Redis then
+/// reads it, and makes a Lua string of it, once and not once a check.
+/// Repeats are found by a hash of each key into a table of twice the
+/// batch's size at most (n <= 255).
+fn distinct_keys<'a>(keys: impl ExactSizeIterator<Item = &'a [u8]>) -> (Vec<&'a [u8]>, Vec<u8>) {
+    let n = keys.len();
+    let mask = (2 * n).next_power_of_two() - 1;
+    let mut table = [0u8; 512];
+    let mut distinct: Vec<&[u8]> = Vec::with_capacity(n);
+    let mut refs = Vec::with_capacity(n);
+    for key in keys {
+        let mut slot = word_hash(key) & mask;
+        let i = loop {
+            match table[slot] {
+                0 => {
+                    distinct.push(key);
+                    // n <= 255 (see write_checks)
+                    table[slot] = u8::try_from(distinct.len()).unwrap_or(u8::MAX);
+                    break distinct.len();
+                }
+                r if distinct[usize::from(r) - 1] == key => break usize::from(r),
+                _ => slot = (slot + 1) & mask,
+            }
+        };
+        refs.push(u8::try_from(i).unwrap_or(u8::MAX));
+    }
+    if distinct.len() == n {
+        refs.clear();
+    }
+    (distinct, refs)
+}
+
+/// A quick hash of a key's bytes, eight at a time (FxHash's step): enough
+/// to spread a batch's keys over its table (`distinct_keys`).
+fn word_hash(bytes: &[u8]) -> usize {
+    const SEED: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+        h = (h.rotate_left(5) ^ w).wrapping_mul(SEED);
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    h = (h.rotate_left(5) ^ u64::from_le_bytes(last)).wrapping_mul(SEED);
+    // the high bits are the well mixed ones
+    (h >> 40) as usize
 }
 
 /// The algorithm's code in the scripts' calling convention.
@@ -323,5 +377,42 @@ mod tests {
             e.bytes(arg);
         }
         assert_eq!(plain, NOW_ONE_CHECK.1);
+    }
+
+    /// `distinct_keys` names each key once, in order of first use, and
+    /// each check's key by its index, for batches of every size up to 255
+    /// with few or many distinct keys (so with colliding slots): what a
+    /// plain scan finds.
+    #[test]
+    fn a_batch_names_each_key_once() {
+        let pool: Vec<Vec<u8>> = (0..300u32)
+            .map(|i| format!("$20\r\ntg:{{r:=key{i:08}}}:gcra\r\n").into_bytes())
+            .collect();
+        let mut seed = 7u64;
+        for n in [2usize, 3, 30, 64, 65, 200, 255] {
+            for spread in [1usize, 2, 5, 40, 300] {
+                let keys: Vec<&[u8]> = (0..n)
+                    .map(|_| {
+                        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                        pool[(seed >> 33) as usize % spread].as_slice()
+                    })
+                    .collect();
+                let (distinct, refs) = distinct_keys(keys.iter().copied());
+                let mut want: Vec<&[u8]> = Vec::new();
+                for k in &keys {
+                    if !want.contains(k) {
+                        want.push(k);
+                    }
+                }
+                assert_eq!(distinct, want, "n {n}, spread {spread}");
+                if want.len() == n {
+                    assert!(refs.is_empty());
+                } else {
+                    let named: Vec<&[u8]> =
+                        refs.iter().map(|&r| want[usize::from(r) - 1]).collect();
+                    assert_eq!(named, keys, "n {n}, spread {spread}");
+                }
+            }
+        }
     }
 }

@@ -3,20 +3,12 @@
 -- is one run; a script calls it on KEYS and ARGV, a function library
 -- registers it (see scripts.rs).
 
--- The run's time (µs) and its argument strings' numbers (see `arg`).
-local t, nums
+-- The run's time (µs).
+local t
 
--- Each argument string's number, converted once per run: a multi-rule run
--- may repeat parameters, and tonumber of a long decimal string is one of
--- the dearer steps of a check (two strtod calls).
+-- Argument j's number (see `arg_num` in prelude.lua).
 local function arg(j)
-  local s = A[j]
-  local v = nums[s]
-  if v == nil then
-    v = tonumber(s)
-    nums[s] = v
-  end
-  return v
+  return arg_num(A[j])
 end
 
 local function pair(i)
@@ -38,8 +30,8 @@ end
 -- growing a table one element at a time costs Redis's Lua more than the
 -- elements).
 local function pair_one()
-  return tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), tonumber(A[8]),
-    tonumber(A[9]), tonumber(A[10])
+  return arg_num(A[5]), arg_num(A[6]), arg_num(A[7]), arg_num(A[8]),
+    arg_num(A[9]), arg_num(A[10])
 end
 
 -- what a check of zero cost reports (for gcra and token_bucket p1 is the
@@ -58,9 +50,8 @@ local function main(keys, argv)
     local now = redis.call('TIME')
     t = tonumber(now[1]) * 1000000 + tonumber(now[2])
   end
-  local n = tonumber(A[3])
+  local n = arg_num(A[3])
   local mode = A[4]
-  nums = {}
 
   local out = {}
   if mode == 'b' then
@@ -80,22 +71,29 @@ local function main(keys, argv)
     -- TTL), for one GET and one SET a key instead of a GET and a SET a
     -- pair: a hot key's batch costs Redis about as much as one check. Any
     -- other pair is written as soon as it admits.
-    local refs, tuples = A[5], {}
-    for j = 1, (#A - 5) / 6 do
-      local b = 5 + (j - 1) * 6
-      tuples[j] = { tonumber(A[b + 1]), tonumber(A[b + 2]), tonumber(A[b + 3]),
-                    tonumber(A[b + 4]), tonumber(A[b + 5]), tonumber(A[b + 6]) }
+    -- A[6]: one byte per pair, the (1-based) index of its key among the
+    -- run's keys, or nothing when each pair has its own (KEYS[i]): the
+    -- client sends a key once however many pairs of the run name it (a
+    -- hot key's batch: one key), which saves Redis reading it and making
+    -- a Lua string of it per pair.
+    local refs, krefs, tuples = A[5], A[6], {}
+    for j = 1, (#A - 6) / 6 do
+      local b = 6 + (j - 1) * 6
+      tuples[j] = { arg_num(A[b + 1]), arg_num(A[b + 2]), arg_num(A[b + 3]),
+                    arg_num(A[b + 4]), arg_num(A[b + 5]), arg_num(A[b + 6]) }
     end
     -- No indices: every pair has the one tuple.
     local only = #refs == 0 and tuples[1]
     local byte = string.byte
+    -- the key indices as numbers, read out in one call (not a call a pair)
+    local kx = #krefs > 0 and { byte(krefs, 1, -1) }
     -- The reply: t, then per pair ONE integer for GCRA (code 1): the TAT
     -- after it minus t, `used`, when it admits, else -1 - used (the client
     -- derives the rest from the rule: see encode.rs, `gcra_decision`), and
     -- the four of a single check for the others; a failed pair's error
     -- text in place of its first, and zeros for the rest. `pos` is the next
     -- pair's place.
-    local reply, pos = { t }, 2
+    local reply, pos = presized(t, only and n * (only[1] == 1 and 1 or 4)), 2
     local done = 0
     -- `kept[key]`: the last pair whose consumption of a GCRA key is in
     -- Redis already (it created the key: see below).
@@ -107,16 +105,20 @@ local function main(keys, argv)
     end
     -- Decides pairs done+1..n; one pcall for the whole run, not one per pair.
     local function run()
+      -- (the loop's upvalues as locals: registers, not upvalue reads)
+      local reply, state, dirty, kept, K, t = reply, state, dirty, kept, K, t
+      -- the pair's tuple and its numbers, read again only when it changes
+      local p, code, cost, inc, tau, cap
       for i = done + 1, n do
-        local p = only or tuples[byte(refs, i)]
-        local code, cost, key = p[1], p[2], K[i]
+        local q = only or tuples[byte(refs, i)]
+        if q ~= p then p, code, cost, inc, tau, cap = q, q[1], q[2], q[3], q[4], q[6] end
+        local key = kx and K[kx[i]] or K[i]
         if code == 1 then
           -- GCRA, as gcra.lua decides it, inline (two calls a pair cost
-          -- more than the decision).
-          local stored, created = state[key], false
-          local inc, tau = p[3], p[4]
+          -- more than the decision). `dirt`: the key is in `dirty` already.
+          local stored, created, dirt = state[key], false, false
           if stored == nil then
-            if NX_GET and cost > 0 and cost <= p[6] and inc <= tau then
+            if NX_GET and cost > 0 and cost <= cap and inc <= tau then
               -- A check of a key that does not exist is admitted (cost <=
               -- burst and increment <= tau) and leaves t + increment: write
               -- that unless the key exists, and read it if it does, in one
@@ -139,7 +141,7 @@ local function main(keys, argv)
             if not stored or stored <= t then stored = false end
             state[key] = stored
           elseif stored and stored < 0 then
-            stored = -stored
+            stored, dirt = -stored, true
           end
           if created then
             -- written already, and clean: what Redis holds
@@ -150,10 +152,9 @@ local function main(keys, argv)
             local tat = t
             if stored and stored > t then tat = stored end
             local after = tat + inc
-            if cost <= p[6] and after - t <= tau then
+            if cost <= cap and after - t <= tau then
               if cost > 0 then
-                local was = state[key]
-                if not was or was > 0 then dirty[#dirty + 1] = key end
+                if not dirt then dirty[#dirty + 1] = key end
                 state[key] = -after
               end
               reply[pos] = after - t
@@ -211,7 +212,7 @@ local function main(keys, argv)
         for i = 1, n do
           local p = only or tuples[byte(refs, i)]
           local width = p[1] == 1 and 1 or 4
-          if K[i] == key and i > (kept[key] or 0) then
+          if (kx and K[kx[i]] or K[i]) == key and i > (kept[key] or 0) then
             local v = reply[at]
             if from > n and p[2] > 0 and type(v) == 'number' and v >= 0 then from = i end
             if i >= from then fail(at, width, e) end

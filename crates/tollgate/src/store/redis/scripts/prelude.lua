@@ -36,8 +36,11 @@
 --             and the others go on
 --   then 6 arguments per pair: algorithm code, cost, p1, p2, p3, p4 -- except
 --   in mode "b": ARGV[5] is one byte per pair, the 1-based index of its six
---   arguments among the distinct 6-argument tuples that follow (each sent
---   once per run, however many pairs share it), or empty when there is one
+--   arguments among the distinct 6-argument tuples that follow ARGV[6]
+--   (each sent once per run, however many pairs share it), or empty when
+--   there is one; ARGV[6] is one byte per pair, the 1-based index of its key
+--   among KEYS (each distinct key sent once), or empty when every pair has
+--   its own key (KEYS[i]); n counts the pairs, not the keys
 --     gcra (1), token_bucket (2):  p1 = cost*period/limit (µs, floored),
 --                                  p2 = tau = burst*period/limit, p3 = T = period/limit,
 --                                  p4 = burst
@@ -66,14 +69,33 @@
 -- The library functions a check calls, as locals: a global is a table
 -- lookup each time it is named, and a check names several. Bound as a run
 -- begins (a function library cannot see them while it is loaded).
-local tonumber, floor, ceil, format, rcall
+local tonumber, floor, ceil, format, rcall, unpack
 -- Redis 7 takes SET's NX and GET together: a check that creates its key
 -- does it in one command (see check.lua, mode "b").
 local NX_GET
 local function bind()
-  tonumber, floor, ceil, format = _G.tonumber, math.floor, math.ceil, string.format
+  tonumber, floor, ceil, format, unpack = _G.tonumber, math.floor, math.ceil, string.format, _G.unpack
   rcall = redis.call
   NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
+end
+
+-- The number of an argument string. A function library keeps them from
+-- call to call: a rule's parameters come again in every run, and tonumber
+-- of a decimal string is one of the dearer steps of a check (two strtod
+-- calls), where this is a lookup of a string Lua has interned already. At
+-- most 4096 strings are kept (per-call limits bring numbers of their own),
+-- then it starts afresh; a script begins afresh on every call.
+local NUMS, nums_kept = {}, 0
+local function arg_num(s)
+  local v = NUMS[s]
+  if v == nil then
+    v = tonumber(s)
+    if v == nil then return nil end
+    if nums_kept >= 4096 then NUMS, nums_kept = {}, 0 end
+    NUMS[s] = v
+    nums_kept = nums_kept + 1
+  end
+  return v
 end
 
 -- The run's keys and arguments (a script's KEYS and ARGV, a function's own
@@ -85,7 +107,7 @@ local K, A, margin
 local function begin(keys, argv)
   if not rcall then bind() end
   K, A = keys, argv
-  margin = tonumber(argv[2]) or 0
+  margin = arg_num(argv[2]) or 0
 end
 if EVAL then
   if redis.replicate_commands then pcall(redis.replicate_commands) end
@@ -93,6 +115,21 @@ if EVAL then
 end
 
 local TWO53 = 9007199254740992
+
+-- A reply of t and then m zeros (m <= 1020: 255 checks of four), its size
+-- set once: a table grown one element at a time is rehashed at every power
+-- of two, which cost a batch's reply more than filling it. A function
+-- library keeps ZEROS from call to call; a script would build it anew on
+-- every call, so a script's reply (and one of unknown size: m nil) grows.
+local ZEROS
+local function presized(t, m)
+  if EVAL or not m or m > 1020 then return { t } end
+  if not ZEROS then
+    ZEROS = {}
+    for i = 1, 1020 do ZEROS[i] = 0 end
+  end
+  return { t, unpack(ZEROS, 1, m) }
+end
 
 -- floor(a / b) for integers 0 <= a < 2^53, b >= 1, exactly.
 local function idiv(a, b)
