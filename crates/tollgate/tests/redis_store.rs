@@ -385,6 +385,52 @@ async fn a_failed_write_fails_the_checks_that_depend_on_it() {
     assert_no_key_without_ttl(&server);
 }
 
+/// The same in a batch whose keys do not repeat (it carries no key
+/// indices, and each admission is written at once): a check whose write is
+/// refused reports the error, the others are decided, and nothing was
+/// consumed.
+#[tokio::test]
+async fn a_refused_write_in_a_batch_of_distinct_keys_fails_its_own_check() {
+    let (server, redis, rule) = warmed_gcra_scripts("oom1", 2).await;
+    // `a` exists, so its check reads it and then writes
+    redis.check(&rule, b"a", 1, Some(EPOCH)).await.expect("a");
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "1"]).trim(),
+        "OK"
+    );
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    let checks: [(&[u8], u64); 4] = [(b"a", 1), (b"b", 0), (b"c", 1), (b"d", 0)];
+    let got = futures_util::future::join_all(
+        checks
+            .iter()
+            .map(|&(key, cost)| redis.check(&rule, key, cost, Some(EPOCH))),
+    )
+    .await;
+    assert_eq!(script_runs(&server), 1, "one batch");
+    let memory = MemoryStore::new();
+    memory.check_sync(&rule, b"a", 1, Some(EPOCH));
+    for (&(key, cost), got) in checks.iter().zip(got) {
+        if cost > 0 {
+            let e = got.expect_err("its write was refused");
+            assert!(e.to_string().contains("OOM"), "{e}");
+        } else {
+            let expected = memory.check_sync(&rule, key, cost, Some(EPOCH));
+            assert_eq!(got.expect("decided"), expected, "key {key:?}");
+        }
+    }
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "0"]).trim(),
+        "OK"
+    );
+    // Nothing was consumed: `a` has one left, `c` starts full.
+    for (key, cost) in [(&b"a"[..], 1), (b"a", 1), (b"c", 2)] {
+        let expected = memory.check_sync(&rule, key, cost, Some(EPOCH));
+        let got = redis.check(&rule, key, cost, Some(EPOCH)).await;
+        assert_eq!(got.expect("decided"), expected, "key {key:?} cost {cost}");
+    }
+    assert_no_key_without_ttl(&server);
+}
+
 /// Under `maxmemory`, Redis refuses a function that may write before it
 /// runs: a batch run as one fails whole, with the server's OOM error, and
 /// consumes nothing.
@@ -618,7 +664,9 @@ async fn sliding_window_stays_exact_past_two_to_the_53() {
 }
 
 /// Batches from one task (queued in order, so the memory store can replay
-/// them) of 2, 63, 64, 65 and 130 checks over three keys, mixing a random
+/// them) of 2, 63, 64, 65 and 130 checks over three keys (a key named again
+/// and again in a batch), or each on a key of its own (a batch without key
+/// indices, whose admissions are written at once), mixing a random
 /// GCRA rule with a rule of another algorithm (so batches mix reply
 /// widths), costs 0, 1, the burst, the capacity, past it and `u64::MAX`,
 /// keys in debt after charges between batches, time standing still, going
@@ -644,8 +692,9 @@ async fn odd_batches_of_gcra_and_others_equal_the_memory_store() {
         }
         for step in 0..6u64 {
             let n = [2usize, 63, 64, 65, 130][usize::try_from(rng.below(5)).unwrap()];
+            let own_keys = rng.below(2) == 0;
             let checks: Vec<(usize, String, u64)> = (0..n)
-                .map(|_| {
+                .map(|i| {
                     let r = usize::try_from(rng.below(4)).unwrap().min(1) ^ 1;
                     let rule = &rules[r];
                     let cost = match rng.below(8) {
@@ -657,7 +706,14 @@ async fn odd_batches_of_gcra_and_others_equal_the_memory_store() {
                         5 => 1 + rng.below(rule.capacity()),
                         _ => 1,
                     };
-                    (r, format!("k{}", rng.below(3)), cost)
+                    // (a key of its own: the same index in every batch,
+                    // so it has state from earlier ones)
+                    let key = if own_keys {
+                        format!("u{i}")
+                    } else {
+                        format!("k{}", rng.below(3))
+                    };
+                    (r, key, cost)
                 })
                 .collect();
             let sent = checks
@@ -678,7 +734,11 @@ async fn odd_batches_of_gcra_and_others_equal_the_memory_store() {
                 // Debt: a charge of up to twice the capacity.
                 let rule = &rules[0];
                 let cost = rng.below(2 * rule.capacity() + 1);
-                let key = format!("k{}", rng.below(3));
+                let key = if rng.below(2) == 0 {
+                    format!("k{}", rng.below(3))
+                } else {
+                    format!("u{}", rng.below(65))
+                };
                 let charge = [KeyCheck {
                     rule,
                     key: key.as_bytes(),

@@ -61,7 +61,8 @@ local function main(keys, argv)
     -- each tuple is sent, and converted to numbers, once per run). Every pair is decided in order, and a later
     -- pair on the same key sees what an earlier one consumed; the reply is
     -- built as it goes.
-    -- A GCRA key (one stored number) is read once and written once per
+    -- A GCRA key (one stored number) that pairs of the run share (there
+    -- are key indices: kx) is read once and written once per
     -- run: `state[key]` is its number as the run's earlier pairs left it
     -- (false: none; negated once a pair consumed from it, which also puts
     -- the key in `dirty`), and the keys in `dirty` are written after the
@@ -106,7 +107,7 @@ local function main(keys, argv)
     -- Decides pairs done+1..n; one pcall for the whole run, not one per pair.
     local function run()
       -- (the loop's upvalues as locals: registers, not upvalue reads)
-      local reply, state, dirty, kept, K, t = reply, state, dirty, kept, K, t
+      local reply, state, dirty, kept, K, t, kx = reply, state, dirty, kept, K, t, kx
       -- the pair's tuple and its numbers, read again only when it changes
       local p, code, cost, inc, tau, cap
       for i = done + 1, n do
@@ -116,7 +117,12 @@ local function main(keys, argv)
         if code == 1 then
           -- GCRA, as gcra.lua decides it, inline (two calls a pair cost
           -- more than the decision). `dirt`: the key is in `dirty` already.
-          local stored, created, dirt = state[key], false, false
+          -- Without key indices (kx) no other pair of the run names this
+          -- key: nothing is kept in `state`, and an admission is written at
+          -- once (on many keys, growing those tables cost Redis more than
+          -- the write it saves for keys named again).
+          local stored, created, dirt = nil, false, false
+          if kx then stored = state[key] end
           if stored == nil then
             if NX_GET and cost > 0 and cost <= cap and inc <= tau then
               -- A check of a key that does not exist is admitted (cost <=
@@ -139,14 +145,16 @@ local function main(keys, argv)
             -- a TAT at or before t counts as none (and so every number kept
             -- in `state` is above t >= 0: its sign is free to mark dirt)
             if not stored or stored <= t then stored = false end
-            state[key] = stored
+            if kx then state[key] = stored end
           elseif stored and stored < 0 then
             stored, dirt = -stored, true
           end
           if created then
             -- written already, and clean: what Redis holds
-            state[key] = t + inc
-            kept[key] = i
+            if kx then
+              state[key] = t + inc
+              kept[key] = i
+            end
             reply[pos] = inc
           else
             local tat = t
@@ -154,8 +162,12 @@ local function main(keys, argv)
             local after = tat + inc
             if cost <= cap and after - t <= tau then
               if cost > 0 then
-                if not dirt then dirty[#dirty + 1] = key end
-                state[key] = -after
+                if not kx then
+                  rcall('SET', key, num(after), 'PX', ttl_ms(after - t))
+                else
+                  if not dirt then dirty[#dirty + 1] = key end
+                  state[key] = -after
+                end
               end
               reply[pos] = after - t
             else
