@@ -2,8 +2,9 @@
 # redis-server instructions per check inside tollgate's batched checks
 # (batch mode, see crates/tollgate/src/store/redis/scripts/check.lua),
 # counted by callgrind: an instruction count does not move with the shared
-# machine's load, so this is how changes to the scripts are judged. Two
-# workloads: batches on one hot key, and on KEYS random keys.
+# machine's load, so this is how changes to the scripts are judged. Three
+# workloads: batches on one hot key, on KEYS random keys (admitted: each
+# check creates its key), and on KEYS existing keys, every check denied.
 #
 # Usage: bench/lua-instructions.sh [BATCH=20] [RUNS=500] [KEYS=10000] [SCRIPT]
 #   SCRIPT: a composed file (default: the function library of this tree,
@@ -56,7 +57,9 @@ count() {
   local ir
   ir=$(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
   # batch.py runs RUNS counted runs plus one first run, all inside FCALL (EVALSHA)
-  echo "batches of $batch on $( ((k == 1)) && echo "one hot key" || echo "$k keys"): $((ir / ((runs + 1) * batch))) instructions a check"
+  echo "batches of $batch on $( ((k == 1)) && echo "one hot key" || echo "$k keys")${DENIED:+ that exist, denied}: $((ir / ((runs + 1) * batch))) instructions a check"
 }
 count 1
 count "$keys"
+# the same keys existing, every check denied (bench/http's closed rule)
+DENIED=1 count "$keys"

@@ -6,12 +6,18 @@ FUNCTION LOAD and run with FCALL, as the store does on Redis 7) or a script
 (EVALSHA). Prints redis-server's own usec_per_call (INFO commandstats) for
 the runs.
 
+With DENIED=1 the rule is one a day in bursts of 2 and every key exists
+first with a TAT two days ahead: every check is denied (bench/http's
+"closed" rule on keys that have had their two).
+
 usage: batch.py PORT SCRIPTFILE [BATCH=20] [KEYS=10000] [ITERS=3000]
 """
+import os
 import random
 import re
 import socket
 import sys
+import time
 
 port = int(sys.argv[1]); src = open(sys.argv[2], 'rb').read()
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 20
@@ -45,15 +51,24 @@ else:
     verb = 'EVALSHA'
     sha = cmd('SCRIPT', 'LOAD', src).decode()
 cmd('FLUSHALL')
+denied = os.environ.get('DENIED') == '1'
+rule = 'closed' if denied else 'open'
+# code, cost, increment, tau, T, burst (see prelude.lua)
+tuple_ = ['1', '1', '86400000000', '172800000000', '86400000000', '2'] if denied else \
+    ['1', '1', '1', '1000000', '1', '1000000']
+if denied:
+    tat = str(int(time.time() * 1e6) + 2 * 86400 * 1000000)
+    s.sendall(b''.join(enc('SET', 'tollgate-bench:{closed:=k%d}:gcra' % i, tat, 'PX', str(3 * 86400 * 1000))
+                       for i in range(nkeys)))
+    for _ in range(nkeys): read()
 random.seed(1)
 def one():
-    ks = ['tollgate-bench:{open:=k%d}:gcra' % random.randrange(nkeys) for _ in range(batch)]
+    ks = ['tollgate-bench:{%s:=k%d}:gcra' % (rule, random.randrange(nkeys)) for _ in range(batch)]
     # each key sent once, with one index a pair when some repeat (as the
     # store sends them); one tuple: no tuple indices (see check.lua, mode "b")
     distinct = list(dict.fromkeys(ks))
     krefs = b'' if len(distinct) == len(ks) else bytes(distinct.index(k) + 1 for k in ks)
-    return enc(verb, sha, str(len(distinct)), *distinct, '', '0', str(batch), 'b', b'', krefs,
-               '1', '1', '1', '1000000', '1', '1000000')
+    return enc(verb, sha, str(len(distinct)), *distinct, '', '0', str(batch), 'b', b'', krefs, *tuple_)
 # one run first (not counted): the reply's shape is checked (a GCRA check
 # answers one integer)
 s.sendall(one()); r = read()
@@ -66,6 +81,8 @@ for i in range(iters // chunk):
     for _ in range(chunk):
         r = read()
         if not isinstance(r, list): print(r); sys.exit(1)
+        # a denied GCRA check answers -1 - used
+        if denied: assert all(int(x) < 0 for x in r[1:]), r
 info = cmd('INFO', 'commandstats').decode()
 m = re.search(r'cmdstat_(?:evalsha|fcall):calls=(\d+),usec=(\d+),usec_per_call=([\d.]+)', info)
 calls, usec, per = int(m[1]), int(m[2]), float(m[3])
