@@ -763,3 +763,68 @@ async fn odd_batches_of_gcra_and_others_equal_the_memory_store() {
     );
     assert_no_key_without_ttl(&server);
 }
+
+/// Under `maxmemory`, a script's check that consumes nothing needs no
+/// write, so it is decided (docs/redis-store.md, "Memory": only the checks
+/// that consumed from a key whose write was refused fail): a check of an
+/// exhausted key is denied, whether it runs alone, first in a batch (where
+/// the first read of a key may be the `SET … NX … GET` that would create
+/// it) or after many reads of existing keys (where it is a `GET`).
+#[tokio::test]
+async fn a_denied_check_under_maxmemory_is_decided_wherever_it_is_in_a_batch() {
+    let (server, redis, rule) = warmed_gcra_scripts("oomd", 2).await;
+    let memory = MemoryStore::new();
+    // `a` exhausted; `k0`..`k11` exist with room left
+    let mut setup: Vec<(Vec<u8>, u64)> = vec![(b"a".to_vec(), 2)];
+    setup.extend((0..12).map(|i| (format!("k{i}").into_bytes(), 1)));
+    for (key, cost) in &setup {
+        let expected = memory.check_sync(&rule, key, *cost, Some(EPOCH));
+        let got = redis.check(&rule, key, *cost, Some(EPOCH)).await;
+        assert_eq!(got.expect("setup"), expected, "setup {key:?}");
+    }
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "1"]).trim(),
+        "OK"
+    );
+    // Alone.
+    let expected = memory.check_sync(&rule, b"a", 1, Some(EPOCH));
+    assert!(!expected.allowed);
+    let got = redis.check(&rule, b"a", 1, Some(EPOCH)).await;
+    assert_eq!(got.expect("alone: decided"), expected, "alone");
+    // After twelve peeks of existing keys (each read by GET), and first in
+    // a batch (with and without a repeated key).
+    let peeks: Vec<(Vec<u8>, u64)> = (0..12).map(|i| (format!("k{i}").into_bytes(), 0)).collect();
+    let mut after_peeks = peeks.clone();
+    after_peeks.push((b"a".to_vec(), 1));
+    let mut first = vec![(b"a".to_vec(), 1)];
+    first.extend(peeks.iter().cloned());
+    let mut first_repeated = first.clone();
+    first_repeated.push((b"a".to_vec(), 1));
+    for (what, checks) in [
+        ("after peeks", after_peeks),
+        ("first", first),
+        ("first, key repeated", first_repeated),
+    ] {
+        assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+        let got = futures_util::future::join_all(
+            checks
+                .iter()
+                .map(|(key, cost)| redis.check(&rule, key, *cost, Some(EPOCH))),
+        )
+        .await;
+        assert_eq!(script_runs(&server), 1, "{what}: one batch");
+        for ((key, cost), got) in checks.iter().zip(got) {
+            let expected = memory.check_sync(&rule, key, *cost, Some(EPOCH));
+            assert!(!expected.allowed || *cost == 0, "nothing consumes");
+            let got = got.unwrap_or_else(|e| {
+                panic!("{what}: key {key:?} cost {cost} consumes nothing, yet: {e}")
+            });
+            assert_eq!(got, expected, "{what}: key {key:?} cost {cost}");
+        }
+    }
+    assert_eq!(
+        server.cli(&["CONFIG", "SET", "maxmemory", "0"]).trim(),
+        "OK"
+    );
+    assert_no_key_without_ttl(&server);
+}
