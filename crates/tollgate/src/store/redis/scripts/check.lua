@@ -145,8 +145,14 @@ local function main(keys, argv)
                 v = num(t + inc)
                 p[7], p[8] = v, ttl_ms(inc)
               end
-              local old = rcall('SET', key, v, 'NX', 'PX', p[8], 'GET')
-              if old then
+              -- (a refused write, e.g. OOM or READONLY, refuses this
+              -- read too: the key is read by GET instead, so that only a
+              -- check that consumes meets the refusal, at its own write;
+              -- WRONGTYPE raises again there)
+              local old = rpcall('SET', key, v, 'NX', 'PX', p[8], 'GET')
+              if type(old) == 'table' then
+                stored = tonumber(rcall('GET', key))
+              elseif old then
                 stored = tonumber(old)
                 absent = absent * 0.9375
               else

@@ -69,13 +69,13 @@
 -- The library functions a check calls, as locals: a global is a table
 -- lookup each time it is named, and a check names several. Bound as a run
 -- begins (a function library cannot see them while it is loaded).
-local tonumber, floor, ceil, format, rcall, unpack
+local tonumber, floor, ceil, format, rcall, rpcall, unpack
 -- Redis 7 takes SET's NX and GET together: a check that creates its key
 -- does it in one command (see check.lua, mode "b").
 local NX_GET
 local function bind()
   tonumber, floor, ceil, format, unpack = _G.tonumber, math.floor, math.ceil, string.format, _G.unpack
-  rcall = redis.call
+  rcall, rpcall = redis.call, redis.pcall
   NX_GET = (redis.REDIS_VERSION_NUM or 0) >= 0x070000
 end
 
