@@ -828,3 +828,179 @@ async fn a_denied_check_under_maxmemory_is_decided_wherever_it_is_in_a_batch() {
     );
     assert_no_key_without_ttl(&server);
 }
+
+/// Keys a batch's encoding could confuse: empty, `\r\n` and RESP-looking
+/// bytes, binary, keys that are prefixes of each other (at the hash's
+/// eight-byte steps too), long keys (stored by their SHA-1) differing in
+/// one byte.
+fn edge_keys() -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = [
+        &b""[..],
+        b"\r\n",
+        b"\r",
+        b"\n",
+        b"\0",
+        b"\xff\xfe",
+        b"a",
+        b"a\r\n",
+        b"$1\r\na",
+        b"*2\r\n$1\r\na\r\n",
+        b"{",
+        b"}",
+        b"}:gcra",
+        b"=a",
+    ]
+    .iter()
+    .map(|k| k.to_vec())
+    .collect();
+    for len in [7, 8, 9, 15, 16, 17] {
+        keys.push(vec![b'p'; len]);
+    }
+    let long = vec![b'L'; tollgate::ticket::MAX_RAW_KEY + 40];
+    let mut other = long.clone();
+    *other.last_mut().expect("long") = b'M';
+    keys.push(vec![b'L'; tollgate::ticket::MAX_RAW_KEY]);
+    keys.push(vec![b'L'; tollgate::ticket::MAX_RAW_KEY + 1]);
+    keys.extend([long, other]);
+    keys
+}
+
+/// Batches of 2, 33 and 64 (a whole batch) single checks, by the function
+/// library and by scripts (the user refused `FCALL`), on the keys of
+/// [`edge_keys`] and plain ones: all distinct (no key indices), a few keys
+/// repeated, one hot key, or keys never seen before (so that the library's
+/// choice of first read, `SET … NX … GET` or `GET`, goes both ways), mixing
+/// GCRA with each other algorithm, with debt charged between batches:
+/// every decision equals the memory store's, and every key has a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_edge_keys_equal_the_memory_store_by_function_and_by_script() {
+    let edge = edge_keys();
+    for scripts in [false, true] {
+        let server = RedisServer::start();
+        if scripts {
+            let denied = server.cli(&["ACL", "SETUSER", "default", "-fcall"]);
+            assert_eq!(denied.trim(), "OK");
+        }
+        let redis = connect(&server, "edge").await;
+        let memory = MemoryStore::new();
+        let mut rng = Rng(0xed6e + u64::from(scripts));
+        let mut t = EPOCH;
+        let mut fresh = 0u64;
+        let (mut total, mut runs) = (0u64, 0u64);
+        for round in 0..16u64 {
+            let other = Algorithm::RATES[1 + usize::try_from(round % 4).unwrap()];
+            let rules = [
+                random_rule(&mut rng, &format!("g{round}"), Algorithm::Gcra),
+                random_rule(&mut rng, &format!("o{round}"), other),
+            ];
+            // Scripts loaded first (a batch answered NOSCRIPT goes again in
+            // the order its callers wake, not the order sent), the mixed
+            // one too.
+            for rule in &rules {
+                redis.check(rule, b"warm", 0, Some(t)).await.expect("warm");
+            }
+            let both: Vec<KeyCheck<'_>> = rules
+                .iter()
+                .map(|rule| KeyCheck {
+                    rule,
+                    key: b"warm",
+                    cost: 0,
+                })
+                .collect();
+            redis.check_all(&both, Some(t)).await.expect("warm");
+            memory.check_all_sync(&both, Some(t));
+            for step in 0..8u64 {
+                let n = [2usize, 33, 64, 64][usize::try_from(rng.below(4)).unwrap()];
+                let how = rng.below(4);
+                let keys: Vec<Vec<u8>> = match how {
+                    // all distinct: edge keys first, then plain ones
+                    0 => (0..n)
+                        .map(|i| {
+                            edge.get(i)
+                                .cloned()
+                                .unwrap_or_else(|| format!("d{i}").into_bytes())
+                        })
+                        .collect(),
+                    // a few, repeated
+                    1 => (0..n)
+                        .map(|_| edge[usize::try_from(rng.below(5)).unwrap() * 5].clone())
+                        .collect(),
+                    // one hot key
+                    2 => {
+                        let hot =
+                            edge[usize::try_from(rng.below(edge.len() as u64)).unwrap()].clone();
+                        vec![hot; n]
+                    }
+                    // never seen before
+                    _ => (0..n)
+                        .map(|_| {
+                            fresh += 1;
+                            format!("f{fresh}").into_bytes()
+                        })
+                        .collect(),
+                };
+                let checks: Vec<(usize, Vec<u8>, u64)> = keys
+                    .into_iter()
+                    .map(|key| {
+                        let r = usize::from(rng.below(4) == 0);
+                        let rule = &rules[r];
+                        let cost = match rng.below(8) {
+                            0 => 0,
+                            1 => rule.burst(),
+                            2 => rule.capacity() + 1,
+                            3 => 1 + rng.below(rule.capacity()),
+                            _ => 1,
+                        };
+                        (r, key, cost)
+                    })
+                    .collect();
+                assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+                let sent = checks
+                    .iter()
+                    .map(|(r, key, cost)| redis.check(&rules[*r], key, *cost, Some(t)));
+                let decided = futures_util::future::join_all(sent).await;
+                runs += script_runs(&server);
+                total += n as u64;
+                for ((r, key, cost), got) in checks.iter().zip(decided) {
+                    let expected = memory.check_sync(&rules[*r], key, *cost, Some(t));
+                    let got = got.unwrap_or_else(|e| {
+                        panic!("scripts {scripts} round {round} step {step} key {key:?}: {e}")
+                    });
+                    assert_eq!(
+                        got, expected,
+                        "scripts {scripts} round {round} step {step} (how {how}, {n} checks): \
+                         rule {:?} key {key:?} t {t} cost {cost}",
+                        rules[*r]
+                    );
+                }
+                if rng.below(3) == 0 {
+                    // Debt on a key of the pool.
+                    let rule = &rules[0];
+                    let key = &edge[usize::try_from(rng.below(edge.len() as u64)).unwrap()];
+                    let charge = [KeyCheck {
+                        rule,
+                        key,
+                        cost: rng.below(2 * rule.capacity() + 1),
+                    }];
+                    let got = redis.charge_all(&charge, Some(t)).await.expect("charge");
+                    assert_eq!(got, memory.charge_all_sync(&charge, Some(t)), "charge");
+                }
+                let period = rules[0].period_micros();
+                t += match rng.below(4) {
+                    0 => 0,
+                    1 => rng.below(1_000),
+                    2 => rng.below(period + 1),
+                    _ => 2 * period,
+                };
+            }
+        }
+        assert!(
+            runs * 4 <= total,
+            "{total} checks in {runs} runs: hardly batched"
+        );
+        if scripts {
+            assert_eq!(server.command_calls("fcall"), 0, "scripts only");
+        }
+        assert_no_key_without_ttl(&server);
+    }
+}
