@@ -1004,3 +1004,117 @@ async fn batches_of_edge_keys_equal_the_memory_store_by_function_and_by_script()
         assert_no_key_without_ttl(&server);
     }
 }
+
+/// A key of the wrong type (a list) fails its own checks, and only those,
+/// in a batch whose keys repeat and in one whose keys do not (no key
+/// indices: GCRA admissions written at once), mixing GCRA with a token
+/// bucket, by the function library and by scripts, whichever first read
+/// (`SET … NX … GET` or `GET`) the batch makes: before a batch of keys
+/// never seen (the library reads by `SET … NX … GET`) and after one of keys
+/// that exist (by `GET`). The other checks equal the memory store's, the
+/// list is left as it was, and every other key has a TTL.
+#[tokio::test]
+async fn a_key_of_the_wrong_type_fails_alone_in_every_kind_of_batch() {
+    for scripts in [false, true] {
+        let server = RedisServer::start();
+        if scripts {
+            let denied = server.cli(&["ACL", "SETUSER", "default", "-fcall"]);
+            assert_eq!(denied.trim(), "OK");
+        }
+        let redis = connect(&server, "wrong").await;
+        let gcra = RuleSpec::new("g", Algorithm::Gcra, 3, Duration::from_secs(60))
+            .build()
+            .expect("rule");
+        let bucket = RuleSpec::new("b", Algorithm::TokenBucket, 3, Duration::from_secs(60))
+            .build()
+            .expect("rule");
+        let rules = [&gcra, &bucket];
+        let both: Vec<KeyCheck<'_>> = rules
+            .iter()
+            .map(|&rule| KeyCheck {
+                rule,
+                key: b"warm",
+                cost: 0,
+            })
+            .collect();
+        for rule in rules {
+            redis
+                .check(rule, b"warm", 0, Some(EPOCH))
+                .await
+                .expect("warm");
+        }
+        redis.check_all(&both, Some(EPOCH)).await.expect("warm");
+        let memory = MemoryStore::new();
+        memory.check_all_sync(&both, Some(EPOCH));
+        for rule in rules {
+            let bad = String::from_utf8(redis.redis_key(rule, b"bad")).expect("ascii");
+            assert_eq!(server.cli(&["RPUSH", &bad, "x"]).trim(), "1");
+            assert_eq!(server.cli(&["EXPIRE", &bad, "600"]).trim(), "1");
+        }
+        let mut t = EPOCH;
+        let mut batch = 0u64;
+        for (existing, repeated) in [(false, false), (false, true), (true, false), (true, true)] {
+            t += 1_000_000;
+            // Twelve keys read first: never seen, or made to exist.
+            let lead: Vec<Vec<u8>> = (0..12)
+                .map(|i| format!("lead{batch}_{i}").into_bytes())
+                .collect();
+            if existing {
+                for key in &lead {
+                    let got = redis.check(&gcra, key, 1, Some(t)).await.expect("exists");
+                    assert_eq!(got, memory.check_sync(&gcra, key, 1, Some(t)));
+                }
+            }
+            batch += 1;
+            let mut checks: Vec<(usize, Vec<u8>, u64)> =
+                lead.into_iter().map(|key| (0, key, 1)).collect();
+            let tail: &[(usize, &[u8], u64)] = if repeated {
+                &[
+                    (0, b"bad", 1),
+                    (0, b"a", 1),
+                    (1, b"bad", 1),
+                    (0, b"bad", 0),
+                    (0, b"a", 2),
+                    (1, b"a", 1),
+                    (1, b"bad", 0),
+                    (0, b"a", 1),
+                ]
+            } else {
+                &[(0, b"bad", 1), (0, b"a", 1), (1, b"bad", 1), (1, b"a", 1)]
+            };
+            let tail_keys = tail.iter().map(|&(r, key, cost)| (r, key.to_vec(), cost));
+            checks.extend(tail_keys);
+            let prefix = format!("scripts {scripts} existing {existing} repeated {repeated}");
+            assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+            let got = futures_util::future::join_all(
+                checks
+                    .iter()
+                    .map(|(r, key, cost)| redis.check(rules[*r], key, *cost, Some(t))),
+            )
+            .await;
+            assert_eq!(script_runs(&server), 1, "{prefix}: one batch");
+            for ((r, key, cost), got) in checks.iter().zip(got) {
+                if key == b"bad" {
+                    let e = got.expect_err("a list is no rate state");
+                    assert!(e.to_string().contains("WRONGTYPE"), "{prefix}: {e}");
+                } else {
+                    let expected = memory.check_sync(rules[*r], key, *cost, Some(t));
+                    let got = got.unwrap_or_else(|e| panic!("{prefix}: key {key:?}: {e}"));
+                    assert_eq!(got, expected, "{prefix}: key {key:?} cost {cost}");
+                }
+            }
+            // what the batch left: `a` as the memory store holds it
+            for (r, rule) in rules.iter().enumerate() {
+                let expected = memory.check_sync(rule, b"a", 0, Some(t));
+                let got = redis.check(rule, b"a", 0, Some(t)).await.expect("peek");
+                assert_eq!(got, expected, "{prefix}: rule {r} after the batch");
+            }
+        }
+        for rule in rules {
+            let bad = String::from_utf8(redis.redis_key(rule, b"bad")).expect("ascii");
+            assert_eq!(server.cli(&["TYPE", &bad]).trim(), "list", "left alone");
+            assert_eq!(server.cli(&["DEL", &bad]).trim(), "1");
+        }
+        assert_no_key_without_ttl(&server);
+    }
+}
