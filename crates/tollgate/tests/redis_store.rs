@@ -1118,3 +1118,72 @@ async fn a_key_of_the_wrong_type_fails_alone_in_every_kind_of_batch() {
         assert_no_key_without_ttl(&server);
     }
 }
+
+/// Batches of 64 checks each of its own cost (so 64 argument tuples a
+/// batch, every one with numbers never sent before), on a few keys or each
+/// on its own, by the function library, whose cache of argument numbers
+/// fills (4,096) and starts afresh several times on the way: every decision
+/// equals the memory store's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_of_many_tuples_past_the_number_cache_equal_the_memory_store() {
+    let server = RedisServer::start();
+    let redis = connect(&server, "nums").await;
+    let memory = MemoryStore::new();
+    let mut rng = Rng(0x4096);
+    let rules = [
+        RuleSpec::new("g", Algorithm::Gcra, 999_983, Duration::from_secs(3600))
+            .burst(2_000_000)
+            .build()
+            .expect("rule"),
+        RuleSpec::new(
+            "s",
+            Algorithm::SlidingWindow,
+            999_983,
+            Duration::from_secs(3600),
+        )
+        .build()
+        .expect("rule"),
+    ];
+    let mut t = EPOCH;
+    for rule in &rules {
+        redis.check(rule, b"warm", 0, Some(t)).await.expect("warm");
+    }
+    assert!(
+        server.command_calls("fcall") >= 1,
+        "by the function library"
+    );
+    assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
+    let mut sent_numbers = 0u64;
+    for batch in 0..80u64 {
+        let r = usize::try_from(batch % 2).unwrap();
+        let rule = &rules[r];
+        let checks: Vec<(Vec<u8>, u64)> = (0..64u64)
+            .map(|i| {
+                let key = if batch % 4 < 2 {
+                    format!("k{}", rng.below(3))
+                } else {
+                    format!("u{i}")
+                };
+                (key.into_bytes(), 1 + rng.below(40_000))
+            })
+            .collect();
+        // (the cost and, for GCRA, its increment: new strings a check)
+        sent_numbers += 64 * 2;
+        let got = futures_util::future::join_all(
+            checks
+                .iter()
+                .map(|(key, cost)| redis.check(rule, key, *cost, Some(t))),
+        )
+        .await;
+        for ((key, cost), got) in checks.iter().zip(got) {
+            let expected = memory.check_sync(rule, key, *cost, Some(t));
+            let got = got.unwrap_or_else(|e| panic!("batch {batch} key {key:?}: {e}"));
+            assert_eq!(got, expected, "batch {batch} key {key:?} cost {cost}");
+        }
+        t += rng.below(40_000_000);
+    }
+    assert!(sent_numbers > 2 * 4096);
+    let runs = server.command_calls("fcall");
+    assert!(runs * 8 <= 80 * 64, "{runs} runs: hardly batched");
+    assert_no_key_without_ttl(&server);
+}
