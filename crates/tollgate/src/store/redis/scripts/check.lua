@@ -149,15 +149,17 @@ local function main(keys, argv)
               -- read too: the key is read by GET instead, so that only a
               -- check that consumes meets the refusal, at its own write;
               -- WRONGTYPE raises again there)
+              -- (`old`: false, the value, or the error table; a string's
+              -- `err` is nil, and costs less to ask than type())
               local old = rpcall('SET', key, v, 'NX', 'PX', p[8], 'GET')
-              if type(old) == 'table' then
-                stored = tonumber(rcall('GET', key))
-              elseif old then
-                stored = tonumber(old)
-                absent = absent * 0.9375
-              else
+              if not old then
                 created = true
                 absent = absent * 0.9375 + 0.0625
+              elseif old.err then
+                stored = tonumber(rcall('GET', key))
+              else
+                stored = tonumber(old)
+                absent = absent * 0.9375
               end
             else
               local old = rcall('GET', key)
