@@ -11,7 +11,9 @@ use redis_common::{EPOCH, Rng, assert_no_key_without_ttl, connect, random_rule, 
 use redis_harness::RedisServer;
 use tollgate::store::KeyCheck;
 use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreErrorKind};
+use tollgate::{
+    Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreError, StoreErrorKind,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decisions_equal_the_memory_store_on_random_traces() {
@@ -51,6 +53,23 @@ async fn decisions_equal_the_memory_store_on_random_traces() {
     }
     assert_eq!(compared, 40 * 5 * 40);
     assert_no_key_without_ttl(&server);
+}
+
+/// Checks of `rule`, one per (key, cost), sent at once at time `t`: they
+/// are queued in this order (on a current-thread runtime, all before the
+/// connection's task runs: one batch). Their results, in order.
+async fn check_together(
+    redis: &RedisStore,
+    rule: &Rule,
+    checks: &[(&[u8], u64)],
+    t: u64,
+) -> Vec<Result<Decision, StoreError>> {
+    futures_util::future::join_all(
+        checks
+            .iter()
+            .map(|&(key, cost)| redis.check(rule, key, cost, Some(t))),
+    )
+    .await
 }
 
 /// Many concurrent single checks, batched into shared script runs (`b`
@@ -240,12 +259,7 @@ async fn a_hot_gcra_key_is_read_and_written_once_a_batch() {
         (b"h", 1),
         (b"h", 0),
     ];
-    let got = futures_util::future::join_all(
-        checks
-            .iter()
-            .map(|&(key, cost)| redis.check(&rule, key, cost, Some(EPOCH))),
-    )
-    .await;
+    let got = check_together(&redis, &rule, &checks, EPOCH).await;
     assert_eq!(script_runs(&server), 1, "one batch");
     // a read (GET, or on Redis 7 the SET NX GET that creates a missing
     // key) and a write of the last state, a key
@@ -341,12 +355,7 @@ async fn a_refused_write_in_a_batch_of_distinct_keys_fails_its_own_check() {
     );
     assert_eq!(server.cli(&["CONFIG", "RESETSTAT"]).trim(), "OK");
     let checks: [(&[u8], u64); 4] = [(b"a", 1), (b"b", 0), (b"c", 1), (b"d", 0)];
-    let got = futures_util::future::join_all(
-        checks
-            .iter()
-            .map(|&(key, cost)| redis.check(&rule, key, cost, Some(EPOCH))),
-    )
-    .await;
+    let got = check_together(&redis, &rule, &checks, EPOCH).await;
     assert_eq!(script_runs(&server), 1, "one batch");
     let memory = MemoryStore::new();
     memory.check_sync(&rule, b"a", 1, Some(EPOCH));
@@ -387,12 +396,7 @@ async fn a_function_refused_for_memory_fails_its_batch_and_writes_nothing() {
         "OK"
     );
     let checks: [(&[u8], u64); 4] = [(b"a", 0), (b"a", 1), (b"b", 0), (b"a", 1)];
-    let got = futures_util::future::join_all(
-        checks
-            .iter()
-            .map(|&(key, cost)| redis.check(&rule, key, cost, Some(EPOCH))),
-    )
-    .await;
+    let got = check_together(&redis, &rule, &checks, EPOCH).await;
     for ((key, cost), got) in checks.iter().zip(got) {
         let e = got.expect_err("refused whole");
         assert!(
