@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 
-use crate::config::AdminToken;
+use crate::config::{AdminToken, token_problem};
 
 /// The environment variable whose value is a token named `env`.
 pub const TOKEN_ENV: &str = "TOLLGATE_ADMIN_TOKEN";
@@ -18,17 +18,32 @@ pub struct Tokens(Vec<AdminToken>);
 
 impl Tokens {
     /// The config's tokens, plus `env` (the value of [`TOKEN_ENV`]) when
-    /// given and not empty.
-    #[must_use]
-    pub fn new(config: &[AdminToken], env: Option<String>) -> Self {
+    /// given.
+    ///
+    /// # Errors
+    /// An `env` token the config's would be refused for (too short, empty
+    /// included, or with spaces: see [`token_problem`]), or equal to one of
+    /// them: the message `serve` stops with.
+    pub fn new(config: &[AdminToken], env: Option<String>) -> Result<Self, String> {
         let mut all = config.to_vec();
-        if let Some(token) = env.filter(|t| !t.is_empty()) {
+        if let Some(token) = env {
+            if let Some(problem) = token_problem(&token) {
+                return Err(format!(
+                    "{TOKEN_ENV}: {problem} (unset it for no token from the environment)"
+                ));
+            }
+            if let Some(same) = config.iter().find(|t| t.token == token) {
+                return Err(format!(
+                    "{TOKEN_ENV} is the token of [[admin.tokens]] {:?}: each name needs its own",
+                    same.name
+                ));
+            }
             all.push(AdminToken {
                 name: "env".to_owned(),
                 token,
             });
         }
-        Self(all)
+        Ok(Self(all))
     }
 
     /// Whether no token is configured (the API is open).
@@ -61,10 +76,12 @@ impl Tokens {
         if self.0.is_empty() {
             return Some("open");
         }
-        let given = headers
-            .get(AUTHORIZATION)?
-            .as_bytes()
-            .strip_prefix(b"Bearer ")?;
+        // The scheme's name is case-insensitive (RFC 9110, 11.1).
+        let value = headers.get(AUTHORIZATION)?.as_bytes();
+        let (scheme, given) = value.split_at_checked(7)?;
+        if !scheme.eq_ignore_ascii_case(b"Bearer ") {
+            return None;
+        }
         let mut found = None;
         for t in &self.0 {
             if same(given, t.token.as_bytes()) && found.is_none() {
@@ -96,7 +113,7 @@ mod tests {
             name: "oncall".into(),
             token: "0123456789abcdef".into(),
         }];
-        let tokens = Tokens::new(&config, Some("fedcba9876543210".into()));
+        let tokens = Tokens::new(&config, Some("fedcba9876543210".into())).expect("valid");
         let mut h = HeaderMap::new();
         assert_eq!(tokens.caller(&h), None);
         h.insert(AUTHORIZATION, "Bearer 0123456789abcdef".parse().unwrap());
@@ -107,10 +124,43 @@ mod tests {
         assert_eq!(tokens.caller(&h), None);
         h.insert(AUTHORIZATION, "Bearer 0123456789abcdef0".parse().unwrap());
         assert_eq!(tokens.caller(&h), None);
-        let open = Tokens::new(&[], Some(String::new()));
+        h.insert(AUTHORIZATION, "bearer 0123456789abcdef".parse().unwrap());
+        assert_eq!(tokens.caller(&h), Some("oncall"), "the scheme in any case");
+        h.insert(AUTHORIZATION, "BEARER fedcba9876543210".parse().unwrap());
+        assert_eq!(tokens.caller(&h), Some("env"));
+        h.insert(AUTHORIZATION, "Basic 0123456789abcdef".parse().unwrap());
+        assert_eq!(tokens.caller(&h), None);
+        h.insert(AUTHORIZATION, "Bearer".parse().unwrap());
+        assert_eq!(tokens.caller(&h), None);
+        let open = Tokens::new(&[], None).expect("no token");
         assert_eq!(open.caller(&HeaderMap::new()), Some("open"));
         assert!(open.check_listener("127.0.0.1:1".parse().unwrap()).is_ok());
         assert!(open.check_listener("0.0.0.0:1".parse().unwrap()).is_err());
         assert!(tokens.check_listener("0.0.0.0:1".parse().unwrap()).is_ok());
+    }
+
+    /// `TOLLGATE_ADMIN_TOKEN` is held to the config tokens' rule: set but
+    /// empty, short, or with spaces, it stops `serve` with a message naming
+    /// it (it used to mean no token, or a token that never matches); equal
+    /// to a config token, too.
+    #[test]
+    fn a_bad_environment_token_is_refused_by_name() {
+        let config = [AdminToken {
+            name: "oncall".into(),
+            token: "0123456789abcdef".into(),
+        }];
+        for bad in [
+            "",
+            "short",
+            "0123456789abcde",
+            " 0123456789abcdef",
+            "0123456789 abcdef",
+        ] {
+            let e = Tokens::new(&config, Some(bad.into())).expect_err(bad);
+            assert!(e.starts_with(TOKEN_ENV), "{bad:?}: {e}");
+        }
+        let e = Tokens::new(&config, Some("0123456789abcdef".into())).expect_err("same");
+        assert!(e.contains("\"oncall\""), "{e}");
+        assert!(Tokens::new(&config, Some("0123456789abcdeg".into())).is_ok());
     }
 }

@@ -191,14 +191,14 @@ fn at_most_a_year(n: Option<u64>, name: &str) -> Result<Option<u64>, Response<Ap
 /// when open on loopback. Logs where it listens.
 ///
 /// # Errors
-/// A listener beyond loopback without a token.
+/// A listener beyond loopback without a token, or a bad [`TOKEN_ENV`].
 pub fn open(
     listener: tokio::net::TcpListener,
     config: &crate::config::Config,
     current: GateSource,
 ) -> Result<(tokio::net::TcpListener, Arc<Admin>), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let tokens = Tokens::new(&config.admin.tokens, std::env::var(TOKEN_ENV).ok());
+    let tokens = Tokens::new(&config.admin.tokens, std::env::var(TOKEN_ENV).ok())?;
     tokens.check_listener(addr)?;
     if tokens.is_empty() {
         tracing::warn!(

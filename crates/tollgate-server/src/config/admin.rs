@@ -9,6 +9,22 @@ use super::model::{AdminConfig, AdminToken};
 const ADMIN_FIELDS: &[&str] = &["listen", "tokens"];
 const TOKEN_FIELDS: &[&str] = &["name", "token"];
 
+/// What is wrong with an admin token, if anything: it must be at least 16
+/// characters, all visible ASCII (no spaces: it travels in an
+/// `Authorization` header, whose value loses its outer whitespace, so a
+/// token with any could never match). The rule for `[[admin.tokens]]` and
+/// `TOLLGATE_ADMIN_TOKEN` alike (docs/admin.md).
+#[must_use]
+pub fn token_problem(token: &str) -> Option<&'static str> {
+    if token.len() < 16 {
+        Some("a token must be at least 16 characters")
+    } else if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        Some("a token must be visible ASCII characters, without spaces")
+    } else {
+        None
+    }
+}
+
 impl Checker<'_> {
     pub(super) fn admin(&mut self, t: &DeTable<'_>) -> Option<AdminConfig> {
         let path = "admin";
@@ -52,11 +68,17 @@ impl Checker<'_> {
                         format!("{path}.name"),
                         format!("{name:?} names another token already"),
                     );
-                } else if token.len() < 16 {
+                } else if let Some(problem) = token_problem(token) {
+                    self.error(&token_span, format!("{path}.token"), problem);
+                } else if let Some(other) = admin.tokens.iter().find(|t| t.token == token) {
+                    // (the audit log names the caller by its token)
                     self.error(
                         &token_span,
                         format!("{path}.token"),
-                        "a token must be at least 16 characters",
+                        format!(
+                            "the same token as {:?}: each name needs its own",
+                            other.name
+                        ),
                     );
                 } else {
                     admin.tokens.push(AdminToken {

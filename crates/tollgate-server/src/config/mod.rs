@@ -49,6 +49,7 @@ mod rules;
 mod syntax;
 pub mod upstream;
 
+pub use admin::token_problem;
 pub use checker::parse_listen;
 pub use model::*;
 

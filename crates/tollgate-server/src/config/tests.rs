@@ -497,3 +497,55 @@ fn metrics_top_denied() {
         assert_eq!(got, [format!("t.toml:2: metrics.{why}")], "{bad}");
     }
 }
+
+/// `[[admin.tokens]]`: a token is 16 visible ASCII characters or more (one
+/// with a space could never match: a header value loses its outer
+/// whitespace), and each name has its own (the audit log names the caller
+/// by its token); each refusal names the field.
+#[test]
+fn admin_tokens_are_long_visible_and_distinct() {
+    let rule = "[[rules]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n";
+    let with = |tokens: &[(&str, &str)]| {
+        let mut src = format!("{rule}[admin]\n");
+        for (name, token) in tokens {
+            src.push_str(&format!(
+                "[[admin.tokens]]\nname = {name:?}\ntoken = {token:?}\n"
+            ));
+        }
+        src
+    };
+    let good = with(&[("a", "0123456789abcdef"), ("b", "0123456789abcdeF")]);
+    let config = Config::parse(&good, "t.toml").expect("two good tokens");
+    assert_eq!(config.admin.tokens.len(), 2);
+    for (token, want) in [
+        ("0123456789abcde", "at least 16 characters"),
+        (
+            "0123456789abcdef ",
+            "visible ASCII characters, without spaces",
+        ),
+        (
+            "0123456789 abcdef",
+            "visible ASCII characters, without spaces",
+        ),
+        (
+            "0123456789abcdé00",
+            "visible ASCII characters, without spaces",
+        ),
+    ] {
+        let e = errors(&with(&[("a", token)]));
+        assert!(
+            e.iter()
+                .any(|e| e.contains("admin.tokens[0].token") && e.contains(want)),
+            "{token:?}: {e:?}"
+        );
+    }
+    let e = errors(&with(&[
+        ("a", "0123456789abcdef"),
+        ("b", "0123456789abcdef"),
+    ]));
+    assert!(
+        e.iter()
+            .any(|e| e.contains("admin.tokens[1].token") && e.contains("the same token as \"a\"")),
+        "{e:?}"
+    );
+}
