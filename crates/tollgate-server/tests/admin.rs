@@ -251,10 +251,44 @@ fn every_operation_on_the_memory_store() {
         ("GET", "/admin/v1/top/api?n=0", "", 400),
         ("PATCH", "/admin/v1/overrides", "", 405),
         ("GET", "/admin/v2/x", "", 404),
+        // a field named twice is refused, not the last one taken
+        (
+            "PUT",
+            "/admin/v1/overrides/api/k",
+            r#"{"limit":1,"limit":1000}"#,
+            400,
+        ),
+        (
+            "POST",
+            "/admin/v1/blocks",
+            r#"{"rule":"api","key":"k","for_ms":1000,"key":"j"}"#,
+            400,
+        ),
+        ("PUT", "/admin/v1/overrides/api/k", r#"[{"limit":1}]"#, 400),
     ] {
         let r = call(admin, Some(TOKEN), method, path, body);
         assert_eq!(r.status, status, "{method} {path}: {}", r.text());
     }
+    let r = call(
+        admin,
+        Some(TOKEN),
+        "PUT",
+        "/admin/v1/overrides/api/k",
+        r#"{"limit":1,"limit":1000}"#,
+    );
+    assert!(
+        r.text().contains(r#"duplicate field \"limit\""#),
+        "{}",
+        r.text()
+    );
+    let r = call(
+        admin,
+        Some(TOKEN),
+        "PUT",
+        "/admin/v1/overrides/api/k",
+        "[1]",
+    );
+    assert!(r.text().contains("must be a JSON object"), "{}", r.text());
 
     // Every change logged with the token's name, and counted.
     let log = s.log();

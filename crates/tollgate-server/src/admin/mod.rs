@@ -134,8 +134,10 @@ fn object(
     required: &[&str],
 ) -> Result<Map<String, Value>, Response<ApiBody>> {
     let bad = |m: String| error(StatusCode::BAD_REQUEST, m);
-    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(body) else {
-        return Err(bad("the body must be a JSON object".to_owned()));
+    let map = match serde_json::from_slice::<Fields>(body) {
+        Ok(Fields(map)) => map,
+        Err(e) if e.to_string().starts_with("duplicate field") => return Err(bad(e.to_string())),
+        Err(_) => return Err(bad("the body must be a JSON object".to_owned())),
     };
     if let Some(k) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(bad(format!(
@@ -147,6 +149,33 @@ fn object(
         return Err(bad(format!("missing field {k:?}")));
     }
     Ok(map)
+}
+
+/// A JSON object's fields, each named once: a field named twice is an
+/// error (as in `/v1/check`), not the last one winning.
+struct Fields(Map<String, Value>);
+
+impl<'de> serde::Deserialize<'de> for Fields {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Fields, A::Error> {
+                let mut map = Map::new();
+                while let Some((k, v)) = a.next_entry::<String, Value>()? {
+                    if map.contains_key(&k) {
+                        return Err(serde::de::Error::custom(format!("duplicate field {k:?}")));
+                    }
+                    map.insert(k, v);
+                }
+                Ok(Fields(map))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
 }
 
 fn string_field(map: &Map<String, Value>, name: &str) -> Result<String, Response<ApiBody>> {
