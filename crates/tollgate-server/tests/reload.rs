@@ -346,6 +346,17 @@ fn admin_table(token: &str) -> String {
 /// The status of `GET /admin/v1/blocks` on the admin API `s` logged, with
 /// `token`.
 fn admin_status(s: &Tollgate, token: &str) -> u16 {
+    admin_call(s, token, "GET", "/admin/v1/blocks", "").0
+}
+
+/// A call of the admin API `s` logged, with `token`: its status and body.
+fn admin_call(
+    s: &Tollgate,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
     let log = s.log();
     let marker = "admin API listening on http://";
     let at = log
@@ -355,14 +366,126 @@ fn admin_status(s: &Tollgate, token: &str) -> u16 {
     let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
     let addr = rest[..end].parse().expect("admin address");
     let auth = format!("Bearer {token}");
-    request(
+    let r = request(
         addr,
-        "GET",
+        method,
+        path,
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        body.as_bytes(),
+    );
+    let json = serde_json::from_slice(&r.body).unwrap_or(serde_json::Value::Null);
+    (r.status, json)
+}
+
+/// A block and an override of a rule a reload removes, and an override a
+/// reload makes invalid (a burst, once its rule's algorithm has none), stay
+/// in the runtime table but out of force; each is deleted by its rule's
+/// name, and the answer says there was one (they used to be a 404, unknown
+/// rule, and `deleted: false`).
+#[test]
+fn entries_a_reload_leaves_behind_are_deleted_by_their_rule_name() {
+    let token = "admin-token-0123456789";
+    let two = |b_algorithm: &str| {
+        format!(
+            "{}\n[[rules]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 10\nperiod = \"1m\"\n\n\
+             [[rules]]\nname = \"b\"\nalgorithm = \"{b_algorithm}\"\nlimit = 10\nperiod = \"1m\"\n{}",
+            store_table("memory"),
+            admin_table(token)
+        )
+    };
+    let only_a = format!(
+        "{}\n[[rules]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 10\nperiod = \"1m\"\n{}",
+        store_table("memory"),
+        admin_table(token)
+    );
+    let s = Tollgate::start(
+        &two("gcra"),
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--reload-poll",
+            "50ms",
+        ],
+    );
+    let call = |method: &str, path: &str, body: &str| admin_call(&s, token, method, path, body);
+    let set = call(
+        "PUT",
+        "/admin/v1/overrides/b/k",
+        r#"{"limit":20,"burst":5}"#,
+    );
+    assert_eq!(set.0, 200, "{}", set.1);
+    let block = call(
+        "POST",
         "/admin/v1/blocks",
-        &[("Authorization", &auth)],
-        b"",
-    )
-    .status
+        r#"{"rule":"b","key":"k","for_ms":600000}"#,
+    );
+    assert_eq!(block.0, 200, "{}", block.1);
+
+    // b's algorithm loses its burst: the override is left out, not listed.
+    rename_onto(&s.config_path(), &two("fixed_window"));
+    wait_rules(&s, "b a fixed window", |r| {
+        r["rules"].as_array().is_some_and(|rules| {
+            rules
+                .iter()
+                .any(|x| x["name"] == "b" && x["algorithm"] == "fixed_window")
+        })
+    });
+    let listed = call("GET", "/admin/v1/overrides", "");
+    assert_eq!(
+        listed.1["overrides"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        listed.1
+    );
+    let deleted = call("DELETE", "/admin/v1/overrides/b/k", "");
+    assert_eq!(deleted.0, 200, "{}", deleted.1);
+    assert_eq!(deleted.1["deleted"], true, "{}", deleted.1);
+
+    // b removed: its block stays, out of force, and is deleted by name.
+    let again = call("PUT", "/admin/v1/overrides/b/j", r#"{"limit":20}"#);
+    assert_eq!(again.0, 200, "{}", again.1);
+    rename_onto(&s.config_path(), &only_a);
+    wait_rules(&s, "b removed", |r| {
+        r["rules"]
+            .as_array()
+            .is_some_and(|rules| rules.iter().all(|x| x["name"] != "b"))
+    });
+    let unblocked = call("DELETE", "/admin/v1/blocks/b/k", "");
+    assert_eq!(unblocked.0, 200, "{}", unblocked.1);
+    assert_eq!(unblocked.1["unblocked"], true, "{}", unblocked.1);
+    let deleted = call("DELETE", "/admin/v1/overrides/b/j", "");
+    assert_eq!(deleted.0, 200, "{}", deleted.1);
+    assert_eq!(deleted.1["deleted"], true, "{}", deleted.1);
+    // Nothing left of b to delete: an unknown rule again.
+    assert_eq!(call("DELETE", "/admin/v1/overrides/b/j", "").0, 404);
+    assert_eq!(call("DELETE", "/admin/v1/blocks/b/k", "").0, 404);
+
+    // b back, as a GCRA rule: neither entry comes back with it.
+    rename_onto(&s.config_path(), &two("gcra"));
+    wait_rules(&s, "b back", |r| {
+        r["rules"]
+            .as_array()
+            .is_some_and(|rules| rules.iter().any(|x| x["name"] == "b"))
+    });
+    let listed = call("GET", "/admin/v1/overrides", "");
+    assert_eq!(
+        listed.1["overrides"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        listed.1
+    );
+    let blocks = call("GET", "/admin/v1/blocks", "");
+    assert_eq!(
+        blocks.1["blocks"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        blocks.1
+    );
 }
 
 #[test]

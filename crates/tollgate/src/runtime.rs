@@ -206,6 +206,10 @@ pub(crate) struct Table {
     blocks: HashMap<String, HashMap<Vec<u8>, Micros>, foldhash::fast::RandomState>,
     /// The entries it was built from, live ones only, for listing.
     pub(crate) entries: Vec<Entry>,
+    /// The (rule, key) of live overrides left out: of a rule not among the
+    /// rules (a reload removed it) or one it refuses. They stay in the
+    /// store, and can be deleted by their rule's name (docs/admin.md).
+    pub(crate) left_out: Vec<(String, Vec<u8>)>,
     /// The earliest end of an override in it (µs; `Micros::MAX`: none): the
     /// table is built again once it passes.
     pub(crate) next_end: Micros,
@@ -243,6 +247,7 @@ impl Table {
                 Entry::Override(o) => {
                     let Some(base) = rules.iter().find(|r| r.name() == o.rule) else {
                         tracing::debug!("runtime override of rule {:?}, not a rule here", o.rule);
+                        table.left_out.push((o.rule.clone(), o.key.clone()));
                         continue;
                     };
                     let rule = match override_rule(base, o.limit, o.period, o.burst) {
@@ -254,6 +259,7 @@ impl Table {
                                 e.field,
                                 e.message
                             );
+                            table.left_out.push((o.rule.clone(), o.key.clone()));
                             continue;
                         }
                     };

@@ -225,13 +225,16 @@ impl<S: Store> ResilientLimiter<S> {
     /// # Errors
     /// As [`ResilientLimiter::inspect`].
     pub async fn unblock(&self, rule: &str, key: &[u8]) -> Result<bool, Refusal> {
-        self.admin_target(rule, key, true)?;
         let was = !self
             .in_force(|e| match e {
                 Entry::Block(b) if b.rule == rule && b.key == key => Some(()),
                 _ => None,
             })
             .is_empty();
+        // (a block of a rule a reload removed is still deleted by its name)
+        if !was {
+            self.admin_target(rule, key, true)?;
+        }
         self.inner
             .write_runtime(block_field(rule, key), None)
             .await
@@ -324,16 +327,29 @@ impl<S: Store> ResilientLimiter<S> {
     }
 
     /// Deletes the runtime override of `key` (the same text it was set
-    /// with) under `rule`. Answers whether there was one.
+    /// with) under `rule`, also one left out of force (its rule removed by
+    /// a reload, or refusing it). Answers whether there was one.
     ///
     /// # Errors
     /// As [`ResilientLimiter::inspect`].
     pub async fn delete_override(&self, rule: &str, key: &[u8]) -> Result<bool, Refusal> {
-        self.admin_target(rule, key, false)?;
+        // An override left out of the table (its rule removed by a reload,
+        // or refusing it) is in the store still: deleted by its rule's name.
         let was = self
             .overrides()
             .iter()
-            .any(|o| o.rule == rule && o.key == key);
+            .any(|o| o.rule == rule && o.key == key)
+            || self
+                .inner
+                .runtime
+                .table
+                .load()
+                .left_out
+                .iter()
+                .any(|(r, k)| r == rule && k == key);
+        if !was {
+            self.admin_target(rule, key, false)?;
+        }
         self.inner
             .write_runtime(override_field(rule, key), None)
             .await
