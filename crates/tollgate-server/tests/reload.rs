@@ -413,6 +413,28 @@ fn entries_a_reload_leaves_behind_are_deleted_by_their_rule_name() {
         ],
     );
     let call = |method: &str, path: &str, body: &str| admin_call(&s, token, method, path, body);
+    // how many entries `GET path` lists under `field`
+    let listed = |path: &str, field: &str| {
+        let (status, json) = call("GET", path, "");
+        assert_eq!(status, 200, "{json}");
+        json[field].as_array().map_or(usize::MAX, Vec::len)
+    };
+    // a DELETE that finds its entry: 200, and `field` says so
+    let delete = |path: &str, field: &str| {
+        let (status, json) = call("DELETE", path, "");
+        assert_eq!(
+            (status, &json[field]),
+            (200, &serde_json::Value::Bool(true)),
+            "{path}: {json}"
+        );
+    };
+    let has_b = |r: &serde_json::Value, algorithm: Option<&str>| {
+        r["rules"].as_array().is_some_and(|rules| {
+            rules
+                .iter()
+                .any(|x| x["name"] == "b" && algorithm.is_none_or(|a| x["algorithm"] == a))
+        })
+    };
     let set = call(
         "PUT",
         "/admin/v1/overrides/b/k",
@@ -428,64 +450,26 @@ fn entries_a_reload_leaves_behind_are_deleted_by_their_rule_name() {
 
     // b's algorithm loses its burst: the override is left out, not listed.
     rename_onto(&s.config_path(), &two("fixed_window"));
-    wait_rules(&s, "b a fixed window", |r| {
-        r["rules"].as_array().is_some_and(|rules| {
-            rules
-                .iter()
-                .any(|x| x["name"] == "b" && x["algorithm"] == "fixed_window")
-        })
-    });
-    let listed = call("GET", "/admin/v1/overrides", "");
-    assert_eq!(
-        listed.1["overrides"].as_array().map(Vec::len),
-        Some(0),
-        "{}",
-        listed.1
-    );
-    let deleted = call("DELETE", "/admin/v1/overrides/b/k", "");
-    assert_eq!(deleted.0, 200, "{}", deleted.1);
-    assert_eq!(deleted.1["deleted"], true, "{}", deleted.1);
+    wait_rules(&s, "b a fixed window", |r| has_b(r, Some("fixed_window")));
+    assert_eq!(listed("/admin/v1/overrides", "overrides"), 0);
+    delete("/admin/v1/overrides/b/k", "deleted");
 
     // b removed: its block stays, out of force, and is deleted by name.
     let again = call("PUT", "/admin/v1/overrides/b/j", r#"{"limit":20}"#);
     assert_eq!(again.0, 200, "{}", again.1);
     rename_onto(&s.config_path(), &only_a);
-    wait_rules(&s, "b removed", |r| {
-        r["rules"]
-            .as_array()
-            .is_some_and(|rules| rules.iter().all(|x| x["name"] != "b"))
-    });
-    let unblocked = call("DELETE", "/admin/v1/blocks/b/k", "");
-    assert_eq!(unblocked.0, 200, "{}", unblocked.1);
-    assert_eq!(unblocked.1["unblocked"], true, "{}", unblocked.1);
-    let deleted = call("DELETE", "/admin/v1/overrides/b/j", "");
-    assert_eq!(deleted.0, 200, "{}", deleted.1);
-    assert_eq!(deleted.1["deleted"], true, "{}", deleted.1);
+    wait_rules(&s, "b removed", |r| !has_b(r, None));
+    delete("/admin/v1/blocks/b/k", "unblocked");
+    delete("/admin/v1/overrides/b/j", "deleted");
     // Nothing left of b to delete: an unknown rule again.
     assert_eq!(call("DELETE", "/admin/v1/overrides/b/j", "").0, 404);
     assert_eq!(call("DELETE", "/admin/v1/blocks/b/k", "").0, 404);
 
     // b back, as a GCRA rule: neither entry comes back with it.
     rename_onto(&s.config_path(), &two("gcra"));
-    wait_rules(&s, "b back", |r| {
-        r["rules"]
-            .as_array()
-            .is_some_and(|rules| rules.iter().any(|x| x["name"] == "b"))
-    });
-    let listed = call("GET", "/admin/v1/overrides", "");
-    assert_eq!(
-        listed.1["overrides"].as_array().map(Vec::len),
-        Some(0),
-        "{}",
-        listed.1
-    );
-    let blocks = call("GET", "/admin/v1/blocks", "");
-    assert_eq!(
-        blocks.1["blocks"].as_array().map(Vec::len),
-        Some(0),
-        "{}",
-        blocks.1
-    );
+    wait_rules(&s, "b back", |r| has_b(r, Some("gcra")));
+    assert_eq!(listed("/admin/v1/overrides", "overrides"), 0);
+    assert_eq!(listed("/admin/v1/blocks", "blocks"), 0);
 }
 
 #[test]
