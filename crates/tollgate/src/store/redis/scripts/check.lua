@@ -14,14 +14,15 @@ local t
 -- check is decided the same.
 local absent = 1
 
--- Argument j's number (see `arg_num` in prelude.lua).
-local function arg(j)
-  return arg_num(A[j])
+-- The numbers of the six arguments after A[b] (see `arg_num` in
+-- prelude.lua): a pair's, or in mode "b" a tuple's.
+local function six(b)
+  return arg_num(A[b + 1]), arg_num(A[b + 2]), arg_num(A[b + 3]), arg_num(A[b + 4]),
+    arg_num(A[b + 5]), arg_num(A[b + 6])
 end
 
 local function pair(i)
-  local b = 4 + (i - 1) * 6
-  return arg(b + 1), arg(b + 2), arg(b + 3), arg(b + 4), arg(b + 5), arg(b + 6)
+  return six(4 + (i - 1) * 6)
 end
 
 local function algo_of(code)
@@ -30,16 +31,6 @@ local function algo_of(code)
     error('tollgate: algorithm ' .. tostring(code) .. ' is not in this script')
   end
   return algo
-end
-
--- A single pair's six numbers, converted directly: the table above pays
--- for itself only when pairs share arguments (a usage run of one pair
--- spends less without it; its replies are built whole for the same reason:
--- growing a table one element at a time costs Redis's Lua more than the
--- elements).
-local function pair_one()
-  return arg_num(A[5]), arg_num(A[6]), arg_num(A[7]), arg_num(A[8]),
-    arg_num(A[9]), arg_num(A[10])
 end
 
 -- what a check of zero cost reports (for gcra and token_bucket p1 is the
@@ -87,9 +78,7 @@ local function main(keys, argv)
     -- a Lua string of it per pair.
     local refs, krefs, tuples = A[5], A[6], {}
     for j = 1, (#A - 6) / 6 do
-      local b = 6 + (j - 1) * 6
-      tuples[j] = { arg_num(A[b + 1]), arg_num(A[b + 2]), arg_num(A[b + 3]),
-                    arg_num(A[b + 4]), arg_num(A[b + 5]), arg_num(A[b + 6]) }
+      tuples[j] = { six(6 + (j - 1) * 6) }
     end
     -- No indices: every pair has the one tuple.
     local only = #refs == 0 and tuples[1]
@@ -275,7 +264,7 @@ local function main(keys, argv)
       return charge(K[i], cost, p1, p2, p3, p4, t)
     end
     if n == 1 then
-      local remaining, reset, debt, units = usage(1, pair_one())
+      local remaining, reset, debt, units = usage(1, pair(1))
       return { t, 1, remaining, reset, -1, debt, units }
     end
     local reply = { t }
@@ -291,7 +280,7 @@ local function main(keys, argv)
     return reply
   elseif mode == 'v' and n == 1 then
     -- One reservation (several: with the checks, below).
-    local code, cost, p1, p2, p3, p4 = pair_one()
+    local code, cost, p1, p2, p3, p4 = pair(1)
     local allowed, remaining, reset, retry, write = algo_of(code)(K[1], cost, p1, p2, p3, p4, t)
     if allowed then
       if cost > 0 then write() end
@@ -352,7 +341,7 @@ local function main(keys, argv)
       if st ~= 0 then return { t, st == nil and 1 or 2, 0 } end
       if not at_once then redis.call('SETRANGE', K[2], 0, '1') end
       local late = t > due
-      local code, _, p1, p2, p3, p4 = pair_one()
+      local code, _, p1, p2, p3, p4 = pair(1)
       local remaining, reset, debt, units =
         settle(1, code, p1, p2, p3, p4, e, made, late, tonumber(A[11]))
       return { t, 0, late and 1 or 0, 1, remaining, reset, -1, debt, units, e }
