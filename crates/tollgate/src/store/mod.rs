@@ -251,9 +251,8 @@ pub trait Store: Send + Sync + 'static {
     /// store bounds its calls itself (`None`, the default, when it does
     /// not). The Redis store's own connection does, with one timer for all
     /// its requests; [`crate::resilient::ResilientLimiter`] then adds no
-    /// timer of its own when its timeout is no shorter (registering one
-    /// per check in tokio's timer wheel, and taking it out, cost about a
-    /// tenth of a Redis check's instructions in this process).
+    /// timer of its own when its timeout is no shorter (one per check,
+    /// registered in tokio's timer wheel and taken out again).
     fn bounds_calls(&self) -> Option<Duration> {
         None
     }
