@@ -338,6 +338,17 @@ fn settings_read_at_start_are_reported_and_the_rest_applies() {
     assert_eq!(ready.status, 200, "{}", ready.text());
 }
 
+/// `serve`'s flags for the tests with an admin API: HTTP and admin on
+/// free loopback ports, the config polled every 50 ms.
+const WITH_ADMIN: &[&str] = &[
+    "--http",
+    "127.0.0.1:0",
+    "--admin",
+    "127.0.0.1:0",
+    "--reload-poll",
+    "50ms",
+];
+
 /// `[admin]` with one token, `token`.
 fn admin_table(token: &str) -> String {
     format!("\n[admin]\n[[admin.tokens]]\nname = \"oncall\"\ntoken = \"{token}\"\n")
@@ -401,17 +412,7 @@ fn entries_a_reload_leaves_behind_are_deleted_by_their_rule_name() {
         store_table("memory"),
         admin_table(token)
     );
-    let s = Tollgate::start(
-        &two("gcra"),
-        &[
-            "--http",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--reload-poll",
-            "50ms",
-        ],
-    );
+    let s = Tollgate::start(&two("gcra"), WITH_ADMIN);
     let call = |method: &str, path: &str, body: &str| admin_call(&s, token, method, path, body);
     // how many entries `GET path` lists under `field`
     let listed = |path: &str, field: &str| {
@@ -475,17 +476,7 @@ fn entries_a_reload_leaves_behind_are_deleted_by_their_rule_name() {
 #[test]
 fn a_changed_admin_token_is_reported_not_silently_ignored() {
     let (old, new) = ("old-token-0123456789", "new-token-0123456789");
-    let s = Tollgate::start(
-        &(generation("memory", 0) + &admin_table(old)),
-        &[
-            "--http",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-            "--reload-poll",
-            "50ms",
-        ],
-    );
+    let s = Tollgate::start(&(generation("memory", 0) + &admin_table(old)), WITH_ADMIN);
     assert_eq!(admin_status(&s, old), 200);
     // Revoking `old` by a reload: the rules apply, the token change
     // cannot (the admin API is set up at start), and the reload says so.

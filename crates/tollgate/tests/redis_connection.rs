@@ -73,6 +73,17 @@ async fn warm_then_pause(server: &RedisServer, store: &RedisStore, rule: &Rule, 
     server.pause();
 }
 
+/// A check of `key` at cost 1, and how long it took to answer.
+async fn timed_check(
+    store: RedisStore,
+    rule: Rule,
+    key: String,
+) -> (Result<Decision, StoreError>, Duration) {
+    let start = Instant::now();
+    let result = store.check(&rule, key.as_bytes(), 1, None).await;
+    (result, start.elapsed())
+}
+
 /// `n` concurrent checks of cost 1, of keys `{prefix}0` to `{prefix}{n-1}`.
 fn spawn_checks(
     store: &RedisStore,
@@ -190,11 +201,7 @@ async fn a_frozen_server_fails_checks_with_a_timeout_on_time() {
     let rule = window("frozen", 100);
     warm_then_pause(&server, &store, &rule, b"k").await;
 
-    let timed = |store: RedisStore, rule: Rule| async move {
-        let start = Instant::now();
-        let result = store.check(&rule, b"k", 1, None).await;
-        (result, start.elapsed())
-    };
+    let timed = |store: RedisStore, rule: Rule| timed_check(store, rule, "k".into());
     let (first, waited) = timed(store.clone(), rule.clone()).await;
     let err: StoreError = first.expect_err("nothing answers");
     assert_eq!(err.kind(), StoreErrorKind::Timeout, "{err}");
@@ -535,16 +542,11 @@ async fn checks_held_back_behind_a_frozen_batch_fail_on_time() {
     assert_eq!(store.bounds_calls(), Some(timeout));
     let rule = window("held", 100);
     warm_then_pause(&server, &store, &rule, b"k").await;
-    let timed = |store: RedisStore, rule: Rule, key: String| async move {
-        let start = Instant::now();
-        let result = store.check(&rule, key.as_bytes(), 1, None).await;
-        (result, start.elapsed())
-    };
-    let first = tokio::spawn(timed(store.clone(), rule.clone(), "first".into()));
+    let first = tokio::spawn(timed_check(store.clone(), rule.clone(), "first".into()));
     let mut later = Vec::new();
     for i in 0..4 {
         tokio::time::sleep(timeout / 5).await;
-        later.push(tokio::spawn(timed(
+        later.push(tokio::spawn(timed_check(
             store.clone(),
             rule.clone(),
             format!("later{i}"),
