@@ -48,7 +48,8 @@ keys=10000
 hz=$(getconf CLK_TCK)
 
 # log, die, need_pkg, stop, free_port, wait_http, start_tollgate, measure,
-# cpu_begin/cpu_end/cpu_row, wait_quiet: shared with bench/http.sh.
+# proc_ticks/sys_ticks, cpu_begin/cpu_end/cpu_row, wait_quiet: shared with
+# bench/http.sh.
 source "$root/bench/lib/measure.sh"
 need_pkg wrk wrk
 need_pkg redis-server redis-server
@@ -116,19 +117,6 @@ start_redis_server() {
   pids+=("$redis_pid")
   for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
   redis-cli -p "$redis_port" ping >/dev/null || die "redis-server did not start"
-}
-
-# sys_ticks PID...: system-time clock ticks the processes have used (the
-# kernel's share: sockets, wake-ups).
-sys_ticks() {
-  local t=0 p f
-  for p in "$@"; do
-    f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    f=${f##*) }
-    set -- $f
-    t=$((t + ${13}))
-  done
-  echo "$t"
 }
 
 # One store's 2x2 matrix; with a redis-server, its script calls per row.

@@ -77,17 +77,26 @@ to_ms() {
     if (v ~ /us$/) n /= 1000; else if (v ~ /ms$/) n += 0; else if (v ~ /s$/) n *= 1000
     printf "%.3f", n }'
 }
-# proc_ticks PID...: user+system clock ticks the processes have used.
-proc_ticks() {
-  local t=0 p f
+# stat_ticks all|sys PID...: clock ticks the processes have used, user
+# and system ("all") or system only ("sys": the kernel's share, sockets
+# and wake-ups).
+stat_ticks() {
+  local which=$1 t=0 p f
+  shift
   for p in "$@"; do
     f=$(cat "/proc/$p/stat" 2>/dev/null) || continue
     f=${f##*) }  # past "pid (comm) "
     set -- $f
-    t=$((t + ${12} + ${13}))
+    if [[ $which == sys ]]; then t=$((t + ${13})); else t=$((t + ${12} + ${13})); fi
   done
   echo "$t"
 }
+
+# proc_ticks PID...: user+system clock ticks the processes have used.
+proc_ticks() { stat_ticks all "$@"; }
+
+# sys_ticks PID...: system-time clock ticks the processes have used.
+sys_ticks() { stat_ticks sys "$@"; }
 # cpu_ticks: "busy total steal" clock ticks of the whole machine.
 cpu_ticks() {
   awk '$1 == "cpu" { print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9, $9 }' /proc/stat
