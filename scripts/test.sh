@@ -6,6 +6,8 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all -- --check
 # no two files (or top-level modules) of a crate import each other
 python3 scripts/import_circles.py crates/*/src
+# every relative link and anchor in the README and docs/ resolves
+python3 scripts/doc_links.py
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # the library builds without its optional features (no Redis)
 cargo check -p tollgate --no-default-features
