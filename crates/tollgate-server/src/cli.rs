@@ -101,6 +101,10 @@ pub struct ValidateArgs {
     /// `serve --envoy-merge-domains` does.
     #[arg(long = "envoy-merge-domains")]
     pub envoy_merge_domains: bool,
+    /// The reverse proxy's upstream, as `serve --upstream URL` gives it
+    /// (overrides `[proxy] upstream`): a `[proxy] listen` needs one.
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
 }
 
 /// `tollgate replay --config FILE --trace FILE.csv [--store URL] [--out FILE.csv]

@@ -604,3 +604,38 @@ fn bad_command_line_exits_two() {
     assert_eq!(out.code, Some(2));
     assert!(out.stderr.contains("--config"), "{}", out.stderr);
 }
+
+/// A `[proxy] listen` without an upstream is what `serve` and a reload
+/// refuse; `validate` refuses it too, and accepts it with `--upstream`,
+/// as `serve` does.
+#[test]
+fn a_proxy_without_an_upstream_is_refused_as_serve_refuses_it() {
+    let text = "[proxy]\nlisten = \"127.0.0.1:0\"\n\n[[rules]]\nname = \"a\"\n\
+                algorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n";
+    assert_problems(
+        text,
+        &[
+            "bad.toml: proxy.upstream: the reverse proxy needs an upstream: \
+           add [proxy] upstream (or --upstream URL)",
+        ],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("p.toml"), text).expect("write config");
+    let with_flag = [
+        "validate",
+        "--config",
+        "p.toml",
+        "--upstream",
+        "http://127.0.0.1:9",
+    ];
+    let out = run_in(dir.path(), &with_flag);
+    assert_eq!(out.code, Some(0), "stderr: {}", out.stderr);
+    let bad_flag = ["validate", "--config", "p.toml", "--upstream", "ftp://x"];
+    let out = run_in(dir.path(), &bad_flag);
+    assert_eq!(out.code, Some(1), "stdout: {}", out.stdout);
+    assert!(
+        out.stderr.starts_with("p.toml: --upstream: "),
+        "{}",
+        out.stderr
+    );
+}

@@ -94,11 +94,8 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
     if args.upstream.is_some() && proxy.is_none() {
         return Err("--upstream is for the reverse proxy: add --proxy ADDR".to_owned());
     }
-    if proxy.is_some() && config.proxy.upstream.is_none() {
-        return Err(
-            "the reverse proxy needs an upstream: add --upstream URL (or [proxy] upstream)"
-                .to_owned(),
-        );
+    if proxy.is_some() {
+        config.proxy.upstream_to_serve()?;
     }
     if http.is_none() && proxy.is_none() && grpc.is_none() {
         http = Some(DEFAULT_HTTP_LISTEN);

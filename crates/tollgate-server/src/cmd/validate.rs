@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::cli::ValidateArgs;
-use crate::config::{Config, ConfigErrors, EnvoyConfig, format_duration};
+use crate::config::upstream::Upstream;
+use crate::config::{Config, ConfigError, ConfigErrors, EnvoyConfig, format_duration};
 use crate::envoy::limits::EnvoyLimits;
 use crate::terminal::Escaped;
 
@@ -59,6 +60,7 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
                 .is_ok_and(|c| c.envoy_settings.merge_domains);
         EnvoyLimits::load_with(&args.envoy_config, &taken, merge)
     };
+    let loaded = loaded.and_then(|config| with_upstream(config, args));
     match (loaded, envoy) {
         (Ok(mut config), Ok(limits)) => {
             config.envoy = EnvoyConfig(Arc::new(limits));
@@ -81,6 +83,38 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
             })
         }
     }
+}
+
+/// `config` with `--upstream` applied, held to `serve`'s rule that a
+/// reverse proxy (`[proxy] listen`) needs an upstream, so that what
+/// `validate` accepts `serve` and a reload accept too.
+fn with_upstream(mut config: Config, args: &ValidateArgs) -> Result<Config, ConfigErrors> {
+    let file = args
+        .config
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let problem = |field: &str, message: String| ConfigErrors {
+        errors: vec![ConfigError {
+            file: file.clone(),
+            line: None,
+            field: Some(field.to_owned()),
+            message,
+        }],
+    };
+    if let Some(url) = &args.upstream {
+        config.proxy.upstream = Some(
+            url.parse::<Upstream>()
+                .map_err(|e| problem("--upstream", e.to_string()))?,
+        );
+    }
+    if config.proxy.listen.is_some() {
+        config
+            .proxy
+            .upstream_to_serve()
+            .map_err(|e| problem("proxy.upstream", e))?;
+    }
+    Ok(config)
 }
 
 /// The files `validate` checked, as its summary line names them: the

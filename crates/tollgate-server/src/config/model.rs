@@ -149,6 +149,20 @@ pub struct ProxyConfig {
     pub append_forwarded_for: bool,
 }
 
+impl ProxyConfig {
+    /// The upstream a served proxy forwards to: the one place that says a
+    /// reverse proxy needs one, for `serve`, a reload and `validate` alike.
+    ///
+    /// # Errors
+    /// There is no upstream (neither `[proxy] upstream` nor `--upstream`).
+    pub fn upstream_to_serve(&self) -> Result<&Upstream, String> {
+        self.upstream.as_ref().ok_or_else(|| {
+            "the reverse proxy needs an upstream: add [proxy] upstream (or --upstream URL)"
+                .to_owned()
+        })
+    }
+}
+
 impl Default for ProxyConfig {
     fn default() -> Self {
         Self {

@@ -78,12 +78,7 @@ impl Doors {
         )
         .with_config(Arc::clone(&info), Arc::clone(&shared.status));
         let proxy = if shared.proxy {
-            let Some(upstream) = config.proxy.upstream.clone() else {
-                return Err(
-                    "the reverse proxy needs an upstream: --upstream URL or [proxy] upstream"
-                        .to_owned(),
-                );
-            };
+            let upstream = config.proxy.upstream_to_serve()?.clone();
             let mut proxy = Proxy::new(Arc::clone(&gate), &config, upstream)?;
             if let Some(old) = previous.and_then(|p| p.proxy.as_deref()) {
                 proxy = proxy.keeping_connections_of(old);

@@ -192,10 +192,8 @@ async fn serve(
     if listeners.http.is_none() && listeners.proxy.is_none() && listeners.grpc.is_none() {
         return Err("nothing to serve: no HTTP API, proxy or gRPC listener".to_owned());
     }
-    if listeners.proxy.is_some() && config.proxy.upstream.is_none() {
-        return Err(
-            "the reverse proxy needs an upstream: --upstream URL or [proxy] upstream".to_owned(),
-        );
+    if listeners.proxy.is_some() {
+        config.proxy.upstream_to_serve()?;
     }
     // The recorder first, so the gate's zero series land in it.
     let metrics = crate::metrics::handle();
