@@ -92,6 +92,22 @@ impl Tokens {
     }
 }
 
+/// Refuses a request with more than one `Authorization` field: which of
+/// them a token is read from would be a guess (the first, by `caller`),
+/// and a proxy in front may check another one than we do.
+///
+/// # Errors
+/// The 400 message the admin API answers.
+pub(super) fn one_authorization(headers: &HeaderMap) -> Result<(), String> {
+    let n = headers.get_all(AUTHORIZATION).iter().count();
+    if n > 1 {
+        return Err(format!(
+            "{n} Authorization fields: send one, Authorization: Bearer <token>"
+        ));
+    }
+    Ok(())
+}
+
 /// `a == b` in time that depends on their lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     let mut diff = u8::from(a.len() != b.len());
@@ -137,6 +153,19 @@ mod tests {
         assert!(open.check_listener("127.0.0.1:1".parse().unwrap()).is_ok());
         assert!(open.check_listener("0.0.0.0:1".parse().unwrap()).is_err());
         assert!(tokens.check_listener("0.0.0.0:1".parse().unwrap()).is_ok());
+    }
+
+    /// Two `Authorization` fields are refused, whether or not either
+    /// carries a token (the first used to be taken).
+    #[test]
+    fn two_authorization_fields_are_refused() {
+        let mut h = HeaderMap::new();
+        assert!(one_authorization(&h).is_ok());
+        h.append(AUTHORIZATION, "Bearer 0123456789abcdef".parse().unwrap());
+        assert!(one_authorization(&h).is_ok());
+        h.append(AUTHORIZATION, "Bearer fedcba9876543210".parse().unwrap());
+        let e = one_authorization(&h).expect_err("two fields");
+        assert!(e.starts_with("2 Authorization fields"), "{e}");
     }
 
     /// `TOLLGATE_ADMIN_TOKEN` is held to the config tokens' rule: set but

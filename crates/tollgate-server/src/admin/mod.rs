@@ -259,6 +259,9 @@ impl Admin {
         B: Body<Data = Bytes> + Unpin,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
+        if let Err(e) = auth::one_authorization(req.headers()) {
+            return error(StatusCode::BAD_REQUEST, e);
+        }
         let Some(who) = self.tokens.caller(req.headers()).map(str::to_owned) else {
             let mut res = error(
                 StatusCode::UNAUTHORIZED,
