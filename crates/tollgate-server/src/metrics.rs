@@ -48,6 +48,31 @@ pub const MEMORY_KEYS: &str = "tollgate_memory_store_keys";
 /// `tollgate_upstream_errors_total{kind}`.
 pub const UPSTREAM_ERRORS: &str = "tollgate_upstream_errors_total";
 
+/// The `tollgate_utilization_ratio{rule}` series of the rules serving now,
+/// rendered here rather than kept as gauges of the recorder: a gauge
+/// cannot be removed from it, and a rule a reload removed must not keep a
+/// series that looks current.
+#[must_use]
+pub fn utilization_lines(shares: &[(String, f64)]) -> String {
+    use std::fmt::Write as _;
+    let name = metric::UTILIZATION;
+    let mut out = format!(
+        "# HELP {name} The highest share of its capacity any key of the rule used \
+         at a decision since the previous scrape.\n# TYPE {name} gauge\n"
+    );
+    for (rule, share) in shares {
+        let _ = writeln!(out, "{name}{{rule=\"{}\"}} {share}", label_value(rule));
+    }
+    out
+}
+
+/// A Prometheus label value: `\`, `"` and line feeds escaped.
+fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// Store latency buckets, seconds: 100 µs to 1 s.
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,

@@ -568,3 +568,33 @@ fn a_changed_rule_keeps_what_its_algorithm_allows_redis() {
     let redis = RedisServer::start();
     changed_rules_state(&redis.url());
 }
+
+/// A rule a reload removed leaves `/metrics` with its utilization series
+/// (it used to stay at its last value forever, looking current); the
+/// rules that remain keep theirs.
+#[test]
+fn a_removed_rules_utilization_series_goes_with_it() {
+    let s = Tollgate::start(
+        &one_rule("memory", "fixed_window", 10, "1h"),
+        &["--http", "127.0.0.1:0", "--reload-poll", "50ms"],
+    );
+    assert_eq!(remaining(&s, "k", 4), 6);
+    let series = |s: &Tollgate| -> Vec<String> {
+        get(s.api(), "/metrics")
+            .text()
+            .lines()
+            .filter(|l| l.starts_with("tollgate_utilization_ratio{"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(series(&s), ["tollgate_utilization_ratio{rule=\"r\"} 0.4"]);
+    let other = format!(
+        "{}\n[[rules]]\nname = \"other\"\nalgorithm = \"gcra\"\nlimit = 5\nperiod = \"1s\"\n",
+        store_table("memory")
+    );
+    rename_onto(&s.config_path(), &other);
+    wait_rules(&s, "only `other`", |r| {
+        limit_of(r, "r").is_none() && limit_of(r, "other") == Some(5)
+    });
+    assert_eq!(series(&s), ["tollgate_utilization_ratio{rule=\"other\"} 0"]);
+}

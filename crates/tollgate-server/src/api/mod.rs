@@ -192,9 +192,10 @@ impl Api {
         }
         // reservations and leases whose time ran out: expired, off the gauges
         self.gate.limiter().sweep_open();
-        self.gate.limiter().publish_utilization();
+        let utilization = self.gate.limiter().take_utilization();
         self.metrics.run_upkeep();
         let mut text = self.metrics.render();
+        text.push_str(&crate::metrics::utilization_lines(&utilization));
         if let Some((info, _)) = &self.config {
             text.push_str(&config_info_lines(info));
         }

@@ -172,13 +172,12 @@ impl Meters {
         }
     }
 
-    /// Sets every rule's [`UTILIZATION`] gauge to its peak since the last
-    /// call, and starts the next interval.
-    pub(super) fn publish_utilization(&self, names: impl Iterator<Item = String>) {
-        for (slot, name) in self.peak.iter().zip(names) {
-            let peak = slot.swap(0, Ordering::Relaxed);
-            ::metrics::gauge!(UTILIZATION, "rule" => name).set(f64::from(peak) / 1_000_000.0);
-        }
+    /// Every rule's [`UTILIZATION`] (its peak share since the last call),
+    /// in rule order; starts the next interval.
+    pub(super) fn take_utilization(&self) -> impl Iterator<Item = f64> + '_ {
+        self.peak
+            .iter()
+            .map(|slot| f64::from(slot.swap(0, Ordering::Relaxed)) / 1_000_000.0)
     }
 
     /// How far past rule `i`'s near-limit threshold an admitted decision

@@ -227,18 +227,34 @@ impl<S> ResilientLimiter<S> {
 
     /// Sets the `tollgate_utilization_ratio{rule}` gauges to each rule's
     /// peak since the last call ([`metric::UTILIZATION`]): call it once per
-    /// metrics scrape, as the server's `/metrics` does.
+    /// metrics scrape. A gauge of the `metrics` facade cannot be removed, so
+    /// a rule gone with a reload keeps its last series; a renderer that
+    /// drops those uses [`Self::take_utilization`] instead, as the server's
+    /// `/metrics` does.
     pub fn publish_utilization(&self)
     where
         S: Store,
     {
-        let names = self
-            .inner
-            .limiter
-            .rules()
-            .iter()
-            .map(|r| r.name().to_owned());
-        self.inner.meters.publish_utilization(names);
+        for (name, share) in self.take_utilization() {
+            ::metrics::gauge!(metric::UTILIZATION, "rule" => name).set(share);
+        }
+    }
+
+    /// Each rule's peak share of its capacity since the last call (the
+    /// value of [`metric::UTILIZATION`]), by rule name in config order, and
+    /// starts the next interval.
+    #[must_use]
+    pub fn take_utilization(&self) -> Vec<(String, f64)>
+    where
+        S: Store,
+    {
+        let names = self.inner.limiter.rules().iter().map(|r| r.name());
+        self.inner
+            .meters
+            .take_utilization()
+            .zip(names)
+            .map(|(share, name)| (name.to_owned(), share))
+            .collect()
     }
 
     /// Counts as expired the reservations and leases of this replica
