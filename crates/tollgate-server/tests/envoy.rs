@@ -593,3 +593,38 @@ fn the_http_api_sees_the_same_counters_as_envoy() {
     let r = rls.ok(one(&[("user", "erin")]));
     assert_eq!(limited(&r.statuses[0]), (Code::Ok, 3, Unit::Minute, 0));
 }
+
+/// A domain no config defines is answered `OK` (the reference's answer),
+/// but no longer silently: logged once by name, every request counted.
+#[test]
+fn an_unknown_domain_is_logged_once_and_counted() {
+    let mut rls = Rls::start_with(&toml("memory"), RLS, &["--http", "127.0.0.1:0"]);
+    for _ in 0..3 {
+        let r = rls.ok(req("rl-typo", vec![desc(&[("path", "/admin")])]));
+        assert_eq!(code(r.overall_code), Code::Ok);
+        assert!(unlimited_ok(&r.statuses[0]));
+    }
+    let r = rls.ok(req("rl", vec![desc(&[("path", "/admin")])]));
+    assert_eq!(code(r.overall_code), Code::Ok);
+    let metrics = common::get(rls.server.api(), "/metrics").text();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("tollgate_envoy_unknown_domain_requests_total"))
+        .unwrap_or_else(|| panic!("no unknown-domain series in\n{metrics}"));
+    assert!(line.ends_with(" 3"), "{line}");
+    // A last unknown domain: its warning is written after every earlier
+    // one, so once it is read (the log comes through a pipe, in order),
+    // so is everything the first requests logged.
+    rls.ok(req("zz-last", vec![desc(&[("path", "/admin")])]));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let log = loop {
+        let log = rls.server.log();
+        if log.contains("domain \"zz-last\"") {
+            break log;
+        }
+        assert!(std::time::Instant::now() < deadline, "never logged:\n{log}");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(log.matches("domain \"rl-typo\"").count(), 1, "{log}");
+    assert!(!log.contains("domain \"rl\","), "{log}");
+}

@@ -9,7 +9,8 @@
 //! service over them), [`deadline`] (the request body's time bound),
 //! [`headers`] (the response headers of `[envoy] response_headers`),
 //! [`detailed`] (metrics by runtime values),
-//! `metadata.rs` (the answer's dynamic metadata).
+//! `metadata.rs` (the answer's dynamic metadata), [`unknown`] (requests
+//! for a domain no config defines: logged once each, counted).
 
 pub mod deadline;
 pub mod detailed;
@@ -19,4 +20,5 @@ pub mod limits;
 mod metadata;
 mod plan;
 pub mod service;
+pub mod unknown;
 pub mod wire;

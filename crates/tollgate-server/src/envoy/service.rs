@@ -7,7 +7,8 @@
 //! What a request gets, descriptor by descriptor, in order:
 //!
 //! * no limit matches (unknown domain, no node, or the limit was replaced
-//!   by another matched limit's `replaces`): `OK`, no `current_limit`;
+//!   by another matched limit's `replaces`): `OK`, no `current_limit`; an
+//!   unknown domain is logged once and counted ([`crate::envoy::unknown`]);
 //! * an `unlimited` limit: `OK`, `limit_remaining` `u32::MAX`;
 //! * a limit: its decision. The request's enforced checks are one
 //!   all-or-nothing check: if any is over, none consumes (a denied request
@@ -71,6 +72,7 @@ use crate::envoy::headers::ResponseHeaders;
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::envoy::metadata::dynamic_metadata;
 use crate::envoy::plan::{Op, Plan, plan};
+use crate::envoy::unknown::UnknownDomains;
 use crate::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
 
@@ -94,6 +96,8 @@ pub struct EnvoyService {
     /// shared with the services of later reloads, so the key cap holds
     /// across them.
     detailed: Arc<DetailedMetrics>,
+    /// The unknown domains asked for, logged once each.
+    unknown: UnknownDomains,
 }
 
 /// Statuses found for some descriptors (by position), and whether they let
@@ -126,6 +130,7 @@ impl EnvoyService {
             quota_mode: false,
             dynamic_metadata: false,
             detailed: Arc::default(),
+            unknown: UnknownDomains::default(),
         })
     }
 
@@ -171,6 +176,11 @@ impl EnvoyService {
     /// `INVALID_ARGUMENT` naming what is wrong with the request.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
         let plans = plan(&self.limits, self.first_rule, req)?;
+        // `plan` refused a domain that is not UTF-8.
+        let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
+        if !self.limits.has_domain(domain) {
+            self.unknown.note(domain);
+        }
         // Quota descriptors: each decided on its own; the request is over
         // when all of them are (as the reference, under the global switch
         // every descriptor but an unlimited one is one).

@@ -1,0 +1,96 @@
+//! Requests for a domain no Envoy config defines. Every descriptor of one
+//! is answered `OK`, as envoyproxy/ratelimit answers it (changing that
+//! would deny traffic the reference admits); but a typo in a domain
+//! silently turns a route's limits off, so each such domain is logged once
+//! (a warning naming it) and every such request counted in
+//! [`UNKNOWN_DOMAIN`].
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// Counter: requests whose domain no Envoy config defines (answered `OK`,
+/// unlimited). No label: the domain comes from the request.
+pub const UNKNOWN_DOMAIN: &str = "tollgate_envoy_unknown_domain_requests_total";
+/// The most distinct unknown domains logged by name; past it one more
+/// warning says that further ones are only counted. Domains come from
+/// Envoy's config, but a client reaching the gRPC port could send any.
+pub const MAX_LOGGED_DOMAINS: usize = 64;
+/// The longest domain kept (and logged) in full.
+const MAX_DOMAIN_LEN: usize = 256;
+
+/// The unknown domains logged so far, by one service (a config reload
+/// starts afresh: the new config may define them, or drop others).
+#[derive(Debug, Default)]
+pub(crate) struct UnknownDomains {
+    logged: Mutex<HashSet<String>>,
+}
+
+impl UnknownDomains {
+    /// Counts a request for `domain`, which no config defines, and logs
+    /// the domain the first time (up to [`MAX_LOGGED_DOMAINS`] of them).
+    pub(crate) fn note(&self, domain: &str) {
+        ::metrics::counter!(UNKNOWN_DOMAIN).increment(1);
+        let Ok(mut logged) = self.logged.lock() else {
+            return;
+        };
+        if logged.len() > MAX_LOGGED_DOMAINS || logged.contains(domain) {
+            return;
+        }
+        if logged.len() == MAX_LOGGED_DOMAINS {
+            // A marker no real domain equals (domains are never empty).
+            logged.insert(String::new());
+            tracing::warn!(
+                "Envoy: more than {MAX_LOGGED_DOMAINS} unknown domains; \
+                 further ones are only counted in {UNKNOWN_DOMAIN}"
+            );
+            return;
+        }
+        let mut shown = domain;
+        if shown.len() > MAX_DOMAIN_LEN {
+            let mut end = MAX_DOMAIN_LEN;
+            while !shown.is_char_boundary(end) {
+                end -= 1;
+            }
+            shown = &shown[..end];
+        }
+        logged.insert(shown.to_owned());
+        tracing::warn!(
+            "Envoy: requests for domain {shown:?}, which no --envoy-config file defines, \
+             are answered OK (unlimited), as envoyproxy/ratelimit answers them; check the \
+             domain of Envoy's rate limit filter (counted in {UNKNOWN_DOMAIN})"
+        );
+    }
+
+    /// How many domains were logged by name.
+    #[cfg(test)]
+    fn logged(&self) -> usize {
+        self.logged
+            .lock()
+            .map(|l| l.iter().filter(|d| !d.is_empty()).count())
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each domain is logged once, and the set of names kept is bounded
+    /// however many a client invents.
+    #[test]
+    fn each_domain_is_kept_once_and_the_set_is_bounded() {
+        let u = UnknownDomains::default();
+        u.note("a");
+        u.note("a");
+        assert_eq!(u.logged(), 1);
+        for i in 0..10 * MAX_LOGGED_DOMAINS {
+            u.note(&format!("d{i}"));
+        }
+        assert_eq!(u.logged(), MAX_LOGGED_DOMAINS);
+        let long = "é".repeat(MAX_DOMAIN_LEN);
+        let fresh = UnknownDomains::default();
+        fresh.note(&long);
+        fresh.note(&long);
+        assert_eq!(fresh.logged(), 1, "a long domain is kept cut, once");
+    }
+}
