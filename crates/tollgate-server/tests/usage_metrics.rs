@@ -133,3 +133,22 @@ fn open_and_held_count_down_as_they_end_or_expire() {
         "{m}"
     );
 }
+
+/// The reservations a replica follows for its gauge are bounded by
+/// `[store] max_keys` (they were bounded by a fixed million, ~170 MB, even
+/// under a small key cap).
+#[test]
+fn open_reservations_followed_are_bounded_by_max_keys() {
+    let config = format!("[store]\nmax_keys = 3\n{RULES}");
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    for key in ["a", "b", "c", "d", "e"] {
+        let body = json!({"rule": "tpm", "key": key, "cost": 1, "ttl_ms": 60_000});
+        assert!(post(&s, "/v1/reserve", &body)["reservation"].is_string());
+    }
+    let m = get(s.api(), "/metrics").text();
+    assert_eq!(
+        series(&m, "tollgate_reservations_open", r#"rule="tpm""#),
+        3.0,
+        "{m}"
+    );
+}

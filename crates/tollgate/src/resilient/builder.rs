@@ -135,7 +135,9 @@ impl<S: Store> ResilientLimiterBuilder<S> {
     }
 
     /// The most keys the `local` fallback holds (default
-    /// [`DEFAULT_MAX_KEYS`]).
+    /// [`DEFAULT_MAX_KEYS`]), and the most reservations and leases this
+    /// replica follows for its gauges at once (and never more than
+    /// [`super::MAX_FOLLOWED`]).
     pub fn local_max_keys(mut self, n: usize) -> Self {
         self.local_max_keys = n;
         self
@@ -227,7 +229,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         };
         #[allow(clippy::cast_precision_loss)]
         ::metrics::gauge!(metric::LIVE_REPLICAS).set(live as f64);
-        let open = super::open::Open::new(self.limiter.rules());
+        let open = super::open::Open::new(self.limiter.rules(), self.local_max_keys);
         let meters = Meters::new(
             self.limiter.rules().iter().map(crate::Rule::capacity),
             self.near_limit_ratio,

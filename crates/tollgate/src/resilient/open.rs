@@ -14,9 +14,12 @@ use super::metric;
 use crate::rule::Rule;
 use crate::time::Micros;
 
-/// The most reservations and leases one replica follows at once; past it
-/// new ones are not followed (the gauges then read low), so a client that
-/// reserves without end cannot grow this replica's memory without bound.
+/// The most reservations and leases one replica follows at once, whatever
+/// its key cap; past its cap (this or the limiter's `local_max_keys`, the
+/// server's `[store] max_keys`, whichever is smaller) new ones are not
+/// followed (the gauges then read low), so a client that reserves without
+/// end cannot grow this replica's memory past what its operator allowed
+/// for keys (an entry is about 170 bytes).
 pub const MAX_FOLLOWED: usize = 1_000_000;
 
 /// A reservation or a lease.
@@ -62,11 +65,16 @@ struct State {
 pub(super) struct Open {
     state: Mutex<State>,
     names: Vec<String>,
+    /// The most entries followed at once.
+    cap: usize,
 }
 
 impl Open {
-    pub(super) fn new(rules: &[Rule]) -> Self {
+    /// Follows what is held of `rules`, at most `cap` entries at once
+    /// (and never more than [`MAX_FOLLOWED`]).
+    pub(super) fn new(rules: &[Rule], cap: usize) -> Self {
         Self {
+            cap: cap.min(MAX_FOLLOWED),
             state: Mutex::new(State {
                 open: vec![[0; 2]; rules.len()],
                 ..State::default()
@@ -87,7 +95,7 @@ impl Open {
     ) {
         let mut s = self.state.lock();
         self.sweep_locked(&mut s, now);
-        if s.entries.len() >= MAX_FOLLOWED || s.entries.contains_key(&nonce) {
+        if s.entries.len() >= self.cap || s.entries.contains_key(&nonce) {
             return;
         }
         for &i in &rules {
@@ -177,7 +185,7 @@ mod tests {
                     .expect("rule")
             })
             .collect();
-        Open::new(&rules)
+        Open::new(&rules, 3)
     }
 
     fn counts(o: &Open) -> Vec<[u64; 2]> {
@@ -202,5 +210,20 @@ mod tests {
         // ending what is not followed changes nothing
         o.ended(&[9; 16], 130);
         assert!(o.state.lock().ends.is_empty());
+    }
+
+    /// Past its cap nothing more is followed, until one ends.
+    #[test]
+    fn at_most_the_cap_is_followed() {
+        let o = open();
+        for n in 1..=5 {
+            o.opened(Held::Reservation, [n; 16], vec![0], 1_000, 0);
+        }
+        assert_eq!(counts(&o), vec![[3, 0], [0, 0]]);
+        assert_eq!(o.state.lock().entries.len(), 3);
+        o.ended(&[1; 16], 10);
+        o.opened(Held::Lease, [6; 16], vec![1], 1_000, 10);
+        assert_eq!(counts(&o), vec![[2, 0], [0, 1]]);
+        assert!(Open::new(&[], usize::MAX).cap == MAX_FOLLOWED);
     }
 }
