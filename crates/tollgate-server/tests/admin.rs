@@ -212,6 +212,40 @@ fn every_operation_on_the_memory_store() {
         Some(2),
         "{list}"
     );
+    // The list shows what PUT answered: the values deciding the keys, a
+    // period left out included (it showed null while PUT showed 1h).
+    let listed = list["overrides"]
+        .as_array()
+        .and_then(|l| l.iter().find(|o| o["key"] == "tenant:acme"))
+        .unwrap_or_else(|| panic!("tenant:acme not listed: {list}"));
+    for field in [
+        "rule",
+        "key",
+        "limit",
+        "period_ms",
+        "burst",
+        "expires_at_ms",
+    ] {
+        assert_eq!(listed[field], j[field], "{field}: PUT {j}, GET {listed}");
+    }
+    // A GCRA rule's burst left out: the override's limit, in both.
+    let g = ok(
+        admin,
+        "PUT",
+        "/admin/v1/overrides/burst/g",
+        r#"{"limit":4}"#,
+    );
+    assert_eq!(
+        (g["burst"].as_u64(), g["period_ms"].as_u64()),
+        (Some(4), Some(3_600_000))
+    );
+    let list = ok(admin, "GET", "/admin/v1/overrides", "");
+    let listed = list["overrides"]
+        .as_array()
+        .and_then(|l| l.iter().find(|o| o["rule"] == "burst"))
+        .unwrap_or_else(|| panic!("burst/g not listed: {list}"));
+    assert_eq!(listed, &g, "PUT and GET of one override");
+    ok(admin, "DELETE", "/admin/v1/overrides/burst/g", "");
     assert_eq!(
         ok(admin, "DELETE", "/admin/v1/overrides/api/tenant%3Aacme", "")["deleted"],
         true

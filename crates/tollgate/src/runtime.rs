@@ -41,6 +41,19 @@ pub struct RuntimeOverride {
     pub ends_ms: Option<u64>,
 }
 
+impl RuntimeOverride {
+    /// The rule it makes of `base` (its rule): what decides the keys it
+    /// covers, with the period and burst it leaves out filled in as a
+    /// check sees them.
+    ///
+    /// # Errors
+    /// The values make `base` invalid (a burst on an algorithm without
+    /// one, say): such an override is not in force.
+    pub fn applied_to(&self, base: &Rule) -> Result<Rule, RuleError> {
+        override_rule(base, self.limit, self.period, self.burst)
+    }
+}
+
 /// A block: every check of `key` under `rule` (every rule when `rule` is
 /// [`EVERY_RULE`]) denied until `ends_ms` (ms since the Unix epoch).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -459,21 +459,25 @@ impl Admin {
         ))
     }
 
+    /// The overrides in force, each with the values that decide its keys,
+    /// as `PUT` answers them (a period or burst left out shows the one
+    /// that applies).
     fn overrides(&self) -> Response<ApiBody> {
-        let list: Vec<Value> = self
-            .gate()
-            .limiter()
+        let gate = self.gate();
+        let limiter = gate.limiter();
+        let list: Vec<Value> = limiter
             .overrides()
             .iter()
-            .map(|o| {
-                json!({
+            .filter_map(|o| {
+                let made = o.applied_to(limiter.rule(&o.rule)?).ok()?;
+                Some(json!({
                     "rule": o.rule,
                     "key": shown(&o.key),
-                    "limit": o.limit,
-                    "period_ms": o.period.map(ms),
-                    "burst": o.burst,
+                    "limit": made.limit(),
+                    "period_ms": ms(made.period()),
+                    "burst": made.algorithm().has_burst().then(|| made.burst()),
                     "expires_at_ms": o.ends_ms,
-                })
+                }))
             })
             .collect();
         json_response(StatusCode::OK, &json!({ "overrides": list }))
