@@ -54,7 +54,11 @@ impl HybridStore {
         if self.per_call(rule) {
             // counted above already
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            return self.inner.redis.check(rule, key, cost, at).await;
+            return self
+                .inner
+                .redis
+                .check(rule, key, cost, self.redis_time(at))
+                .await;
         }
         let decided = self.decide(std::slice::from_ref(&pair)).await?;
         Ok(decided.decisions[0])
@@ -71,7 +75,10 @@ impl HybridStore {
     ) -> Result<Decision, StoreError> {
         self.inner.checks.fetch_add(1, Ordering::Relaxed);
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.redis.check(rule, key, cost, at).await
+        self.inner
+            .redis
+            .check(rule, key, cost, self.redis_time(at))
+            .await
     }
 
     pub(super) async fn check_many(
@@ -98,7 +105,11 @@ impl HybridStore {
                 .any(|p| p.cost == 0 || p.cost > p.rule.capacity() || self.per_call(p.rule))
         {
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            return self.inner.redis.check_all(checks, at).await;
+            return self
+                .inner
+                .redis
+                .check_all(checks, self.redis_time(at))
+                .await;
         }
         let decided = self.decide(&pairs).await?;
         Ok(MultiDecision::from_decisions(
@@ -143,7 +154,7 @@ impl HybridStore {
                     c.n,
                     c.give_back,
                     c.horizon,
-                    None,
+                    inner.clock_time.then_some(sent),
                 )
             }))
             .await;

@@ -234,6 +234,9 @@ struct Inner {
     shards: Vec<Mutex<Shard>>,
     shard_cap: usize,
     calls: AtomicU64,
+    /// Whether Redis decides at `clock`'s time ([`HybridStore::with_clock_time`])
+    /// rather than its own `TIME`.
+    clock_time: bool,
     /// Checks not counted by a shard (multi-rule, passed through to Redis).
     checks: AtomicU64,
     /// The identities of the rules of the limiter that took the store last
@@ -264,6 +267,24 @@ impl HybridStore {
     /// [`crate::FakeClock`]). Decisions still take Redis's time.
     #[must_use]
     pub fn with_clock(redis: RedisStore, options: HybridOptions, clock: impl Clock) -> Self {
+        Self::build(redis, options, Box::new(clock), false)
+    }
+
+    /// A hybrid store whose leases expire by `clock` and whose Redis calls
+    /// decide at `clock`'s time too (explicit times, as replays do): a
+    /// fleet sharing one [`crate::FakeClock`] runs a schedule exactly, the
+    /// way a memory store on that clock would (tests compare the two).
+    #[must_use]
+    pub fn with_clock_time(redis: RedisStore, options: HybridOptions, clock: impl Clock) -> Self {
+        Self::build(redis, options, Box::new(clock), true)
+    }
+
+    fn build(
+        redis: RedisStore,
+        options: HybridOptions,
+        clock: Box<dyn Clock>,
+        clock_time: bool,
+    ) -> Self {
         let max_keys = options.max_keys.max(SHARDS);
         let random = RandomState::new();
         let sip = Sip13::new(random.hash_one(1_u8), random.hash_one(2_u8));
@@ -272,7 +293,8 @@ impl HybridStore {
                 redis,
                 shard_cap: max_keys / SHARDS,
                 options,
-                clock: Box::new(clock),
+                clock,
+                clock_time,
                 sip,
                 shape: foldhash::fast::RandomState::default(),
                 shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
@@ -340,7 +362,7 @@ impl HybridStore {
             if (self
                 .inner
                 .redis
-                .lease_at(&key, &rule, 0, 0, Some(g), 0, None)
+                .lease_at(&key, &rule, 0, 0, Some(g), 0, self.redis_time(None))
                 .await)
                 .is_ok()
             {
@@ -348,6 +370,12 @@ impl HybridStore {
             }
         }
         returned
+    }
+
+    /// The time Redis decides at: `at`, else the clock's when the store
+    /// was made [`HybridStore::with_clock_time`], else Redis's own.
+    fn redis_time(&self, at: Option<Micros>) -> Option<Micros> {
+        at.or_else(|| self.inner.clock_time.then(|| self.inner.clock.now()))
     }
 
     /// Whether `rule` is a per-call limit ([`crate::Check::under`]): not
@@ -440,7 +468,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::charge_all(&self.inner.redis, checks, at)
+        Store::charge_all(&self.inner.redis, checks, self.redis_time(at))
     }
 
     /// Refunds go straight to Redis, as charges do: units this replica
@@ -451,7 +479,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::refund_all(&self.inner.redis, checks, at)
+        Store::refund_all(&self.inner.redis, checks, self.redis_time(at))
     }
 
     /// Reservations go straight to Redis, as charges do.
@@ -463,7 +491,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::reserve_all(&self.inner.redis, checks, ticket, ttl, at)
+        Store::reserve_all(&self.inner.redis, checks, ticket, ttl, self.redis_time(at))
     }
 
     /// Settles go straight to Redis, where the reservation is.
@@ -474,7 +502,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::settle(&self.inner.redis, ticket, pairs, at)
+        Store::settle(&self.inner.redis, ticket, pairs, self.redis_time(at))
     }
 
     /// Leases go straight to Redis: slots held fleet-wide cannot be lent
@@ -486,7 +514,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::acquire_all(&self.inner.redis, checks, ticket, at)
+        Store::acquire_all(&self.inner.redis, checks, ticket, self.redis_time(at))
     }
 
     /// Releases and renewals go straight to Redis, where the lease is.
@@ -498,7 +526,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Released, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::release(&self.inner.redis, ticket, rules, renew, at)
+        Store::release(&self.inner.redis, ticket, rules, renew, self.redis_time(at))
     }
 
     /// Redis answers `PING`: the hybrid store is as reachable as its Redis.
