@@ -45,7 +45,9 @@ impl HybridStore {
                     // leased, asking Redis would only lease further ahead
                     return Ok(e.denied(now, cost));
                 }
-                if now < e.not_before {
+                // An expired lease's unspent units lift the remembered
+                // denial: they go back, and this check re-asks, in one call.
+                if now < e.not_before && e.give_back.is_none() {
                     e.last_used = now;
                     return Ok(e.denied(now, cost));
                 }
