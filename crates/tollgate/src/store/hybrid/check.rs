@@ -45,7 +45,9 @@ impl HybridStore {
                     // leased, asking Redis would only lease further ahead
                     return Ok(e.denied(now, cost));
                 }
-                if now < e.not_before {
+                // An expired lease's unspent units lift the remembered
+                // denial: they go back, and this check re-asks, in one call.
+                if now < e.not_before && e.give_back.is_none() {
                     e.last_used = now;
                     return Ok(e.denied(now, cost));
                 }
@@ -54,7 +56,11 @@ impl HybridStore {
         if self.per_call(rule) {
             // counted above already
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            return self.inner.redis.check(rule, key, cost, at).await;
+            return self
+                .inner
+                .redis
+                .check(rule, key, cost, self.redis_time(at))
+                .await;
         }
         let decided = self.decide(std::slice::from_ref(&pair)).await?;
         Ok(decided.decisions[0])
@@ -71,7 +77,10 @@ impl HybridStore {
     ) -> Result<Decision, StoreError> {
         self.inner.checks.fetch_add(1, Ordering::Relaxed);
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        self.inner.redis.check(rule, key, cost, at).await
+        self.inner
+            .redis
+            .check(rule, key, cost, self.redis_time(at))
+            .await
     }
 
     pub(super) async fn check_many(
@@ -98,7 +107,11 @@ impl HybridStore {
                 .any(|p| p.cost == 0 || p.cost > p.rule.capacity() || self.per_call(p.rule))
         {
             self.inner.calls.fetch_add(1, Ordering::Relaxed);
-            return self.inner.redis.check_all(checks, at).await;
+            return self
+                .inner
+                .redis
+                .check_all(checks, self.redis_time(at))
+                .await;
         }
         let decided = self.decide(&pairs).await?;
         Ok(MultiDecision::from_decisions(
@@ -143,7 +156,7 @@ impl HybridStore {
                     c.n,
                     c.give_back,
                     c.horizon,
-                    None,
+                    inner.clock_time.then_some(sent),
                 )
             }))
             .await;

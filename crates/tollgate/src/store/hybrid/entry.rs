@@ -137,11 +137,14 @@ impl Entry {
     }
 
     /// When a check of `cost` that this entry denies may ask again: when
-    /// the units at hand are due, or `not_before`.
+    /// the units at hand are due, or `not_before` (now, with units of an
+    /// expired lease to give back: see plan.rs).
     #[inline]
     pub(super) fn retry_at(&self, cost: u64) -> Micros {
         if self.units >= cost {
             u64::try_from(self.due(cost)).unwrap_or(0)
+        } else if self.give_back.is_some() {
+            0
         } else {
             self.not_before
         }

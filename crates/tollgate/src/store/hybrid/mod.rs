@@ -14,7 +14,8 @@
 //!   run that starts on an unused key, and none for fixed and sliding
 //!   window (a lease ends with its window);
 //! * **under-admission**: units sitting unspent in replicas' leases (at
-//!   most `replicas × batch` at any moment, back at most `lease` later), and
+//!   most `replicas × batch` at any moment, back at the holder's next check
+//!   of the key once the lease expired), and
 //!   GCRA / token bucket units of expired leases that cannot be safely given
 //!   back (lease sizes follow each replica's demand to keep those few).
 //!
@@ -26,7 +27,11 @@
 //! one; never more than the period, and never past the end of a fixed or
 //! sliding window). Unspent
 //! units of an expired lease are given back in the same Redis call as the
-//! key's next lease.
+//! key's next lease, taken at the replica's next check of the key even
+//! when it remembered Redis as exhausted. The batch is at most `capacity /
+//! (2 × replicas)` whatever the options say, so `replicas × batch` stays
+//! below half the capacity: against a memory store on the same schedule,
+//! each period the fleet admits within `replicas × batch` of it.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -36,7 +41,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let redis = RedisStore::connect("redis://127.0.0.1:6379", RedisOptions::default()).await?;
-//! // five replicas share the limit: each leases up to min(1000 / 5, 100 ms / 1 ms) = 100 units
+//! // five replicas share the limit: each leases up to min(1000 / (2 × 5), 100 ms / 1 ms) = 100 units
 //! let store = HybridStore::new(redis, HybridOptions { replicas: 5, ..HybridOptions::default() });
 //! let rule = RuleSpec::new("per_user", Algorithm::Gcra, 1000, Duration::from_secs(1)).build()?;
 //! let limiter = Limiter::new(store, [rule])?;
@@ -77,10 +82,11 @@ pub struct HybridOptions {
     /// sized from it.
     pub replicas: u32,
     /// The most units one lease takes (leases follow this replica's demand
-    /// up to it). `None` (default): GCRA and token bucket `capacity /
-    /// replicas` but no more than a lease life's worth (`lease / T`); the
-    /// window algorithms `capacity / (2 × replicas)`; at least 1. Always
-    /// capped at the rule's capacity; a check costing more leases its cost.
+    /// up to it). `None` (default): `capacity / (2 × replicas)`, and for
+    /// GCRA and token bucket no more than a lease life's worth (`lease /
+    /// T`); at least 1. Always
+    /// at most [`HybridOptions::most_for`], `capacity / (2 × replicas)`: a
+    /// larger batch is lowered to it. A check costing more leases its cost.
     pub batch: Option<u64>,
     /// The longest a leased unit may wait to be spent (GCRA and token
     /// bucket: after the time the algorithm admits it). `None` (default): a
@@ -110,16 +116,25 @@ impl HybridOptions {
     /// capacity.
     #[must_use]
     pub fn batch_for(&self, rule: &Rule) -> u64 {
-        let capacity = rule.capacity();
+        let most = self.most_for(rule);
         let batch = self.batch.unwrap_or_else(|| {
-            let share = capacity / u64::from(self.replicas.max(1));
             if paced(rule) {
-                share.min(self.lease_for(rule) / rule.interval_micros().max(1))
+                most.min(self.lease_for(rule) / rule.interval_micros().max(1))
             } else {
-                share / 2
+                most
             }
         });
-        batch.clamp(1, capacity.max(1))
+        batch.clamp(1, most)
+    }
+
+    /// The largest batch `rule` allows: half its capacity shared out over
+    /// the replicas, `C / (2R)` (at least 1). All replicas' leases together
+    /// then hold at most half the capacity, so what they can strand (the
+    /// bound of docs/hybrid.md, `R × B`) stays below the limit whatever
+    /// `batch` says; a larger [`HybridOptions::batch`] is lowered to it.
+    #[must_use]
+    pub fn most_for(&self, rule: &Rule) -> u64 {
+        (rule.capacity() / (2 * u64::from(self.replicas.max(1)))).max(1)
     }
 
     /// The life of a lease larger than [`HybridOptions::small_for`] units
@@ -234,6 +249,9 @@ struct Inner {
     shards: Vec<Mutex<Shard>>,
     shard_cap: usize,
     calls: AtomicU64,
+    /// Whether Redis decides at `clock`'s time ([`HybridStore::with_clock_time`])
+    /// rather than its own `TIME`.
+    clock_time: bool,
     /// Checks not counted by a shard (multi-rule, passed through to Redis).
     checks: AtomicU64,
     /// The identities of the rules of the limiter that took the store last
@@ -264,6 +282,24 @@ impl HybridStore {
     /// [`crate::FakeClock`]). Decisions still take Redis's time.
     #[must_use]
     pub fn with_clock(redis: RedisStore, options: HybridOptions, clock: impl Clock) -> Self {
+        Self::build(redis, options, Box::new(clock), false)
+    }
+
+    /// A hybrid store whose leases expire by `clock` and whose Redis calls
+    /// decide at `clock`'s time too (explicit times, as replays do): a
+    /// fleet sharing one [`crate::FakeClock`] runs a schedule exactly, the
+    /// way a memory store on that clock would (tests compare the two).
+    #[must_use]
+    pub fn with_clock_time(redis: RedisStore, options: HybridOptions, clock: impl Clock) -> Self {
+        Self::build(redis, options, Box::new(clock), true)
+    }
+
+    fn build(
+        redis: RedisStore,
+        options: HybridOptions,
+        clock: Box<dyn Clock>,
+        clock_time: bool,
+    ) -> Self {
         let max_keys = options.max_keys.max(SHARDS);
         let random = RandomState::new();
         let sip = Sip13::new(random.hash_one(1_u8), random.hash_one(2_u8));
@@ -272,7 +308,8 @@ impl HybridStore {
                 redis,
                 shard_cap: max_keys / SHARDS,
                 options,
-                clock: Box::new(clock),
+                clock,
+                clock_time,
                 sip,
                 shape: foldhash::fast::RandomState::default(),
                 shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
@@ -340,7 +377,7 @@ impl HybridStore {
             if (self
                 .inner
                 .redis
-                .lease_at(&key, &rule, 0, 0, Some(g), 0, None)
+                .lease_at(&key, &rule, 0, 0, Some(g), 0, self.redis_time(None))
                 .await)
                 .is_ok()
             {
@@ -348,6 +385,12 @@ impl HybridStore {
             }
         }
         returned
+    }
+
+    /// The time Redis decides at: `at`, else the clock's when the store
+    /// was made [`HybridStore::with_clock_time`], else Redis's own.
+    fn redis_time(&self, at: Option<Micros>) -> Option<Micros> {
+        at.or_else(|| self.inner.clock_time.then(|| self.inner.clock.now()))
     }
 
     /// Whether `rule` is a per-call limit ([`crate::Check::under`]): not
@@ -440,7 +483,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::charge_all(&self.inner.redis, checks, at)
+        Store::charge_all(&self.inner.redis, checks, self.redis_time(at))
     }
 
     /// Refunds go straight to Redis, as charges do: units this replica
@@ -451,7 +494,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::refund_all(&self.inner.redis, checks, at)
+        Store::refund_all(&self.inner.redis, checks, self.redis_time(at))
     }
 
     /// Reservations go straight to Redis, as charges do.
@@ -463,7 +506,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::reserve_all(&self.inner.redis, checks, ticket, ttl, at)
+        Store::reserve_all(&self.inner.redis, checks, ticket, ttl, self.redis_time(at))
     }
 
     /// Settles go straight to Redis, where the reservation is.
@@ -474,7 +517,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::settle(&self.inner.redis, ticket, pairs, at)
+        Store::settle(&self.inner.redis, ticket, pairs, self.redis_time(at))
     }
 
     /// Leases go straight to Redis: slots held fleet-wide cannot be lent
@@ -486,7 +529,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::acquire_all(&self.inner.redis, checks, ticket, at)
+        Store::acquire_all(&self.inner.redis, checks, ticket, self.redis_time(at))
     }
 
     /// Releases and renewals go straight to Redis, where the lease is.
@@ -498,7 +541,7 @@ impl Store for HybridStore {
         at: Option<Micros>,
     ) -> impl Future<Output = Result<Released, StoreError>> + Send {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
-        Store::release(&self.inner.redis, ticket, rules, renew, at)
+        Store::release(&self.inner.redis, ticket, rules, renew, self.redis_time(at))
     }
 
     /// Redis answers `PING`: the hybrid store is as reachable as its Redis.

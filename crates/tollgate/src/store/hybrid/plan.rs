@@ -77,7 +77,10 @@ impl Inner {
                 continue;
             }
             all_ready = false;
-            if now < e.not_before {
+            // Units of an expired lease to give back: Redis may have them to
+            // lease again whatever it said before (this replica may have
+            // held the last of them), so `not_before` does not hold.
+            if now < e.not_before && e.give_back.is_none() {
                 blocked = true;
             } else if let Some(n) = &e.inflight {
                 if wait_for.is_none() {
