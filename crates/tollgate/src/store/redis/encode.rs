@@ -202,11 +202,12 @@ pub(super) enum Extra<'a> {
     None,
     /// A reservation (mode `v`): each pair's record key; then, after the
     /// pairs' arguments, the ttl and how long the record is remembered
-    /// after it (µs).
+    /// after it (µs), the record's PX, and each pair's [`admitted_rule`].
     Reserve {
         records: &'a [Vec<u8>],
         ttl: Micros,
         remember: Micros,
+        admitted: &'a [Vec<u8>],
     },
     /// A settle (mode `s`): each pair's record key; then one actual usage
     /// per pair (`-1`: cancelled).
@@ -230,7 +231,7 @@ impl Extra<'_> {
     fn argv(&self) -> usize {
         match self {
             Extra::None => 0,
-            Extra::Reserve { .. } => 3,
+            Extra::Reserve { admitted, .. } => 3 + admitted.len(),
             Extra::Lease { .. } => 1,
             Extra::Settle { actual, .. } => actual.len(),
         }
@@ -247,7 +248,12 @@ impl Extra<'_> {
     fn push_argv(&self, a: &mut impl Args, margin_ms: u64) {
         match self {
             Extra::None => {}
-            Extra::Reserve { ttl, remember, .. } => {
+            Extra::Reserve {
+                ttl,
+                remember,
+                admitted,
+                ..
+            } => {
                 // In hex, as the record keeps them: the script copies them
                 // into it and its settle reads them back with strtoul, far
                 // cheaper in Redis's Lua than decimal's strtod and
@@ -257,6 +263,9 @@ impl Extra<'_> {
                 // The record's PX, as the script's ttl_ms would make it.
                 let ms = (ttl + remember).div_ceil(1000) + margin_ms;
                 a.uint(ms.max(1));
+                for r in *admitted {
+                    a.bytes(r);
+                }
             }
             Extra::Lease { id } => a.bytes(id.as_bytes()),
             Extra::Settle { actual, .. } => {
@@ -319,17 +328,37 @@ pub(super) const REFUND: &str = "f";
 fn push_charge_args(a: &mut impl Args, rule: &Rule, cost: u64) {
     a.uint(u64::from(scripts::code(rule.algorithm())));
     a.uint(cost);
-    if has_increment(rule.algorithm()) {
-        a.uint(rule.max_debt());
-        a.uint(rule.tau_micros());
-        a.uint(rule.interval_micros());
-        a.uint(rule.burst());
-    } else {
-        a.uint(rule.period_micros());
-        a.uint(rule.limit());
-        a.uint(rule.max_debt());
-        a.uint(0);
+    for p in charge_rule_args(rule) {
+        a.uint(p);
     }
+}
+
+/// A charge's four arguments that depend on the rule alone.
+fn charge_rule_args(rule: &Rule) -> [u64; 4] {
+    if has_increment(rule.algorithm()) {
+        [
+            rule.max_debt(),
+            rule.tau_micros(),
+            rule.interval_micros(),
+            rule.burst(),
+        ]
+    } else {
+        [rule.period_micros(), rule.limit(), rule.max_debt(), 0]
+    }
+}
+
+/// What a reservation's record keeps of the rule that admitted a pair (a
+/// per-key override's, a per-call limit's): `:<code>` then a charge's four
+/// rule arguments and the rule's capacity, in hex. A settle counts under
+/// them, not under the rule the pair's name finds by then
+/// (docs/redis-store.md, "Reservations").
+pub(super) fn admitted_rule(rule: &Rule) -> Vec<u8> {
+    let mut out = format!(":{:x}", scripts::code(rule.algorithm()));
+    for p in charge_rule_args(rule) {
+        out.push_str(&format!(":{p:x}"));
+    }
+    out.push_str(&format!(":{:x}", rule.capacity()));
+    out.into_bytes()
 }
 
 /// Appends `run` of `script` (as a function, by hash or by source: `via`)
@@ -471,6 +500,7 @@ mod tests {
         let records: Vec<Vec<u8>> = (0..pairs.len())
             .map(|i| format!("rec{i}").into_bytes())
             .collect();
+        let admitted: Vec<Vec<u8>> = pairs.iter().map(|p| admitted_rule(p.rule)).collect();
         let actual: Vec<Option<u64>> = (0..pairs.len() as u64)
             .map(|i| (i % 2 == 0).then_some(u64::MAX / 7 * i))
             .collect();
@@ -490,6 +520,7 @@ mod tests {
                         records: &records[..n],
                         ttl: 60_000_000,
                         remember: 3_600_000_000,
+                        admitted: &admitted[..n],
                     },
                 ));
                 extras.push((

@@ -11,7 +11,7 @@
 
 use futures_util::future::join_all;
 
-use super::encode::{Extra, Pair, Pairs, RESERVE, Run, SETTLE, subset};
+use super::encode::{Extra, Pair, Pairs, RESERVE, Run, SETTLE, admitted_rule, subset};
 use super::eval::decision;
 use super::{Backend, RedisStore, keys, protocol};
 use crate::algorithm::Charged;
@@ -37,25 +37,29 @@ impl RedisStore {
             .zip(&ticket.pairs)
             .map(|(c, p)| keys::record_key(prefix, c.rule.name(), &p.key, &nonce))
             .collect();
+        let admitted: Vec<Vec<u8>> = checks.iter().map(|c| admitted_rule(c.rule)).collect();
         let groups = self.slot_groups(&pairs);
         if groups.len() == 1 {
-            let (_, ds) = self.reserve_run(&pairs, &records, ttl, at).await?;
+            let (_, ds) = self
+                .reserve_run(&pairs, &records, &admitted, ttl, at)
+                .await?;
             return Ok(MultiDecision::from_decisions(ds));
         }
         // Across slots: a dry run of every group decides; then each group
         // consumes and records in turn, undone if a later one denies.
         let multi = &self.inner.scripts.multi;
-        let grouped: Vec<(Vec<Pair<'_>>, Vec<Vec<u8>>)> = groups
+        let grouped: Vec<(Vec<Pair<'_>>, Vec<Vec<u8>>, Vec<Vec<u8>>)> = groups
             .iter()
             .map(|g| {
                 (
                     subset(&pairs, g),
                     g.iter().map(|&i| records[i].clone()).collect(),
+                    g.iter().map(|&i| admitted[i].clone()).collect(),
                 )
             })
             .collect();
         let mut out: Vec<Option<Decision>> = vec![None; pairs.len()];
-        let dry = join_all(grouped.iter().map(|(g, _)| self.run(multi, g, "d", at))).await;
+        let dry = join_all(grouped.iter().map(|(g, ..)| self.run(multi, g, "d", at))).await;
         let mut all = true;
         for (g, result) in groups.iter().zip(dry) {
             for (&i, d) in g.iter().zip(result?.1) {
@@ -65,8 +69,8 @@ impl RedisStore {
         }
         if all {
             let mut done: Vec<(usize, Micros)> = Vec::new();
-            for (n, (g, recs)) in grouped.iter().enumerate() {
-                let result = self.reserve_run(g, recs, ttl, at).await;
+            for (n, (g, recs, rules)) in grouped.iter().enumerate() {
+                let result = self.reserve_run(g, recs, rules, ttl, at).await;
                 let admitted = result
                     .as_ref()
                     .is_ok_and(|(_, ds)| ds.iter().all(|d| d.allowed));
@@ -101,6 +105,7 @@ impl RedisStore {
         &self,
         pairs: &[Pair<'_>],
         records: &[Vec<u8>],
+        admitted: &[Vec<u8>],
         ttl: Micros,
         at: Option<Micros>,
     ) -> Result<(Micros, Vec<Decision>), StoreError> {
@@ -112,6 +117,7 @@ impl RedisStore {
                 records,
                 ttl,
                 remember: duration_to_micros(REMEMBERED_AFTER_TTL),
+                admitted,
             },
         };
         let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
@@ -214,16 +220,16 @@ impl RedisStore {
         match reply {
             [_, 1, _] => Ok(Settled::Unknown),
             [_, 2, _] => Ok(Settled::Finished),
-            [t, 0, late, rest @ ..] if *t >= 0 && rest.len() == 7 * pairs.len() => {
+            [t, 0, late, rest @ ..] if *t >= 0 && rest.len() == 8 * pairs.len() => {
                 let estimates = rest
-                    .chunks_exact(7)
+                    .chunks_exact(8)
                     .map(|r| {
                         u64::try_from(r[6])
                             .map_err(|_| protocol(format!("negative estimate {}", r[6])))
                     })
                     .collect::<Result<Vec<_>, StoreError>>()?;
                 let charged = rest
-                    .chunks_exact(7)
+                    .chunks_exact(8)
                     .zip(pairs.iter().zip(actual))
                     .map(|(r, (p, a))| {
                         let unsigned = |v: i64| {
@@ -232,8 +238,14 @@ impl RedisStore {
                         let (units, estimate) = (unsigned(r[5])?, unsigned(r[6])?);
                         // What the charge was asked for: usage above the estimate.
                         let asked = a.map_or(0, |a| a.saturating_sub(estimate));
+                        let mut decision = decision(&r[..4], p.rule)?;
+                        // Counted under the rule that admitted it: its
+                        // capacity (-1: the pair's own rule was used).
+                        if r[7] >= 0 {
+                            decision.limit = unsigned(r[7])?;
+                        }
                         Ok(Charged {
-                            decision: decision(&r[..4], p.rule)?,
+                            decision,
                             debt: unsigned(r[4])?,
                             clamped: asked.saturating_sub(units),
                         })
