@@ -186,7 +186,8 @@ pub(super) struct Run<'a, 'r> {
 impl Run<'_, '_> {
     /// The number of keys the run names.
     pub(super) fn keys(&self) -> usize {
-        self.pairs.len() + self.extra.records().len()
+        let (records, resets) = self.extra.records();
+        self.pairs.len() + records.len() + resets.len()
     }
 
     /// The number of arguments after `EVALSHA sha nkeys`.
@@ -209,10 +210,12 @@ pub(super) enum Extra<'a> {
         remember: Micros,
         admitted: &'a [Vec<u8>],
     },
-    /// A settle (mode `s`): each pair's record key; then one actual usage
-    /// per pair (`-1`: cancelled).
+    /// A settle (mode `s`): each pair's record key, then each pair's
+    /// [`keys::reset_mark`]; then one actual usage per pair (`-1`:
+    /// cancelled).
     Settle {
         records: &'a [Vec<u8>],
+        resets: &'a [Vec<u8>],
         actual: &'a [Option<u64>],
     },
     /// An acquire, release or renew (modes `a`, `l`, `w`): the lease's id
@@ -221,10 +224,14 @@ pub(super) enum Extra<'a> {
 }
 
 impl Extra<'_> {
-    fn records(&self) -> &[Vec<u8>] {
+    /// The keys after the pairs': records, then a settle's reset marks.
+    fn records(&self) -> (&[Vec<u8>], &[Vec<u8>]) {
         match self {
-            Extra::None | Extra::Lease { .. } => &[],
-            Extra::Reserve { records, .. } | Extra::Settle { records, .. } => records,
+            Extra::None | Extra::Lease { .. } => (&[], &[]),
+            Extra::Reserve { records, .. } => (records, &[]),
+            Extra::Settle {
+                records, resets, ..
+            } => (records, resets),
         }
     }
 
@@ -238,7 +245,8 @@ impl Extra<'_> {
     }
 
     fn push(&self, a: &mut impl Args) {
-        for r in self.records() {
+        let (records, resets) = self.records();
+        for r in records.iter().chain(resets) {
             a.bytes(r);
         }
     }
@@ -527,6 +535,7 @@ mod tests {
                     "s",
                     Extra::Settle {
                         records: &records[..n],
+                        resets: &records[..n],
                         actual: &actual[..n],
                     },
                 ));

@@ -159,6 +159,11 @@ impl RedisStore {
             .zip(&ticket.pairs)
             .map(|(s, p)| keys::record_key(prefix, s.rule.name(), &p.key, &nonce))
             .collect();
+        let resets: Vec<Vec<u8>> = settle
+            .iter()
+            .zip(&ticket.pairs)
+            .map(|(s, p)| keys::reset_mark(prefix, s.rule.name(), &p.key))
+            .collect();
         let actual: Vec<Option<u64>> = settle.iter().map(|s| s.actual).collect();
         let groups = self.slot_groups(&pairs);
         let mut charged: Vec<Option<Charged>> = vec![None; pairs.len()];
@@ -169,7 +174,13 @@ impl RedisStore {
             let group_pairs = subset(&pairs, g);
             let group_actual: Vec<Option<u64>> = g.iter().map(|&i| actual[i]).collect();
             match self
-                .settle_run(&group_pairs, &sub(&records), &group_actual, at)
+                .settle_run(
+                    &group_pairs,
+                    &sub(&records),
+                    &sub(&resets),
+                    &group_actual,
+                    at,
+                )
                 .await?
             {
                 Settled::Done {
@@ -205,6 +216,7 @@ impl RedisStore {
         &self,
         pairs: &[Pair<'_>],
         records: &[Vec<u8>],
+        resets: &[Vec<u8>],
         actual: &[Option<u64>],
         at: Option<Micros>,
     ) -> Result<Settled, StoreError> {
@@ -212,7 +224,11 @@ impl RedisStore {
             pairs: Pairs::Many(pairs),
             mode: SETTLE,
             at,
-            extra: Extra::Settle { records, actual },
+            extra: Extra::Settle {
+                records,
+                resets,
+                actual,
+            },
         };
         let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
         let reply = self.eval_run(script, run).await?;

@@ -289,8 +289,9 @@ local function main(keys, argv)
     end
     return { t, allowed and 1 or 0, remaining, reset, retry }
   elseif mode == 's' then
-    -- Settle (or cancel) a reservation: K[n+i] are its records. Unknown
-    -- (a record missing or past its memory) or finished (settled before):
+    -- Settle (or cancel) a reservation: K[n+i] are its records, K[2n+i]
+    -- its pairs' reset marks. Unknown (a record missing or past its
+    -- memory, or a pair's key reset since) or finished (settled before):
     -- nothing changes. Else every pair: usage above its estimate charged;
     -- below it given back unless late (past the ttl); a cancel (-1) gives
     -- the whole estimate back. Reply: t, status (0 done, 1 unknown,
@@ -347,6 +348,14 @@ local function main(keys, argv)
       remaining, reset, debt, units = CHARGES[code](K[i], 0, p1, p2, p3, p4, t)
       return remaining, reset, debt, units, cap
     end
+    -- Whether pair i's key was reset (docs/admin.md) at or after the
+    -- reservation was made: its mark K[2n+i] holds the reset's time. The
+    -- state the estimate was counted in is gone, and the reservation with
+    -- it (as a reset key's leases are).
+    local function reset_since(i, made)
+      local r = redis.call('GET', K[2 * n + i])
+      return r and tonumber(r) >= made
+    end
     if n == 1 then
       -- At the server's time the record is read and closed in one call
       -- (SET … GET), its value becoming "1"; the key's TTL still forgets
@@ -362,6 +371,10 @@ local function main(keys, argv)
       end
       local st, e, made, due, admitted = record(rec)
       if st ~= 0 then return { t, st == nil and 1 or 2, 0 } end
+      if reset_since(1, made) then
+        redis.call('DEL', K[2])
+        return { t, 1, 0 }
+      end
       if not at_once then redis.call('SETRANGE', K[2], 0, '1') end
       local late = t > due
       local remaining, reset, debt, units, cap =
@@ -376,6 +389,12 @@ local function main(keys, argv)
     end
     for i = 1, n do
       if recs[i][1] ~= 0 then return { t, 2, 0 } end
+    end
+    for i = 1, n do
+      if reset_since(i, recs[i][3]) then
+        for j = 1, n do redis.call('DEL', K[n + j]) end
+        return { t, 1, 0 }
+      end
     end
     local late = t > recs[1][4]
     local reply = { t, 0, late and 1 or 0 }
