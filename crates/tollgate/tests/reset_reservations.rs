@@ -17,9 +17,11 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// `algorithms`: the ones to try (a window may end mid-test on a real
 /// clock, so the windows only on a fake one).
 async fn a_reset_forgets_open_reservations<S: Store>(store: S, algorithms: &[Algorithm]) {
-    let rules = algorithms
-        .iter()
-        .map(|&a| RuleSpec::new(a.as_str(), a, 100, DAY).build().expect("rule"));
+    let rules = algorithms.iter().map(|&a| {
+        RuleSpec::new(a.as_str(), a, 100, DAY)
+            .build()
+            .expect("rule")
+    });
     let limiter = ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
         .heartbeat(None)
         .build()

@@ -9,8 +9,8 @@ use std::time::Duration;
 use redis_harness::RedisServer;
 use tollgate::resilient::ResilientLimiter;
 use tollgate::store::Settled;
-use tollgate::ticket::Ticket;
 use tollgate::store::redis::{RedisOptions, RedisStore};
+use tollgate::ticket::Ticket;
 use tollgate::{
     Algorithm, Check, FakeClock, KeyPattern, Limiter, MemoryStore, Overrides, Rule, RuleSpec,
     RuntimeOverride, Store,
@@ -65,11 +65,17 @@ async fn reserve<S: Store>(limiter: &Limiter<S>, rule: &str, cost: u64, at: u64)
 
 async fn settle<S: Store>(limiter: &Limiter<S>, ticket: &Ticket, actual: u64, at: u64) {
     let got = limiter.settle_at(ticket, Some(&[actual]), Some(at)).await;
-    assert!(matches!(got, Ok(Settled::Done { late: false, .. })), "{got:?}");
+    assert!(
+        matches!(got, Ok(Settled::Done { late: false, .. })),
+        "{got:?}"
+    );
 }
 
 async fn remaining<S: Store>(limiter: &Limiter<S>, rule: &str, at: u64) -> u64 {
-    let d = limiter.check_at(rule, "vip", 0, Some(at)).await.expect("peek");
+    let d = limiter
+        .check_at(rule, "vip", 0, Some(at))
+        .await
+        .expect("peek");
     d.remaining
 }
 
@@ -78,12 +84,20 @@ async fn config_overrides_settle_under_the_override<S: Store>(limiter: &Limiter<
     // (the base rule's 100 ms each gave back everything).
     let t = reserve(limiter, "g", 800, T0).await;
     settle(limiter, &t, 300, T0).await;
-    assert_eq!(remaining(limiter, "g", T0).await, 700, "g after a give-back");
+    assert_eq!(
+        remaining(limiter, "g", T0).await,
+        700,
+        "g after a give-back"
+    );
     // 100 reserved, 250 used: 150 more at 1 ms each (the base rule's
     // 100 ms each put the key 15 s in debt).
     let t = reserve(limiter, "g", 100, T0).await;
     settle(limiter, &t, 250, T0).await;
-    assert_eq!(remaining(limiter, "g", T0).await, 450, "g after usage above");
+    assert_eq!(
+        remaining(limiter, "g", T0).await,
+        450,
+        "g after usage above"
+    );
 
     // Fixed window, 30 s into a minute window: 300 reserved, 400 used;
     // the 100 above land in the override's minute window (the base
@@ -91,11 +105,19 @@ async fn config_overrides_settle_under_the_override<S: Store>(limiter: &Limiter<
     let at = T0 + 30_000_000;
     let t = reserve(limiter, "w", 300, at).await;
     settle(limiter, &t, 400, at).await;
-    assert_eq!(remaining(limiter, "w", at).await, 200, "w after usage above");
+    assert_eq!(
+        remaining(limiter, "w", at).await,
+        200,
+        "w after usage above"
+    );
     // And a give-back comes out of the same window.
     let t = reserve(limiter, "w", 150, at).await;
     settle(limiter, &t, 50, at).await;
-    assert_eq!(remaining(limiter, "w", at).await, 150, "w after a give-back");
+    assert_eq!(
+        remaining(limiter, "w", at).await,
+        150,
+        "w after a give-back"
+    );
 }
 
 #[tokio::test]
@@ -160,7 +182,10 @@ async fn runtime_overrides_settle_under_the_override<S: Store>(store: S, windows
         let limiter = &limiter;
         async move {
             let got = limiter.settle(&t, Some(&[actual])).await;
-            assert!(matches!(got, Ok(Settled::Done { late: false, .. })), "{got:?}");
+            assert!(
+                matches!(got, Ok(Settled::Done { late: false, .. })),
+                "{got:?}"
+            );
         }
     };
     let remaining = |rule: &'static str| {

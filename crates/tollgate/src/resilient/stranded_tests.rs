@@ -36,13 +36,14 @@ fn refusals_of_an_allow_rule_name_allow() {
                     RuleSpec::new("slots", Algorithm::Concurrency, 4, hour),
                 ]
                 .map(|s| s.build().expect("rule"));
-                let limiter = ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
-                    .timeout(Duration::from_millis(100))
-                    .rule_on_error("open", OnError::Allow)
-                    .rule_on_error("slots", OnError::Allow)
-                    .heartbeat(None)
-                    .build()
-                    .expect("resilient");
+                let limiter =
+                    ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
+                        .timeout(Duration::from_millis(100))
+                        .rule_on_error("open", OnError::Allow)
+                        .rule_on_error("slots", OnError::Allow)
+                        .heartbeat(None)
+                        .build()
+                        .expect("resilient");
                 let reserved = limiter
                     .reserve_all(&[Check::new("open", "k").cost(10)], hour)
                     .await
@@ -56,7 +57,10 @@ fn refusals_of_an_allow_rule_name_allow() {
 
                 redis.pause();
                 let refusals = [
-                    ("settle", limiter.settle(&reservation, Some(&[30])).await.err()),
+                    (
+                        "settle",
+                        limiter.settle(&reservation, Some(&[30])).await.err(),
+                    ),
                     ("cancel", limiter.settle(&reservation, None).await.err()),
                     ("release", limiter.release(&lease, false).await.err()),
                     ("renew", limiter.release(&lease, true).await.err()),

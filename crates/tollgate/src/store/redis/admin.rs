@@ -80,14 +80,7 @@ impl RedisStore {
         let px = (MAX_RESERVATION_TTL + REMEMBERED_AFTER_TTL + MARK_MARGIN)
             .as_millis()
             .to_string();
-        let args: [&[u8]; 6] = [
-            b"EVAL",
-            RESET.as_bytes(),
-            b"2",
-            &name,
-            &mark,
-            px.as_bytes(),
-        ];
+        let args: [&[u8]; 6] = [b"EVAL", RESET.as_bytes(), b"2", &name, &mark, px.as_bytes()];
         match self.command(&args).await? {
             Value::Int(n) => Ok(n > 0),
             other => Err(protocol(format!("the reset script answered {other:?}"))),
