@@ -21,6 +21,10 @@ use crate::store::{KeyCheck, SettlePair, Settled};
 use crate::ticket::{REMEMBERED_AFTER_TTL, Ticket};
 use crate::time::{Micros, duration_to_micros};
 
+/// One Cluster slot's pairs of a reservation, their record keys and
+/// their [`admitted_rule`]s.
+type SlotGroup<'r> = (Vec<Pair<'r>>, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 impl RedisStore {
     pub(super) async fn reserve_pairs(
         &self,
@@ -48,7 +52,7 @@ impl RedisStore {
         // Across slots: a dry run of every group decides; then each group
         // consumes and records in turn, undone if a later one denies.
         let multi = &self.inner.scripts.multi;
-        let grouped: Vec<(Vec<Pair<'_>>, Vec<Vec<u8>>, Vec<Vec<u8>>)> = groups
+        let grouped: Vec<SlotGroup<'_>> = groups
             .iter()
             .map(|g| {
                 (
