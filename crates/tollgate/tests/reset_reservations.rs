@@ -24,6 +24,8 @@ async fn a_reset_forgets_open_reservations<S: Store>(store: S, algorithms: &[Alg
     });
     let limiter = ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
         .heartbeat(None)
+        // A busy machine's Redis is slow, never down: no store timeout.
+        .timeout(Duration::from_secs(30))
         .build()
         .expect("resilient");
     for a in algorithms {

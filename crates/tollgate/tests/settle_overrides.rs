@@ -80,44 +80,27 @@ async fn remaining<S: Store>(limiter: &Limiter<S>, rule: &str, at: u64) -> u64 {
 }
 
 async fn config_overrides_settle_under_the_override<S: Store>(limiter: &Limiter<S>) {
-    // GCRA: 800 reserved, 300 used: 500 back, by the override's 1 ms each
-    // (the base rule's 100 ms each gave back everything).
-    let t = reserve(limiter, "g", 800, T0).await;
-    settle(limiter, &t, 300, T0).await;
-    assert_eq!(
-        remaining(limiter, "g", T0).await,
-        700,
-        "g after a give-back"
-    );
-    // 100 reserved, 250 used: 150 more at 1 ms each (the base rule's
-    // 100 ms each put the key 15 s in debt).
-    let t = reserve(limiter, "g", 100, T0).await;
-    settle(limiter, &t, 250, T0).await;
-    assert_eq!(
-        remaining(limiter, "g", T0).await,
-        450,
-        "g after usage above"
-    );
-
-    // Fixed window, 30 s into a minute window: 300 reserved, 400 used;
-    // the 100 above land in the override's minute window (the base
-    // rule's hour window replaced the key's).
-    let at = T0 + 30_000_000;
-    let t = reserve(limiter, "w", 300, at).await;
-    settle(limiter, &t, 400, at).await;
-    assert_eq!(
-        remaining(limiter, "w", at).await,
-        200,
-        "w after usage above"
-    );
-    // And a give-back comes out of the same window.
-    let t = reserve(limiter, "w", 150, at).await;
-    settle(limiter, &t, 50, at).await;
-    assert_eq!(
-        remaining(limiter, "w", at).await,
-        150,
-        "w after a give-back"
-    );
+    // 30 s into a minute window (and into the base rule's hour).
+    let w = T0 + 30_000_000;
+    // (rule, time, estimate, usage, remaining after, what)
+    let steps = [
+        // GCRA: 500 back by the override's 1 ms each (the base rule's
+        // 100 ms each gave back everything).
+        ("g", T0, 800, 300, 700, "g after a give-back"),
+        // 150 more at 1 ms each (the base rule's 100 ms each put the key
+        // 15 s in debt).
+        ("g", T0, 100, 250, 450, "g after usage above"),
+        // Fixed window: the 100 above land in the override's minute
+        // window (the base rule's hour window replaced the key's).
+        ("w", w, 300, 400, 200, "w after usage above"),
+        // And a give-back comes out of the same window.
+        ("w", w, 150, 50, 150, "w after a give-back"),
+    ];
+    for (rule, at, estimate, usage, left, what) in steps {
+        let t = reserve(limiter, rule, estimate, at).await;
+        settle(limiter, &t, usage, at).await;
+        assert_eq!(remaining(limiter, rule, at).await, left, "{what}");
+    }
 }
 
 #[tokio::test]
@@ -152,6 +135,9 @@ async fn runtime_overrides_settle_under_the_override<S: Store>(store: S, windows
         )
         .expect("limiter"),
     )
+    .heartbeat(None)
+    // A busy machine's Redis is slow, never down: no store timeout.
+    .timeout(Duration::from_secs(30))
     .build()
     .expect("resilient limiter");
     for (name, limit, period) in [("g", 1000, None), ("w", 600, Some(HOUR))] {
