@@ -619,7 +619,7 @@ pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptio
 #[must_use]
 pub fn refusal(refused: &Refusal) -> HttpVerdict {
     let response = match refused {
-        Refusal::Unavailable(_) => store_unavailable(),
+        Refusal::Unavailable(_) | Refusal::Stranded { .. } => store_unavailable(),
         Refusal::Invalid(Error::KeyTooLong { len }) => key_too_long(*len),
         e => internal(&e.to_string()),
     };

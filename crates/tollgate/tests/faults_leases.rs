@@ -68,10 +68,14 @@ async fn the_local_policy_holds_a_share_of_the_slots_and_releases_them() {
         Ok(Released::Done(_))
     ));
     assert!(acquire().await.expect("local answers").ticket.is_some());
-    // a lease Redis holds cannot be released while it hangs
+    // a lease Redis holds cannot be released while it hangs, whatever
+    // the rule's policy (which the refusal names)
     assert!(matches!(
         a.release(&in_redis, false).await,
-        Err(Refusal::Unavailable(_))
+        Err(Refusal::Stranded {
+            policy: OnError::Local,
+            ..
+        })
     ));
 
     redis.resume();

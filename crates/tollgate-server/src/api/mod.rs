@@ -299,7 +299,8 @@ fn checks_of<'a>(parsed: &'a CheckRequest<'_>) -> Vec<Check<'a>> {
 
 /// The answer to a refused request: 404 for an unknown rule, 400 for
 /// another fault of the request, 503 with `Retry-After: 1` when the store
-/// failed and the policy is `deny`.
+/// failed and the policy is `deny`, or on a settle, cancel, release or
+/// renew whatever the policy.
 fn refused(e: Refusal) -> Response<ApiBody> {
     match e {
         Refusal::Invalid(Error::UnknownRule(name)) => error(
@@ -307,18 +308,22 @@ fn refused(e: Refusal) -> Response<ApiBody> {
             format!("unknown rule {name:?}; GET /v1/rules lists the rules"),
         ),
         Refusal::Invalid(e) => error(StatusCode::BAD_REQUEST, e.to_string()),
-        // The store failed and the policy is `deny` (the library may
+        // The store failed: under `deny`, or on a settle, cancel, release
+        // or renew of what it holds, whatever the policy (the library may
         // name more such refusals later: they are the store's, not the
         // request's).
         e => {
-            let e = match e {
-                Refusal::Unavailable(e) => e.to_string(),
-                other => other.to_string(),
+            let message = match e {
+                Refusal::Unavailable(e) => {
+                    format!("store unavailable and the rule's on_error is deny: {e}")
+                }
+                Refusal::Stranded { error, policy } => format!(
+                    "store unavailable, and it holds what this call changes: refused \
+                     whatever the rule's on_error (here {policy}): {error}"
+                ),
+                other => format!("store unavailable: {other}"),
             };
-            let mut res = error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("store unavailable and the rule's on_error is deny: {e}"),
-            );
+            let mut res = error(StatusCode::SERVICE_UNAVAILABLE, message);
             res.headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from_static("1"));
             res

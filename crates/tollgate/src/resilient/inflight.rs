@@ -94,7 +94,7 @@ impl<S: Store> ResilientLimiter<S> {
     ///
     /// # Errors
     /// [`Refusal::Invalid`] for a ticket whose rules are gone or are not
-    /// `concurrency`; [`Refusal::Unavailable`] when the store failed,
+    /// `concurrency`; [`Refusal::Stranded`] when the store failed,
     /// whatever the policy (the lease lives there: its slots stay held
     /// until it ends).
     pub async fn release(&self, ticket: &Ticket, renew: bool) -> Result<Released, Refusal> {
@@ -114,10 +114,10 @@ impl<S: Store> ResilientLimiter<S> {
                 .inner
                 .release_local(ticket, renew)
                 .unwrap_or(Released::Unknown),
-            Err(e) => self
-                .inner
-                .release_local(ticket, renew)
-                .ok_or(Refusal::Unavailable(e))?,
+            Err(e) => match self.inner.release_local(ticket, renew) {
+                Some(released) => released,
+                None => return Err(self.inner.stranded(rules.iter().copied(), e)),
+            },
         };
         let outcome = match (&result, renew) {
             (Released::Unknown, _) => "unknown",

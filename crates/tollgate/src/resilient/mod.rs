@@ -98,6 +98,8 @@ mod open;
 mod policy;
 mod reserve;
 mod runtime;
+#[cfg(all(test, feature = "redis"))]
+mod stranded_tests;
 mod throttle;
 
 use breaker::Breaker;
@@ -688,13 +690,7 @@ impl<S: Store> Inner<S> {
     /// when given, else the strictest of the rules' own; counted, and the
     /// failure logged (rate-limited).
     fn policy_for(&self, index: &[usize], policy: Option<OnError>, error: &StoreError) -> OnError {
-        let policy = policy.unwrap_or_else(|| {
-            index
-                .iter()
-                .map(|&i| self.policies[i])
-                .max_by_key(|p| p.strictness())
-                .unwrap_or_default()
-        });
+        let policy = policy.unwrap_or_else(|| self.strictest(index));
         ::metrics::counter!(metric::FAILURE_POLICY, "policy" => policy.as_str()).increment(1);
         self.trouble.report(|suppressed| {
             let more = if suppressed > 0 {
@@ -705,6 +701,34 @@ impl<S: Store> Inner<S> {
             tracing::warn!("store trouble: {error}; answering with on_error = {policy}{more}");
         });
         policy
+    }
+
+    /// The strictest failure policy of the rules at `index`.
+    fn strictest(&self, index: &[usize]) -> OnError {
+        index
+            .iter()
+            .map(|&i| self.policies[i])
+            .max_by_key(|p| p.strictness())
+            .unwrap_or_default()
+    }
+
+    /// The failure policy of the configured rule named as `rule` is.
+    fn policy_of(&self, rule: &Rule) -> OnError {
+        self.limiter
+            .rule_index(rule.name())
+            .map(|i| self.policies[i])
+            .unwrap_or_default()
+    }
+
+    /// The refusal of a call on what the store holds (a settle, cancel,
+    /// release or renew under `rules`) when it failed: whatever the
+    /// policy, which it names (the strictest of the rules').
+    fn stranded<'r>(&self, rules: impl Iterator<Item = &'r Rule>, error: StoreError) -> Refusal {
+        let policy = rules
+            .map(|r| self.policy_of(r))
+            .max_by_key(|p| p.strictness())
+            .unwrap_or_default();
+        Refusal::Stranded { error, policy }
     }
 
     /// Runs `f` on the in-process fallback's store with `checks` (rule

@@ -17,10 +17,10 @@ use crate::time::FakeClock;
 
 /// Counters by `name{label=value,…}`; gauges and histograms dropped.
 #[derive(Default)]
-struct Counters(Mutex<HashMap<String, Arc<AtomicU64>>>);
+pub(super) struct Counters(Mutex<HashMap<String, Arc<AtomicU64>>>);
 
 impl Counters {
-    fn get(&self, series: &str) -> u64 {
+    pub(super) fn get(&self, series: &str) -> u64 {
         self.0
             .lock()
             .get(series)

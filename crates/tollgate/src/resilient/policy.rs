@@ -93,6 +93,17 @@ pub enum Refusal {
     /// The store failed (or the breaker is open) and the failure policy is
     /// `deny`.
     Unavailable(StoreError),
+    /// The store failed (or the breaker is open) on a call only it can
+    /// answer: a settle or cancel of a reservation it holds, a release or
+    /// renew of a lease it holds. Refused whatever the failure policy;
+    /// `policy` is the rule's own (the strictest of the ticket's rules'),
+    /// named so that an answer never claims `deny` for an `allow` rule.
+    Stranded {
+        /// Why the store did not answer.
+        error: StoreError,
+        /// The rule's failure policy, which could not answer for it.
+        policy: OnError,
+    },
 }
 
 impl fmt::Display for Refusal {
@@ -100,6 +111,11 @@ impl fmt::Display for Refusal {
         match self {
             Refusal::Invalid(e) => e.fmt(f),
             Refusal::Unavailable(e) => write!(f, "{e} (on_error = deny)"),
+            Refusal::Stranded { error, policy } => write!(
+                f,
+                "{error} (the store holds it, so it is refused whatever the rule's \
+                 on_error, here {policy})"
+            ),
         }
     }
 }
@@ -108,7 +124,7 @@ impl std::error::Error for Refusal {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Refusal::Invalid(e) => Some(e),
-            Refusal::Unavailable(e) => Some(e),
+            Refusal::Unavailable(e) | Refusal::Stranded { error: e, .. } => Some(e),
         }
     }
 }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use super::open::Held;
-use super::{OnError, Refusal, ResilientLimiter, Verdict, metric};
+use super::{Refusal, ResilientLimiter, Verdict, metric};
 use crate::algorithm::Charged;
 use crate::limiter::{Check, Op, reservation_ticket, reservation_ttl};
 use crate::store::{SettlePair, Settled, Store};
@@ -93,7 +93,7 @@ impl<S: Store> ResilientLimiter<S> {
     ///
     /// # Errors
     /// [`Refusal::Invalid`] for a ticket whose rules are gone or an
-    /// `actual` of the wrong length; [`Refusal::Unavailable`] when the
+    /// `actual` of the wrong length; [`Refusal::Stranded`] when the
     /// store failed, whatever the policy (the reservation lives there).
     pub async fn settle(
         &self,
@@ -132,17 +132,19 @@ impl<S: Store> ResilientLimiter<S> {
                 Ok(settled)
             }
             Err(e) => {
+                // Labelled with each pair's own policy: refused whatever
+                // it is, never answered by it.
                 for p in &pairs {
                     if let Some(units) = p.actual {
                         ::metrics::counter!(
                             metric::CHARGE_UNRECORDED,
                             "rule" => p.rule.name().to_owned(),
-                            "policy" => OnError::Deny.as_str()
+                            "policy" => self.inner.policy_of(p.rule).as_str()
                         )
                         .increment(units);
                     }
                 }
-                Err(Refusal::Unavailable(e))
+                Err(self.inner.stranded(pairs.iter().map(|p| p.rule), e))
             }
         }
     }

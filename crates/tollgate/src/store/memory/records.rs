@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use parking_lot::Mutex;
 
 use super::fingerprint::Fp;
+use crate::rule::Rule;
 use crate::time::Micros;
 
 /// The records of open and recently closed reservations.
@@ -22,8 +23,10 @@ pub(super) struct Record {
     /// must name the same, so an id rewritten to another rule finds
     /// nothing.
     pub(super) named: Fp,
-    /// Each pair's key and estimate, in the ticket's order.
-    pub(super) pairs: Vec<(Fp, u64)>,
+    /// Each pair's key, estimate and the rule that admitted it (a per-key
+    /// override's, a per-call limit's): its settle is counted under that
+    /// rule, whatever the key's rule is by then. In the ticket's order.
+    pub(super) pairs: Vec<(Fp, u64, Rule)>,
     /// When it was made: the check it is, and the window it counted in.
     pub(super) made: Micros,
     /// The end of its ttl.

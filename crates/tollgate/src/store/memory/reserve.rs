@@ -30,7 +30,7 @@ impl Core {
                 named: self.named(ticket),
                 pairs: checks
                     .iter()
-                    .map(|c| (self.fingerprint(c.rule, c.key), c.cost))
+                    .map(|c| (self.fingerprint(c.rule, c.key), c.cost, c.rule.clone()))
                     .collect(),
                 made: t,
                 due: t.saturating_add(ttl),
@@ -73,19 +73,27 @@ impl Core {
             .pairs
             .iter()
             .zip(pairs)
-            .map(|(&(fp, estimate), p)| {
+            .map(|((fp, estimate, admitted), p)| {
+                let (fp, estimate) = (*fp, *estimate);
                 let at = When::At(t);
+                // The rule that admitted it; the pair's own (the rule by
+                // name now) only when a reload changed its algorithm.
+                let rule = if admitted.algorithm() == p.rule.algorithm() {
+                    admitted
+                } else {
+                    p.rule
+                };
                 match p.actual {
                     Some(actual) if actual >= estimate => {
-                        self.charge_fp(p.rule, fp, actual - estimate, at)
+                        self.charge_fp(rule, fp, actual - estimate, at)
                     }
                     back => {
                         if !late {
                             let units = estimate - back.unwrap_or(0);
-                            self.give_back_fp(p.rule, fp, t, record.made, units);
+                            self.give_back_fp(rule, fp, t, record.made, units);
                         }
                         // A charge of nothing: the state after, with its debt.
-                        self.charge_fp(p.rule, fp, 0, at)
+                        self.charge_fp(rule, fp, 0, at)
                     }
                 }
             })

@@ -10,12 +10,28 @@
 //! key has a TTL: the table outlives every replica (entries carry their
 //! own end). Neither can meet a rule's key, which always holds `:{`.
 
+use std::time::Duration;
+
 use super::encode::RuleCache;
 use super::resp::{self, Reply, Value};
-use super::{Backend, RedisStore, conn, protocol, store_error};
+use super::{Backend, RedisStore, conn, keys, protocol, store_error};
 use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::store::RuntimeEntries;
+use crate::ticket::{MAX_RESERVATION_TTL, REMEMBERED_AFTER_TTL, key_name};
+
+/// A reset: the state deleted, the time marked (the server's, in µs,
+/// written as digits: a Lua number would print in floating point).
+const RESET: &str = "if redis.replicate_commands then pcall(redis.replicate_commands) end
+local held = redis.call('DEL', KEYS[1])
+local now = redis.call('TIME')
+redis.call('SET', KEYS[2], now[1] .. string.rep('0', 6 - #now[2]) .. now[2], 'PX', ARGV[1])
+return held";
+
+/// How long a reset's mark outlives the longest a reservation made before
+/// it is remembered (a record's PX adds a margin of its own at explicit
+/// times).
+const MARK_MARGIN: Duration = Duration::from_secs(3600);
 
 impl RedisStore {
     /// The Redis key of the runtime table: `<prefix>:runtime`.
@@ -54,12 +70,20 @@ impl RedisStore {
         Ok(from_redis(value))
     }
 
-    /// Deletes (rule, key)'s state: [`crate::Store::reset`].
+    /// Deletes (rule, key)'s state: [`crate::Store::reset`]. In the same
+    /// script, marks the reset's time ([`keys::reset_mark`]) so that a
+    /// settle forgets the reservations made before it (their records can
+    /// only be found by their ids); the mark outlives any such record.
     pub(crate) async fn reset_key(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
         let name = self.redis_key(rule, key);
-        match self.command(&[b"DEL", &name]).await? {
+        let mark = keys::reset_mark(&self.inner.prefix, rule.name(), &key_name(key));
+        let px = (MAX_RESERVATION_TTL + REMEMBERED_AFTER_TTL + MARK_MARGIN)
+            .as_millis()
+            .to_string();
+        let args: [&[u8]; 6] = [b"EVAL", RESET.as_bytes(), b"2", &name, &mark, px.as_bytes()];
+        match self.command(&args).await? {
             Value::Int(n) => Ok(n > 0),
-            other => Err(protocol(format!("DEL answered {other:?}"))),
+            other => Err(protocol(format!("the reset script answered {other:?}"))),
         }
     }
 

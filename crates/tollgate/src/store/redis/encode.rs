@@ -186,7 +186,8 @@ pub(super) struct Run<'a, 'r> {
 impl Run<'_, '_> {
     /// The number of keys the run names.
     pub(super) fn keys(&self) -> usize {
-        self.pairs.len() + self.extra.records().len()
+        let (records, resets) = self.extra.records();
+        self.pairs.len() + records.len() + resets.len()
     }
 
     /// The number of arguments after `EVALSHA sha nkeys`.
@@ -202,16 +203,19 @@ pub(super) enum Extra<'a> {
     None,
     /// A reservation (mode `v`): each pair's record key; then, after the
     /// pairs' arguments, the ttl and how long the record is remembered
-    /// after it (µs).
+    /// after it (µs), the record's PX, and each pair's [`admitted_rule`].
     Reserve {
         records: &'a [Vec<u8>],
         ttl: Micros,
         remember: Micros,
+        admitted: &'a [Vec<u8>],
     },
-    /// A settle (mode `s`): each pair's record key; then one actual usage
-    /// per pair (`-1`: cancelled).
+    /// A settle (mode `s`): each pair's record key, then each pair's
+    /// [`keys::reset_mark`]; then one actual usage per pair (`-1`:
+    /// cancelled).
     Settle {
         records: &'a [Vec<u8>],
+        resets: &'a [Vec<u8>],
         actual: &'a [Option<u64>],
     },
     /// An acquire, release or renew (modes `a`, `l`, `w`): the lease's id
@@ -220,24 +224,29 @@ pub(super) enum Extra<'a> {
 }
 
 impl Extra<'_> {
-    fn records(&self) -> &[Vec<u8>] {
+    /// The keys after the pairs': records, then a settle's reset marks.
+    fn records(&self) -> (&[Vec<u8>], &[Vec<u8>]) {
         match self {
-            Extra::None | Extra::Lease { .. } => &[],
-            Extra::Reserve { records, .. } | Extra::Settle { records, .. } => records,
+            Extra::None | Extra::Lease { .. } => (&[], &[]),
+            Extra::Reserve { records, .. } => (records, &[]),
+            Extra::Settle {
+                records, resets, ..
+            } => (records, resets),
         }
     }
 
     fn argv(&self) -> usize {
         match self {
             Extra::None => 0,
-            Extra::Reserve { .. } => 3,
+            Extra::Reserve { admitted, .. } => 3 + admitted.len(),
             Extra::Lease { .. } => 1,
             Extra::Settle { actual, .. } => actual.len(),
         }
     }
 
     fn push(&self, a: &mut impl Args) {
-        for r in self.records() {
+        let (records, resets) = self.records();
+        for r in records.iter().chain(resets) {
             a.bytes(r);
         }
     }
@@ -247,7 +256,12 @@ impl Extra<'_> {
     fn push_argv(&self, a: &mut impl Args, margin_ms: u64) {
         match self {
             Extra::None => {}
-            Extra::Reserve { ttl, remember, .. } => {
+            Extra::Reserve {
+                ttl,
+                remember,
+                admitted,
+                ..
+            } => {
                 // In hex, as the record keeps them: the script copies them
                 // into it and its settle reads them back with strtoul, far
                 // cheaper in Redis's Lua than decimal's strtod and
@@ -257,6 +271,9 @@ impl Extra<'_> {
                 // The record's PX, as the script's ttl_ms would make it.
                 let ms = (ttl + remember).div_ceil(1000) + margin_ms;
                 a.uint(ms.max(1));
+                for r in *admitted {
+                    a.bytes(r);
+                }
             }
             Extra::Lease { id } => a.bytes(id.as_bytes()),
             Extra::Settle { actual, .. } => {
@@ -319,17 +336,37 @@ pub(super) const REFUND: &str = "f";
 fn push_charge_args(a: &mut impl Args, rule: &Rule, cost: u64) {
     a.uint(u64::from(scripts::code(rule.algorithm())));
     a.uint(cost);
-    if has_increment(rule.algorithm()) {
-        a.uint(rule.max_debt());
-        a.uint(rule.tau_micros());
-        a.uint(rule.interval_micros());
-        a.uint(rule.burst());
-    } else {
-        a.uint(rule.period_micros());
-        a.uint(rule.limit());
-        a.uint(rule.max_debt());
-        a.uint(0);
+    for p in charge_rule_args(rule) {
+        a.uint(p);
     }
+}
+
+/// A charge's four arguments that depend on the rule alone.
+fn charge_rule_args(rule: &Rule) -> [u64; 4] {
+    if has_increment(rule.algorithm()) {
+        [
+            rule.max_debt(),
+            rule.tau_micros(),
+            rule.interval_micros(),
+            rule.burst(),
+        ]
+    } else {
+        [rule.period_micros(), rule.limit(), rule.max_debt(), 0]
+    }
+}
+
+/// What a reservation's record keeps of the rule that admitted a pair (a
+/// per-key override's, a per-call limit's): `:<code>` then a charge's four
+/// rule arguments and the rule's capacity, in hex. A settle counts under
+/// them, not under the rule the pair's name finds by then
+/// (docs/redis-store.md, "Reservations").
+pub(super) fn admitted_rule(rule: &Rule) -> Vec<u8> {
+    let mut out = format!(":{:x}", scripts::code(rule.algorithm()));
+    for p in charge_rule_args(rule) {
+        out.push_str(&format!(":{p:x}"));
+    }
+    out.push_str(&format!(":{:x}", rule.capacity()));
+    out.into_bytes()
 }
 
 /// Appends `run` of `script` (as a function, by hash or by source: `via`)
@@ -471,6 +508,7 @@ mod tests {
         let records: Vec<Vec<u8>> = (0..pairs.len())
             .map(|i| format!("rec{i}").into_bytes())
             .collect();
+        let admitted: Vec<Vec<u8>> = pairs.iter().map(|p| admitted_rule(p.rule)).collect();
         let actual: Vec<Option<u64>> = (0..pairs.len() as u64)
             .map(|i| (i % 2 == 0).then_some(u64::MAX / 7 * i))
             .collect();
@@ -490,12 +528,14 @@ mod tests {
                         records: &records[..n],
                         ttl: 60_000_000,
                         remember: 3_600_000_000,
+                        admitted: &admitted[..n],
                     },
                 ));
                 extras.push((
                     "s",
                     Extra::Settle {
                         records: &records[..n],
+                        resets: &records[..n],
                         actual: &actual[..n],
                     },
                 ));

@@ -111,6 +111,18 @@ pub(crate) fn record_key(prefix: &str, rule: &str, name: &[u8], nonce_hex: &str)
     out
 }
 
+/// The Redis key marking the last reset of (rule, key named `name`):
+/// `{prefix}:{<rule>:<name>}:reset`, in the slot of the pair's state,
+/// holding the reset's time (µs, the server's): a settle forgets the
+/// reservations made before it (docs/admin.md, "Reset a key").
+pub(crate) fn reset_mark(prefix: &str, rule: &str, name: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + rule.len() + name.len() + 12);
+    write_key_head(&mut out, prefix, rule);
+    out.extend_from_slice(name);
+    out.extend_from_slice(b"}:reset");
+    out
+}
+
 /// The Redis Cluster slot of a key, computed as Redis does (CRC16/XMODEM of
 /// the hash tag, or of the whole key without one, modulo 16384).
 pub(crate) fn slot(key: &[u8]) -> u16 {

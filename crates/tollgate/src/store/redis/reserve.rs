@@ -11,7 +11,7 @@
 
 use futures_util::future::join_all;
 
-use super::encode::{Extra, Pair, Pairs, RESERVE, Run, SETTLE, subset};
+use super::encode::{Extra, Pair, Pairs, RESERVE, Run, SETTLE, admitted_rule, subset};
 use super::eval::decision;
 use super::{Backend, RedisStore, keys, protocol};
 use crate::algorithm::Charged;
@@ -20,6 +20,10 @@ use crate::error::StoreError;
 use crate::store::{KeyCheck, SettlePair, Settled};
 use crate::ticket::{REMEMBERED_AFTER_TTL, Ticket};
 use crate::time::{Micros, duration_to_micros};
+
+/// One Cluster slot's pairs of a reservation, their record keys and
+/// their [`admitted_rule`]s.
+type SlotGroup<'r> = (Vec<Pair<'r>>, Vec<Vec<u8>>, Vec<Vec<u8>>);
 
 impl RedisStore {
     pub(super) async fn reserve_pairs(
@@ -37,25 +41,29 @@ impl RedisStore {
             .zip(&ticket.pairs)
             .map(|(c, p)| keys::record_key(prefix, c.rule.name(), &p.key, &nonce))
             .collect();
+        let admitted: Vec<Vec<u8>> = checks.iter().map(|c| admitted_rule(c.rule)).collect();
         let groups = self.slot_groups(&pairs);
         if groups.len() == 1 {
-            let (_, ds) = self.reserve_run(&pairs, &records, ttl, at).await?;
+            let (_, ds) = self
+                .reserve_run(&pairs, &records, &admitted, ttl, at)
+                .await?;
             return Ok(MultiDecision::from_decisions(ds));
         }
         // Across slots: a dry run of every group decides; then each group
         // consumes and records in turn, undone if a later one denies.
         let multi = &self.inner.scripts.multi;
-        let grouped: Vec<(Vec<Pair<'_>>, Vec<Vec<u8>>)> = groups
+        let grouped: Vec<SlotGroup<'_>> = groups
             .iter()
             .map(|g| {
                 (
                     subset(&pairs, g),
                     g.iter().map(|&i| records[i].clone()).collect(),
+                    g.iter().map(|&i| admitted[i].clone()).collect(),
                 )
             })
             .collect();
         let mut out: Vec<Option<Decision>> = vec![None; pairs.len()];
-        let dry = join_all(grouped.iter().map(|(g, _)| self.run(multi, g, "d", at))).await;
+        let dry = join_all(grouped.iter().map(|(g, ..)| self.run(multi, g, "d", at))).await;
         let mut all = true;
         for (g, result) in groups.iter().zip(dry) {
             for (&i, d) in g.iter().zip(result?.1) {
@@ -65,8 +73,8 @@ impl RedisStore {
         }
         if all {
             let mut done: Vec<(usize, Micros)> = Vec::new();
-            for (n, (g, recs)) in grouped.iter().enumerate() {
-                let result = self.reserve_run(g, recs, ttl, at).await;
+            for (n, (g, recs, rules)) in grouped.iter().enumerate() {
+                let result = self.reserve_run(g, recs, rules, ttl, at).await;
                 let admitted = result
                     .as_ref()
                     .is_ok_and(|(_, ds)| ds.iter().all(|d| d.allowed));
@@ -101,6 +109,7 @@ impl RedisStore {
         &self,
         pairs: &[Pair<'_>],
         records: &[Vec<u8>],
+        admitted: &[Vec<u8>],
         ttl: Micros,
         at: Option<Micros>,
     ) -> Result<(Micros, Vec<Decision>), StoreError> {
@@ -112,6 +121,7 @@ impl RedisStore {
                 records,
                 ttl,
                 remember: duration_to_micros(REMEMBERED_AFTER_TTL),
+                admitted,
             },
         };
         let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
@@ -153,6 +163,11 @@ impl RedisStore {
             .zip(&ticket.pairs)
             .map(|(s, p)| keys::record_key(prefix, s.rule.name(), &p.key, &nonce))
             .collect();
+        let resets: Vec<Vec<u8>> = settle
+            .iter()
+            .zip(&ticket.pairs)
+            .map(|(s, p)| keys::reset_mark(prefix, s.rule.name(), &p.key))
+            .collect();
         let actual: Vec<Option<u64>> = settle.iter().map(|s| s.actual).collect();
         let groups = self.slot_groups(&pairs);
         let mut charged: Vec<Option<Charged>> = vec![None; pairs.len()];
@@ -163,7 +178,13 @@ impl RedisStore {
             let group_pairs = subset(&pairs, g);
             let group_actual: Vec<Option<u64>> = g.iter().map(|&i| actual[i]).collect();
             match self
-                .settle_run(&group_pairs, &sub(&records), &group_actual, at)
+                .settle_run(
+                    &group_pairs,
+                    &sub(&records),
+                    &sub(&resets),
+                    &group_actual,
+                    at,
+                )
                 .await?
             {
                 Settled::Done {
@@ -199,6 +220,7 @@ impl RedisStore {
         &self,
         pairs: &[Pair<'_>],
         records: &[Vec<u8>],
+        resets: &[Vec<u8>],
         actual: &[Option<u64>],
         at: Option<Micros>,
     ) -> Result<Settled, StoreError> {
@@ -206,7 +228,11 @@ impl RedisStore {
             pairs: Pairs::Many(pairs),
             mode: SETTLE,
             at,
-            extra: Extra::Settle { records, actual },
+            extra: Extra::Settle {
+                records,
+                resets,
+                actual,
+            },
         };
         let script = self.inner.scripts.for_pairs(pairs.iter().map(|p| p.rule));
         let reply = self.eval_run(script, run).await?;
@@ -214,16 +240,16 @@ impl RedisStore {
         match reply {
             [_, 1, _] => Ok(Settled::Unknown),
             [_, 2, _] => Ok(Settled::Finished),
-            [t, 0, late, rest @ ..] if *t >= 0 && rest.len() == 7 * pairs.len() => {
+            [t, 0, late, rest @ ..] if *t >= 0 && rest.len() == 8 * pairs.len() => {
                 let estimates = rest
-                    .chunks_exact(7)
+                    .chunks_exact(8)
                     .map(|r| {
                         u64::try_from(r[6])
                             .map_err(|_| protocol(format!("negative estimate {}", r[6])))
                     })
                     .collect::<Result<Vec<_>, StoreError>>()?;
                 let charged = rest
-                    .chunks_exact(7)
+                    .chunks_exact(8)
                     .zip(pairs.iter().zip(actual))
                     .map(|(r, (p, a))| {
                         let unsigned = |v: i64| {
@@ -232,8 +258,14 @@ impl RedisStore {
                         let (units, estimate) = (unsigned(r[5])?, unsigned(r[6])?);
                         // What the charge was asked for: usage above the estimate.
                         let asked = a.map_or(0, |a| a.saturating_sub(estimate));
+                        let mut decision = decision(&r[..4], p.rule)?;
+                        // Counted under the rule that admitted it: its
+                        // capacity (-1: the pair's own rule was used).
+                        if r[7] >= 0 {
+                            decision.limit = unsigned(r[7])?;
+                        }
                         Ok(Charged {
-                            decision: decision(&r[..4], p.rule)?,
+                            decision,
                             debt: unsigned(r[4])?,
                             clamped: asked.saturating_sub(units),
                         })

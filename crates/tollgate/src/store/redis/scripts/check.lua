@@ -285,44 +285,76 @@ local function main(keys, argv)
     if allowed then
       if cost > 0 then write() end
       redis.call('SET', K[2], '0:' .. A[6] .. ':' .. string.format('%x', t) .. ':'
-        .. A[11] .. ':' .. A[12], 'PX', A[13])
+        .. A[11] .. ':' .. A[12] .. A[14], 'PX', A[13])
     end
     return { t, allowed and 1 or 0, remaining, reset, retry }
   elseif mode == 's' then
-    -- Settle (or cancel) a reservation: K[n+i] are its records. Unknown
-    -- (a record missing or past its memory) or finished (settled before):
+    -- Settle (or cancel) a reservation: K[n+i] are its records, K[2n+i]
+    -- its pairs' reset marks. Unknown (a record missing or past its
+    -- memory, or a pair's key reset since) or finished (settled before):
     -- nothing changes. Else every pair: usage above its estimate charged;
     -- below it given back unless late (past the ttl); a cancel (-1) gives
     -- the whole estimate back. Reply: t, status (0 done, 1 unknown,
-    -- 2 finished), late (0/1), then 7 per pair: allowed, remaining,
-    -- reset_after, retry_after, debt, units charged, estimate.
+    -- 2 finished), late (0/1), then 8 per pair: allowed, remaining,
+    -- reset_after, retry_after, debt, units charged, estimate, and the
+    -- capacity of the rule it was counted under (-1: the pair's own).
     --
-    -- A record "settled:estimate:made:ttl:remember" (see mode 'v'): its
-    -- state (0 open, 1 settled or unknown: nil) and, when open, the
-    -- estimate, the time made, the end of the ttl and of its memory.
+    -- A record "settled:estimate:made:ttl:remember:rule" (see mode 'v'):
+    -- its state (0 open, 1 settled or unknown: nil) and, when open, the
+    -- estimate, the time made, the end of the ttl and of its memory, and
+    -- the rule that admitted it (nil in a record without one).
     local function record(rec)
       if not rec then return nil end
       if rec == '1' then return 1 end
-      local st, e, m, d, f = string.match(rec, '^(%d):(%d+):(%x+):(%x+):(%x+)$')
+      local st, e, m, d, f, rule =
+        string.match(rec, '^(%d):(%d+):(%x+):(%x+):(%x+)(.*)$')
       if st == nil then return nil end
       m = tonumber(m, 16)
       d = m + tonumber(d, 16)
       f = d + tonumber(f, 16)
       if t >= f then return nil end
       if st ~= '0' then return 1 end
-      return 0, tonumber(e), m, d
+      local c, q1, q2, q3, q4, cap =
+        string.match(rule, '^:(%x+):(%x+):(%x+):(%x+):(%x+):(%x+)$')
+      if c ~= nil then
+        rule = { tonumber(c, 16), tonumber(q1, 16), tonumber(q2, 16), tonumber(q3, 16),
+          tonumber(q4, 16), tonumber(cap, 16) }
+      else
+        rule = nil
+      end
+      return 0, tonumber(e), m, d, rule
     end
-    -- Pair i's usage `actual` against its estimate e made at `made`.
-    local function settle(i, code, p1, p2, p3, p4, e, made, late, actual)
+    -- Pair i's usage `actual` against its estimate e made at `made`, under
+    -- the rule that admitted it (`admitted`, as the record keeps it: a
+    -- per-key override's), else the pair's own (a reload changed the
+    -- rule's algorithm, or an older record). Also answers the capacity of
+    -- the rule used (-1: the pair's own).
+    local function settle(i, admitted, e, made, late, actual)
+      local code, _, p1, p2, p3, p4 = pair(i)
+      local cap = -1
+      if admitted ~= nil and admitted[1] == code then
+        p1, p2, p3, p4, cap = admitted[2], admitted[3], admitted[4], admitted[5], admitted[6]
+      end
+      local remaining, reset, debt, units
       if actual >= e then
-        return CHARGES[code](K[i], actual - e, p1, p2, p3, p4, t)
+        remaining, reset, debt, units = CHARGES[code](K[i], actual - e, p1, p2, p3, p4, t)
+        return remaining, reset, debt, units, cap
       end
       if not late then
         local back = e
         if actual > 0 then back = e - actual end
         GIVEBACKS[code](K[i], back, p1, p2, p3, p4, t, made)
       end
-      return CHARGES[code](K[i], 0, p1, p2, p3, p4, t)
+      remaining, reset, debt, units = CHARGES[code](K[i], 0, p1, p2, p3, p4, t)
+      return remaining, reset, debt, units, cap
+    end
+    -- Whether pair i's key was reset (docs/admin.md) at or after the
+    -- reservation was made: its mark K[2n+i] holds the reset's time. The
+    -- state the estimate was counted in is gone, and the reservation with
+    -- it (as a reset key's leases are).
+    local function reset_since(i, made)
+      local r = redis.call('GET', K[2 * n + i])
+      return r and tonumber(r) >= made
     end
     if n == 1 then
       -- At the server's time the record is read and closed in one call
@@ -337,33 +369,41 @@ local function main(keys, argv)
       else
         rec = redis.call('GET', K[2])
       end
-      local st, e, made, due = record(rec)
+      local st, e, made, due, admitted = record(rec)
       if st ~= 0 then return { t, st == nil and 1 or 2, 0 } end
+      if reset_since(1, made) then
+        redis.call('DEL', K[2])
+        return { t, 1, 0 }
+      end
       if not at_once then redis.call('SETRANGE', K[2], 0, '1') end
       local late = t > due
-      local code, _, p1, p2, p3, p4 = pair(1)
-      local remaining, reset, debt, units =
-        settle(1, code, p1, p2, p3, p4, e, made, late, tonumber(A[11]))
-      return { t, 0, late and 1 or 0, 1, remaining, reset, -1, debt, units, e }
+      local remaining, reset, debt, units, cap =
+        settle(1, admitted, e, made, late, tonumber(A[11]))
+      return { t, 0, late and 1 or 0, 1, remaining, reset, -1, debt, units, e, cap }
     end
     local recs = {}
     for i = 1, n do
-      local st, e, made, due = record(redis.call('GET', K[n + i]))
+      local st, e, made, due, admitted = record(redis.call('GET', K[n + i]))
       if st == nil then return { t, 1, 0 } end
-      recs[i] = { st, e, made, due }
+      recs[i] = { st, e, made, due, admitted }
     end
     for i = 1, n do
       if recs[i][1] ~= 0 then return { t, 2, 0 } end
+    end
+    for i = 1, n do
+      if reset_since(i, recs[i][3]) then
+        for j = 1, n do redis.call('DEL', K[n + j]) end
+        return { t, 1, 0 }
+      end
     end
     local late = t > recs[1][4]
     local reply = { t, 0, late and 1 or 0 }
     local base = 4 + 6 * n
     for i = 1, n do
       redis.call('SETRANGE', K[n + i], 0, '1')
-      local code, _, p1, p2, p3, p4 = pair(i)
       local e = recs[i][2]
-      local remaining, reset, debt, units =
-        settle(i, code, p1, p2, p3, p4, e, recs[i][3], late, tonumber(A[base + i]))
+      local remaining, reset, debt, units, cap =
+        settle(i, recs[i][5], e, recs[i][3], late, tonumber(A[base + i]))
       reply[#reply + 1] = 1
       reply[#reply + 1] = remaining
       reply[#reply + 1] = reset
@@ -371,6 +411,7 @@ local function main(keys, argv)
       reply[#reply + 1] = debt
       reply[#reply + 1] = units
       reply[#reply + 1] = e
+      reply[#reply + 1] = cap
     end
     return reply
   elseif mode == 'l' or mode == 'w' then
@@ -446,15 +487,18 @@ local function main(keys, argv)
       if mode == 'v' then
         -- A reservation: a record beside each pair's state (same hash slot),
         -- kept until its memory after the ttl ends:
-        -- "settled:estimate:made:ttl:remember", settled 0 or 1 (the first
-        -- byte, so a settle marks it with SETRANGE), the estimate as its
-        -- argument, the times in hex (µs; the ttl, the memory after it and
-        -- the record's PX come from the client): no decimal formatting,
-        -- and a settle parses them with strtoul (docs/redis-store.md).
+        -- "settled:estimate:made:ttl:remember:rule", settled 0 or 1 (the
+        -- first byte, so a settle marks it with SETRANGE), the estimate as
+        -- its argument, the times in hex (µs; the ttl, the memory after it
+        -- and the record's PX come from the client): no decimal
+        -- formatting, and a settle parses them with strtoul
+        -- (docs/redis-store.md). The rule that admitted the pair, as the
+        -- client wrote it (":code:p1:p2:p3:p4:capacity" in hex), last.
         local tail = ':' .. string.format('%x', t) .. ':' .. A[5 + 6 * n] .. ':' .. A[6 + 6 * n]
         local px = A[7 + 6 * n]
         for i = 1, n do
-          redis.call('SET', K[n + i], '0:' .. A[6 + (i - 1) * 6] .. tail, 'PX', px)
+          redis.call('SET', K[n + i], '0:' .. A[6 + (i - 1) * 6] .. tail .. A[7 + 6 * n + i],
+            'PX', px)
         end
       end
     elseif n > 1 or mode == 'd' or mode == 'v' then

@@ -1,0 +1,86 @@
+//! A settle, cancel, release or renew the store cannot answer (Redis
+//! stopped by the harness) is refused whatever the rule's failure policy:
+//! the refusal and the unrecorded units name the rule's own policy, not
+//! `deny`.
+
+use std::time::Duration;
+
+use redis_harness::RedisServer;
+
+use super::near_tests::Counters;
+use super::{OnError, ResilientLimiter, metric};
+use crate::limiter::{Check, Limiter};
+use crate::rule::{Algorithm, RuleSpec};
+use crate::store::redis::{RedisOptions, RedisStore};
+
+#[test]
+fn refusals_of_an_allow_rule_name_allow() {
+    let redis = RedisServer::start();
+    let counters = Counters::default();
+    metrics::with_local_recorder(&counters, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let options = RedisOptions {
+                    timeout: Duration::from_millis(100),
+                    ..RedisOptions::default()
+                };
+                let store = RedisStore::connect(&redis.url(), options)
+                    .await
+                    .expect("connect");
+                let hour = Duration::from_secs(3600);
+                let rules = [
+                    RuleSpec::new("open", Algorithm::Gcra, 100, hour),
+                    RuleSpec::new("slots", Algorithm::Concurrency, 4, hour),
+                ]
+                .map(|s| s.build().expect("rule"));
+                let limiter =
+                    ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
+                        .timeout(Duration::from_millis(100))
+                        .rule_on_error("open", OnError::Allow)
+                        .rule_on_error("slots", OnError::Allow)
+                        .heartbeat(None)
+                        .build()
+                        .expect("resilient");
+                let reserved = limiter
+                    .reserve_all(&[Check::new("open", "k").cost(10)], hour)
+                    .await
+                    .expect("store up");
+                let reservation = reserved.ticket.expect("admitted");
+                let acquired = limiter
+                    .acquire_all(&[Check::new("slots", "k")])
+                    .await
+                    .expect("store up");
+                let lease = acquired.ticket.expect("admitted");
+
+                redis.pause();
+                let refusals = [
+                    (
+                        "settle",
+                        limiter.settle(&reservation, Some(&[30])).await.err(),
+                    ),
+                    ("cancel", limiter.settle(&reservation, None).await.err()),
+                    ("release", limiter.release(&lease, false).await.err()),
+                    ("renew", limiter.release(&lease, true).await.err()),
+                ];
+                redis.resume();
+                for (what, refused) in refusals {
+                    let refused = refused.unwrap_or_else(|| panic!("{what} answered"));
+                    let text = refused.to_string();
+                    assert!(
+                        text.contains("allow") && !text.contains("deny"),
+                        "{what}: {text}"
+                    );
+                }
+            });
+    });
+    let unrecorded = |policy: &str| {
+        counters.get(&format!(
+            "{}{{rule=open,policy={policy}}}",
+            metric::CHARGE_UNRECORDED
+        ))
+    };
+    assert_eq!((unrecorded("allow"), unrecorded("deny")), (30, 0));
+}
