@@ -98,6 +98,8 @@ mod open;
 mod policy;
 mod reserve;
 mod runtime;
+#[cfg(all(test, feature = "redis"))]
+mod runtime_tests;
 mod throttle;
 
 use breaker::Breaker;

@@ -217,7 +217,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Sets (`Some`) or deletes (`None`) one entry of the shared runtime
-    /// table and bumps its version, also deleting the fields `expired`
+    /// table and gives it a version it never had (a reader compares
+    /// versions for equality only), also deleting the fields `expired`
     /// names. Answers `false` when the store is not shared (the default):
     /// the caller keeps the entry in its own process.
     fn runtime_write(
