@@ -63,7 +63,7 @@ async fn a_replica_sees_writes_after_redis_lost_the_table() {
 
     // The same through FLUSHALL, twice over so the counter would again
     // meet the value `b` holds.
-    server.cli(&["FLUSHALL"]);
+    let _ = server.cli(&["FLUSHALL"]);
     block_and_refresh(&a, &b, b"after-flush").await;
     assert_eq!(
         blocked(&b),
