@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::{
-    Breaker, DEFAULT_BREAKER_OPEN_FOR, DEFAULT_BREAKER_THRESHOLD, DEFAULT_HEARTBEAT,
+    Breaker, Breakers, DEFAULT_BREAKER_OPEN_FOR, DEFAULT_BREAKER_THRESHOLD, DEFAULT_HEARTBEAT,
     DEFAULT_NEAR_LIMIT_RATIO, DEFAULT_TIMEOUT, Inner, Meters, OnError, ResilientLimiter, Throttle,
     metric, replica_id,
 };
@@ -49,7 +49,7 @@ pub struct ResilientLimiterBuilder<S> {
 struct Predecessor {
     id: String,
     live: u64,
-    breaker: Arc<Breaker>,
+    breakers: Arc<Breakers>,
     /// Its runtime table's entries (blocks, runtime overrides), shared.
     runtime: Arc<super::runtime::Shared>,
 }
@@ -86,7 +86,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         self.predecessor = Some(Predecessor {
             id: previous.inner.id.clone(),
             live: previous.live_replicas(),
-            breaker: Arc::clone(&previous.inner.breaker),
+            breakers: Arc::clone(&previous.inner.breakers),
             runtime: previous.inner.runtime.shared(),
         });
         self
@@ -212,10 +212,10 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         // The breaker's cool-down and the latency metric: real time.
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
         let mut runtime = None;
-        let (id, live, breaker) = match self.predecessor {
+        let (id, live, breakers) = match self.predecessor {
             Some(p) => {
                 runtime = Some(p.runtime);
-                (p.id, p.live, p.breaker)
+                (p.id, p.live, p.breakers)
             }
             None => {
                 ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
@@ -224,7 +224,11 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                     self.breaker_open_for,
                     Arc::clone(&clock),
                 );
-                (replica_id(), self.replicas, Arc::new(breaker))
+                (
+                    replica_id(),
+                    self.replicas,
+                    Arc::new(Breakers::new(breaker)),
+                )
             }
         };
         #[allow(clippy::cast_precision_loss)]
@@ -252,7 +256,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 policies,
                 self_timed,
                 timeout: self.timeout,
-                breaker,
+                breakers,
                 clock,
                 trouble: Throttle::new(Duration::from_secs(1)),
                 breaker_log: Throttle::new(Duration::from_secs(1)),
@@ -402,8 +406,8 @@ mod successor_tests {
         assert_eq!(next.replica_id(), first.replica_id());
         assert_eq!(next.live_replicas(), 3, "the predecessor's count, not 7");
         assert!(std::sync::Arc::ptr_eq(
-            &next.inner.breaker,
-            &first.inner.breaker
+            &next.inner.breakers,
+            &first.inner.breakers
         ));
         let other = ResilientLimiter::builder(limiter(2))
             .heartbeat(None)

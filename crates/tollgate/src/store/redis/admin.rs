@@ -34,7 +34,7 @@ impl RedisStore {
 
     /// Runs one plain command (no script) on whichever connection the
     /// store has, its reply as a [`Value`].
-    async fn command(&self, args: &[&[u8]]) -> Result<Value, StoreError> {
+    pub(super) async fn command(&self, args: &[&[u8]]) -> Result<Value, StoreError> {
         if let Backend::Lean(c) = &self.inner.backend {
             let encode = |out: &mut Vec<u8>, _: &mut RuleCache| resp::command(out, args);
             return match c.call(encode).await? {
