@@ -7,8 +7,8 @@
 //! | `tollgate_store_latency_seconds` | histogram | | time the shared store took per check (success or failure); not recorded for the memory store, whose checks are in-process function calls (the series is there, at 0) |
 //! | `tollgate_store_errors_total` | counter | `kind` (`timeout`, `unavailable`, `protocol`, `circuit_open`) | failed store calls, and calls skipped while the circuit breaker is open |
 //! | `tollgate_failure_policy_total` | counter | `policy` (`allow`, `deny`, `local`) | checks the failure policy answered instead of the store |
-//! | `tollgate_circuit_breaker_opened_total` | counter | | times the circuit breaker opened (after repeated store failures, or a failed probe) |
-//! | `tollgate_circuit_breaker_open` | gauge | | 1 while the breaker is open (checks skip the store), else 0 |
+//! | `tollgate_circuit_breaker_opened_total` | counter | `node` (Redis Cluster masters only) | times the circuit breaker opened (after repeated store failures, or a failed probe); a Cluster master's breaker labelled `node="host:port"`, the store-wide one unlabelled |
+//! | `tollgate_circuit_breaker_open` | gauge | `node` (Redis Cluster masters only) | 1 while the breaker is open (checks skip the store), else 0; labelled as above |
 //! | `tollgate_live_replicas` | gauge | | replicas sharing the store, from the heartbeat (`[store] replicas` before the first one) |
 //! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
 //! | `tollgate_upstream_errors_total` | counter | `kind` (`connect`, `timeout`, `other`) | proxied requests the upstream failed (502 / 504) |

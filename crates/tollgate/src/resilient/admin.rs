@@ -115,7 +115,7 @@ impl<S: Store> ResilientLimiter<S> {
             .rule_index(rule)
             .ok_or_else(|| Refusal::Invalid(Error::UnknownRule(rule.to_owned())))?;
         let inner = &self.inner;
-        let table = inner.runtime.table.load_full();
+        let table = inner.runtime.view.table.load_full();
         let base = &self.rules()[i];
         let runtime = table
             .override_for(rule, key)
@@ -256,7 +256,7 @@ impl<S: Store> ResilientLimiter<S> {
     /// `pick` takes them.
     fn in_force<T>(&self, pick: impl Fn(&Entry) -> Option<T>) -> Vec<T> {
         let now_ms = self.inner.wall_now() / 1000;
-        let table = self.inner.runtime.table.load();
+        let table = self.inner.runtime.view.table.load();
         table
             .entries
             .iter()
@@ -342,6 +342,7 @@ impl<S: Store> ResilientLimiter<S> {
             || self
                 .inner
                 .runtime
+                .view
                 .table
                 .load()
                 .left_out

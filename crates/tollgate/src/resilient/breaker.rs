@@ -1,10 +1,13 @@
 //! The circuit breaker: stops calling a store that failed several times
 //! in a row.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use parking_lot::RwLock;
 
 use crate::time::{Clock, Micros};
 
@@ -136,6 +139,87 @@ impl Breaker {
             return opened;
         }
         false
+    }
+}
+
+/// The breakers of a store: one for the store as a whole, and, for a
+/// store whose parts fail apart ([`crate::Store::failure_domain`]: a Redis
+/// Cluster's masters), one per part, made at its first call, so a dead
+/// master sends only its own keys to the failure policy.
+pub(super) struct Breakers {
+    /// The store's (or, on a store of parts, calls no part was named for).
+    pub(super) whole: Breaker,
+    parts: RwLock<HashMap<Arc<str>, Arc<Breaker>>>,
+}
+
+impl fmt::Debug for Breakers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Breakers")
+            .field("whole", &self.whole)
+            .field("parts", &self.parts.read().len())
+            .finish()
+    }
+}
+
+/// The breakers one store call goes through.
+pub(super) enum Gate<'a> {
+    /// The store-wide one: a store of one part, a call naming no part.
+    Whole(&'a Breaker),
+    /// Each part's the call's keys live on (more than one when its keys
+    /// span parts), with its name.
+    Parts(Vec<(Arc<str>, Arc<Breaker>)>),
+}
+
+impl Breakers {
+    pub(super) fn new(whole: Breaker) -> Self {
+        Self {
+            whole,
+            parts: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The breaker of part `name`, made (closed) at its first call.
+    pub(super) fn part(&self, name: &Arc<str>) -> Arc<Breaker> {
+        if let Some(b) = self.parts.read().get(name) {
+            return Arc::clone(b);
+        }
+        let mut parts = self.parts.write();
+        let b = parts.entry(Arc::clone(name)).or_insert_with(|| {
+            Arc::new(Breaker::new(
+                self.whole.threshold,
+                self.whole.open_for,
+                Arc::clone(&self.whole.clock),
+            ))
+        });
+        Arc::clone(b)
+    }
+
+    /// The breakers a call over the keys of `domains` goes through: the
+    /// parts named (each once), or the store-wide one if any key has none.
+    pub(super) fn gate<'a>(
+        &'a self,
+        domains: impl IntoIterator<Item = Option<Arc<str>>>,
+    ) -> Gate<'a> {
+        let mut parts: Vec<(Arc<str>, Arc<Breaker>)> = Vec::new();
+        for d in domains {
+            let Some(name) = d else {
+                return Gate::Whole(&self.whole);
+            };
+            if !parts.iter().any(|(n, _)| *n == name) {
+                let b = self.part(&name);
+                parts.push((name, b));
+            }
+        }
+        if parts.is_empty() {
+            Gate::Whole(&self.whole)
+        } else {
+            Gate::Parts(parts)
+        }
+    }
+
+    /// Whether any breaker, the store's or a part's, is open.
+    pub(super) fn any_open(&self) -> bool {
+        self.whole.is_open() || self.parts.read().values().any(|b| b.is_open())
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 
 use super::{
-    Breaker, DEFAULT_BREAKER_OPEN_FOR, DEFAULT_BREAKER_THRESHOLD, DEFAULT_HEARTBEAT,
+    Breaker, Breakers, DEFAULT_BREAKER_OPEN_FOR, DEFAULT_BREAKER_THRESHOLD, DEFAULT_HEARTBEAT,
     DEFAULT_NEAR_LIMIT_RATIO, DEFAULT_TIMEOUT, Inner, Meters, OnError, ResilientLimiter, Throttle,
     metric, replica_id,
 };
@@ -49,9 +49,9 @@ pub struct ResilientLimiterBuilder<S> {
 struct Predecessor {
     id: String,
     live: u64,
-    breaker: Arc<Breaker>,
-    /// Its runtime table's entries (blocks, runtime overrides).
-    runtime: std::collections::BTreeMap<Vec<u8>, crate::runtime::Entry>,
+    breakers: Arc<Breakers>,
+    /// Its runtime table's entries (blocks, runtime overrides), shared.
+    runtime: Arc<super::runtime::Shared>,
 }
 
 impl<S: Store> ResilientLimiterBuilder<S> {
@@ -80,12 +80,14 @@ impl<S: Store> ResilientLimiterBuilder<S> {
     /// known live replica count (instead of [`Self::replicas`]) and its
     /// circuit breaker, shared (an open breaker stays open, and failures
     /// seen by either count for both); [`Self::breaker`] is then ignored.
+    /// Its runtime table (blocks, runtime overrides) is shared too: a write
+    /// through either, before or after the swap, holds in both.
     pub fn succeeding(mut self, previous: &ResilientLimiter<S>) -> Self {
         self.predecessor = Some(Predecessor {
             id: previous.inner.id.clone(),
             live: previous.live_replicas(),
-            breaker: Arc::clone(&previous.inner.breaker),
-            runtime: previous.inner.runtime_entries(),
+            breakers: Arc::clone(&previous.inner.breakers),
+            runtime: previous.inner.runtime.shared(),
         });
         self
     }
@@ -212,10 +214,10 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         // The breaker's cool-down and the latency metric: real time.
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
         let mut runtime = None;
-        let (id, live, breaker) = match self.predecessor {
+        let (id, live, breakers) = match self.predecessor {
             Some(p) => {
                 runtime = Some(p.runtime);
-                (p.id, p.live, p.breaker)
+                (p.id, p.live, p.breakers)
             }
             None => {
                 ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
@@ -224,7 +226,11 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                     self.breaker_open_for,
                     Arc::clone(&clock),
                 );
-                (replica_id(), self.replicas, Arc::new(breaker))
+                (
+                    replica_id(),
+                    self.replicas,
+                    Arc::new(Breakers::new(breaker)),
+                )
             }
         };
         #[allow(clippy::cast_precision_loss)]
@@ -240,6 +246,11 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 .bounds_calls()
                 .is_some_and(|bound| bound <= t)
         });
+        // Blocks and runtime overrides carry over, shared (on a store that
+        // shares none they live only in this process), read against the
+        // new rules.
+        let runtime =
+            super::runtime::Runtime::new(self.limiter.rules(), Arc::clone(&clock), runtime);
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
                 open,
@@ -247,7 +258,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 policies,
                 self_timed,
                 timeout: self.timeout,
-                breaker,
+                breakers,
                 clock,
                 trouble: Throttle::new(Duration::from_secs(1)),
                 breaker_log: Throttle::new(Duration::from_secs(1)),
@@ -260,18 +271,13 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 refusing: std::sync::atomic::AtomicBool::new(false),
                 meters,
                 top: TopDenied::new(rule_count, self.top_denied, self.top_denied_epoch),
-                runtime: super::runtime::Runtime::new(),
+                runtime,
             }),
             task: Mutex::new(None),
             started: AtomicBool::new(false),
             runtime_task: Mutex::new(None),
             runtime_started: AtomicBool::new(false),
         };
-        // Blocks and runtime overrides carry over (on a store that shares
-        // none they live only here), read against the new rules.
-        if let Some(entries) = runtime {
-            limiter.inner.adopt_runtime(entries);
-        }
         limiter.start_heartbeat();
         Ok(limiter)
     }
@@ -402,13 +408,67 @@ mod successor_tests {
         assert_eq!(next.replica_id(), first.replica_id());
         assert_eq!(next.live_replicas(), 3, "the predecessor's count, not 7");
         assert!(std::sync::Arc::ptr_eq(
-            &next.inner.breaker,
-            &first.inner.breaker
+            &next.inner.breakers,
+            &first.inner.breakers
         ));
         let other = ResilientLimiter::builder(limiter(2))
             .heartbeat(None)
             .build()
             .expect("other");
         assert_ne!(other.replica_id(), first.replica_id());
+    }
+}
+
+#[cfg(test)]
+mod successor_runtime_tests {
+    use std::time::Duration;
+
+    use crate::resilient::ResilientLimiter;
+    use crate::{Algorithm, Limiter, MemoryStore, RuleSpec, RuntimeOverride};
+
+    fn limiter(limit: u64) -> Limiter<MemoryStore> {
+        let rule = RuleSpec::new("r", Algorithm::FixedWindow, limit, Duration::from_secs(60))
+            .build()
+            .expect("rule");
+        Limiter::new(MemoryStore::new(), [rule]).expect("limiter")
+    }
+
+    /// A reload builds the successor, then swaps it in: an operator's write
+    /// answered by the predecessor in between (or by the successor while
+    /// a request still holds the predecessor) must hold in both, on a store
+    /// that keeps the runtime table in this process.
+    #[tokio::test]
+    async fn writes_between_build_and_swap_hold_in_predecessor_and_successor() {
+        let first = ResilientLimiter::builder(limiter(5))
+            .heartbeat(None)
+            .build()
+            .expect("first");
+        let next = ResilientLimiter::builder(limiter(5))
+            .heartbeat(None)
+            .succeeding(&first)
+            .build()
+            .expect("next");
+        // Built, not yet swapped in: the write lands on the predecessor.
+        first
+            .block("r", b"late", Duration::from_secs(600))
+            .await
+            .expect("block");
+        assert_eq!(next.blocks().len(), 1, "the successor lost the block");
+        let denied = next.check("r", "late", 1).await.expect("check");
+        assert!(!denied.multi.allowed, "a blocked key admitted");
+        // Swapped in, the predecessor still serving one request.
+        next.set_override(RuntimeOverride {
+            rule: "r".into(),
+            key: b"vip".to_vec(),
+            limit: 50,
+            period: None,
+            burst: None,
+            ends_ms: None,
+        })
+        .await
+        .expect("override");
+        assert_eq!(first.overrides().len(), 1, "the predecessor misses it");
+        assert!(first.unblock("r", b"late").await.expect("unblock"));
+        assert!(next.blocks().is_empty(), "the unblock did not reach it");
     }
 }

@@ -93,9 +93,15 @@ impl<S: Store> ResilientLimiter<S> {
         let refund = op == Op::Refund;
         let store = inner.limiter.store();
         let result = if refund {
-            inner.guarded("refund", store.refund_all(pairs, None)).await
+            let gate = inner.gate(pairs);
+            inner
+                .guarded("refund", gate, store.refund_all(pairs, None))
+                .await
         } else {
-            inner.guarded("charge", store.charge_all(pairs, None)).await
+            let gate = inner.gate(pairs);
+            inner
+                .guarded("charge", gate, store.charge_all(pairs, None))
+                .await
         };
         match result {
             Ok(charged) => {

@@ -35,7 +35,7 @@ pub(super) async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
                 }
                 // After the cool-down, a heartbeat that got through is the
                 // breaker's probe: it closes without any check traffic.
-                if !inner.breaker.is_open() {
+                if !inner.breakers.whole.is_open() {
                     inner.store_answered();
                 }
             }

@@ -40,7 +40,11 @@ impl<S: Store> ResilientLimiter<S> {
         }
         let store = inner.limiter.store();
         match inner
-            .guarded("acquire", store.acquire_all(pairs, &ticket, None))
+            .guarded(
+                "acquire",
+                inner.gate(pairs),
+                store.acquire_all(pairs, &ticket, None),
+            )
             .await
         {
             Ok(multi) => {
@@ -104,7 +108,11 @@ impl<S: Store> ResilientLimiter<S> {
         let what = if renew { "renew" } else { "release" };
         let stored = self
             .inner
-            .guarded(what, limiter.store().release(ticket, &rules, renew, None))
+            .guarded(
+                what,
+                self.inner.ticket_gate(ticket),
+                limiter.store().release(ticket, &rules, renew, None),
+            )
             .await;
         // A lease the store does not hold (or cannot say) may be one the
         // `local` policy took in the fallback.

@@ -54,9 +54,12 @@ pub const STORE_ERRORS: &str = "tollgate_store_errors_total";
 /// Counter, label `policy` (`allow`, `deny`, `local`): checks the
 /// failure policy answered instead of the store.
 pub const FAILURE_POLICY: &str = "tollgate_failure_policy_total";
-/// Counter: times the circuit breaker opened.
+/// Counter: times the circuit breaker opened; on a Redis Cluster a
+/// master's breaker counts with the label `node` (`host:port`), the
+/// store-wide one without.
 pub const BREAKER_OPENED: &str = "tollgate_circuit_breaker_opened_total";
-/// Gauge: 1 while the circuit breaker is open, else 0.
+/// Gauge: 1 while the circuit breaker is open, else 0; per Redis Cluster
+/// master with the label `node`, as [`BREAKER_OPENED`].
 pub const BREAKER_OPEN: &str = "tollgate_circuit_breaker_open";
 /// Gauge: the live replicas sharing the store, as last learned from
 /// the heartbeat (the configured count before the first one).

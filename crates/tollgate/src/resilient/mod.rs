@@ -14,7 +14,8 @@
 //! * **a circuit breaker** stops calling a store that failed several times in
 //!   a row: for a cool-down every check goes straight to the policy, then
 //!   one probe goes through, and the breaker closes by itself once the store
-//!   answers;
+//!   answers (on a Redis Cluster, one breaker per master as well: a dead
+//!   master's keys go to the policy, the others' to Redis);
 //! * every store failure, policy answer and breaker opening is **counted**
 //!   through the [`metrics`](https://docs.rs/metrics) facade (names in
 //!   [`metric`]) and **logged** through `tracing`, at most once a second.
@@ -88,6 +89,7 @@ mod charge;
 mod denied;
 #[cfg(test)]
 mod denied_tests;
+mod gate;
 mod heartbeat;
 mod inflight;
 mod local;
@@ -99,10 +101,12 @@ mod policy;
 mod reserve;
 mod runtime;
 #[cfg(all(test, feature = "redis"))]
+mod runtime_tests;
+#[cfg(all(test, feature = "redis"))]
 mod stranded_tests;
 mod throttle;
 
-use breaker::Breaker;
+use breaker::{Breaker, Breakers, Gate};
 pub use builder::{ResilientLimiterBuilder, check_near_limit_ratio, check_top_denied};
 pub use charge::ChargeVerdict;
 use heartbeat::{heartbeat, replica_id};
@@ -138,9 +142,9 @@ struct Inner<S> {
     /// The store fails its own calls within `timeout` (see
     /// [`Store::bounds_calls`]): no timer of ours.
     self_timed: bool,
-    /// Shared with a successor built by
-    /// [`ResilientLimiterBuilder::succeeding`].
-    breaker: Arc<Breaker>,
+    /// The store's, and on a Redis Cluster each master's; shared with a
+    /// successor built by [`ResilientLimiterBuilder::succeeding`].
+    breakers: Arc<Breakers>,
     /// The breaker's clock, also timing store calls for the latency metric.
     clock: Arc<dyn Clock>,
     trouble: Throttle,
@@ -268,10 +272,12 @@ impl<S> ResilientLimiter<S> {
         self.inner.open.sweep(self.inner.clock.now());
     }
 
-    /// Whether the circuit breaker is open (checks skip the store).
+    /// Whether a circuit breaker is open (checks skip the store): the
+    /// store's, or, on a Redis Cluster, any master's (its keys' checks
+    /// skip it).
     #[must_use]
     pub fn breaker_open(&self) -> bool {
-        self.inner.breaker.is_open()
+        self.inner.breakers.any_open()
     }
 }
 
@@ -435,7 +441,7 @@ impl<S: Store> ResilientLimiter<S> {
     pub async fn ready(&self) -> Result<(), StoreError> {
         self.start_heartbeat();
         let inner = &self.inner;
-        if inner.breaker.is_open() {
+        if inner.breakers.whole.is_open() {
             return Err(StoreError::new(
                 StoreErrorKind::Unavailable,
                 "circuit breaker open after repeated store failures",
@@ -581,19 +587,30 @@ impl<S: Store> Inner<S> {
     /// One check of the store, bounded by the timeout and gated by the
     /// breaker.
     async fn call_store(&self, checks: &[KeyCheck<'_>]) -> Result<MultiDecision, StoreError> {
-        self.guarded("check", self.limiter.store().check_all(checks, None))
-            .await
+        self.guarded(
+            "check",
+            self.gate(checks),
+            self.limiter.store().check_all(checks, None),
+        )
+        .await
     }
 
     /// One call to the store (`what` names it in a timeout's error),
-    /// bounded by the timeout and gated by the breaker; its latency,
-    /// errors and the breaker's state recorded.
+    /// bounded by the timeout and gated by the breakers of `gate`; its
+    /// latency, errors and the breakers' state recorded. A call whose keys
+    /// span parts is skipped while any of theirs is open, and its failure
+    /// opens none (it cannot tell which part failed).
     async fn guarded<T>(
         &self,
         what: &str,
+        gate: Gate<'_>,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        if !self.breaker.allow() {
+        let allowed = match &gate {
+            Gate::Whole(b) => b.allow(),
+            Gate::Parts(parts) => parts.iter().all(|(_, b)| b.allow()),
+        };
+        if !allowed {
             ::metrics::counter!(metric::STORE_ERRORS, "kind" => "circuit_open").increment(1);
             return Err(StoreError::new(
                 StoreErrorKind::Unavailable,
@@ -609,7 +626,10 @@ impl<S: Store> Inner<S> {
         }
         match &result {
             Ok(_) => {
-                self.store_answered();
+                match &gate {
+                    Gate::Whole(_) => self.store_answered(),
+                    Gate::Parts(parts) => self.parts_answered(parts),
+                }
                 // A check went through: whatever the last heartbeat met
                 // is over.
                 if self.refusing.load(Ordering::Relaxed) {
@@ -623,24 +643,13 @@ impl<S: Store> Inner<S> {
                     _ => "protocol",
                 };
                 ::metrics::counter!(metric::STORE_ERRORS, "kind" => kind).increment(1);
-                if self.breaker.failure() {
-                    ::metrics::counter!(metric::BREAKER_OPENED).increment(1);
-                    ::metrics::gauge!(metric::BREAKER_OPEN).set(1.0);
-                    let open_for = self.breaker.open_for;
-                    // Since the last success: the threshold when it first
-                    // opens, more when a probe fails and it opens again.
-                    let failed = self.breaker.failures.load(Ordering::Acquire);
-                    self.breaker_log.report(|suppressed| {
-                        let more = if suppressed > 0 {
-                            format!(" (opened {suppressed} more times since the last report)")
-                        } else {
-                            String::new()
-                        };
-                        tracing::warn!(
-                            "circuit breaker open: the store failed {failed} times in a row \
-                             ({e}); skipping it for {open_for:?}{more}"
-                        );
-                    });
+                match &gate {
+                    Gate::Whole(b) => self.failed(b, None, e),
+                    Gate::Parts(parts) => {
+                        if let [(node, b)] = parts.as_slice() {
+                            self.failed(b, Some(node), e);
+                        }
+                    }
                 }
             }
         }
@@ -649,7 +658,7 @@ impl<S: Store> Inner<S> {
 
     /// The store answered (a check, a probe or a heartbeat).
     fn store_answered(&self) {
-        if self.breaker.success() {
+        if self.breakers.whole.success() {
             ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
             tracing::info!("store answering again; circuit breaker closed");
         }

@@ -55,7 +55,11 @@ impl<S: Store> ResilientLimiter<S> {
         }
         let store = inner.limiter.store();
         match inner
-            .guarded("reserve", store.reserve_all(pairs, &ticket, ttl, None))
+            .guarded(
+                "reserve",
+                inner.gate(pairs),
+                store.reserve_all(pairs, &ticket, ttl, None),
+            )
             .await
         {
             Ok(multi) => {
@@ -107,7 +111,11 @@ impl<S: Store> ResilientLimiter<S> {
         self.start_heartbeat();
         let result = self
             .inner
-            .guarded("settle", limiter.store().settle(ticket, &pairs, None))
+            .guarded(
+                "settle",
+                self.inner.ticket_gate(ticket),
+                limiter.store().settle(ticket, &pairs, None),
+            )
             .await;
         match result {
             Ok(settled) => {

@@ -9,6 +9,7 @@
 //! empty.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
 use std::sync::Weak;
 use std::time::Duration;
@@ -19,9 +20,10 @@ use parking_lot::Mutex;
 use super::{Inner, ResilientLimiter, Throttle, Verdict, untouched};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
+use crate::rule::Rule;
 use crate::runtime::{Entry, Table};
 use crate::store::{KeyCheck, Store};
-use crate::time::Micros;
+use crate::time::{Clock, Micros};
 
 /// How often a replica reads the shared runtime table's version (and, when
 /// it moved, the table); also how often ended overrides are dropped.
@@ -29,28 +31,103 @@ pub const RUNTIME_REFRESH: Duration = Duration::from_millis(250);
 
 /// The runtime table as this limiter holds it.
 pub(super) struct Runtime {
-    /// What checks read.
-    pub(super) table: ArcSwap<Table>,
-    /// Every entry by field: for a store that shares no table, the table
-    /// itself; for a shared one, the last read.
-    entries: Mutex<BTreeMap<Vec<u8>, Entry>>,
-    /// The shared table's version last read (`None`: read it whole next).
-    version: Mutex<Option<u64>>,
-    /// Serializes writes and refreshes, so a refresh never installs a
-    /// table older than one a write just installed.
-    writing: tokio::sync::Mutex<()>,
+    /// What this limiter's checks read.
+    pub(super) view: Arc<View>,
+    /// The entries, shared with the limiter's predecessor and successors.
+    shared: Arc<Shared>,
     trouble: Throttle,
 }
 
+/// The table one limiter's checks read, built against its own rules.
+pub(super) struct View {
+    /// What checks read.
+    pub(super) table: ArcSwap<Table>,
+    rules: Vec<Rule>,
+    clock: Arc<dyn Clock>,
+}
+
+impl View {
+    /// Builds the table from `entries` against this limiter's rules and
+    /// installs it.
+    fn install(&self, entries: &BTreeMap<Vec<u8>, Entry>) {
+        let table = Table::build(entries.values().cloned(), &self.rules, self.clock.now());
+        self.table.store(Arc::new(table));
+    }
+}
+
+/// The runtime table's entries, one set for a limiter and every successor
+/// a reload builds from it ([`super::ResilientLimiterBuilder::succeeding`]):
+/// a write answered by either, before or after the swap, is in both,
+/// whichever serves the next check (docs/admin.md).
+pub(super) struct Shared {
+    state: Mutex<State>,
+    /// Serializes writes and refreshes, so a refresh never installs a
+    /// table older than one a write just installed.
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+struct State {
+    /// Every entry by field: for a store that shares no table, the table
+    /// itself; for a shared one, the last read.
+    entries: BTreeMap<Vec<u8>, Entry>,
+    /// The shared table's version last read (`None`: read it whole next).
+    version: Option<u64>,
+    /// The limiters' views; a gone limiter's is dropped at the next write.
+    views: Vec<Weak<View>>,
+}
+
+impl State {
+    /// Installs the entries in every live view (under the lock: two
+    /// installs never cross).
+    fn install(&mut self) {
+        let entries = &self.entries;
+        self.views
+            .retain(|v| v.upgrade().inspect(|v| v.install(entries)).is_some());
+    }
+}
+
 impl Runtime {
-    pub(super) fn new() -> Self {
-        Self {
+    /// A limiter's runtime table over `rules`: its predecessor's entries
+    /// (`shared`) when a reload builds it, else empty ones of its own.
+    pub(super) fn new(rules: &[Rule], clock: Arc<dyn Clock>, shared: Option<Arc<Shared>>) -> Self {
+        let shared = shared.unwrap_or_else(|| {
+            Arc::new(Shared {
+                state: Mutex::new(State {
+                    entries: BTreeMap::new(),
+                    version: None,
+                    views: Vec::new(),
+                }),
+                writing: tokio::sync::Mutex::new(()),
+            })
+        });
+        let view = Arc::new(View {
             table: ArcSwap::from_pointee(Table::default()),
-            entries: Mutex::new(BTreeMap::new()),
-            version: Mutex::new(None),
-            writing: tokio::sync::Mutex::new(()),
+            rules: rules.to_vec(),
+            clock,
+        });
+        {
+            // Under the lock: no write falls between the read and the
+            // registration.
+            let mut state = shared.state.lock();
+            view.install(&state.entries);
+            state.views.push(Arc::downgrade(&view));
+        }
+        Self {
+            view,
+            shared,
             trouble: Throttle::new(Duration::from_secs(10)),
         }
+    }
+
+    /// The entries, for a successor to share.
+    pub(super) fn shared(&self) -> Arc<Shared> {
+        Arc::clone(&self.shared)
     }
 }
 
@@ -58,7 +135,7 @@ impl<S: Store> Inner<S> {
     /// The runtime table, when it holds anything.
     #[inline]
     pub(super) fn runtime_table(&self) -> Option<Arc<Table>> {
-        let table = self.runtime.table.load();
+        let table = self.runtime.view.table.load();
         (!table.is_empty()).then(|| Arc::clone(&table))
     }
 
@@ -68,39 +145,18 @@ impl<S: Store> Inner<S> {
         self.clock.now()
     }
 
-    /// The runtime table's entries, for a successor ([`Self::adopt_runtime`]).
-    pub(super) fn runtime_entries(&self) -> BTreeMap<Vec<u8>, Entry> {
-        self.runtime.entries.lock().clone()
-    }
-
-    /// Takes a predecessor's entries (a reload) and installs them against
-    /// this limiter's rules.
-    pub(super) fn adopt_runtime(&self, entries: BTreeMap<Vec<u8>, Entry>) {
-        self.install(&entries);
-        *self.runtime.entries.lock() = entries;
-    }
-
-    /// Builds the table from `entries` and installs it.
-    fn install(&self, entries: &BTreeMap<Vec<u8>, Entry>) {
-        let table = Table::build(
-            entries.values().cloned(),
-            self.limiter.rules(),
-            self.wall_now(),
-        );
-        self.runtime.table.store(Arc::new(table));
-    }
-
     /// Reads the shared table when it changed (or, `whole`, in any case),
     /// and drops ended entries; the table checks read follows.
     ///
     /// # Errors
     /// The store failed; the table in use stays.
     pub(super) async fn refresh_runtime(&self, whole: bool) -> Result<(), StoreError> {
-        let _writing = self.runtime.writing.lock().await;
+        let shared = &self.runtime.shared;
+        let _writing = shared.writing.lock().await;
         let since = if whole {
             None
         } else {
-            *self.runtime.version.lock()
+            shared.state.lock().version
         };
         let read = self
             .within("runtime table", self.limiter.store().runtime_read(since))
@@ -118,12 +174,12 @@ impl<S: Store> Inner<S> {
                     ),
                 }
             }
-            self.install(&entries);
-            *self.runtime.entries.lock() = entries;
-            *self.runtime.version.lock() = Some(version);
-        } else if self.runtime.table.load().next_end <= self.wall_now() {
-            let entries = self.runtime.entries.lock().clone();
-            self.install(&entries);
+            let mut state = shared.state.lock();
+            state.entries = entries;
+            state.version = Some(version);
+            state.install();
+        } else if self.runtime.view.table.load().next_end <= self.wall_now() {
+            shared.state.lock().install();
         }
         Ok(())
     }
@@ -139,40 +195,41 @@ impl<S: Store> Inner<S> {
         entry: Option<Entry>,
     ) -> Result<(), StoreError> {
         let now_ms = self.wall_now() / 1000;
-        let expired: Vec<Vec<u8>> = self
-            .runtime
-            .entries
+        let shared = &self.runtime.shared;
+        let expired: Vec<Vec<u8>> = shared
+            .state
             .lock()
+            .entries
             .iter()
             .filter(|(f, e)| **f != field && e.ended(now_ms))
             .map(|(f, _)| f.clone())
             .collect();
         let value = entry.as_ref().map(|e| e.encode().1);
-        let shared = {
-            let _writing = self.runtime.writing.lock().await;
+        let in_store = {
+            let _writing = shared.writing.lock().await;
             let write = self
                 .limiter
                 .store()
                 .runtime_write(&field, value.as_deref(), &expired);
-            let shared = self.within("runtime table", write).await?;
-            if !shared {
-                let mut entries = self.runtime.entries.lock();
+            let in_store = self.within("runtime table", write).await?;
+            if !in_store {
+                let mut state = shared.state.lock();
                 for f in &expired {
-                    entries.remove(f);
+                    state.entries.remove(f);
                 }
                 match entry {
                     Some(e) => {
-                        entries.insert(field, e);
+                        state.entries.insert(field, e);
                     }
                     None => {
-                        entries.remove(&field);
+                        state.entries.remove(&field);
                     }
                 }
-                self.install(&entries);
+                state.install();
             }
-            shared
+            in_store
         };
-        if shared {
+        if in_store {
             // This replica sees its own write at once.
             self.refresh_runtime(true).await?;
         }

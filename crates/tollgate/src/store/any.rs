@@ -58,6 +58,17 @@ impl Store for AnyStore {
         }
     }
 
+    fn failure_domain(&self, rule: &str, key: super::DomainKey<'_>) -> Option<std::sync::Arc<str>> {
+        match self {
+            #[cfg(feature = "redis")]
+            AnyStore::Redis(r) => r.failure_domain(rule, key),
+            _ => {
+                let _ = (rule, key);
+                None
+            }
+        }
+    }
+
     fn rules_in_use(&self, rules: &[Rule]) {
         #[cfg(feature = "redis")]
         if let AnyStore::Hybrid(h) = self {

@@ -83,6 +83,15 @@ pub struct SettlePair<'a> {
     pub actual: Option<u64>,
 }
 
+/// A key as [`Store::failure_domain`] is given it.
+#[derive(Debug, Clone, Copy)]
+pub enum DomainKey<'a> {
+    /// A caller's key.
+    Caller(&'a [u8]),
+    /// A key by its name, as a ticket holds it ([`crate::ticket::TicketPair::key`]).
+    Named(&'a [u8]),
+}
+
 /// A place that keeps rate-limit state and decides checks atomically.
 ///
 /// `at` is the time of the check in microseconds; `None` means the store's
@@ -217,7 +226,8 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// Sets (`Some`) or deletes (`None`) one entry of the shared runtime
-    /// table and bumps its version, also deleting the fields `expired`
+    /// table and gives it a version it never had (a reader compares
+    /// versions for equality only), also deleting the fields `expired`
     /// names. Answers `false` when the store is not shared (the default):
     /// the caller keeps the entry in its own process.
     fn runtime_write(
@@ -244,6 +254,17 @@ pub trait Store: Send + Sync + 'static {
     /// of the HTTP API's checks per second).
     fn in_process(&self) -> bool {
         false
+    }
+
+    /// The part of the store holding `key`'s state under the rule named
+    /// `rule`, when its parts fail apart (a Redis Cluster: the master
+    /// serving the key's slot, as `host:port`, once the store has read the
+    /// slot map), so [`crate::resilient::ResilientLimiter`] keeps one
+    /// circuit breaker per part and a dead one does not stop calls to the
+    /// others. `None`, the default: the store fails as one.
+    fn failure_domain(&self, rule: &str, key: DomainKey<'_>) -> Option<Arc<str>> {
+        let _ = (rule, key);
+        None
     }
 
     /// The longest any call of this store waits before it fails by itself
@@ -394,6 +415,10 @@ impl<S: Store> Store for Arc<S> {
 
     fn in_process(&self) -> bool {
         (**self).in_process()
+    }
+
+    fn failure_domain(&self, rule: &str, key: DomainKey<'_>) -> Option<Arc<str>> {
+        (**self).failure_domain(rule, key)
     }
 
     fn bounds_calls(&self) -> Option<Duration> {

@@ -4,9 +4,11 @@
 //! [`crate::Store::runtime_write`]).
 //!
 //! The table is one hash, `<prefix>:runtime` (field → value, as
-//! `crate::resilient` encodes them), and a counter,
-//! `<prefix>:runtime:version`, bumped after every write: a replica polls
-//! the counter (one `GET`) and reads the hash only when it moved. Neither
+//! `crate::resilient` encodes them), and its version,
+//! `<prefix>:runtime:version`, set to a fresh random number after every
+//! write: a replica polls the version (one `GET`) and reads the hash only
+//! when it differs from the one it read, which no later write can repeat
+//! (a counter could, once Redis lost it). Neither
 //! key has a TTL: the table outlives every replica (entries carry their
 //! own end). Neither can meet a rule's key, which always holds `:{`.
 
@@ -48,7 +50,7 @@ impl RedisStore {
 
     /// Runs one plain command (no script) on whichever connection the
     /// store has, its reply as a [`Value`].
-    async fn command(&self, args: &[&[u8]]) -> Result<Value, StoreError> {
+    pub(super) async fn command(&self, args: &[&[u8]]) -> Result<Value, StoreError> {
         if let Backend::Lean(c) = &self.inner.backend {
             let encode = |out: &mut Vec<u8>, _: &mut RuleCache| resp::command(out, args);
             return match c.call(encode).await? {
@@ -134,10 +136,30 @@ impl RedisStore {
             self.command(&args).await?;
         }
         // After the hash: a replica that sees the new version reads it.
+        // A fresh random version, not a counter: a counter starts over
+        // when Redis loses it (a restart without persistence, FLUSHALL, a
+        // failover to a lagging replica) and climbs back to a value a
+        // replica holds, which then never reads the new table.
+        let version = fresh_version()?.to_string();
         let version_key = self.runtime_version_key();
-        self.command(&[b"INCR", version_key.as_bytes()]).await?;
+        self.command(&[b"SET", version_key.as_bytes(), version.as_bytes()])
+            .await?;
         Ok(())
     }
+}
+
+/// A runtime table version no write made before: 63 random bits (a
+/// replica of an older tollgate still `INCR`s it within an `i64`), never
+/// 0 (what a missing version reads as).
+fn fresh_version() -> Result<u64, StoreError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        StoreError::new(
+            crate::error::StoreErrorKind::Unavailable,
+            format!("no random runtime table version: {e}"),
+        )
+    })?;
+    Ok((u64::from_le_bytes(bytes) >> 1).max(1))
 }
 
 /// A redis-rs value as the lean connection's.

@@ -27,11 +27,17 @@ impl RedisStore {
     ) -> Result<T, RedisError> {
         match &self.inner.backend {
             Backend::Standalone(c) => cmd.query_async(&mut c.clone()).await,
-            Backend::Cluster { client, conn } => {
+            Backend::Cluster { client, conn, .. } => {
                 let c = conn
                     .get_or_try_init(|| client.get_async_connection())
                     .await?;
-                cmd.query_async(&mut c.clone()).await
+                let result = cmd.query_async(&mut c.clone()).await;
+                if result.is_err() {
+                    // Slots may have moved (a failover): the breakers'
+                    // domains follow.
+                    self.read_slots_soon(true);
+                }
+                result
             }
             Backend::Lean(_) => Err(RedisError::from((
                 ErrorKind::Client,

@@ -50,6 +50,7 @@ mod replicas;
 mod reserve;
 mod resp;
 mod scripts;
+mod slots;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,7 +68,7 @@ use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::rule::Rule;
-use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
+use crate::store::{DomainKey, KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 use crate::time::Micros;
 
@@ -114,6 +115,8 @@ enum Backend {
         /// Boxed: a client is over 500 bytes, the other variants 8.
         client: Box<ClusterClient>,
         conn: tokio::sync::OnceCell<ClusterConnection>,
+        /// Which master serves each slot: the breaker's failure domains.
+        slots: slots::Slots,
     },
 }
 
@@ -191,6 +194,14 @@ impl RedisStore {
                 cost: c.cost,
             })
             .collect()
+    }
+
+    /// The slot map, on a Cluster.
+    fn slots(&self) -> Option<&slots::Slots> {
+        match &self.inner.backend {
+            Backend::Cluster { slots, .. } => Some(slots),
+            _ => None,
+        }
     }
 
     /// Sends `PING`: whether the store answers (all nodes' answers are not
@@ -302,6 +313,23 @@ impl Store for RedisStore {
             Backend::Lean(conn) => Some(conn.timeout()),
             _ => None,
         }
+    }
+
+    fn failure_domain(&self, rule: &str, key: DomainKey<'_>) -> Option<Arc<str>> {
+        let slots = self.slots()?;
+        self.read_slots_soon(false);
+        // The slot of the hash tag every key of the pair has:
+        // `{<rule>:<name>}`.
+        let mut tag = Vec::with_capacity(rule.len() + 48);
+        tag.push(b'{');
+        tag.extend_from_slice(rule.as_bytes());
+        tag.push(b':');
+        match key {
+            DomainKey::Caller(k) => keys::write_key_body(&mut tag, k),
+            DomainKey::Named(n) => tag.extend_from_slice(n),
+        }
+        tag.push(b'}');
+        slots.owner(keys::slot(&tag))
     }
 
     fn reset(

@@ -113,6 +113,7 @@ impl RedisStore {
                 Backend::Cluster {
                     client: Box::new(client),
                     conn,
+                    slots: super::slots::Slots::new(),
                 }
             }
             StoreUrl::Sentinel {
@@ -132,13 +133,18 @@ impl RedisStore {
                 Backend::Lean(Conn::connect(config, checks.clone(), options.lazy).await?)
             }
         };
-        Ok(Self {
+        let store = Self {
             inner: Arc::new(Inner {
                 backend,
                 scripts,
                 prefix: options.prefix,
                 margin_ms,
             }),
-        })
+        };
+        if !options.lazy {
+            // Each master's breaker from the first check (a Cluster only).
+            store.read_slots().await;
+        }
+        Ok(store)
     }
 }
