@@ -80,8 +80,9 @@ async fn remaining<S: Store>(limiter: &Limiter<S>, rule: &str, at: u64) -> u64 {
 }
 
 async fn config_overrides_settle_under_the_override<S: Store>(limiter: &Limiter<S>) {
-    // 30 s into a minute window (and into the base rule's hour).
-    let w = T0 + 30_000_000;
+    // 30 s into the second minute of an hour: the override's window
+    // (this minute) and the base rule's (this hour) start apart.
+    let w = T0 + 90_000_000;
     // (rule, time, estimate, usage, remaining after, what)
     let steps = [
         // GCRA: 500 back by the override's 1 ms each (the base rule's
