@@ -78,7 +78,8 @@ struct State {
     entries: BTreeMap<Vec<u8>, Entry>,
     /// The shared table's version last read (`None`: read it whole next).
     version: Option<u64>,
-    /// The limiters' views; a gone limiter's is dropped at the next write.
+    /// The limiters' views; a gone limiter's is dropped at the next
+    /// install or registration.
     views: Vec<Weak<View>>,
 }
 
@@ -116,6 +117,8 @@ impl Runtime {
             // registration.
             let mut state = shared.state.lock();
             view.install(&state.entries);
+            // Reloads without writes leave no gone views behind either.
+            state.views.retain(|v| v.strong_count() > 0);
             state.views.push(Arc::downgrade(&view));
         }
         Self {
