@@ -227,18 +227,15 @@ impl<S> ResilientLimiter<S> {
 
     /// Sets the `tollgate_utilization_ratio{rule}` gauges to each rule's
     /// peak since the last call ([`metric::UTILIZATION`]): call it once per
-    /// metrics scrape, as the server's `/metrics` does.
+    /// metrics scrape, as the server's `/metrics` does. A rule's series
+    /// appears at the first call after its first decision.
     pub fn publish_utilization(&self)
     where
         S: Store,
     {
-        let names = self
-            .inner
-            .limiter
-            .rules()
-            .iter()
-            .map(|r| r.name().to_owned());
-        self.inner.meters.publish_utilization(names);
+        self.inner
+            .meters
+            .publish_utilization(self.inner.limiter.rules());
     }
 
     /// Counts as expired the reservations and leases of this replica
