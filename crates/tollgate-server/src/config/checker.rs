@@ -122,6 +122,8 @@ pub(super) struct Checker<'a> {
     pub(super) errors: Vec<ConfigError>,
     /// Envoy files bring the limits: the file may have no `[[rules]]`.
     pub(super) rules_optional: bool,
+    /// The rules' `key` extractors by text, parsed once each.
+    pub(super) keys: std::collections::HashMap<String, crate::key::KeyExtractor>,
 }
 
 pub(super) fn join(path: &str, key: &str) -> String {
@@ -148,6 +150,7 @@ impl<'a> Checker<'a> {
             line_starts,
             errors: Vec::new(),
             rules_optional: false,
+            keys: std::collections::HashMap::new(),
         }
     }
 

@@ -58,7 +58,8 @@ impl Checker<'_> {
             return None;
         }
         let mut rules = Vec::with_capacity(items.len());
-        let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+        // Names borrowed from the document: no copy while loading.
+        let mut seen: HashMap<&str, (usize, usize)> = HashMap::with_capacity(items.len());
         let mut all_ok = true;
         for (i, item) in items.iter().enumerate() {
             let rule = self.rule(i, item);
@@ -81,7 +82,7 @@ impl Checker<'_> {
                     all_ok = false;
                 } else {
                     let line = self.line(item.span().start);
-                    seen.insert(name.to_owned(), (i, line));
+                    seen.insert(name, (i, line));
                 }
             }
             match rule {
@@ -90,6 +91,17 @@ impl Checker<'_> {
             }
         }
         all_ok.then_some(rules)
+    }
+
+    /// `key = text` parsed, shared with every earlier rule of the same
+    /// text: a config of many rules keyed alike holds one extractor.
+    fn key_extractor(&mut self, text: &str) -> Result<KeyExtractor, String> {
+        if let Some(k) = self.keys.get(text) {
+            return Ok(k.clone());
+        }
+        let k: KeyExtractor = text.parse()?;
+        self.keys.insert(text.to_owned(), k.clone());
+        Ok(k)
     }
 
     fn rule(&mut self, index: usize, item: &Value<'_>) -> Option<RuleConfig> {
@@ -190,7 +202,7 @@ impl Checker<'_> {
             bad.push("burst");
         }
         let key = match self.string(t, &path, "key") {
-            Some((s, span)) => match s.parse::<KeyExtractor>() {
+            Some((s, span)) => match self.key_extractor(s) {
                 Ok(k) => Some(k),
                 Err(e) => {
                     self.error(&span, format!("{path}.key"), e);
