@@ -210,9 +210,9 @@ impl Meters {
             let gauge = match meter.handles.get().and_then(|h| h.utilization.get()) {
                 Some(gauge) => gauge,
                 None if peak == 0 => continue,
-                None => meter.handles().utilization.get_or_init(|| {
-                    ::metrics::gauge!(UTILIZATION, "rule" => rule.name().to_owned())
-                }),
+                None => meter.handles().utilization.get_or_init(
+                    || ::metrics::gauge!(UTILIZATION, "rule" => rule.name().to_owned()),
+                ),
             };
             gauge.set(f64::from(peak.saturating_sub(1)) / 1_000_000.0);
         }
