@@ -29,8 +29,8 @@
 //! **Memory.** Independent of how many keys are denied: a rule's two
 //! summaries are allocated at its first denial and never grow,
 //! [`TopDenied::bytes_per_rule`] (216 to 232 bytes per counter; 54 KiB
-//! per rule at the default capacity); rules never denied hold nothing but
-//! their slot. A key longer than [`KEPT_KEY_BYTES`] keeps only its first
+//! per rule at the default capacity, and a boxed head); rules never
+//! denied hold nothing but their 16-byte slot. A key longer than [`KEPT_KEY_BYTES`] keeps only its first
 //! bytes, told apart from others by its length and a 64-bit hash of the
 //! whole key (with a random seed per sketch).
 //!
