@@ -191,8 +191,12 @@ pub(crate) fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
 pub struct PolicyCache {
     /// Per rule: the limit and period the value was made for, and it;
     /// boxed, so a rule never answered holds 16 bytes, not 64.
-    slots: Box<[OnceLock<Box<(u64, u64, HeaderValue)>>]>,
+    slots: Box<[OnceLock<Box<Made>>]>,
 }
+
+/// A cached `RateLimit-Policy` value: the limit and period it was made
+/// for, and it.
+type Made = (u64, u64, HeaderValue);
 
 impl PolicyCache {
     /// A cache for rules at positions `0..rules`.

@@ -59,7 +59,7 @@ impl Checker<'_> {
             if !syntax.is_empty() || piece.len() != 1 {
                 return None;
             }
-            let items = match piece.get("rules").map(|v| v.get_ref()) {
+            let items = match piece.get("rules").map(toml::Spanned::get_ref) {
                 Some(DeValue::Array(items)) if !items.is_empty() => items,
                 _ => return None,
             };
