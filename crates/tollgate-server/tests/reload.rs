@@ -596,5 +596,7 @@ fn a_removed_rules_utilization_series_goes_with_it() {
     wait_rules(&s, "only `other`", |r| {
         limit_of(r, "r").is_none() && limit_of(r, "other") == Some(5)
     });
-    assert_eq!(series(&s), ["tollgate_utilization_ratio{rule=\"other\"} 0"]);
+    let (status, _) = check(&s, &[("other", "k", 1)]);
+    assert_eq!(status, 200);
+    assert_eq!(series(&s), ["tollgate_utilization_ratio{rule=\"other\"} 0.2"]);
 }

@@ -179,7 +179,8 @@ pub type HttpVerdictFuture = Pin<Box<dyn Future<Output = HttpVerdict> + Send + '
 /// its key extractor, and how a request is charged to it.
 #[derive(Debug, Clone)]
 pub(crate) struct RuleKey {
-    pub(crate) name: String,
+    /// The rule (shared with the limiter: its name is not copied).
+    rule: Rule,
     pub(crate) index: usize,
     extractor: KeyExtractor,
     /// Read from the response (reserve, then settle) instead of 1 per
@@ -188,6 +189,13 @@ pub(crate) struct RuleKey {
     /// A `concurrency` rule: a lease held for the life of the request,
     /// renewed within this lease.
     pub(crate) lease: Option<Duration>,
+}
+
+impl RuleKey {
+    /// The rule's name.
+    pub(crate) fn name(&self) -> &str {
+        self.rule.name()
+    }
 }
 
 /// The rules a front door checks every request against, each with its key
@@ -252,18 +260,26 @@ impl RuleKeys {
         all: &[Rule],
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
     ) -> Result<Self, BuildError> {
-        let mut keyed: Vec<RuleKey> = Vec::new();
+        // By name, once: a lookup per rule, not a scan (100,000 rules).
+        let mut by_name = std::collections::HashMap::with_capacity(all.len());
+        for (i, r) in all.iter().enumerate() {
+            // The first of a name, as a scan would find it.
+            by_name.entry(r.name()).or_insert(i);
+        }
+        let mut taken = vec![false; all.len()];
+        let rules = rules.into_iter();
+        let mut keyed: Vec<RuleKey> = Vec::with_capacity(rules.size_hint().0);
         for (name, extractor) in rules {
             let name = name.into();
-            let Some(index) = all.iter().position(|r| r.name() == name) else {
+            let Some(&index) = by_name.get(name.as_str()) else {
                 return Err(BuildError::UnknownRule(name));
             };
-            if keyed.iter().any(|r| r.name == name) {
+            if std::mem::replace(&mut taken[index], true) {
                 return Err(BuildError::DuplicateRule(name));
             }
             let rule = &all[index];
             keyed.push(RuleKey {
-                name,
+                rule: rule.clone(),
                 index,
                 extractor,
                 cost: None,
@@ -308,7 +324,7 @@ impl RuleKeys {
         rule: &str,
         cost: ResponseCost,
     ) -> Result<Self, BuildError> {
-        let Some(entry) = self.rules.iter_mut().find(|r| r.name == rule) else {
+        let Some(entry) = self.rules.iter_mut().find(|r| r.name() == rule) else {
             return Err(BuildError::UnknownRule(rule.to_owned()));
         };
         let bad = |why: String| BuildError::BadCost {
@@ -351,12 +367,12 @@ impl RuleKeys {
     pub fn response_costs(&self) -> impl Iterator<Item = (&str, &ResponseCost)> {
         self.rules
             .iter()
-            .filter_map(|r| Some((r.name.as_str(), r.cost.as_ref()?)))
+            .filter_map(|r| Some((r.name(), r.cost.as_ref()?)))
     }
 
     /// The (rule name, key extractor) pairs, in check order.
     pub fn rules(&self) -> impl Iterator<Item = (&str, &KeyExtractor)> {
-        self.rules.iter().map(|r| (r.name.as_str(), &r.extractor))
+        self.rules.iter().map(|r| (r.name(), &r.extractor))
     }
 
     /// Whether there are no rules.
@@ -420,7 +436,8 @@ impl RuleKeys {
                         "Bad Request",
                         &format!(
                             "{e}, which rule \"{}\" keys on ({}).",
-                            rule.name, rule.extractor
+                            rule.name(),
+                            rule.extractor
                         ),
                     )));
                 }
@@ -435,7 +452,7 @@ impl RuleKeys {
     pub fn checks<'a>(&'a self, keys: &'a Keys) -> Vec<Check<'a>> {
         keys.keys
             .iter()
-            .map(|(i, key)| Check::new(&self.rules[*i].name, key))
+            .map(|(i, key)| Check::new(self.rules[*i].name(), key))
             .collect()
     }
 

@@ -189,9 +189,14 @@ pub(crate) fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
 /// a value made for it, as [`insert_headers`] would.
 #[derive(Debug, Default)]
 pub struct PolicyCache {
-    /// Per rule: the limit and period the value was made for, and it.
-    slots: Box<[OnceLock<(u64, u64, HeaderValue)>]>,
+    /// Per rule: the limit and period the value was made for, and it;
+    /// boxed, so a rule never answered holds 16 bytes, not 64.
+    slots: Box<[OnceLock<Box<Made>>]>,
 }
+
+/// A cached `RateLimit-Policy` value: the limit and period it was made
+/// for, and it.
+type Made = (u64, u64, HeaderValue);
 
 impl PolicyCache {
     /// A cache for rules at positions `0..rules`.
@@ -210,7 +215,8 @@ impl PolicyCache {
         match self.slots.get(index) {
             Some(slot) => {
                 let period = rule.period_micros();
-                let (limit, made_for, cached) = slot.get_or_init(|| (d.limit, period, make()));
+                let (limit, made_for, cached) =
+                    &**slot.get_or_init(|| Box::new((d.limit, period, make())));
                 // A per-key override may change the limit or the period.
                 if *limit == d.limit && *made_for == period {
                     cached.clone()

@@ -47,7 +47,9 @@ impl fmt::Display for KeyPart {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeyExtractor {
-    parts: Vec<KeyPart>,
+    /// Shared: the gate and the proxy keep clones of every rule's
+    /// extractor, and a config of many rules often has one `key` for all.
+    parts: std::sync::Arc<[KeyPart]>,
 }
 
 impl KeyExtractor {
@@ -107,7 +109,9 @@ impl FromStr for KeyExtractor {
             }
             parts.push(part);
         }
-        Ok(Self { parts })
+        Ok(Self {
+            parts: parts.into(),
+        })
     }
 }
 

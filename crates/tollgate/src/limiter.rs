@@ -94,7 +94,33 @@ impl<'a> Check<'a> {
 /// standard default, was a tenth of a memory-store check, hashing the same
 /// name up to three times). foldhash is already in every server build
 /// (through hashbrown), and keyed at random per map.
-type NameIndex = HashMap<String, usize, foldhash::fast::RandomState>;
+type NameIndex = HashMap<ByName, usize, foldhash::fast::RandomState>;
+
+/// A rule as a key by its name: the index shares the rule's own name
+/// instead of holding a copy of it.
+#[derive(Debug)]
+struct ByName(Rule);
+
+impl std::hash::Hash for ByName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes: a lookup by `&str` finds it (`Borrow` below).
+        self.0.name().hash(state);
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl Eq for ByName {}
+
+impl std::borrow::Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        self.0.name()
+    }
+}
 
 /// Rules by name over one store.
 ///
@@ -429,7 +455,7 @@ impl<S: Store> Limiter<S> {
         let rules: Vec<Rule> = rules.into_iter().collect();
         let mut by_name = NameIndex::with_capacity_and_hasher(rules.len(), Default::default());
         for (i, rule) in rules.iter().enumerate() {
-            if by_name.insert(rule.name().to_owned(), i).is_some() {
+            if by_name.insert(ByName(rule.clone()), i).is_some() {
                 return Err(RuleError {
                     field: "name",
                     message: format!("rule name {:?} is used twice", rule.name()),
@@ -438,7 +464,7 @@ impl<S: Store> Limiter<S> {
         }
         let mut by_rule: Vec<Option<Overrides>> = Vec::new();
         for (name, table) in overrides {
-            let Some(&i) = by_name.get(&name) else {
+            let Some(&i) = by_name.get(name.as_str()) else {
                 return Err(RuleError {
                     field: "overrides",
                     message: format!("overrides of rule {name:?}, which is not a rule"),

@@ -71,6 +71,20 @@ impl Config {
     ) -> Result<Self, ConfigErrors> {
         let mut checker = Checker::new(source, file);
         checker.rules_optional = rules_optional;
+        if let Some(checked) = checker.by_rule(source) {
+            return checked;
+        }
+        Self::parse_whole(source, file, rules_optional)
+    }
+
+    /// [`Config::parse_with`] on the whole document at once.
+    pub(super) fn parse_whole(
+        source: &str,
+        file: &str,
+        rules_optional: bool,
+    ) -> Result<Self, ConfigErrors> {
+        let mut checker = Checker::new(source, file);
+        checker.rules_optional = rules_optional;
         let (doc, syntax) = DeTable::parse_recoverable(source);
         if !syntax.is_empty() {
             let errors = syntax::syntax_errors(source, file, syntax, |at| checker.line(at));
@@ -122,6 +136,11 @@ pub(super) struct Checker<'a> {
     pub(super) errors: Vec<ConfigError>,
     /// Envoy files bring the limits: the file may have no `[[rules]]`.
     pub(super) rules_optional: bool,
+    /// Where the document being checked starts in the file: spans are
+    /// its own (a rule's chunk, `chunked.rs`).
+    pub(super) base: usize,
+    /// The rules' `key` extractors by text, parsed once each.
+    pub(super) keys: std::collections::HashMap<String, crate::key::KeyExtractor>,
 }
 
 pub(super) fn join(path: &str, key: &str) -> String {
@@ -139,7 +158,7 @@ fn integer(value: &DeValue<'_>) -> Option<Result<i128, ()>> {
 }
 
 impl<'a> Checker<'a> {
-    fn new(source: &str, file: &'a str) -> Self {
+    pub(super) fn new(source: &str, file: &'a str) -> Self {
         let line_starts = std::iter::once(0)
             .chain(source.match_indices('\n').map(|(i, _)| i + 1))
             .collect();
@@ -148,10 +167,13 @@ impl<'a> Checker<'a> {
             line_starts,
             errors: Vec::new(),
             rules_optional: false,
+            base: 0,
+            keys: std::collections::HashMap::new(),
         }
     }
 
     pub(super) fn line(&self, offset: usize) -> usize {
+        let offset = offset + self.base;
         self.line_starts
             .partition_point(|&start| start <= offset)
             .max(1)
@@ -172,7 +194,7 @@ impl<'a> Checker<'a> {
         });
     }
 
-    fn finish(mut self) -> ConfigErrors {
+    pub(super) fn finish(mut self) -> ConfigErrors {
         self.errors.sort_by_key(|e| e.line.unwrap_or(0));
         ConfigErrors {
             errors: self.errors,
@@ -269,6 +291,16 @@ impl<'a> Checker<'a> {
     }
 
     fn root(&mut self, root: &DeTable<'_>) -> Option<Config> {
+        let rules = self.rules(root.get("rules"));
+        self.root_with(root, rules)
+    }
+
+    /// The config of `root`'s sections, with `rules` checked apart.
+    pub(super) fn root_with(
+        &mut self,
+        root: &DeTable<'_>,
+        rules: Option<Vec<RuleConfig>>,
+    ) -> Option<Config> {
         self.unknown_fields(root, "", ROOT_FIELDS);
         let store = match root.get("store") {
             None => Some(StoreConfig::default()),
@@ -330,7 +362,6 @@ impl<'a> Checker<'a> {
                 }
             },
         };
-        let rules = self.rules(root.get("rules"));
         Some(Config {
             store: store?,
             rules: rules?,

@@ -34,13 +34,15 @@
 //!
 //! The folder: `model.rs` (the sections' types and defaults),
 //! `checker.rs` (the field-by-field check, [`Config::load`] and
-//! [`Config::parse`]), `rules.rs` (the `[[rules]]` entries), `envoy.rs` and `metrics.rs` (the
+//! [`Config::parse`]), `chunked.rs` (the same check a `[[rules]]` table
+//! at a time, so a large file's whole TOML tree is never held), `rules.rs` (the `[[rules]]` entries), `envoy.rs` and `metrics.rs` (the
 //! `[envoy]` and `[metrics]` tables), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
 //! config holds and the proxy forwards to); the tests are in `tests.rs`.
 
 mod admin;
 mod checker;
+mod chunked;
 mod envoy;
 mod metrics;
 mod model;

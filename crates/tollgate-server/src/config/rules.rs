@@ -58,38 +58,62 @@ impl Checker<'_> {
             return None;
         }
         let mut rules = Vec::with_capacity(items.len());
-        let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+        let mut seen = HashMap::with_capacity(items.len());
         let mut all_ok = true;
         for (i, item) in items.iter().enumerate() {
-            let rule = self.rule(i, item);
-            // Duplicate names are checked on every rule whose name is a
-            // valid string, even when another field of it is wrong.
-            let name = item
-                .get_ref()
-                .as_table()
-                .and_then(|t| t.get("name"))
-                .and_then(|v| Some((v.get_ref().as_str()?, v.span())));
-            if let Some((name, span)) = name {
-                if let Some(&(first, line)) = seen.get(name) {
-                    self.error(
-                        &span,
-                        format!("rules[{i}].name"),
-                        format!(
-                            "rule name {name:?} is already used by rules[{first}] (line {line})"
-                        ),
-                    );
-                    all_ok = false;
-                } else {
-                    let line = self.line(item.span().start);
-                    seen.insert(name.to_owned(), (i, line));
-                }
-            }
-            match rule {
-                Some(r) => rules.push(r),
-                None => all_ok = false,
-            }
+            all_ok &= self.rule_entry(i, item, &mut seen, &mut rules);
         }
         all_ok.then_some(rules)
+    }
+
+    /// Checks `rules[i]`, `item`, and its name against the names `seen`
+    /// (each with its index and line); pushes it onto `rules` if good.
+    /// Whether it was.
+    pub(super) fn rule_entry(
+        &mut self,
+        i: usize,
+        item: &Value<'_>,
+        seen: &mut HashMap<String, (usize, usize)>,
+        rules: &mut Vec<RuleConfig>,
+    ) -> bool {
+        let rule = self.rule(i, item);
+        let mut ok = true;
+        // Duplicate names are checked on every rule whose name is a
+        // valid string, even when another field of it is wrong.
+        let name = item
+            .get_ref()
+            .as_table()
+            .and_then(|t| t.get("name"))
+            .and_then(|v| Some((v.get_ref().as_str()?, v.span())));
+        if let Some((name, span)) = name {
+            if let Some(&(first, line)) = seen.get(name) {
+                self.error(
+                    &span,
+                    format!("rules[{i}].name"),
+                    format!("rule name {name:?} is already used by rules[{first}] (line {line})"),
+                );
+                ok = false;
+            } else {
+                let line = self.line(item.span().start);
+                seen.insert(name.to_owned(), (i, line));
+            }
+        }
+        match rule {
+            Some(r) => rules.push(r),
+            None => ok = false,
+        }
+        ok
+    }
+
+    /// `key = text` parsed, shared with every earlier rule of the same
+    /// text: a config of many rules keyed alike holds one extractor.
+    fn key_extractor(&mut self, text: &str) -> Result<KeyExtractor, String> {
+        if let Some(k) = self.keys.get(text) {
+            return Ok(k.clone());
+        }
+        let k: KeyExtractor = text.parse()?;
+        self.keys.insert(text.to_owned(), k.clone());
+        Ok(k)
     }
 
     fn rule(&mut self, index: usize, item: &Value<'_>) -> Option<RuleConfig> {
@@ -190,7 +214,7 @@ impl Checker<'_> {
             bad.push("burst");
         }
         let key = match self.string(t, &path, "key") {
-            Some((s, span)) => match s.parse::<KeyExtractor>() {
+            Some((s, span)) => match self.key_extractor(s) {
                 Ok(k) => Some(k),
                 Err(e) => {
                     self.error(&span, format!("{path}.key"), e);

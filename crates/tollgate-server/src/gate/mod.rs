@@ -7,7 +7,6 @@
 //! [`open_store`] (`store.rs`) opens the store a gate runs over; the
 //! `check` and `replay` subcommands open theirs with it too.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +39,9 @@ pub struct Gate {
     /// Shared with the tasks that settle and release what a proxied
     /// request holds when its response ends.
     limiter: Arc<ResilientLimiter<Arc<AnyStore>>>,
-    keys: HashMap<String, KeyExtractor>,
+    /// The config's rules' `key`, by rule index (the config's rules come
+    /// first): no copy of the names.
+    keys: Box<[Option<KeyExtractor>]>,
 }
 
 impl Gate {
@@ -66,11 +67,7 @@ impl Gate {
         store: Arc<AnyStore>,
         previous: Option<&Gate>,
     ) -> Result<Self, String> {
-        let keys: HashMap<String, KeyExtractor> = config
-            .rules
-            .iter()
-            .filter_map(|r| Some((r.rule.name().to_owned(), r.key.clone()?)))
-            .collect();
+        let keys = config.rules.iter().map(|r| r.key.clone()).collect();
         // In process: nothing to time out.
         let timeout = (!store.in_process()).then_some(config.store.timeout);
         // The config's rules, then the Envoy configs' (the gRPC service
@@ -154,7 +151,7 @@ impl Gate {
     /// The `key` extractor of the rule named `name`, when it has one.
     #[must_use]
     pub fn key_of(&self, name: &str) -> Option<&KeyExtractor> {
-        self.keys.get(name)
+        self.keys.get(self.rule_index(name)?)?.as_ref()
     }
 
     /// The store.

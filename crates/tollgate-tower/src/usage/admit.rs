@@ -101,7 +101,7 @@ impl RuleKeys {
         let pairs: Vec<Pair> = rated
             .iter()
             .map(|(i, key)| Pair {
-                rule: entries[i].name.clone(),
+                rule: entries[i].name().to_owned(),
                 key: key.to_vec(),
                 cost: entries[i].cost.clone(),
             })

@@ -233,8 +233,9 @@ impl<S> ResilientLimiter<S> {
 
     /// Sets the `tollgate_utilization_ratio{rule}` gauges to each rule's
     /// peak since the last call ([`metric::UTILIZATION`]): call it once per
-    /// metrics scrape. A gauge of the `metrics` facade cannot be removed, so
-    /// a rule gone with a reload keeps its last series; a renderer that
+    /// metrics scrape. A rule's series appears at the first call after its
+    /// first decision. A gauge of the `metrics` facade cannot be removed,
+    /// so a rule gone with a reload keeps its last series; a renderer that
     /// drops those uses [`Self::take_utilization`] instead, as the server's
     /// `/metrics` does.
     pub fn publish_utilization(&self)
@@ -246,21 +247,17 @@ impl<S> ResilientLimiter<S> {
         }
     }
 
-    /// Each rule's peak share of its capacity since the last call (the
-    /// value of [`metric::UTILIZATION`]), by rule name in config order, and
-    /// starts the next interval.
+    /// The peak share of its capacity since the last call (the value of
+    /// [`metric::UTILIZATION`]) of each rule decided since, or shown
+    /// before, by rule name in config order; starts the next interval.
     #[must_use]
     pub fn take_utilization(&self) -> Vec<(String, f64)>
     where
         S: Store,
     {
-        let names = self.inner.limiter.rules().iter().map(|r| r.name());
         self.inner
             .meters
-            .take_utilization()
-            .zip(names)
-            .map(|(share, name)| (name.to_owned(), share))
-            .collect()
+            .take_utilization(self.inner.limiter.rules())
     }
 
     /// Counts as expired the reservations and leases of this replica
