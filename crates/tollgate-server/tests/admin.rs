@@ -472,3 +472,30 @@ fn top_denied_keys_are_listed_per_rule() {
         401
     );
 }
+
+/// A wrong method is a 405 that names the methods the path takes in
+/// `Allow` (RFC 9110 requires it; the HTTP API's 405s have it too), for
+/// every admin path, with and without a `{rule}/{key}` tail.
+#[test]
+fn a_wrong_method_is_a_405_naming_the_allowed_ones() {
+    let (_s, admin) = start("memory");
+    for (method, path, allow) in [
+        ("TRACE", "/admin/v1/keys/api/k", "GET, DELETE"),
+        ("POST", "/admin/v1/keys/api/k", "GET, DELETE"),
+        ("PATCH", "/admin/v1/blocks", "GET, POST"),
+        ("GET", "/admin/v1/blocks/api/k", "DELETE"),
+        ("GET", "/admin/v1/refunds", "POST"),
+        ("PATCH", "/admin/v1/overrides", "GET"),
+        ("POST", "/admin/v1/overrides/api/k", "PUT, DELETE"),
+        ("DELETE", "/admin/v1/top/api", "GET"),
+    ] {
+        let r = call(admin, Some(TOKEN), method, path, "");
+        assert_eq!(r.status, 405, "{method} {path}: {}", r.text());
+        assert_eq!(r.header("allow"), Some(allow), "{method} {path}");
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/json"),
+            "{method} {path}"
+        );
+    }
+}
