@@ -17,3 +17,6 @@ cargo test --workspace --all-features
 TOLLGATE_REDIS_SERVER=valkey cargo test -p redis-harness --test harness
 TOLLGATE_REDIS_SERVER=valkey cargo test -p tollgate --all-features \
   --test conformance_redis --test redis_batches --test redis_topologies --test faults
+# a live `tollgate serve` held to crates/tollgate-server/openapi.json by
+# schemathesis (docs/http-api.md#openapi)
+bash scripts/api-fuzz.sh
