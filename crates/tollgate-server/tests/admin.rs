@@ -27,23 +27,12 @@ fn config(store: &str) -> String {
     )
 }
 
-/// The admin API's address, from the server's log.
-fn admin_addr(s: &Tollgate) -> SocketAddr {
-    let log = s.log();
-    let at = log
-        .find("admin API listening on http://")
-        .unwrap_or_else(|| panic!("no admin listener in:\n{log}"));
-    let rest = &log[at + "admin API listening on http://".len()..];
-    let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
-    rest[..end].parse().expect("admin address")
-}
-
 fn start(store: &str) -> (Tollgate, SocketAddr) {
     let s = Tollgate::start(
         &config(store),
         &["--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
     );
-    let admin = admin_addr(&s);
+    let admin = s.admin();
     (s, admin)
 }
 
@@ -335,7 +324,7 @@ fn no_listener_unless_asked_and_none_open_beyond_loopback() {
         "{}",
         s.log()
     );
-    let r = call(admin_addr(&s), None, "GET", "/admin/v1/overrides", "");
+    let r = call(s.admin(), None, "GET", "/admin/v1/overrides", "");
     assert_eq!(r.status, 200, "{}", r.text());
 }
 

@@ -18,28 +18,22 @@ const CONFIG: &str = "[store]\nurl = \"memory\"\n\n\
      [admin]\n[[admin.tokens]]\nname = \"oncall\"\ntoken = \"oncall-0123456789abcdef\"\n\n\
      [[rules]]\nname = \"api\"\nalgorithm = \"gcra\"\nlimit = 10\nperiod = \"1s\"\n";
 
-/// The admin API's address, from the server's log.
-fn admin_addr(s: &Tollgate) -> SocketAddr {
-    let log = s.log();
-    let mark = "admin API listening on http://";
-    let at = log
-        .find(mark)
-        .unwrap_or_else(|| panic!("no admin listener in:\n{log}"));
-    let rest = &log[at + mark.len()..];
-    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-    rest[..end].parse().expect("admin address")
-}
-
 #[test]
 fn the_served_document_is_the_committed_openapi_3_1_file() {
     let s = Tollgate::start(CONFIG, &["--http", "127.0.0.1:0"]);
     let r = get(s.api(), "/openapi.json");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/json"));
-    assert!(r.text() == COMMITTED, "GET /openapi.json is not the committed file");
+    assert!(
+        r.text() == COMMITTED,
+        "GET /openapi.json is not the committed file"
+    );
     let doc: Value = serde_json::from_str(COMMITTED).expect("openapi.json parses as JSON");
     let version = doc["openapi"].as_str().expect("an `openapi` string");
-    assert!(version.starts_with("3.1."), "openapi {version:?}, not 3.1.x");
+    assert!(
+        version.starts_with("3.1."),
+        "openapi {version:?}, not 3.1.x"
+    );
 
     let head = request(s.api(), "HEAD", "/openapi.json", &[], b"");
     assert_eq!(head.status, 200);
@@ -65,9 +59,7 @@ fn documented(admin: bool) -> Vec<(String, BTreeSet<String>)> {
                 .filter(|m| *m != "parameters")
                 .map(|m| m.to_uppercase())
                 .collect();
-            let filled = path
-                .replace("{rule}", "api")
-                .replace("{key}", "k");
+            let filled = path.replace("{rule}", "api").replace("{key}", "k");
             (filled, methods)
         })
         .collect()
@@ -86,10 +78,7 @@ fn allowed(addr: SocketAddr, path: &str, auth: Option<&str>) -> BTreeSet<String>
 
 #[test]
 fn the_document_lists_the_paths_and_methods_each_door_routes() {
-    let s = Tollgate::start(
-        CONFIG,
-        &["--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
-    );
+    let s = Tollgate::start(CONFIG, &["--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"]);
     let api = documented(false);
     assert!(api.len() >= 13, "{api:?}");
     for (path, methods) in &api {
@@ -99,10 +88,6 @@ fn the_document_lists_the_paths_and_methods_each_door_routes() {
     assert!(admin.len() >= 7, "{admin:?}");
     let bearer = format!("Bearer {TOKEN}");
     for (path, methods) in &admin {
-        assert_eq!(
-            &allowed(admin_addr(&s), path, Some(&bearer)),
-            methods,
-            "{path}"
-        );
+        assert_eq!(&allowed(s.admin(), path, Some(&bearer)), methods, "{path}");
     }
 }
