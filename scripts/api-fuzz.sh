@@ -14,8 +14,9 @@ command -v schemathesis >/dev/null 2>&1 || {
   echo "api-fuzz: schemathesis is missing; install it with: python3 -m pip install schemathesis" >&2
   exit 1
 }
-# --all-features: the build scripts/test.sh made for its tests, reused
-cargo build -q -p tollgate-server --all-features
+# the binary as scripts/test.sh's `cargo test` built it (a plain `cargo
+# build` resolves features without dev-dependencies: a second build)
+cargo test -q -p tollgate-server --all-features --no-run
 bin="${CARGO_TARGET_DIR:-target}/debug/tollgate"
 
 work=$(mktemp -d)
@@ -26,25 +27,28 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# free loopback ports, asked of the kernel
-read -r http_port admin_port < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
 token=$(python3 -c 'import secrets; print(secrets.token_hex(24))')
 
+# port 0: each door binds a free port and logs it
 TOLLGATE_ADMIN_TOKEN="$token" "$bin" serve --config scripts/api-fuzz/tollgate.toml \
-  --http "127.0.0.1:$http_port" --admin "127.0.0.1:$admin_port" >"$work/serve.log" 2>&1 &
+  --http 127.0.0.1:0 --admin 127.0.0.1:0 >"$work/serve.log" 2>&1 &
 server_pid=$!
-for _ in $(seq 1 200); do
-  curl -sf "http://127.0.0.1:$http_port/healthz" >/dev/null 2>&1 && break
+addr_of() { sed -n "s|.*$1 listening on http://\([0-9.:]*\).*|\1|p" "$work/serve.log" | head -n 1; }
+http="" admin=""
+for _ in $(seq 1 400); do
+  http=$(addr_of "HTTP API") admin=$(addr_of "admin API")
+  [ -n "$http" ] && [ -n "$admin" ] && break
   kill -0 "$server_pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
   sleep 0.05
 done
+if [ -z "$http" ] || [ -z "$admin" ]; then
+  echo "api-fuzz: tollgate serve did not log both addresses within 20 s:" >&2
+  cat "$work/serve.log" >&2
+  exit 1
+fi
 
 # the served document is the committed one
-curl -sf "http://127.0.0.1:$http_port/openapi.json" | cmp -s - "$SPEC" || {
+curl -sf "http://$http/openapi.json" | cmp -s - "$SPEC" || {
   echo "api-fuzz: GET /openapi.json differs from $SPEC" >&2
   exit 1
 }
@@ -60,8 +64,8 @@ fuzz() {
     --suppress-health-check all --warnings off "$@")
 }
 status=0
-fuzz "http://127.0.0.1:$http_port" --exclude-path-regex '^/admin/' || status=1
-fuzz "http://127.0.0.1:$admin_port" --include-path-regex '^/admin/' \
+fuzz "http://$http" --exclude-path-regex '^/admin/' || status=1
+fuzz "http://$admin" --include-path-regex '^/admin/' \
   -H "Authorization: Bearer $token" || status=1
 if ! kill -0 "$server_pid" 2>/dev/null; then
   echo "api-fuzz: tollgate serve died during the run" >&2
