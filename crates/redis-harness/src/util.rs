@@ -59,9 +59,13 @@ impl Flavour {
         match std::env::var("TOLLGATE_REDIS_SERVER").as_deref() {
             Err(std::env::VarError::NotPresent) | Ok("" | "redis") => Flavour::Redis,
             Ok("valkey") => Flavour::Valkey,
-            other => panic!(
+            Ok(other) => panic!(
                 "redis-harness: TOLLGATE_REDIS_SERVER={other:?}: expected `redis` (the default) \
                  or `valkey`"
+            ),
+            Err(std::env::VarError::NotUnicode(other)) => panic!(
+                "redis-harness: TOLLGATE_REDIS_SERVER={other:?} is not UTF-8: expected `redis` \
+                 (the default) or `valkey`"
             ),
         }
     }
