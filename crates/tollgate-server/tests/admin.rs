@@ -27,23 +27,12 @@ fn config(store: &str) -> String {
     )
 }
 
-/// The admin API's address, from the server's log.
-fn admin_addr(s: &Tollgate) -> SocketAddr {
-    let log = s.log();
-    let at = log
-        .find("admin API listening on http://")
-        .unwrap_or_else(|| panic!("no admin listener in:\n{log}"));
-    let rest = &log[at + "admin API listening on http://".len()..];
-    let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
-    rest[..end].parse().expect("admin address")
-}
-
 fn start(store: &str) -> (Tollgate, SocketAddr) {
     let s = Tollgate::start(
         &config(store),
         &["--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
     );
-    let admin = admin_addr(&s);
+    let admin = s.admin();
     (s, admin)
 }
 
@@ -369,7 +358,7 @@ fn no_listener_unless_asked_and_none_open_beyond_loopback() {
         "{}",
         s.log()
     );
-    let r = call(admin_addr(&s), None, "GET", "/admin/v1/overrides", "");
+    let r = call(s.admin(), None, "GET", "/admin/v1/overrides", "");
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
@@ -505,4 +494,31 @@ fn top_denied_keys_are_listed_per_rule() {
         call(admin, None, "GET", "/admin/v1/top/api", "").status,
         401
     );
+}
+
+/// A wrong method is a 405 that names the methods the path takes in
+/// `Allow` (RFC 9110 requires it; the HTTP API's 405s have it too), for
+/// every admin path, with and without a `{rule}/{key}` tail.
+#[test]
+fn a_wrong_method_is_a_405_naming_the_allowed_ones() {
+    let (_s, admin) = start("memory");
+    for (method, path, allow) in [
+        ("TRACE", "/admin/v1/keys/api/k", "GET, DELETE"),
+        ("POST", "/admin/v1/keys/api/k", "GET, DELETE"),
+        ("PATCH", "/admin/v1/blocks", "GET, POST"),
+        ("GET", "/admin/v1/blocks/api/k", "DELETE"),
+        ("GET", "/admin/v1/refunds", "POST"),
+        ("PATCH", "/admin/v1/overrides", "GET"),
+        ("POST", "/admin/v1/overrides/api/k", "PUT, DELETE"),
+        ("DELETE", "/admin/v1/top/api", "GET"),
+    ] {
+        let r = call(admin, Some(TOKEN), method, path, "");
+        assert_eq!(r.status, 405, "{method} {path}: {}", r.text());
+        assert_eq!(r.header("allow"), Some(allow), "{method} {path}");
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/json"),
+            "{method} {path}"
+        );
+    }
 }

@@ -181,14 +181,7 @@ fn an_admin_override_shows_in_current_limit() {
         common::rls::toml("memory")
     );
     let mut rls = Rls::start_with(&config, YAML, &["--admin", "127.0.0.1:0"]);
-    let log = rls.server.log();
-    let at = log
-        .find("admin API listening on http://")
-        .expect("admin listener");
-    let rest = &log[at + "admin API listening on http://".len()..];
-    let admin: std::net::SocketAddr = rest[..rest.find(char::is_whitespace).unwrap_or(rest.len())]
-        .parse()
-        .expect("admin address");
+    let admin = rls.server.admin();
     // The descriptor api=k9 is counted under rule envoy.over.api, key "api=k9".
     let r = common::request(
         admin,

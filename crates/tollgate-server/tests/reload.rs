@@ -368,14 +368,7 @@ fn admin_call(
     path: &str,
     body: &str,
 ) -> (u16, serde_json::Value) {
-    let log = s.log();
-    let marker = "admin API listening on http://";
-    let at = log
-        .find(marker)
-        .unwrap_or_else(|| panic!("no admin API:\n{log}"));
-    let rest = &log[at + marker.len()..];
-    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
-    let addr = rest[..end].parse().expect("admin address");
+    let addr = s.admin();
     let auth = format!("Bearer {token}");
     let r = request(
         addr,

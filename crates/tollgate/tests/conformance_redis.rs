@@ -32,6 +32,22 @@ async fn standalone_redis_conforms() {
     assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
 }
 
+/// The same kit by `EVALSHA` scripts: a user refused `FCALL` (or a server
+/// without Functions) gets the fallback, which must decide the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_redis_conforms_by_scripts() {
+    let server = RedisServer::start();
+    let denied = server.cli(&["ACL", "SETUSER", "default", "-fcall"]);
+    assert_eq!(denied.trim(), "OK");
+    let report = conforms(&server.url()).await;
+    assert_eq!(report.cases, 109, "{report}");
+    assert!(report.denied > 1_000, "{report}");
+    assert_eq!(server.command_calls("fcall"), 0, "scripts only");
+    assert!(server.command_calls("evalsha") > 1_000, "by scripts");
+    let bare = server.keys_without_ttl();
+    assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_conforms() {
     let cluster = RedisCluster::start(3, 0);

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::{ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
@@ -124,6 +124,22 @@ fn shown(key: &[u8]) -> String {
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The methods an admin path takes (its section, and whether it ends
+/// there or goes on with `{rule}/{key}`), for a 405's `Allow`: RFC 9110
+/// wants it, and `openapi.json` declares it. `None` for no such path.
+fn allowed(section: &str, bare: bool) -> Option<&'static str> {
+    Some(match (section, bare) {
+        ("keys", false) => "GET, DELETE",
+        ("blocks", true) => "GET, POST",
+        ("blocks", false) => "DELETE",
+        ("refunds", true) => "POST",
+        ("overrides", true) => "GET",
+        ("overrides", false) => "PUT, DELETE",
+        ("top", false) => "GET",
+        _ => return None,
+    })
 }
 
 /// The JSON object of a body with exactly `allowed` fields (`required`
@@ -308,10 +324,18 @@ impl Admin {
                     )),
                 }
             }
-            ("keys" | "blocks" | "refunds" | "overrides" | "top", _, _) => Ok(error(
-                StatusCode::METHOD_NOT_ALLOWED,
-                format!("method {method} is not allowed on {path} (docs/admin.md)"),
-            )),
+            (section, _, bare) if allowed(section, bare).is_some() => {
+                let allow = allowed(section, bare).unwrap_or_default();
+                let mut res = error(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    format!(
+                        "method {method} is not allowed on {path}; use {allow} (docs/admin.md)"
+                    ),
+                );
+                res.headers_mut()
+                    .insert(ALLOW, HeaderValue::from_static(allow));
+                Ok(res)
+            }
             _ => Ok(error(
                 StatusCode::NOT_FOUND,
                 format!("no such path: {path}"),

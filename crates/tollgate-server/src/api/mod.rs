@@ -1,5 +1,5 @@
 //! The HTTP API (docs/http-api.md): `POST /v1/check`,
-//! `GET /v1/rules`, `/healthz`, `/readyz`, `/metrics`.
+//! `GET /v1/rules`, `/healthz`, `/readyz`, `/metrics`, `/openapi.json`.
 //!
 //! How it answers where a client could expect otherwise (docs/http-api.md
 //! says the same for clients):
@@ -75,6 +75,11 @@ use body::is_json;
 use json_read::{CheckRequest, parse_check};
 use json_write::{Decided, Tail, answer_body};
 use reply::{bytes_response, error, json_response, method_not_allowed};
+
+/// The OpenAPI 3.1 document of the HTTP API and the admin API, served at
+/// `GET /openapi.json` (docs/http-api.md); `scripts/api-fuzz.sh` holds a
+/// live server to it with schemathesis.
+pub const OPENAPI: &str = include_str!("../../openapi.json");
 
 /// What the API's handlers share.
 #[derive(Debug, Clone)]
@@ -164,6 +169,9 @@ impl Api {
                 }
             }
             "/metrics" => get_only(&req, "/metrics", || self.render_metrics()),
+            "/openapi.json" => get_only(&req, "/openapi.json", || {
+                bytes_response(StatusCode::OK, OPENAPI.as_bytes().to_vec())
+            }),
             path => error(
                 StatusCode::NOT_FOUND,
                 format!(

@@ -168,6 +168,16 @@ impl Tollgate {
         self.grpc.expect("the gRPC service is served")
     }
 
+    /// The admin API's address (`--admin 127.0.0.1:0`), from the line it
+    /// logged when it opened (before the doors: `start` has waited for
+    /// those).
+    pub fn admin(&self) -> SocketAddr {
+        let log = self.log();
+        log.lines()
+            .find_map(|line| addr_after(line, "admin API listening on http://"))
+            .unwrap_or_else(|| panic!("no admin API in the log:\n{log}"))
+    }
+
     /// Everything it logged so far.
     pub fn log(&self) -> String {
         self.log.lock().expect("log lock").clone()
