@@ -591,5 +591,8 @@ fn a_removed_rules_utilization_series_goes_with_it() {
     });
     let (status, _) = check(&s, &[("other", "k", 1)]);
     assert_eq!(status, 200);
-    assert_eq!(series(&s), ["tollgate_utilization_ratio{rule=\"other\"} 0.2"]);
+    assert_eq!(
+        series(&s),
+        ["tollgate_utilization_ratio{rule=\"other\"} 0.2"]
+    );
 }
