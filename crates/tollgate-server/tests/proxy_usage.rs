@@ -271,3 +271,26 @@ fn a_lease_is_renewed_while_a_stream_outlives_it() {
     settles_to(&s, "inflight", "a", 1);
     assert_eq!(team(s.proxy(), "/none", "a").status, 200);
 }
+
+/// A key under a config override is settled under the override that
+/// admitted it, not the base rule: usage below the estimate gives back
+/// the override's units, usage above it charges them (before the fix a
+/// give-back moved the key by the base rule's far shorter interval, so
+/// a client got far more than its budget).
+#[test]
+fn usage_is_settled_under_the_override_that_admitted_it() {
+    let config = format!("{TPM}\n[[rules.overrides]]\nkey = \"small\"\nlimit = 200\n");
+    let up = start_usage_upstream();
+    let s = serve(&config, up.addr);
+    assert_eq!(remaining(&s, "tpm", "small"), 200);
+    let r = team(s.proxy(), "/usage/50", "small");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let rl = r.header("ratelimit").expect("RateLimit");
+    assert!(rl.contains("r=100"), "the estimate under the override: {rl}");
+    // 100 reserved, 50 used: 50 given back under the override.
+    settles_to(&s, "tpm", "small", 150);
+    // 100 reserved, 130 used: 30 more charged under the override.
+    let r = team(s.proxy(), "/usage/130", "small");
+    assert_eq!(r.status, 200, "{}", r.text());
+    settles_to(&s, "tpm", "small", 20);
+}
