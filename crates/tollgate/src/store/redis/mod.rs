@@ -51,6 +51,10 @@ mod reserve;
 mod resp;
 mod scripts;
 
+/// The RESP reply parser, for the fuzz targets (`fuzz/`): not an API.
+#[doc(hidden)]
+pub use self::resp::fuzzing as resp_fuzzing;
+
 use std::sync::Arc;
 use std::time::Duration;
 
