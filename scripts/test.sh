@@ -12,3 +12,6 @@ cargo check -p tollgate --no-default-features
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps --quiet
 # lib, bins, integration tests, examples and doc tests (benches are built by clippy)
 cargo test --workspace --all-features
+# every parser of outside input under libFuzzer (fuzz/; docs/testing.md,
+# "Fuzzing"): TOLLGATE_FUZZ_SECONDS per target, 0 to run the seeds only
+bash scripts/fuzz.sh "${TOLLGATE_FUZZ_SECONDS:-20}"

@@ -87,7 +87,6 @@ pub mod fuzzing {
     /// pairs and whether they came in the `checks` form, or the problem
     /// it names.
     #[allow(clippy::type_complexity)] // two readers' flattened answers
-    #[must_use]
     pub fn read_check(body: &[u8]) -> (Option<Vec<Pair>>, Result<(Vec<Pair>, bool), String>) {
         let pairs = |r: super::CheckRequest<'_>| {
             r.pairs

@@ -66,7 +66,7 @@ impl Value {
 /// types flattened: not an API.
 #[doc(hidden)]
 pub mod fuzzing {
-    /// [`parse`](super::parse): `Ok(None)` while the reply is incomplete,
+    /// The reply parser: `Ok(None)` while the reply is incomplete,
     /// else the reply's integers (`None` when it is another kind of reply)
     /// and the bytes it took; `Err` with the reason for bytes that are not
     /// RESP2.
@@ -85,7 +85,7 @@ pub mod fuzzing {
         }
     }
 
-    /// [`int_array_of`](super::int_array_of): a batch reply of exactly
+    /// The batch fast path: a reply of exactly
     /// `len` integers into `ints`, and the bytes it took.
     pub fn int_array_of(buf: &[u8], len: usize, ints: &mut Vec<i64>) -> Option<usize> {
         super::int_array_of(buf, len, ints)
