@@ -22,3 +22,6 @@ TOLLGATE_REDIS_SERVER=valkey cargo test -p tollgate --all-features \
 # a live `tollgate serve` held to crates/tollgate-server/openapi.json by
 # schemathesis (docs/http-api.md#openapi)
 bash scripts/api-fuzz.sh
+# every parser of outside input under libFuzzer (fuzz/; docs/testing.md,
+# "Fuzzing"): TOLLGATE_FUZZ_SECONDS per target, 0 to run the seeds only
+bash scripts/fuzz.sh "${TOLLGATE_FUZZ_SECONDS:-20}"

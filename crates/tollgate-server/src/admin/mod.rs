@@ -90,8 +90,12 @@ fn percent_decode(text: &str) -> Option<Vec<u8>> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let hex = bytes.get(i + 1..i + 3)?;
+            // from_str_radix alone would take a sign (`%+5`)
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
             i += 3;
         } else {
             out.push(bytes[i]);
@@ -612,6 +616,8 @@ mod tests {
         );
         assert!(rule_and_key("api").is_err());
         assert!(rule_and_key("api/%zz").is_err());
+        // two hex digits, not a signed number: `%+5` is no escape
+        assert!(rule_and_key("api/%+5").is_err());
         assert!(rule_and_key("api/").is_err());
     }
 }

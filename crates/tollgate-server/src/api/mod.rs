@@ -81,6 +81,33 @@ use reply::{bytes_response, error, json_response, method_not_allowed};
 /// live server to it with schemathesis.
 pub const OPENAPI: &str = include_str!("../../openapi.json");
 
+/// The check-body readers, for the fuzz targets (`fuzz/`): not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// One pair read from a check body: rule, key, cost.
+    pub type Pair = (String, String, u64);
+
+    /// What each reader makes of `body`: the byte scan's pairs (`None`
+    /// for a body it leaves to the serde reader), and the serde reader's
+    /// pairs and whether they came in the `checks` form, or the problem
+    /// it names.
+    #[allow(clippy::type_complexity)] // two readers' flattened answers
+    pub fn read_check(body: &[u8]) -> (Option<Vec<Pair>>, Result<(Vec<Pair>, bool), String>) {
+        let pairs = |r: super::CheckRequest<'_>| {
+            r.pairs
+                .into_iter()
+                .map(|p| (p.rule.into_owned(), p.key.into_owned(), p.cost))
+                .collect::<Vec<_>>()
+        };
+        let plain = super::json_read::parse_check_plain(body).map(pairs);
+        let json = super::json_read::parse_check_json(body).map(|r| {
+            let multi = r.multi;
+            (pairs(r), multi)
+        });
+        (plain, json)
+    }
+}
+
 /// What the API's handlers share.
 #[derive(Debug, Clone)]
 pub struct Api {

@@ -249,6 +249,36 @@ where
     }
 }
 
+/// The request reading of `ShouldRateLimit`, for the fuzz targets
+/// (`fuzz/`): not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::{Bytes, RateLimitRequest, Status, read_message};
+    use prost::Message as _;
+
+    /// A call's body arriving as `chunks` read and decoded as the server
+    /// does it: the request, `None` when a prefix declares more than
+    /// `max` bytes, or the status the call gets.
+    ///
+    /// # Errors
+    /// The status a bad body is answered with.
+    pub async fn read_request(
+        chunks: Vec<Bytes>,
+        max: usize,
+    ) -> Result<Option<RateLimitRequest>, Status> {
+        let frames = chunks
+            .into_iter()
+            .map(|c| Ok::<_, tonic::codegen::StdError>(http_body::Frame::data(c)));
+        let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+        match read_message(body, max).await? {
+            Some(m) => RateLimitRequest::decode(m)
+                .map(Some)
+                .map_err(super::decode_error),
+            None => Ok(None),
+        }
+    }
+}
+
 /// The length a message prefix at the start of `buf` declares.
 fn declared(buf: &[u8]) -> usize {
     let mut len = [0; 4];

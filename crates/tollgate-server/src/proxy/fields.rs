@@ -13,7 +13,7 @@ use tollgate_tower::extract::X_FORWARDED_FOR;
 /// reach the upstream's Host, and make a `host` key a new bucket per name
 /// before the `@`), and a port, if any, of 1 to 5 digits within 0..65535
 /// (not `-1`, `+80` or empty).
-pub(super) fn is_host_port(a: &Authority) -> bool {
+pub fn is_host_port(a: &Authority) -> bool {
     let text = a.as_str();
     if text.contains('@') {
         return false;
@@ -118,7 +118,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Appends the peer's address to `X-Forwarded-For` (one field line).
-pub(super) fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
+pub fn append_forwarded_for(headers: &mut HeaderMap, peer: SocketAddr) {
     let ip = peer.ip().to_canonical().to_string();
     let joined: Vec<&str> = headers
         .get_all(X_FORWARDED_FOR)

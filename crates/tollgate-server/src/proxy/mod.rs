@@ -65,6 +65,12 @@ pub mod pool;
 pub use fields::strip_hop_by_hop;
 use fields::{append_forwarded_for, is_host_port};
 
+/// The proxy's header readers, for the fuzz targets (`fuzz/`): not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use super::fields::{append_forwarded_for, is_host_port};
+}
+
 use crate::config::upstream::Upstream;
 use pool::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
 

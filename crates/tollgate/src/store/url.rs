@@ -288,6 +288,8 @@ fn percent_decode(s: &str) -> Result<String, String> {
         if bytes[i] == b'%' {
             let hex = bytes
                 .get(i + 1..i + 3)
+                // from_str_radix alone would take a sign (`%+5`)
+                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
                 .ok_or_else(|| {
@@ -521,6 +523,8 @@ mod tests {
             ("redis://[zz]:1", "not an IPv6 address"),
             ("redis://@h:1", "empty user:password"),
             ("redis://u:%zz@h:1", "percent-encoding"),
+            // two hex digits, not a signed number: `%+5` is no escape
+            ("redis://u:%+5@h:1", "percent-encoding"),
             ("redis+cluster://a:1/0", "takes no path"),
             ("redis+cluster://a:1,,b:2", "missing host"),
             ("redis+sentinel://a:1", "must end with /master-name"),

@@ -52,6 +52,10 @@ mod resp;
 mod scripts;
 mod slots;
 
+/// The RESP reply parser, for the fuzz targets (`fuzz/`): not an API.
+#[doc(hidden)]
+pub use self::resp::fuzzing as resp_fuzzing;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -62,6 +62,36 @@ impl Value {
     }
 }
 
+/// The reply parser's entry points for the fuzz targets (`fuzz/`), its
+/// types flattened: not an API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// The reply parser: `Ok(None)` while the reply is incomplete,
+    /// else the reply's integers (`None` when it is another kind of reply)
+    /// and the bytes it took; `Err` with the reason for bytes that are not
+    /// RESP2.
+    ///
+    /// # Errors
+    /// Bytes that are not RESP2.
+    #[allow(clippy::type_complexity)] // a flattened reply
+    pub fn parse(buf: &[u8]) -> Result<Option<(Option<Vec<i64>>, usize)>, String> {
+        match super::parse(buf) {
+            Ok(Some((super::Reply::Ints(ints), used))) => {
+                Ok(Some((Some(ints.as_slice().to_vec()), used)))
+            }
+            Ok(Some((_, used))) => Ok(Some((None, used))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.0),
+        }
+    }
+
+    /// The batch fast path: a reply of exactly
+    /// `len` integers into `ints`, and the bytes it took.
+    pub fn int_array_of(buf: &[u8], len: usize, ints: &mut Vec<i64>) -> Option<usize> {
+        super::int_array_of(buf, len, ints)
+    }
+}
+
 /// One complete reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(in crate::store::redis) enum Reply {
