@@ -2,6 +2,8 @@
 # The whole test suite: formatting, lints, docs, every test. `.ci/run` calls this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# what the tests need and this machine lacks (apt and pip: run as root)
+bash scripts/install-deps.sh
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 cargo fmt --all -- --check
 # no two files (or top-level modules) of a crate import each other

