@@ -522,3 +522,26 @@ fn a_wrong_method_is_a_405_naming_the_allowed_ones() {
         );
     }
 }
+
+/// Two `Authorization` fields are a 400, whichever carries the token:
+/// the first used to be taken, so a valid token first let the request
+/// through whatever the second said (and a proxy in front may have
+/// checked the second).
+#[test]
+fn two_authorization_fields_are_a_400() {
+    let (_s, admin) = start("memory");
+    let good = format!("Bearer {TOKEN}");
+    for pair in [
+        [good.as_str(), "Bearer nope"],
+        ["Bearer nope", good.as_str()],
+    ] {
+        let headers = [("Authorization", pair[0]), ("Authorization", pair[1])];
+        let r = request(admin, "GET", "/admin/v1/blocks", &headers, b"");
+        assert_eq!(r.status, 400, "{pair:?}: {}", r.text());
+        assert!(r.text().contains("2 Authorization fields"), "{}", r.text());
+    }
+    assert_eq!(
+        call(admin, Some(TOKEN), "GET", "/admin/v1/blocks", "").status,
+        200
+    );
+}

@@ -286,7 +286,10 @@ fn usage_is_settled_under_the_override_that_admitted_it() {
     let r = team(s.proxy(), "/usage/50", "small");
     assert_eq!(r.status, 200, "{}", r.text());
     let rl = r.header("ratelimit").expect("RateLimit");
-    assert!(rl.contains("r=100"), "the estimate under the override: {rl}");
+    assert!(
+        rl.contains("r=100"),
+        "the estimate under the override: {rl}"
+    );
     // 100 reserved, 50 used: 50 given back under the override.
     settles_to(&s, "tpm", "small", 150);
     // 100 reserved, 130 used: 30 more charged under the override.
