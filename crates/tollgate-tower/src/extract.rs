@@ -536,7 +536,8 @@ fn host<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a [u8]> {
 /// A path as the upstream most likely resolves it, so that spellings of one
 /// path share one bucket (`/%6cogin`, `/./login`, `/x/../login`,
 /// `//login` are all `/login`): the equivalences of RFC 3986 §6.2.2 (a
-/// percent-encoded unreserved character is that character; the hex digits
+/// percent-encoded unreserved character is that character, but for a hex
+/// digit that would make an escape with a `%` starting none; the hex digits
 /// of the other percent-encodings in upper case; dot segments removed,
 /// §5.2.4), and runs of `/` merged (as nginx does by default; merging can
 /// only join buckets, never split one). The path is returned as it is when
@@ -559,7 +560,17 @@ pub fn normalize_path(path: &[u8]) -> std::borrow::Cow<'_, [u8]> {
             )
         {
             let c = u8::try_from(h * 16 + l).unwrap_or(0);
-            if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~') {
+            // A hex digit right after a `%` that starts no escape (`%3%34`)
+            // stays encoded: decoded, it would make an escape (`%34`) that
+            // a second normalization decodes again, and one path would
+            // have two normal forms.
+            let n = decoded.len();
+            let joins_a_stray = c.is_ascii_hexdigit()
+                && (decoded.last() == Some(&b'%')
+                    || (n >= 2 && decoded[n - 2] == b'%' && decoded[n - 1].is_ascii_hexdigit()));
+            if !joins_a_stray
+                && (c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~'))
+            {
                 decoded.push(c);
             } else {
                 decoded.push(b'%');

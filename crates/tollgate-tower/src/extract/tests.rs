@@ -39,6 +39,25 @@ fn spellings_of_one_path_are_one_path() {
     ));
 }
 
+/// Normalizing a normal form changes nothing: a decoded hex digit never
+/// completes an escape with a `%` that started none (the fuzzer's
+/// `@...al:%3%34` was `@...al:%34` once and `@...al:4` twice).
+#[test]
+fn a_normal_path_is_its_own_normal_form() {
+    for (path, want) in [
+        ("@...al:%3%34", "@...al:%3%34"),
+        ("/%%341", "/%%341"),
+        ("/%3%34%35", "/%3%345"),
+        ("/%%34%35", "/%%345"),
+        ("/%2F%34", "/%2F4"),
+        ("/%zz%34", "/%zz4"),
+    ] {
+        let once = normalize_path(path.as_bytes()).into_owned();
+        assert_eq!(String::from_utf8_lossy(&once), want, "{path}");
+        assert_eq!(normalize_path(&once), once, "{path}: twice");
+    }
+}
+
 fn xff(lines: &[&str]) -> HeaderMap {
     let mut h = HeaderMap::new();
     for line in lines {
