@@ -28,23 +28,11 @@ pub(crate) struct UnknownDomains {
 impl UnknownDomains {
     /// Counts a request for `domain`, which no config defines, and logs
     /// the domain the first time (up to [`MAX_LOGGED_DOMAINS`] of them).
-    pub(crate) fn note(&self, domain: &str) {
+    /// Whether it logged, for the tests.
+    pub(crate) fn note(&self, domain: &str) -> bool {
         ::metrics::counter!(UNKNOWN_DOMAIN).increment(1);
-        let Ok(mut logged) = self.logged.lock() else {
-            return;
-        };
-        if logged.len() > MAX_LOGGED_DOMAINS || logged.contains(domain) {
-            return;
-        }
-        if logged.len() == MAX_LOGGED_DOMAINS {
-            // A marker no real domain equals (domains are never empty).
-            logged.insert(String::new());
-            tracing::warn!(
-                "Envoy: more than {MAX_LOGGED_DOMAINS} unknown domains; \
-                 further ones are only counted in {UNKNOWN_DOMAIN}"
-            );
-            return;
-        }
+        // Kept and looked up cut alike: a long domain looked up whole would
+        // never be found, and be logged at every request.
         let mut shown = domain;
         if shown.len() > MAX_DOMAIN_LEN {
             let mut end = MAX_DOMAIN_LEN;
@@ -53,12 +41,28 @@ impl UnknownDomains {
             }
             shown = &shown[..end];
         }
+        let Ok(mut logged) = self.logged.lock() else {
+            return false;
+        };
+        if logged.len() > MAX_LOGGED_DOMAINS || logged.contains(shown) {
+            return false;
+        }
+        if logged.len() == MAX_LOGGED_DOMAINS {
+            // A marker no real domain equals (domains are never empty).
+            logged.insert(String::new());
+            tracing::warn!(
+                "Envoy: more than {MAX_LOGGED_DOMAINS} unknown domains; \
+                 further ones are only counted in {UNKNOWN_DOMAIN}"
+            );
+            return true;
+        }
         logged.insert(shown.to_owned());
         tracing::warn!(
             "Envoy: requests for domain {shown:?}, which no --envoy-config file defines, \
              are answered OK (unlimited), as envoyproxy/ratelimit answers them; check the \
              domain of Envoy's rate limit filter (counted in {UNKNOWN_DOMAIN})"
         );
+        true
     }
 
     /// How many domains were logged by name.
@@ -80,8 +84,8 @@ mod tests {
     #[test]
     fn each_domain_is_kept_once_and_the_set_is_bounded() {
         let u = UnknownDomains::default();
-        u.note("a");
-        u.note("a");
+        assert!(u.note("a"));
+        assert!(!u.note("a"), "logged once");
         assert_eq!(u.logged(), 1);
         for i in 0..10 * MAX_LOGGED_DOMAINS {
             u.note(&format!("d{i}"));
@@ -89,8 +93,8 @@ mod tests {
         assert_eq!(u.logged(), MAX_LOGGED_DOMAINS);
         let long = "é".repeat(MAX_DOMAIN_LEN);
         let fresh = UnknownDomains::default();
-        fresh.note(&long);
-        fresh.note(&long);
+        assert!(fresh.note(&long));
+        assert!(!fresh.note(&long), "a long domain is logged once too");
         assert_eq!(fresh.logged(), 1, "a long domain is kept cut, once");
     }
 }
