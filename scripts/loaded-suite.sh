@@ -24,7 +24,7 @@ done
 failed=0
 for r in $(seq "$runs"); do
   start=$(date +%s)
-  if cargo test --workspace --all-features >"$out/run-$r.log" 2>&1; then verdict=pass; else verdict=FAIL; failed=1; fi
+  if cargo test --workspace --all-features --no-fail-fast >"$out/run-$r.log" 2>&1; then verdict=pass; else verdict=FAIL; failed=1; fi
   secs=$(( $(date +%s) - start ))
   passed=$(grep -o '[0-9]* passed' "$out/run-$r.log" | awk '{s+=$1} END {print s+0}')
   fails=$(grep -E '^test .* FAILED$|^    [a-z_:]+$' "$out/run-$r.log" | sed 's/^ *//' | sort -u | tr '\n' ' ')
