@@ -25,9 +25,9 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
+use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
 use tollgate_server::api::read_body;
 use tollgate_server::server::serve_with;
-use tollgate_tower::headers::{RATELIMIT, RATELIMIT_POLICY};
 
 /// The allocator `tollgate serve` runs with, so the comparison is fair.
 #[global_allocator]

@@ -13,12 +13,12 @@ use std::sync::LazyLock;
 use http::uri::Authority;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use libfuzzer_sys::fuzz_target;
+use tollgate_http::cidr::Cidr;
+use tollgate_http::cost::{Reading, UsageSource};
+use tollgate_http::extract::{ClientIpConfig, MissingKey, normalize_path};
+use tollgate_http::key::KeyExtractor;
 use tollgate_server::proxy::fuzzing::{append_forwarded_for, is_host_port};
 use tollgate_server::proxy::strip_hop_by_hop;
-use tollgate_tower::cidr::Cidr;
-use tollgate_tower::cost::{Reading, UsageSource};
-use tollgate_tower::extract::{ClientIpConfig, MissingKey, normalize_path};
-use tollgate_tower::key::KeyExtractor;
 
 static KEY: LazyLock<KeyExtractor> = LazyLock::new(|| {
     "header:x-api-key+client_ip+path+host+method"

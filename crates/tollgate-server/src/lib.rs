@@ -38,6 +38,6 @@ pub mod terminal;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.
 pub use tollgate::store::url as store_url;
-/// Key extractors and CIDR ranges; they live in the tower crate, which
-/// applies them.
-pub use tollgate_tower::{cidr, key};
+/// Key extractors and CIDR ranges; they live in the HTTP decision path
+/// (`tollgate-http`), which applies them.
+pub use tollgate_http::{cidr, key};

@@ -7,11 +7,9 @@ use std::task::{Context, Poll, ready};
 
 use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
+use tollgate_http::headers::merge_into;
+use tollgate_http::usage::{AdmissionFuture, Hold, UsageBody};
 use tower_service::Service;
-
-use crate::decide::HttpVerdict;
-use crate::headers::merge_into;
-use crate::usage::{AdmissionFuture, Hold, UsageBody};
 
 pin_project! {
     /// The response future of [`RateLimit`](crate::RateLimit): waits for
@@ -94,8 +92,8 @@ where
             match this.state.as_mut().project() {
                 StateProj::Deciding { verdict, call } => {
                     let admission = ready!(verdict.as_mut().poll(cx));
-                    match admission.verdict {
-                        HttpVerdict::Admit { headers, .. } => {
+                    match admission.verdict.into_headers() {
+                        Ok(headers) => {
                             let call = call.take();
                             this.state.set(State::Readying {
                                 call,
@@ -103,7 +101,7 @@ where
                                 hold: admission.hold,
                             });
                         }
-                        HttpVerdict::Respond { response, .. } => {
+                        Err(response) => {
                             // Drop the inner service's clone and the request now.
                             *call = None;
                             let response = response.map(|b| UsageBody::plain(ResB::from(b)));

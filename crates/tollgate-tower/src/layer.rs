@@ -5,17 +5,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Extensions, HeaderMap, Request, Response};
+use http::{Extensions, Request, Response};
 use tollgate::resilient::{OnError, ResilientLimiter};
 use tollgate::{Limiter, Store};
-
-use crate::cost::ResponseCost;
-pub use crate::decide::{BuildError, HttpVerdict, HttpVerdictFuture};
-use crate::decide::{Keys, RuleKeys};
-use crate::extract::{ClientIpConfig, MissingKey};
-use crate::headers::HeaderOptions;
-use crate::key::KeyExtractor;
-use crate::usage::{Admission, AdmissionFuture, DEFAULT_RESERVATION_TTL};
+use tollgate_http::cost::ResponseCost;
+use tollgate_http::decide::{BuildError, HttpVerdict, HttpVerdictFuture, Keys, RuleKeys};
+use tollgate_http::extract::{ClientIpConfig, MissingKey};
+use tollgate_http::headers::HeaderOptions;
+use tollgate_http::key::KeyExtractor;
+use tollgate_http::usage::{Admission, AdmissionFuture, DEFAULT_RESERVATION_TTL};
 
 /// The peer address of a request, as an extension. The layer's default
 /// peer lookup reads it (or a bare [`SocketAddr`] extension); a hyper
@@ -75,7 +73,7 @@ impl<S> Clone for Shared<S> {
 /// An admitted request goes to the inner service, and its response gets
 /// `RateLimit-Policy` and `RateLimit` with one member per rule. A denied one
 /// is answered `429 Too Many Requests` by
-/// [`too_many_requests`](crate::response::too_many_requests). A store
+/// [`too_many_requests`](tollgate_http::response::too_many_requests). A store
 /// failure follows [`RateLimitLayer::with_on_error`]. See [`crate::extract`] for how keys are
 /// built.
 ///
@@ -221,10 +219,20 @@ impl<S> RateLimitLayer<S> {
         self
     }
 
+    /// [`RateLimitLayer::edit`] for the keys, whose setters take them by
+    /// value.
+    fn edit_keys(self, f: impl FnOnce(RuleKeys) -> RuleKeys) -> Self {
+        let mut shared = Arc::unwrap_or_clone(self.shared);
+        shared.keys = f(shared.keys);
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
     /// How `client_ip` is found: trusted proxies and IPv6 grouping.
     #[must_use]
     pub fn with_client_ip(self, config: ClientIpConfig) -> Self {
-        self.edit(|s| s.keys.client_ip = config)
+        self.edit_keys(|keys| keys.with_client_ip(config))
     }
 
     /// Which headers besides the standard ones to write.
@@ -251,7 +259,7 @@ impl<S> RateLimitLayer<S> {
     /// What a request missing a key header (or host) gets.
     #[must_use]
     pub fn with_missing_key(self, policy: MissingKey) -> Self {
-        self.edit(|s| s.keys.missing_key = policy)
+        self.edit_keys(|keys| keys.with_missing_key(policy))
     }
 
     /// Where the peer address comes from (default: [`default_peer_addr`]).
@@ -436,10 +444,7 @@ impl<S: Store> Shared<S> {
     async fn check(&self, keys: &Keys) -> Admission {
         if keys.is_empty() {
             // Every rule skipped (`MissingKey::Skip`): nothing to check.
-            return Admission::bare(HttpVerdict::Admit {
-                headers: HeaderMap::new(),
-                decision: None,
-            });
+            return Admission::bare(HttpVerdict::admit_unchecked());
         }
         self.keys
             .admit(

@@ -58,13 +58,20 @@
 //! # }).unwrap();
 //! ```
 //!
-//! The pieces are public for front doors that are not tower services (the
-//! `tollgate` reverse proxy): [`RateLimitLayer::decide`] gives the layer's
-//! [`HttpVerdict`] for a request head; [`extract`] turns a request into key
-//! bytes behind trusted proxies; [`response`] builds the 429, 503 and
-//! problem+json answers; [`headers`] renders the RateLimit header fields of
-//! the IETF httpapi draft; [`key`] and [`cidr`] parse key extractors and
-//! trusted-proxy blocks.
+//! The layer is the tower face of the HTTP decision path in crate
+//! [`tollgate_http`], which the `tollgate` server's doors (reverse proxy,
+//! JSON API) share. The modules the layer's configuration and answers are
+//! made of are re-exported here, so a layer user needs this crate alone:
+//! [`key`] and [`cidr`] parse key extractors and trusted-proxy blocks;
+//! [`extract`] turns a request into key bytes behind trusted proxies
+//! ([`extract::ClientIpConfig`], [`extract::MissingKey`]); [`headers`]
+//! renders the RateLimit header fields of the IETF httpapi draft
+//! ([`headers::HeaderOptions`]); [`cost`] and [`usage`] are below.
+//! [`RateLimitLayer::decide`] gives the layer's [`HttpVerdict`] for a
+//! request head, for a front door that is not a tower service; a door
+//! that keeps its own rules decides with [`tollgate_http::decide`] (its
+//! [`RuleKeys`](tollgate_http::decide::RuleKeys)) and answers with
+//! [`tollgate_http::response`].
 //!
 //! # Usage and in-flight limits
 //!
@@ -102,21 +109,13 @@
 // Library code handles every failure; tests may unwrap.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-pub mod cidr;
-pub mod cost;
-pub mod decide;
-pub mod extract;
 mod future;
-pub mod headers;
-pub mod key;
 mod layer;
-pub mod response;
 mod service;
-pub mod usage;
 
 pub use future::ResponseFuture;
-pub use layer::{
-    BuildError, HttpVerdict, HttpVerdictFuture, PeerAddr, PeerAddrFn, RateLimitLayer,
-    default_peer_addr,
-};
+pub use layer::{PeerAddr, PeerAddrFn, RateLimitLayer, default_peer_addr};
 pub use service::RateLimit;
+// What the layer is configured with and answers, from the decision path.
+pub use tollgate_http::decide::{BuildError, HttpVerdict, HttpVerdictFuture};
+pub use tollgate_http::{cidr, cost, extract, headers, key, usage};

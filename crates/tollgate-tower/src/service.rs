@@ -5,12 +5,12 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tollgate::{Limiter, Store};
+use tollgate_http::usage::UsageBody;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::future::ResponseFuture;
 use crate::layer::RateLimitLayer;
-use crate::usage::UsageBody;
 
 /// The rate-limiting service made by [`RateLimitLayer`]. Cloning it is
 /// cheap (an [`Arc`](std::sync::Arc) and the inner service's clone) and

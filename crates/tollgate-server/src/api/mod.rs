@@ -57,8 +57,8 @@ use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 use tollgate::{Check, Decision, Error};
-use tollgate_tower::decide::{Basis, insert_verdict_headers};
-use tollgate_tower::headers::{HeaderOptions, PolicyCache};
+use tollgate_http::decide::{Basis, insert_verdict_headers};
+use tollgate_http::headers::{HeaderOptions, PolicyCache};
 
 mod body;
 mod json_read;

@@ -13,8 +13,8 @@ use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
 
 use tollgate::OnError;
-use tollgate_tower::cost::ResponseCost;
-use tollgate_tower::extract::MissingKey;
+use tollgate_http::cost::ResponseCost;
+use tollgate_http::extract::MissingKey;
 
 /// Default `[store] url`.
 pub const DEFAULT_STORE_URL: &str = "memory";

@@ -13,7 +13,7 @@ use toml::de::DeValue;
 use super::checker::{Checker, Value};
 use super::model::RuleConfig;
 use crate::key::KeyExtractor;
-use tollgate_tower::cost::{ResponseCost, UsageSource};
+use tollgate_http::cost::{ResponseCost, UsageSource};
 
 const RULE_FIELDS: &[&str] = &[
     "name",

@@ -3,7 +3,7 @@ use std::time::Duration;
 use super::*;
 use crate::store_url::StoreUrl;
 use tollgate::OnError;
-use tollgate_tower::extract::MissingKey;
+use tollgate_http::extract::MissingKey;
 
 fn errors(src: &str) -> Vec<String> {
     Config::parse(src, "t.toml")

@@ -98,5 +98,5 @@ fn bounded(key: String) -> String {
     while !key.is_char_boundary(cut) {
         cut -= 1;
     }
-    tollgate_tower::extract::digest_key(&format!("{};sha256=", &key[..cut]), key.as_bytes())
+    tollgate_http::extract::digest_key(&format!("{};sha256=", &key[..cut]), key.as_bytes())
 }

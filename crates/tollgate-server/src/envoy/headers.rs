@@ -3,14 +3,14 @@
 //! descriptor closest to its limit: the reference service's three fields
 //! (its `LIMIT_RESPONSE_HEADERS_ENABLED`), or the IETF draft's
 //! `RateLimit` and `RateLimit-Policy`, formatted by the same code as the
-//! HTTP doors' (`tollgate_tower::headers`).
+//! HTTP doors' (`tollgate_http::headers`).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use tollgate::Rule;
-use tollgate_tower::headers::{ceil_secs, policy_list, ratelimit_list};
+use tollgate_http::headers::{ceil_secs, policy_list, ratelimit_list};
 
 use crate::envoy::limits::Unit;
 use crate::envoy::plan::Plan;

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use http::header::{self, HeaderName};
 use http::uri::Authority;
 use http::{HeaderMap, HeaderValue};
-use tollgate_tower::extract::X_FORWARDED_FOR;
+use tollgate_http::extract::X_FORWARDED_FOR;
 
 /// Whether `a` is `host[:port]` (RFC 9110 §7.2): no userinfo (which would
 /// reach the upstream's Host, and make a `host` key a new bucket per name

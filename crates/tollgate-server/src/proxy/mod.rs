@@ -4,7 +4,7 @@
 //! check at cost 1, each rule keyed by its `key` extractor (a rule without
 //! `key` is keyed by `client_ip`). Keys, the check and its answer (RateLimit
 //! headers, degraded marker, 429/503/400 problem+json) come from
-//! `tollgate_tower::decide`, exactly as in the tower layer. A rule charged
+//! `tollgate_http::decide`, exactly as in the tower layer. A rule charged
 //! from the response (`cost`, `estimate`) and a `concurrency` rule hold a
 //! reservation and a lease until the response body ends or is dropped
 //! (`RuleKeys::admit`; docs/proxy.md, "Usage from the response and
@@ -49,12 +49,12 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, V
 use http_body::Body as _;
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use tollgate_tower::decide::{Keys, RuleKeys};
-use tollgate_tower::extract::ClientIpConfig;
-use tollgate_tower::headers::{HeaderOptions, is_list_field};
-use tollgate_tower::key::KeyExtractor;
-use tollgate_tower::response::problem;
-use tollgate_tower::usage::{Hold, UsageBody};
+use tollgate_http::decide::{Keys, RuleKeys};
+use tollgate_http::extract::ClientIpConfig;
+use tollgate_http::headers::{HeaderOptions, is_list_field};
+use tollgate_http::key::KeyExtractor;
+use tollgate_http::response::problem;
+use tollgate_http::usage::{Hold, UsageBody};
 
 use crate::config::Config;
 use crate::gate::{Gate, Throttle};

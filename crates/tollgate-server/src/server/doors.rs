@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use tollgate::store::AnyStore;
-use tollgate_tower::headers::HeaderOptions;
+use tollgate_http::headers::HeaderOptions;
 
 use crate::api::Api;
 use crate::config::{Config, EnvoyHeaders};

@@ -68,7 +68,7 @@ pub fn store_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(entries: &[(K, V)]) -> String {
         escape(value.as_ref(), &mut out);
     }
     if out.len() > tollgate::MAX_KEY_LEN {
-        return tollgate_tower::extract::digest_key(";sha256=", out.as_bytes());
+        return tollgate_http::extract::digest_key(";sha256=", out.as_bytes());
     }
     out
 }

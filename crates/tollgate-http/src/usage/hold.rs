@@ -32,7 +32,7 @@ use crate::cost::{Reading, ResponseCost, UsageSource};
 pub const USAGE_UNREAD: &str = "tollgate_usage_unread_total";
 
 /// The tower layer's reservation ttl unless set
-/// ([`RateLimitLayer::with_reservation_ttl`](crate::RateLimitLayer::with_reservation_ttl)):
+/// (`tollgate_tower::RateLimitLayer::with_reservation_ttl`):
 /// an hour, longer than any response a service should stream. A response
 /// that ends later still settles (late: what exceeds the estimate is
 /// charged; unused estimate is not given back).

@@ -50,7 +50,7 @@ impl Admission {
     }
 }
 
-/// The boxed future of [`RateLimitLayer::admit`](crate::RateLimitLayer::admit).
+/// The boxed future of `tollgate_tower::RateLimitLayer::admit`.
 pub type AdmissionFuture = Pin<Box<dyn Future<Output = Admission> + Send + 'static>>;
 
 impl RuleKeys {

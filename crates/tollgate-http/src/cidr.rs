@@ -9,7 +9,7 @@ use std::str::FromStr;
 /// (`/32` or `/128`).
 ///
 /// ```
-/// use tollgate_tower::cidr::Cidr;
+/// use tollgate_http::cidr::Cidr;
 ///
 /// let net: Cidr = "10.0.0.0/8".parse().unwrap();
 /// assert!(net.contains("10.1.2.3".parse().unwrap()));

@@ -85,7 +85,7 @@ pub const DEFAULT_IPV6_PREFIX: u8 = 128;
 /// ```
 /// use std::net::IpAddr;
 /// use http::HeaderMap;
-/// use tollgate_tower::extract::ClientIpConfig;
+/// use tollgate_http::extract::ClientIpConfig;
 ///
 /// let config = ClientIpConfig::new()
 ///     .with_trusted_proxies(["10.0.0.0/8".parse().unwrap()])
@@ -378,8 +378,8 @@ impl KeyExtractor {
     /// the extractor has a `client_ip` part.
     ///
     /// ```
-    /// use tollgate_tower::extract::{ClientIp, MissingKey};
-    /// use tollgate_tower::key::KeyExtractor;
+    /// use tollgate_http::extract::{ClientIp, MissingKey};
+    /// use tollgate_http::key::KeyExtractor;
     ///
     /// let k: KeyExtractor = "header:x-api-key+client_ip".parse().unwrap();
     /// let req = http::Request::get("/").header("x-api-key", "a+b").body(()).unwrap();
@@ -494,7 +494,7 @@ fn fit(key: Vec<u8>) -> Vec<u8> {
 /// key's counter.
 ///
 /// ```
-/// let k = tollgate_tower::extract::digest_key(";sha256=", b"abc");
+/// let k = tollgate_http::extract::digest_key(";sha256=", b"abc");
 /// assert_eq!(k, ";sha256=ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 /// ```
 #[must_use]

@@ -1,6 +1,6 @@
 //! One decision path for HTTP: how a request becomes keys, the keys a
 //! check, and the check's outcome an answer. The tower layer
-//! ([`crate::RateLimitLayer`]), the server's reverse proxy and its HTTP API
+//! (`tollgate_tower::RateLimitLayer`), the server's reverse proxy and its HTTP API
 //! all decide through here, so a change to an answer (a degraded header, a
 //! 400 body) is made once.
 //!
@@ -25,10 +25,10 @@
 //! # use std::time::Duration;
 //! use tollgate::resilient::ResilientLimiter;
 //! use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
-//! use tollgate_tower::HttpVerdict;
-//! use tollgate_tower::decide::RuleKeys;
-//! use tollgate_tower::extract::MissingKey;
-//! use tollgate_tower::headers::HeaderOptions;
+//! use tollgate_http::decide::HttpVerdict;
+//! use tollgate_http::decide::RuleKeys;
+//! use tollgate_http::extract::MissingKey;
+//! use tollgate_http::headers::HeaderOptions;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
 //! let limiter = Limiter::new(MemoryStore::new(), [
@@ -77,7 +77,7 @@ use crate::response::{
     problem, store_unavailable, too_many_requests,
 };
 
-/// Why a [`RateLimitLayer`](crate::RateLimitLayer) could not be built.
+/// Why [`RuleKeys`] or the tower layer (`tollgate_tower::RateLimitLayer`) could not be built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
@@ -114,7 +114,7 @@ impl fmt::Display for BuildError {
 impl std::error::Error for BuildError {}
 
 /// What the layer decided about a request, before any inner service runs:
-/// [`RateLimitLayer::decide`](crate::RateLimitLayer::decide). For a front door that is not a tower
+/// `tollgate_tower::RateLimitLayer::decide`, or [`RuleKeys::check`]. For a front door that is not a tower
 /// service (the reverse proxy) to do exactly what the layer does.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -164,15 +164,28 @@ impl HttpVerdict {
         }
     }
 
-    pub(crate) fn respond(response: Response<String>) -> Self {
+    /// Answer `response` instead, nothing checked (a key refused before
+    /// any check: [`RuleKeys::keys`]).
+    #[must_use]
+    pub fn respond(response: Response<String>) -> Self {
         HttpVerdict::Respond {
             response,
             decision: None,
         }
     }
+
+    /// Pass the request on as it is, nothing checked (every rule skipped
+    /// under [`MissingKey::Skip`]: no headers to add).
+    #[must_use]
+    pub fn admit_unchecked() -> Self {
+        HttpVerdict::Admit {
+            headers: HeaderMap::new(),
+            decision: None,
+        }
+    }
 }
 
-/// The boxed future of [`RateLimitLayer::decide`](crate::RateLimitLayer::decide).
+/// The boxed future of `tollgate_tower::RateLimitLayer::decide`.
 pub type HttpVerdictFuture = Pin<Box<dyn Future<Output = HttpVerdict> + Send + 'static>>;
 
 /// One rule a door checks: its name, its position in the limiter's rules,

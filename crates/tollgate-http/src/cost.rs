@@ -6,7 +6,7 @@
 //! in-flight limits").
 //!
 //! ```
-//! use tollgate_tower::cost::{ResponseCost, UsageSource};
+//! use tollgate_http::cost::{ResponseCost, UsageSource};
 //!
 //! let source: UsageSource = "response_header:X-Usage-Tokens".parse().unwrap();
 //! assert_eq!(source.to_string(), "response_header:x-usage-tokens");

@@ -164,7 +164,7 @@ pub fn is_list_field(name: &HeaderName) -> bool {
 /// every policy shows. Any other field the response already has is kept:
 /// an inner layer's `Retry-After` and legacy fields on its 429 speak for
 /// the rule that denied.
-pub(crate) fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
+pub fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
     let mut last: Option<HeaderName> = None;
     for (name, value) in ours {
         // `None`: another value of the field before it.

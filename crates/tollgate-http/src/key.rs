@@ -38,7 +38,7 @@ impl fmt::Display for KeyPart {
 /// A key extractor: one or more [`KeyPart`]s joined with `+`, in order.
 ///
 /// ```
-/// use tollgate_tower::key::{KeyExtractor, KeyPart};
+/// use tollgate_http::key::{KeyExtractor, KeyPart};
 ///
 /// let k: KeyExtractor = "header:X-Api-Key+path".parse().unwrap();
 /// assert_eq!(k.parts(), &[KeyPart::Header("x-api-key".into()), KeyPart::Path]);

@@ -45,7 +45,7 @@ pub const DEGRADED_LOCAL: HeaderValue = HeaderValue::from_static("local");
 ///
 /// ```
 /// use http::StatusCode;
-/// use tollgate_tower::response::problem;
+/// use tollgate_http::response::problem;
 ///
 /// let r: http::Response<String> = problem(StatusCode::BAD_REQUEST, "about:blank", "Bad Request", "no key");
 /// assert_eq!(r.headers()["content-type"], "application/problem+json");
@@ -145,8 +145,8 @@ pub fn denial_retry_after<'a>(
 /// ```
 /// use std::time::Duration;
 /// use tollgate::{Algorithm, Decision, RuleSpec};
-/// use tollgate_tower::headers::HeaderOptions;
-/// use tollgate_tower::response::too_many_requests;
+/// use tollgate_http::headers::HeaderOptions;
+/// use tollgate_http::response::too_many_requests;
 ///
 /// let rule = RuleSpec::new("per_ip", Algorithm::Gcra, 5, Duration::from_secs(60)).build().unwrap();
 /// let denied = Decision { allowed: false, limit: 5, remaining: 0,
@@ -201,7 +201,7 @@ pub fn too_many_requests<B: From<String>>(
 /// and a problem+json body.
 ///
 /// ```
-/// let r: http::Response<String> = tollgate_tower::response::store_unavailable();
+/// let r: http::Response<String> = tollgate_http::response::store_unavailable();
 /// assert_eq!(r.status(), 503);
 /// assert_eq!(r.headers()["retry-after"], "1");
 /// ```
