@@ -39,6 +39,7 @@ pub mod conformance;
 mod decision;
 mod error;
 mod limiter;
+mod op;
 mod overrides;
 pub mod resilient;
 mod rule;
@@ -52,6 +53,7 @@ pub use algorithm::Charged;
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 pub use limiter::{Check, Limiter, MAX_KEY_LEN, Ticketed};
+pub use op::Op;
 pub use overrides::{KeyPattern, Overrides};
 pub use resilient::{OnError, ResilientLimiter};
 pub use rule::{

@@ -6,8 +6,9 @@ use std::time::Duration;
 use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, WaitError};
+use crate::op::Op;
 use crate::overrides::Overrides;
-use crate::rule::{Algorithm, Rule, RuleError};
+use crate::rule::{Rule, RuleError};
 use crate::runtime::Table;
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
@@ -274,47 +275,6 @@ impl<S> Limiter<S> {
                 Ok(Resolved::Many(pairs, index))
             }
         }
-    }
-}
-
-/// What a request does to its pairs, for [`Limiter::resolve_all`] to refuse
-/// pairs it does not apply to (docs/semantics.md, "Concurrency": only
-/// acquire, release, renew and peeks apply to a `concurrency` rule, and
-/// acquire to no other).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Check,
-    Charge,
-    Refund,
-    Reserve,
-    Acquire,
-}
-
-impl Op {
-    fn applies(self, rule: &Rule, cost: u64) -> Result<(), Error> {
-        let concurrency = rule.algorithm() == Algorithm::Concurrency;
-        let refused = match self {
-            Op::Check if concurrency && cost > 0 => {
-                "is a concurrency rule: acquire and release \
-                 it (a check of cost 0, a peek, applies)"
-            }
-            Op::Charge if concurrency => {
-                "is a concurrency rule: its slots are acquired, not charged"
-            }
-            Op::Refund if concurrency => {
-                "is a concurrency rule: its slots are released, not refunded"
-            }
-            Op::Reserve if concurrency => {
-                "is a concurrency rule: its slots are acquired, not reserved"
-            }
-            Op::Acquire if !concurrency => "is not a concurrency rule: only those are acquired",
-            _ => return Ok(()),
-        };
-        Err(Error::Mismatch(format!(
-            "rule {:?} ({}) {refused}",
-            rule.name(),
-            rule.algorithm()
-        )))
     }
 }
 

@@ -65,13 +65,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures_util::future::join_all;
 use tollgate::resilient::Refusal;
-use tollgate::{Check, Decision, OnError};
+use tollgate::{Check, Decision, OnError, Op};
 
 use crate::envoy::detailed::{DetailedMetrics, Outcome};
 use crate::envoy::headers::ResponseHeaders;
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::envoy::metadata::dynamic_metadata;
-use crate::envoy::plan::{Op, Plan, plan};
+use crate::envoy::plan::{Plan, plan};
 use crate::envoy::unknown::UnknownDomains;
 use crate::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
@@ -266,7 +266,7 @@ impl EnvoyService {
             ),
             async {
                 let charged = self.record(&plans, Op::Charge).await;
-                (charged, self.record(&plans, Op::GiveBack).await)
+                (charged, self.record(&plans, Op::Refund).await)
             },
         );
         let mut shadow_over = Vec::new();
@@ -404,7 +404,7 @@ impl EnvoyService {
     }
 
     /// Records every counted descriptor doing `op` (a charge or a
-    /// give-back) in one store call: never refused, so each reads `OK` with
+    /// refund, a give-back) in one store call: never refused, so each reads `OK` with
     /// the key's state after it; under a store failure the failure policy
     /// answers, as for a check.
     async fn record(&self, plans: &[Plan<'_>], op: Op) -> Result<Recorded, tonic::Status> {
@@ -416,7 +416,7 @@ impl EnvoyService {
         if at.is_empty() {
             return Ok(recorded);
         }
-        let result = if op == Op::GiveBack {
+        let result = if op == Op::Refund {
             self.gate.refund_all(&checks).await
         } else {
             self.gate.charge_all(&checks).await

@@ -8,7 +8,8 @@
 use super::{Inner, OnError, Refusal, ResilientLimiter, metric, untouched};
 use crate::algorithm::Charged;
 use crate::error::StoreError;
-use crate::limiter::{Check, Op};
+use crate::limiter::Check;
+use crate::op::Op;
 use crate::store::{KeyCheck, Store};
 
 /// What a charge answered: one [`Charged`] per pair, in order.

@@ -9,7 +9,8 @@
 
 use super::open::Held;
 use super::{Inner, OnError, Refusal, ResilientLimiter, TicketVerdict, Verdict, metric};
-use crate::limiter::{Check, Op, lease_ticket};
+use crate::limiter::{Check, lease_ticket};
+use crate::op::Op;
 use crate::rule::Rule;
 use crate::store::{KeyCheck, Released, Store};
 use crate::ticket::Ticket;

@@ -61,7 +61,8 @@ use parking_lot::Mutex;
 
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::limiter::{Check, Limiter, Op};
+use crate::limiter::{Check, Limiter};
+use crate::op::Op;
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Store};

@@ -10,7 +10,8 @@ use std::time::Duration;
 use super::open::Held;
 use super::{Refusal, ResilientLimiter, Verdict, metric};
 use crate::algorithm::Charged;
-use crate::limiter::{Check, Op, reservation_ticket, reservation_ttl};
+use crate::limiter::{Check, reservation_ticket, reservation_ttl};
+use crate::op::Op;
 use crate::store::{SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 

@@ -9,11 +9,11 @@ use std::time::Duration;
 use tollgate::store::{Released, Settled};
 use tollgate::ticket::{REMEMBERED_AFTER_TTL, Ticket, TicketKind, TicketPair};
 use tollgate::{
-    Algorithm, Check, Decision, Limiter, Micros, Store, StoreError, duration_to_micros,
+    Algorithm, Check, Decision, Limiter, Micros, Op, Store, StoreError, duration_to_micros,
 };
 
 use super::open::{Book, MAX_OPEN, Open};
-use super::trace::{Op, Row};
+use super::trace::Row;
 
 /// What a row did.
 #[derive(Debug, Clone)]
@@ -112,6 +112,8 @@ pub(super) async fn run<S: Store>(
         }
         Op::Settle | Op::Cancel => settle(limiter, book, row, index).await,
         Op::Release | Op::Renew => release(limiter, book, row, index).await,
+        // A trace never names another (`trace::OPS`).
+        op => Err(Failed::Row(format!("op {op} is not one a trace runs"))),
     }
 }
 
