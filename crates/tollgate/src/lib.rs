@@ -36,6 +36,7 @@
 pub mod algorithm;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod decided;
 mod decision;
 mod error;
 mod limiter;
@@ -50,6 +51,7 @@ mod time;
 pub mod top;
 
 pub use algorithm::Charged;
+pub use decided::{DecidedBy, Deciders, LimitSource};
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 pub use limiter::{Check, Limiter, MAX_KEY_LEN, Ticketed};

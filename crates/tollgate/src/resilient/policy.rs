@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::decided::Deciders;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, StoreError};
 
@@ -74,9 +75,23 @@ pub struct Verdict {
     /// (`allow` or `local`) answered instead. Under `allow` nothing was
     /// decided: every pair reads admitted with its full capacity.
     pub degraded: Option<OnError>,
+    /// What decided each pair, in order: the limit the pair was resolved
+    /// to before the store was asked (its rule, or an override, or its
+    /// per-call limit). What describes the answer (RateLimit headers, an
+    /// Envoy status) reads it here, never by looking the rule up again.
+    pub decided_by: Deciders,
 }
 
 impl Verdict {
+    /// A verdict whose deciders the caller adds ([`Verdict::decided_by`]).
+    pub(crate) fn new(multi: MultiDecision, degraded: Option<OnError>) -> Self {
+        Self {
+            multi,
+            degraded,
+            decided_by: Deciders::default(),
+        }
+    }
+
     /// The deciding pair's decision.
     #[must_use]
     pub fn decision(&self) -> &Decision {

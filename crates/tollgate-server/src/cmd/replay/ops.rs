@@ -63,7 +63,8 @@ pub(super) async fn run<S: Store>(
 ) -> Result<Done, Failed> {
     let t: Micros = row.t_ms * 1_000;
     let at = Some(t);
-    let check = Check::new(row.rule, row.key).cost(row.cost);
+    // By the rule's position, found once per row: not looked up again.
+    let check = Check::new(row.rule, row.key).cost(row.cost).at_index(index);
     match row.op {
         Op::Check => {
             let decision = limiter.check_at(row.rule, row.key, row.cost, at).await?;
