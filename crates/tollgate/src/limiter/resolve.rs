@@ -205,9 +205,7 @@ mod tests {
 
     use crate::decided::LimitSource;
     use crate::overrides::{KeyPattern, Overrides};
-    use crate::resilient::ResilientLimiter;
     use crate::rule::{Algorithm, Rule, RuleSpec};
-    use crate::runtime::RuntimeOverride;
     use crate::store::memory::MemoryStore;
     use crate::{Check, Limiter, Op};
 
@@ -264,35 +262,5 @@ mod tests {
                 (1, LimitSource::PerCall, 3),
             ]
         );
-    }
-
-    #[tokio::test]
-    async fn a_runtime_override_decides_and_the_verdict_says_so() {
-        let l = ResilientLimiter::builder(limiter())
-            .build()
-            .expect("resilient");
-        l.set_override(RuntimeOverride {
-            rule: "b".into(),
-            key: b"vip".to_vec(),
-            limit: 7,
-            period: Some(Duration::from_secs(1)),
-            burst: None,
-            ends_ms: None,
-        })
-        .await
-        .expect("override");
-        let verdict = l.check("b", "vip", 1).await.expect("checked");
-        assert_eq!(verdict.decision().limit, 7);
-        let [by] = &*verdict.decided_by else {
-            panic!("one pair, one decider")
-        };
-        assert_eq!(by.source, LimitSource::RuntimeOverride);
-        assert_eq!((by.index, by.limit), (1, 7));
-        assert_eq!(by.period(), Duration::from_secs(1));
-        let charged = l
-            .charge_all(&[Check::new("a", "k")])
-            .await
-            .expect("charged");
-        assert_eq!(charged.decided_by[0].source, LimitSource::Rule);
     }
 }

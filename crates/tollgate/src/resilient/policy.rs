@@ -154,4 +154,49 @@ mod tests {
         }
         assert!("open".parse::<OnError>().is_err());
     }
+
+    #[tokio::test]
+    async fn a_verdict_carries_the_runtime_override_that_decided() {
+        use std::time::Duration;
+
+        use crate::decided::LimitSource;
+        use crate::limiter::{Check, Limiter};
+        use crate::resilient::ResilientLimiter;
+        use crate::rule::{Algorithm, RuleSpec};
+        use crate::runtime::RuntimeOverride;
+        use crate::store::memory::MemoryStore;
+
+        let rule = |name: &str| {
+            RuleSpec::new(name, Algorithm::FixedWindow, 10, Duration::from_secs(60))
+                .build()
+                .expect("rule")
+        };
+        let limiter = Limiter::new(MemoryStore::new(), [rule("a"), rule("b")]).expect("limiter");
+        let l = ResilientLimiter::builder(limiter)
+            .build()
+            .expect("resilient");
+        l.set_override(RuntimeOverride {
+            rule: "b".into(),
+            key: b"vip".to_vec(),
+            limit: 7,
+            period: Some(Duration::from_secs(1)),
+            burst: None,
+            ends_ms: None,
+        })
+        .await
+        .expect("override");
+        let verdict = l.check("b", "vip", 1).await.expect("checked");
+        assert_eq!(verdict.decision().limit, 7);
+        let [by] = &*verdict.decided_by else {
+            panic!("one pair, one decider")
+        };
+        assert_eq!(by.source, LimitSource::RuntimeOverride);
+        assert_eq!((by.index, by.limit), (1, 7));
+        assert_eq!(by.period(), Duration::from_secs(1));
+        let charged = l
+            .charge_all(&[Check::new("a", "k")])
+            .await
+            .expect("charged");
+        assert_eq!(charged.decided_by[0].source, LimitSource::Rule);
+    }
 }
