@@ -70,7 +70,7 @@ use tollgate::{Algorithm, Check, Decision, Error, MAX_KEY_LEN, MultiDecision, Ru
 use crate::cost::ResponseCost;
 
 use crate::extract::{ClientIpConfig, KeyError, MissingKey};
-use crate::headers::{HeaderOptions, insert_headers, insert_policy};
+use crate::headers::{Deciding, HeaderOptions, Policy, insert_headers, insert_policy};
 use crate::key::KeyExtractor;
 use crate::response::{
     DEGRADED_LOCAL, DEGRADED_STORE_UNAVAILABLE, KEY_TOO_LONG, MISSING_KEY, TOLLGATE_DEGRADED,
@@ -460,12 +460,17 @@ impl RuleKeys {
         Ok(Keys { keys })
     }
 
-    /// One [`Check`] (cost 1) per key, in order.
+    /// One [`Check`] (cost 1) per key, in order, each by its rule's
+    /// position in the limiter's rules ([`Check::at_index`]): the names
+    /// were looked up once, in [`RuleKeys::new`].
     #[must_use]
     pub fn checks<'a>(&'a self, keys: &'a Keys) -> Vec<Check<'a>> {
         keys.keys
             .iter()
-            .map(|(i, key)| Check::new(self.rules[*i].name(), key))
+            .map(|(i, key)| {
+                let rule = &self.rules[*i];
+                Check::new(rule.name(), key).at_index(rule.index)
+            })
             .collect()
     }
 
@@ -476,22 +481,6 @@ impl RuleKeys {
         keys.keys
             .iter()
             .map(|(i, _)| &all[self.rules[*i].index])
-            .collect()
-    }
-
-    /// The rules that decide `keys`, in order: each key's own override
-    /// (runtime, then config) where it has one, else its rule
-    /// ([`ResilientLimiter::rule_for_key`]): what an answer's headers
-    /// describe.
-    #[must_use]
-    pub fn rules_for<'a, S: Store>(
-        &self,
-        limiter: &'a ResilientLimiter<S>,
-        keys: &Keys,
-    ) -> Vec<std::borrow::Cow<'a, Rule>> {
-        keys.keys
-            .iter()
-            .map(|(i, key)| limiter.rule_for_key(self.rules[*i].index, key))
             .collect()
     }
 
@@ -507,13 +496,7 @@ impl RuleKeys {
         options: HeaderOptions,
     ) -> HttpVerdict {
         let outcome = limiter.check_all_as(&self.checks(keys), policy).await;
-        match outcome {
-            Ok(verdict) => {
-                let rules = self.rules_for(limiter, keys);
-                answer(&as_refs(&rules), verdict, options)
-            }
-            Err(refused) => refusal(&refused),
-        }
+        self.verdict(limiter.rules(), keys, outcome, options)
     }
 
     /// A check's `outcome` (of [`RuleKeys::checks`] of `keys`) as a
@@ -531,11 +514,6 @@ impl RuleKeys {
             Err(refused) => refusal(&refused),
         }
     }
-}
-
-/// `rules` as plain references, as [`answer`] takes them.
-pub(crate) fn as_refs<'a>(rules: &'a [std::borrow::Cow<'a, Rule>]) -> Vec<&'a Rule> {
-    rules.iter().map(|r| &**r).collect()
 }
 
 /// What an answer's rate-limit headers rest on, from a check's
@@ -596,7 +574,7 @@ impl Basis {
 /// degraded marker, as [`Basis::of`] `degraded` says.
 pub fn insert_verdict_headers(
     headers: &mut HeaderMap,
-    pairs: &[(&Rule, &Decision)],
+    pairs: &[(&dyn Policy, &Decision)],
     retry_after: Option<Duration>,
     degraded: Option<OnError>,
     options: HeaderOptions,
@@ -611,16 +589,28 @@ pub fn insert_verdict_headers(
 }
 
 /// A check's answer as an [`HttpVerdict`]; `rules` are the checked rules, one
-/// per decision, in order. Admitted (or let through by the `allow`
-/// policy): [`HttpVerdict::Admit`] with [`insert_verdict_headers`]' headers
-/// (no decision when nothing was decided). Denied: [`HttpVerdict::Respond`]
-/// with [`too_many_requests`], marked `tollgate-degraded: local` when the
-/// local fallback denied.
+/// per decision, in order, naming the headers' members, whose windows are
+/// those of the limits that decided ([`resilient::Verdict::decided_by`]:
+/// the answer's own account, never a second lookup). Admitted (or let
+/// through by the `allow` policy): [`HttpVerdict::Admit`] with
+/// [`insert_verdict_headers`]' headers (no decision when nothing was
+/// decided). Denied: [`HttpVerdict::Respond`] with [`too_many_requests`],
+/// marked `tollgate-degraded: local` when the local fallback denied.
 #[must_use]
 pub fn answer(rules: &[&Rule], verdict: resilient::Verdict, options: HeaderOptions) -> HttpVerdict {
     let multi = verdict.multi;
     let basis = Basis::of(verdict.degraded);
-    let pairs: Vec<(&Rule, &Decision)> = rules.iter().copied().zip(&multi.decisions).collect();
+    let by = &verdict.decided_by;
+    let deciding: Vec<Deciding<'_>> = rules
+        .iter()
+        .enumerate()
+        .map(|(n, rule)| Deciding::new(rule, by.get(n)))
+        .collect();
+    let pairs: Vec<(&dyn Policy, &Decision)> = deciding
+        .iter()
+        .map(|d| d as &dyn Policy)
+        .zip(&multi.decisions)
+        .collect();
     if multi.allowed || !basis.has_ratelimit() {
         let mut headers = HeaderMap::new();
         insert_verdict_headers(&mut headers, &pairs, None, verdict.degraded, options);

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use tollgate::{Decision, MultiDecision, Rule};
+use tollgate::{DecidedBy, Decision, MultiDecision, Rule};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -30,6 +30,60 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset` (legacy, opt-in): seconds until reset, rounded up.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// What a RateLimit member says of the limit behind it, besides its
+/// decision: its name and its window. A [`Rule`] says its own; a check's
+/// answer says the window of the limit that decided under the rule's name
+/// (a per-key override may have its own): a [`Deciding`].
+pub trait Policy {
+    /// The member's name: the rule's.
+    fn name(&self) -> &str;
+    /// The period, written as `w` (whole seconds, rounded up).
+    fn period(&self) -> Duration;
+}
+
+impl Policy for Rule {
+    fn name(&self) -> &str {
+        Rule::name(self)
+    }
+
+    fn period(&self) -> Duration {
+        Rule::period(self)
+    }
+}
+
+/// The limit that decided a pair, as its RateLimit members describe it:
+/// the checked rule's name and the deciding limit's period
+/// ([`tollgate::resilient::Verdict::decided_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deciding<'a> {
+    /// The rule's name.
+    pub name: &'a str,
+    /// The deciding limit's period.
+    pub period: Duration,
+}
+
+impl<'a> Deciding<'a> {
+    /// Checked rule `rule` decided by `by` (its own period when the answer
+    /// carries none, as a verdict built by hand may not).
+    #[must_use]
+    pub fn new(rule: &'a Rule, by: Option<&DecidedBy>) -> Self {
+        Self {
+            name: rule.name(),
+            period: by.map_or_else(|| rule.period(), DecidedBy::period),
+        }
+    }
+}
+
+impl Policy for Deciding<'_> {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn period(&self) -> Duration {
+        self.period
+    }
+}
 
 /// Which headers to write besides the standard ones.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,16 +114,21 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
 fn list<'a>(members: impl IntoIterator<Item = (&'a str, u64, u64)>, params: [&str; 2]) -> String {
     let mut out = String::with_capacity(48);
     for (name, a, b) in members {
-        if !out.is_empty() {
-            out.push_str(", ");
-        }
-        out.push('"');
-        out.push_str(name);
-        out.push('"');
-        push_param(&mut out, params[0], a);
-        push_param(&mut out, params[1], b);
+        push_member(&mut out, name, params, a, b);
     }
     out
+}
+
+/// Appends the member `"name";A=a;B=b` to a list (see [`list`]).
+fn push_member(out: &mut String, name: &str, params: [&str; 2], a: u64, b: u64) {
+    if !out.is_empty() {
+        out.push_str(", ");
+    }
+    out.push('"');
+    out.push_str(name);
+    out.push('"');
+    push_param(out, params[0], a);
+    push_param(out, params[1], b);
 }
 
 /// Appends `;NAME=n` (`param` is `";NAME="`).
@@ -96,22 +155,26 @@ pub fn ratelimit_list<'a>(members: impl IntoIterator<Item = (&'a str, u64, u64)>
 
 /// `RateLimit-Policy` for these rules, one list member each.
 #[must_use]
-pub fn policy_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
-    policy_list(
-        rules
-            .into_iter()
-            .map(|(rule, d)| (rule.name(), d.limit, ceil_secs(rule.period()))),
-    )
+pub fn policy_value<'a>(rules: impl IntoIterator<Item = (&'a dyn Policy, &'a Decision)>) -> String {
+    let mut out = String::with_capacity(48);
+    for (rule, d) in rules {
+        let window = ceil_secs(rule.period());
+        push_member(&mut out, rule.name(), [";q=", ";w="], d.limit, window);
+    }
+    out
 }
 
 /// `RateLimit` for these decisions, one list member each.
 #[must_use]
-pub fn ratelimit_value<'a>(rules: impl IntoIterator<Item = (&'a Rule, &'a Decision)>) -> String {
-    ratelimit_list(
-        rules
-            .into_iter()
-            .map(|(rule, d)| (rule.name(), d.remaining, ceil_secs(d.reset_after))),
-    )
+pub fn ratelimit_value<'a>(
+    rules: impl IntoIterator<Item = (&'a dyn Policy, &'a Decision)>,
+) -> String {
+    let mut out = String::with_capacity(48);
+    for (rule, d) in rules {
+        let reset = ceil_secs(d.reset_after);
+        push_member(&mut out, rule.name(), [";r=", ";t="], d.remaining, reset);
+    }
+    out
 }
 
 fn value(text: String) -> HeaderValue {
@@ -128,7 +191,7 @@ fn value(text: String) -> HeaderValue {
 /// cure), and the legacy fields for `deciding` when asked.
 pub fn insert_headers(
     headers: &mut HeaderMap,
-    rules: &[(&Rule, &Decision)],
+    rules: &[(&dyn Policy, &Decision)],
     retry_after: Option<Duration>,
     options: HeaderOptions,
 ) {
@@ -142,7 +205,7 @@ pub fn insert_headers(
 /// Writes `RateLimit-Policy` alone, for an answer nothing decided (the store
 /// failed and the `allow` policy let it through): each rule's quota is
 /// still known, what remains is not, so there is no `RateLimit`.
-pub fn insert_policy(headers: &mut HeaderMap, rules: &[(&Rule, &Decision)]) {
+pub fn insert_policy(headers: &mut HeaderMap, rules: &[(&dyn Policy, &Decision)]) {
     if rules.is_empty() {
         return;
     }
@@ -190,13 +253,13 @@ pub fn merge_into(headers: &mut HeaderMap, ours: HeaderMap) {
 #[derive(Debug, Default)]
 pub struct PolicyCache {
     /// Per rule: the limit and period the value was made for, and it;
-    /// boxed, so a rule never answered holds 16 bytes, not 64.
+    /// boxed, so a rule never answered holds 16 bytes, not 72.
     slots: Box<[OnceLock<Box<Made>>]>,
 }
 
 /// A cached `RateLimit-Policy` value: the limit and period it was made
 /// for, and it.
-type Made = (u64, u64, HeaderValue);
+type Made = (u64, Duration, HeaderValue);
 
 impl PolicyCache {
     /// A cache for rules at positions `0..rules`.
@@ -210,11 +273,11 @@ impl PolicyCache {
     /// The `RateLimit-Policy` value for `rule` (at position `index`)
     /// deciding `d`.
     #[must_use]
-    pub fn value(&self, index: usize, rule: &Rule, d: &Decision) -> HeaderValue {
+    pub fn value(&self, index: usize, rule: &dyn Policy, d: &Decision) -> HeaderValue {
         let make = || value(policy_value([(rule, d)]));
         match self.slots.get(index) {
             Some(slot) => {
-                let period = rule.period_micros();
+                let period = rule.period();
                 let (limit, made_for, cached) =
                     &**slot.get_or_init(|| Box::new((d.limit, period, make())));
                 // A per-key override may change the limit or the period.
@@ -234,7 +297,7 @@ impl PolicyCache {
         &self,
         headers: &mut HeaderMap,
         index: usize,
-        rule: &Rule,
+        rule: &dyn Policy,
         d: &Decision,
         retry_after: Option<Duration>,
         options: HeaderOptions,
@@ -247,7 +310,7 @@ impl PolicyCache {
 /// What [`insert_headers`] writes after `RateLimit-Policy`.
 fn insert_rest(
     headers: &mut HeaderMap,
-    rules: &[(&Rule, &Decision)],
+    rules: &[(&dyn Policy, &Decision)],
     retry_after: Option<Duration>,
     options: HeaderOptions,
 ) {

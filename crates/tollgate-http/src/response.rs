@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
-use tollgate::{Decision, Rule};
+use tollgate::Decision;
 
-use crate::headers::{HeaderOptions, ceil_secs, insert_headers};
+use crate::headers::{HeaderOptions, Policy, ceil_secs, insert_headers};
 
 /// The problem type of a 429.
 pub const QUOTA_EXCEEDED: &str = "https://tollgate.dev/problems/quota-exceeded";
@@ -159,7 +159,7 @@ pub fn denial_retry_after<'a>(
 /// ```
 #[must_use]
 pub fn too_many_requests<B: From<String>>(
-    pairs: &[(&Rule, &Decision)],
+    pairs: &[(&dyn Policy, &Decision)],
     options: HeaderOptions,
 ) -> Response<B> {
     let violated: Vec<&str> = pairs

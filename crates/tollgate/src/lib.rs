@@ -36,9 +36,11 @@
 pub mod algorithm;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+mod decided;
 mod decision;
 mod error;
 mod limiter;
+mod op;
 mod overrides;
 pub mod resilient;
 mod rule;
@@ -49,9 +51,11 @@ mod time;
 pub mod top;
 
 pub use algorithm::Charged;
+pub use decided::{DecidedBy, Deciders, LimitSource};
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 pub use limiter::{Check, Limiter, MAX_KEY_LEN, Ticketed};
+pub use op::Op;
 pub use overrides::{KeyPattern, Overrides};
 pub use resilient::{OnError, ResilientLimiter};
 pub use rule::{

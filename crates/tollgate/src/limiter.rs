@@ -6,13 +6,17 @@ use std::time::Duration;
 use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, WaitError};
+use crate::op::Op;
 use crate::overrides::Overrides;
-use crate::rule::{Algorithm, Rule, RuleError};
-use crate::runtime::Table;
+use crate::rule::{Rule, RuleError};
 use crate::store::memory::MemoryStore;
-use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
+use crate::store::{Released, SettlePair, Settled, Store};
 use crate::ticket::{MAX_RESERVATION_TTL, Ticket, TicketKind, TicketPair};
 use crate::time::{Clock, MAX_TIME, Micros, TokioClock, duration_to_micros};
+
+mod resolve;
+
+pub(crate) use resolve::Resolved;
 
 /// The longest key accepted, in bytes. Stores hash keys, so this bounds CPU,
 /// not memory.
@@ -25,11 +29,16 @@ fn check_time(at: Option<Micros>) -> Result<(), Error> {
     }
 }
 
-/// One (rule, key) pair of a multi-rule check, by rule name.
+/// One (rule, key) pair of a multi-rule check, by rule name, and by the
+/// rule's position when the caller holds it ([`Check::at_index`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Check<'a> {
     /// The rule's name.
     pub rule: &'a str,
+    /// The rule's position in the limiter's rules ([`Limiter::rule_index`]),
+    /// when known: the limiter takes the rule there without looking the
+    /// name up, once it sees that rule has this name ([`Check::at_index`]).
+    pub index: Option<usize>,
     /// The identity being limited.
     pub key: &'a [u8],
     /// Units to consume; 0 peeks.
@@ -44,10 +53,38 @@ impl<'a> Check<'a> {
     pub fn new(rule: &'a str, key: &'a (impl AsRef<[u8]> + ?Sized)) -> Self {
         Self {
             rule,
+            index: None,
             key: key.as_ref(),
             cost: 1,
             limit: None,
         }
+    }
+
+    /// The same check, its rule at position `index` of the limiter's rules
+    /// ([`Limiter::rule_index`]): for a door that resolved its rules' names
+    /// once, when it was set up, so that no check hashes the name again.
+    /// The name stays the rule's identity: when the rule at `index` has
+    /// another name (a position taken from another list of rules, as
+    /// before a reload), the name is looked up as without it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Check, Limiter, MemoryStore, RuleSpec};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let spec = |name| RuleSpec::new(name, Algorithm::FixedWindow, 1, Duration::from_secs(60));
+    /// let limiter = Limiter::new(MemoryStore::new(), [spec("a").build()?, spec("b").build()?])?;
+    /// let b = limiter.rule_index("b").unwrap();
+    /// assert!(limiter.check_all(&[Check::new("b", "k").at_index(b)]).await?.allowed);
+    /// // A stale position falls back to the name: still rule "b".
+    /// assert!(!limiter.check_all(&[Check::new("b", "k").at_index(0)]).await?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    #[must_use]
+    pub fn at_index(mut self, index: usize) -> Self {
+        self.index = Some(index);
+        self
     }
 
     /// The same check with another cost.
@@ -159,163 +196,6 @@ impl<S> Limiter<S> {
     pub fn rule_index(&self, name: &str) -> Option<usize> {
         self.by_name.get(name).copied()
     }
-
-    /// The rule that decides `key` under rule `i` (by position in
-    /// [`Limiter::rules`]): its per-key override when one matches, else the
-    /// rule itself; what an answer's headers describe.
-    ///
-    /// # Panics
-    /// When `i` is not a rule's position.
-    #[must_use]
-    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> &Rule {
-        let own = self.overrides.get(i).and_then(Option::as_ref);
-        own.and_then(|o| o.find(key)).unwrap_or(&self.rules[i])
-    }
-
-    /// The index of `check`'s rule, once its key is known not too long.
-    ///
-    /// # Errors
-    /// Key too long, or unknown rule (in that order, as [`Limiter::check_all`]).
-    fn resolve_index(&self, check: &Check<'_>) -> Result<usize, Error> {
-        if check.key.len() > MAX_KEY_LEN {
-            return Err(Error::KeyTooLong {
-                len: check.key.len(),
-            });
-        }
-        self.rule_index(check.rule)
-            .ok_or_else(|| Error::UnknownRule(check.rule.to_owned()))
-    }
-
-    /// The rule `c` is decided under: its per-call limit
-    /// ([`Check::under`]) when it has one that fits rule `i`, else rule `i`.
-    ///
-    /// # Errors
-    /// [`Error::Mismatch`] for a per-call limit with another name,
-    /// algorithm or period than rule `i`'s.
-    fn rule_of<'c>(
-        &'c self,
-        c: &Check<'c>,
-        i: usize,
-        runtime: Option<&'c Table>,
-    ) -> Result<&'c Rule, Error> {
-        let rule = &self.rules[i];
-        let Some(limit) = c.limit else {
-            // A runtime override (docs/admin.md) before a config one; one
-            // built for another algorithm (a reload changed the rule) is
-            // passed over.
-            if let Some(own) = runtime
-                .and_then(|t| t.override_for(rule.name(), c.key))
-                .filter(|own| own.algorithm() == rule.algorithm())
-            {
-                return Ok(own);
-            }
-            return Ok(self.rule_for_key(i, c.key));
-        };
-        if limit.name() != rule.name()
-            || limit.algorithm() != rule.algorithm()
-            || limit.period_micros() != rule.period_micros()
-        {
-            return Err(Error::Mismatch(format!(
-                "a per-call limit of rule {:?} must keep its name, algorithm ({}) and period \
-                 ({} µs); got {:?}, {}, {} µs",
-                rule.name(),
-                rule.algorithm(),
-                rule.period_micros(),
-                limit.name(),
-                limit.algorithm(),
-                limit.period_micros()
-            )));
-        }
-        Ok(limit)
-    }
-
-    /// Each pair's rule, looked up once: the one place a check's rule names
-    /// are resolved, for this limiter and [`crate::resilient`]'s (which
-    /// passes its `runtime` table of overrides). One pair, the common case,
-    /// needs no vector.
-    ///
-    /// # Errors
-    /// No pairs, then per pair a key too long or an unknown rule.
-    pub(crate) fn resolve_all<'c>(
-        &'c self,
-        checks: &[Check<'c>],
-        op: Op,
-        runtime: Option<&'c Table>,
-    ) -> Result<Resolved<'c>, Error> {
-        match checks {
-            [] => Err(Error::NoChecks),
-            [c] => {
-                let i = self.resolve_index(c)?;
-                let rule = self.rule_of(c, i, runtime)?;
-                op.applies(rule, c.cost)?;
-                Ok(Resolved::One(
-                    [KeyCheck {
-                        rule,
-                        key: c.key,
-                        cost: c.cost,
-                    }],
-                    [i],
-                ))
-            }
-            _ => {
-                let mut pairs = Vec::with_capacity(checks.len());
-                let mut index = Vec::with_capacity(checks.len());
-                for c in checks {
-                    let i = self.resolve_index(c)?;
-                    let rule = self.rule_of(c, i, runtime)?;
-                    op.applies(rule, c.cost)?;
-                    index.push(i);
-                    pairs.push(KeyCheck {
-                        rule,
-                        key: c.key,
-                        cost: c.cost,
-                    });
-                }
-                Ok(Resolved::Many(pairs, index))
-            }
-        }
-    }
-}
-
-/// What a request does to its pairs, for [`Limiter::resolve_all`] to refuse
-/// pairs it does not apply to (docs/semantics.md, "Concurrency": only
-/// acquire, release, renew and peeks apply to a `concurrency` rule, and
-/// acquire to no other).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Check,
-    Charge,
-    Refund,
-    Reserve,
-    Acquire,
-}
-
-impl Op {
-    fn applies(self, rule: &Rule, cost: u64) -> Result<(), Error> {
-        let concurrency = rule.algorithm() == Algorithm::Concurrency;
-        let refused = match self {
-            Op::Check if concurrency && cost > 0 => {
-                "is a concurrency rule: acquire and release \
-                 it (a check of cost 0, a peek, applies)"
-            }
-            Op::Charge if concurrency => {
-                "is a concurrency rule: its slots are acquired, not charged"
-            }
-            Op::Refund if concurrency => {
-                "is a concurrency rule: its slots are released, not refunded"
-            }
-            Op::Reserve if concurrency => {
-                "is a concurrency rule: its slots are acquired, not reserved"
-            }
-            Op::Acquire if !concurrency => "is not a concurrency rule: only those are acquired",
-            _ => return Ok(()),
-        };
-        Err(Error::Mismatch(format!(
-            "rule {:?} ({}) {refused}",
-            rule.name(),
-            rule.algorithm()
-        )))
-    }
 }
 
 /// What a reservation answered: the decision, and when admitted the ticket
@@ -379,33 +259,6 @@ pub(crate) fn reservation_ttl(ttl: Duration) -> Result<Micros, Error> {
         });
     }
     Ok(duration_to_micros(ttl))
-}
-
-/// A check's pairs with their rules looked up ([`Limiter::resolve_all`]).
-#[derive(Debug)]
-pub(crate) enum Resolved<'c> {
-    /// One pair, held inline.
-    One([KeyCheck<'c>; 1], [usize; 1]),
-    /// Several pairs.
-    Many(Vec<KeyCheck<'c>>, Vec<usize>),
-}
-
-impl<'c> Resolved<'c> {
-    /// The pairs, each with its rule.
-    pub(crate) fn pairs(&self) -> &[KeyCheck<'c>] {
-        match self {
-            Resolved::One(pairs, _) => pairs,
-            Resolved::Many(pairs, _) => pairs,
-        }
-    }
-
-    /// Each pair's rule's position in [`Limiter::rules`].
-    pub(crate) fn index(&self) -> &[usize] {
-        match self {
-            Resolved::One(_, index) => index,
-            Resolved::Many(_, index) => index,
-        }
-    }
 }
 
 impl<S: Store> Limiter<S> {
@@ -522,7 +375,7 @@ impl<S: Store> Limiter<S> {
 
     fn resolve(&self, name: &str, key: &[u8]) -> Result<&Rule, Error> {
         let i = self.resolve_index(&Check::new(name, key).cost(0))?;
-        Ok(self.rule_for_key(i, key))
+        Ok(self.deciding_rule(i, key, None).0)
     }
 
     /// Checks `key` under `rule`, consuming `cost` units when admitted

@@ -1,3 +1,4 @@
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec, StoreError, StoreErrorKind};
@@ -253,4 +254,96 @@ fn basis_of_each_outcome() {
     let mut h = HeaderMap::new();
     Basis::Store.mark(&mut h);
     assert!(h.is_empty());
+}
+
+/// What a [`HookedClock`] runs once.
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// A clock that runs its armed hook (once) the next time it is read: the
+/// memory store reads its clock inside a check, after the limiter resolved
+/// the check's rules and before it answers.
+#[derive(Clone)]
+struct HookedClock {
+    time: tollgate::FakeClock,
+    hook: Arc<Mutex<Option<Hook>>>,
+}
+
+impl tollgate::Clock for HookedClock {
+    fn now(&self) -> tollgate::Micros {
+        let hook = self.hook.lock().expect("hook").take();
+        if let Some(hook) = hook {
+            hook();
+        }
+        self.time.now()
+    }
+}
+
+/// Decide once (issue 37): an admin override written while the store
+/// decides (after the rules were resolved, before the answer) never makes
+/// the answer's headers describe it. They used to: the headers looked the
+/// rule up again after the check, found the new override, and wrote its
+/// window (`w=1`) beside the base rule's quota and decision (`q=5`).
+#[tokio::test]
+async fn an_override_written_during_a_check_never_shows_in_its_headers() {
+    let clock = HookedClock {
+        time: tollgate::FakeClock::new(),
+        hook: Arc::default(),
+    };
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let rule = RuleSpec::new(
+        "per_key",
+        Algorithm::FixedWindow,
+        5,
+        Duration::from_secs(60),
+    )
+    .build()
+    .expect("rule");
+    let limiter = Limiter::new(store, [rule]).expect("limiter");
+    let limiter = Arc::new(
+        ResilientLimiter::builder(limiter)
+            .build()
+            .expect("resilient"),
+    );
+    let rules = RuleKeys::new(
+        limiter.rules(),
+        [("per_key", "header:x-api-key".parse().expect("key"))],
+    )
+    .expect("rules");
+    let keys = keys_of(&rules, &with_key()).expect("keys");
+
+    // The override lands while the store decides under the base rule.
+    let weak = Arc::downgrade(&limiter);
+    *clock.hook.lock().expect("hook") = Some(Box::new(move || {
+        let limiter = weak.upgrade().expect("limiter");
+        let write = limiter.set_override(tollgate::RuntimeOverride {
+            rule: "per_key".into(),
+            key: b"k".to_vec(),
+            limit: 100,
+            period: Some(Duration::from_secs(1)),
+            burst: None,
+            ends_ms: None,
+        });
+        // On the memory store the write never waits: done at its first poll.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let std::task::Poll::Ready(done) = std::pin::pin!(write).poll(&mut cx) else {
+            panic!("the override write waited")
+        };
+        done.expect("override set");
+    }));
+    let o = HeaderOptions::default();
+    let HttpVerdict::Admit { headers, decision } = rules.check(&limiter, &keys, None, o).await
+    else {
+        panic!("admitted")
+    };
+    assert!(clock.hook.lock().expect("hook").is_none(), "the hook ran");
+    assert_eq!(decision.expect("decided").decisions[0].limit, 5);
+    // The base rule decided: its quota and its window.
+    assert_eq!(headers[RATELIMIT_POLICY], "\"per_key\";q=5;w=60");
+    assert_eq!(headers[RATELIMIT], "\"per_key\";r=4;t=60");
+
+    // The next check is decided under the override, and says so.
+    let HttpVerdict::Admit { headers, .. } = rules.check(&limiter, &keys, None, o).await else {
+        panic!("admitted")
+    };
+    assert_eq!(headers[RATELIMIT_POLICY], "\"per_key\";q=100;w=1");
 }

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use tollgate::resilient::{OnError, ResilientLimiter, Verdict};
 use tollgate::ticket::Ticket;
-use tollgate::{Check, Decision, MultiDecision, Store};
+use tollgate::{Check, DecidedBy, Deciders, Decision, MultiDecision, Store};
 
 use super::hold::{Hold, Pair, Plan};
-use crate::decide::{HttpVerdict, Keys, RuleKeys, answer, as_refs, refusal};
+use crate::decide::{HttpVerdict, Keys, RuleKeys, answer, refusal};
 use crate::headers::HeaderOptions;
 
 /// What [`RuleKeys::admit`] decided: the answer, and, for an admitted
@@ -88,8 +88,8 @@ impl RuleKeys {
             match limiter.acquire_all(&self.checks(&leased)).await {
                 Err(refused) => return Admission::bare(refusal(&refused)),
                 Ok(taken) if !taken.verdict.multi.allowed => {
-                    let rules = self.rules_for(limiter, &leased);
-                    return Admission::bare(answer(&as_refs(&rules), taken.verdict, options));
+                    let rules = self.rules_of(limiter.rules(), &leased);
+                    return Admission::bare(answer(&rules, taken.verdict, options));
                 }
                 Ok(taken) => {
                     lease.ticket = taken.ticket;
@@ -102,6 +102,7 @@ impl RuleKeys {
             .iter()
             .map(|(i, key)| Pair {
                 rule: entries[i].name().to_owned(),
+                index: entries[i].index,
                 key: key.to_vec(),
                 cost: entries[i].cost.clone(),
             })
@@ -113,7 +114,10 @@ impl RuleKeys {
         } else if reserving {
             let checks: Vec<Check<'_>> = pairs
                 .iter()
-                .map(|p| Check::new(&p.rule, &p.key).cost(p.estimate()))
+                .map(|p| {
+                    let check = Check::new(&p.rule, &p.key).cost(p.estimate());
+                    check.at_index(p.index)
+                })
                 .collect();
             Some(limiter.reserve_all(&checks, ttl).await.map(|r| {
                 reservation = r.ticket;
@@ -129,8 +133,8 @@ impl RuleKeys {
                 return Admission::bare(refusal(&refused));
             }
             Some(Ok(verdict)) => {
-                let rules = self.rules_for(limiter, &rated);
-                match answer(&as_refs(&rules), verdict.clone(), options) {
+                let rules = self.rules_of(limiter.rules(), &rated);
+                match answer(&rules, verdict.clone(), options) {
                     refused @ HttpVerdict::Respond { .. } => {
                         lease.give_back().await;
                         return Admission::bare(refused);
@@ -149,7 +153,7 @@ impl RuleKeys {
                 .as_ref()
                 .is_some_and(|v| v.degraded == Some(OnError::Allow));
         let verdict = merge(keys, &leased, lease_verdict, rate);
-        let verdict = answer(&as_refs(&self.rules_for(limiter, keys)), verdict, options);
+        let verdict = answer(&self.rules_of(limiter.rules(), keys), verdict, options);
         let renew_every = leased
             .iter()
             .filter_map(|(i, _)| entries[i].lease)
@@ -208,8 +212,8 @@ impl<S: Store> Drop for Taken<S> {
 }
 
 /// The admitted answers of the leased and the other rules as one, each
-/// decision in `keys`' order; degraded when either was (an `allow` one
-/// first: nothing was decided there).
+/// decision (with what decided it) in `keys`' order; degraded when either
+/// was (an `allow` one first: nothing was decided there).
 fn merge(keys: &Keys, leased: &Keys, lease: Option<Verdict>, rate: Option<Verdict>) -> Verdict {
     let degraded = match (
         lease.as_ref().and_then(|v| v.degraded),
@@ -218,16 +222,15 @@ fn merge(keys: &Keys, leased: &Keys, lease: Option<Verdict>, rate: Option<Verdic
         (Some(OnError::Allow), _) | (_, Some(OnError::Allow)) => Some(OnError::Allow),
         (a, b) => a.or(b),
     };
-    let mut from_lease = lease
-        .map(|v| v.multi.decisions)
-        .unwrap_or_default()
-        .into_iter();
-    let mut from_rate = rate
-        .map(|v| v.multi.decisions)
-        .unwrap_or_default()
-        .into_iter();
+    let parts = |v: Option<Verdict>| {
+        let (decisions, by) = v.map_or_else(Default::default, |v| {
+            (v.multi.decisions, v.decided_by.to_vec())
+        });
+        decisions.into_iter().zip(by)
+    };
+    let (mut from_lease, mut from_rate) = (parts(lease), parts(rate));
     let leased: Vec<usize> = leased.iter().map(|(i, _)| i).collect();
-    let decisions: Vec<Decision> = keys
+    let (decisions, decided_by): (Vec<Decision>, Vec<DecidedBy>) = keys
         .iter()
         .filter_map(|(i, _)| {
             if leased.contains(&i) {
@@ -236,9 +239,10 @@ fn merge(keys: &Keys, leased: &Keys, lease: Option<Verdict>, rate: Option<Verdic
                 from_rate.next()
             }
         })
-        .collect();
+        .unzip();
     Verdict {
         multi: MultiDecision::from_decisions(decisions),
         degraded,
+        decided_by: Deciders::from(decided_by),
     }
 }

@@ -42,6 +42,8 @@ pub const DEFAULT_RESERVATION_TTL: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone)]
 pub(super) struct Pair {
     pub(super) rule: String,
+    /// The rule's position in the limiter's rules ([`Check::at_index`]).
+    pub(super) index: usize,
     pub(super) key: Vec<u8>,
     /// `None`: an ordinary rule, 1 unit per request.
     pub(super) cost: Option<ResponseCost>,
@@ -215,7 +217,7 @@ async fn settle<S: Store>(
             .iter()
             .zip(&actual)
             .filter(|(p, _)| p.cost.is_some())
-            .map(|(p, &n)| Check::new(&p.rule, &p.key).cost(n))
+            .map(|(p, &n)| Check::new(&p.rule, &p.key).cost(n).at_index(p.index))
             .filter(|c| c.cost > 0)
             .collect();
         if !checks.is_empty() {

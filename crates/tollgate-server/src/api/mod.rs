@@ -56,9 +56,9 @@ use http_body::Body;
 use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
-use tollgate::{Check, Decision, Error};
+use tollgate::{Check, DecidedBy, Decision, Error};
 use tollgate_http::decide::{Basis, insert_verdict_headers};
-use tollgate_http::headers::{HeaderOptions, PolicyCache};
+use tollgate_http::headers::{Deciding, HeaderOptions, Policy, PolicyCache};
 
 mod body;
 mod json_read;
@@ -72,7 +72,7 @@ pub use json_read::MAX_CHECKS;
 pub use reply::ApiBody;
 
 use body::is_json;
-use json_read::{CheckRequest, parse_check};
+use json_read::{CheckRequest, Pair, parse_check};
 use json_write::{Decided, Tail, answer_body};
 use reply::{bytes_response, error, json_response, method_not_allowed};
 
@@ -267,6 +267,7 @@ impl Api {
                 &parsed,
                 Decided::Checked(&verdict.multi),
                 verdict.degraded,
+                &verdict.decided_by,
                 &[],
             ),
             Err(e) => refused(e),
@@ -405,29 +406,38 @@ fn rules_json(api: &Api) -> Value {
     body
 }
 
-/// Each pair's rule with its decision, in request order.
-fn rule_pairs<'a>(
+/// Pair `n` (`pair`) of an answer: its rule's position, and the limit that
+/// decided it as the answer carries it (`by`, [`Verdict::decided_by`]),
+/// never looked up again. An answer that carries none (a settle's, a
+/// release's, which the store decides under what its ticket recorded) is
+/// described by the configured rule of the pair's name.
+///
+/// [`Verdict::decided_by`]: tollgate::resilient::Verdict::decided_by
+fn deciding<'a>(
     api: &'a Api,
-    req: &CheckRequest<'_>,
-    decided: Decided<'a>,
-) -> Vec<(std::borrow::Cow<'a, tollgate::Rule>, &'a Decision)> {
-    req.pairs
-        .iter()
-        .zip(decided.iter())
-        .filter_map(|(pair, d)| {
+    by: &[DecidedBy],
+    n: usize,
+    pair: &Pair<'_>,
+) -> Option<(usize, Deciding<'a>)> {
+    let rules = api.gate.rules();
+    match by.get(n) {
+        Some(by) => Some((by.index, Deciding::new(rules.get(by.index)?, Some(by)))),
+        None => {
             let i = api.gate.rule_index(&pair.rule)?;
-            Some((api.gate.rule_for_key(i, pair.key.as_bytes()), d))
-        })
-        .collect()
+            Some((i, Deciding::new(&rules[i], None)))
+        }
+    }
 }
 
 /// The answer to a decided request: 200 or 429, the JSON body (with each
-/// pair's `debt` for a charge), the RateLimit headers.
+/// pair's `debt` for a charge), the RateLimit headers of what decided each
+/// pair (`by`, one per pair; see [`deciding`]).
 fn answer(
     api: &Api,
     req: &CheckRequest<'_>,
     decided: Decided<'_>,
     degraded: Option<tollgate::OnError>,
+    by: &[DecidedBy],
     tail: &[Tail<'_>],
 ) -> Response<ApiBody> {
     let allowed = decided.allowed();
@@ -451,23 +461,26 @@ fn answer(
         // `Vec`, and its rule's `RateLimit-Policy` value from the cache.
         ([pair], Some(d)) if basis.has_ratelimit() => {
             let headers = res.headers_mut();
-            if let Some(i) = api.gate.rule_index(&pair.rule) {
-                let rule = api.gate.rule_for_key(i, pair.key.as_bytes());
+            if let Some((i, rule)) = deciding(api, by, 0, pair) {
                 api.policies
                     .insert_headers(headers, i, &rule, d, retry, api.headers);
             }
             basis.mark(headers);
         }
-        _ => insert_verdict_headers(
-            res.headers_mut(),
-            &rule_pairs(api, req, decided)
+        _ => {
+            let rules: Vec<(Deciding<'_>, &Decision)> = req
+                .pairs
                 .iter()
-                .map(|(r, d)| (&**r, *d))
-                .collect::<Vec<_>>(),
-            retry,
-            degraded,
-            api.headers,
-        ),
+                .enumerate()
+                .zip(decided.iter())
+                .filter_map(|((n, pair), d)| Some((deciding(api, by, n, pair)?.1, d)))
+                .collect();
+            let pairs: Vec<(&dyn Policy, &Decision)> = rules
+                .iter()
+                .map(|(rule, d)| (rule as &dyn Policy, *d))
+                .collect();
+            insert_verdict_headers(res.headers_mut(), &pairs, retry, degraded, api.headers);
+        }
     }
     res
 }

@@ -15,7 +15,7 @@ use http_body::Body;
 use tollgate::algorithm::Charged;
 use tollgate::store::{Released, Settled};
 use tollgate::ticket::{Ticket, TicketKind};
-use tollgate::{Check, MultiDecision};
+use tollgate::{Check, DecidedBy, MultiDecision};
 
 use super::json_read::{CheckRequest, Pair};
 use super::json_usage::{Form, UsageRequest, parse_usage};
@@ -51,7 +51,13 @@ impl Api {
             self.gate.charge_all(&checks_of(&parsed)).await
         };
         match result {
-            Ok(charged) => self.charged(&parsed, &charged.charged, charged.degraded, &[]),
+            Ok(charged) => self.charged(
+                &parsed,
+                &charged.charged,
+                charged.degraded,
+                &charged.decided_by,
+                &[],
+            ),
             Err(e) => refused(e),
         }
     }
@@ -86,6 +92,7 @@ impl Api {
                     &parsed.check,
                     Decided::Checked(&v.multi),
                     v.degraded,
+                    &v.decided_by,
                     &tail,
                 )
             }
@@ -134,7 +141,7 @@ impl Api {
             ),
             Ok(Settled::Done { late, charged, .. }) => {
                 let named = ticket_pairs(&ticket);
-                self.charged(&named, &charged, None, &[Tail::Bool("late", late)])
+                self.charged(&named, &charged, None, &[], &[Tail::Bool("late", late)])
             }
             Err(e) => refused(e),
         }
@@ -163,7 +170,8 @@ impl Api {
                     None => Tail::Null("lease"),
                 }];
                 let v = &acquired.verdict;
-                answer(self, &parsed, Decided::Checked(&v.multi), v.degraded, &tail)
+                let (multi, by) = (Decided::Checked(&v.multi), &v.decided_by);
+                answer(self, &parsed, multi, v.degraded, by, &tail)
             }
             Err(e) => refused(e),
         }
@@ -201,21 +209,24 @@ impl Api {
                     Decided::Checked(&multi),
                     None,
                     &[],
+                    &[],
                 )
             }
             Err(e) => refused(e),
         }
     }
 
-    /// The answer to charged pairs: 200, each pair's decision and debt.
+    /// The answer to charged pairs: 200, each pair's decision and debt,
+    /// and what decided each (`by`; none for a settle).
     fn charged(
         &self,
         req: &CheckRequest<'_>,
         charged: &[Charged],
         degraded: Option<tollgate::OnError>,
+        by: &[DecidedBy],
         tail: &[Tail<'_>],
     ) -> Response<ApiBody> {
-        answer(self, req, Decided::Charged(charged), degraded, tail)
+        answer(self, req, Decided::Charged(charged), degraded, by, tail)
     }
 }
 

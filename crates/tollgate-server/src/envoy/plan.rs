@@ -1,13 +1,13 @@
 //! A `ShouldRateLimit` request checked and resolved, descriptor by
 //! descriptor, into what the service will do with it ([`Plan`]): the limit
 //! each descriptor finds (`replaces` applied), its store key, its cost and
-//! whether it is a check, a peek, a charge or a give-back
+//! whether it is a check, a peek, a charge or a refund (a give-back)
 //! (docs/envoy.md, "Deciding" and "Charging usage").
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use tollgate::{Algorithm, Rule};
+use tollgate::{Algorithm, Op, Rule};
 
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit, override_limit, store_key};
 use crate::envoy::wire::{RateLimitDescriptor, RateLimitRequest};
@@ -16,20 +16,6 @@ use crate::envoy::wire::{RateLimitDescriptor, RateLimitRequest};
 pub const MAX_DESCRIPTORS: usize = 64;
 /// The most entries one descriptor may carry.
 pub const MAX_ENTRIES: usize = 64;
-
-/// What a counted descriptor asks of the store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    /// A check of its cost, all-or-nothing with the request's other checks;
-    /// a cost of 0 peeks (denied while the key is over its limit).
-    Check,
-    /// A charge (`rate_limit.charge` and a cost above 0): recorded in full,
-    /// even past the limit; never refused.
-    Charge,
-    /// `is_negative_hits`: the cost given back, the units counted last
-    /// first, never past empty/full; never refused.
-    GiveBack,
-}
 
 /// One descriptor's limit, as the request resolved it.
 #[derive(Debug, Clone)]
@@ -41,7 +27,10 @@ pub(crate) enum Plan<'a> {
     /// `requests_per_unit: 0`: always over.
     Zero(Cow<'a, Limit>),
     /// A limit the store decides: gate rule `rule`, the descriptor's store
-    /// key, the cost, and what to do with it; for a request's own `limit`
+    /// key, the cost, and what to do with it ([`Op::Check`], a peek at cost
+    /// 0; [`Op::Charge`] for `rate_limit.charge` and a cost above 0,
+    /// recorded in full and never refused; [`Op::Refund`] for
+    /// `is_negative_hits`, never refused); for a request's own `limit`
     /// override, the per-call rule it is decided under.
     Counted {
         limit: Cow<'a, Limit>,
@@ -188,7 +177,7 @@ fn configured<'a>(
                 key: store_key(entries),
                 cost,
                 op: if negative {
-                    Op::GiveBack
+                    Op::Refund
                 } else if l.charge && cost > 0 {
                     Op::Charge
                 } else {
@@ -275,7 +264,7 @@ fn overridden<'a>(
         key: store_key(&entries),
         cost,
         op: if d.is_negative_hits {
-            Op::GiveBack
+            Op::Refund
         } else {
             Op::Check
         },

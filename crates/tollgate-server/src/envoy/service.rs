@@ -65,13 +65,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use futures_util::future::join_all;
 use tollgate::resilient::Refusal;
-use tollgate::{Check, Decision, OnError};
+use tollgate::{Check, DecidedBy, Decision, LimitSource, OnError, Op};
 
 use crate::envoy::detailed::{DetailedMetrics, Outcome};
 use crate::envoy::headers::ResponseHeaders;
 use crate::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::envoy::metadata::dynamic_metadata;
-use crate::envoy::plan::{Op, Plan, plan};
+use crate::envoy::plan::{Plan, plan};
 use crate::envoy::unknown::UnknownDomains;
 use crate::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
@@ -100,10 +100,11 @@ pub struct EnvoyService {
     unknown: UnknownDomains,
 }
 
-/// Statuses found for some descriptors (by position), and whether they let
-/// the request through.
+/// Statuses found for some descriptors (by position), each with what
+/// decided it when the store (or the local fallback) did, and whether they
+/// let the request through.
 struct Recorded {
-    statuses: Vec<(usize, DescriptorStatus)>,
+    statuses: Vec<(usize, DescriptorStatus, Option<DecidedBy>)>,
     admitted: bool,
 }
 
@@ -194,6 +195,8 @@ impl EnvoyService {
             .collect();
 
         let mut statuses: Vec<DescriptorStatus> = plans.iter().map(initial).collect();
+        // What decided each descriptor's status, as its answer carries it.
+        let mut decided: Vec<Option<DecidedBy>> = vec![None; plans.len()];
         let zero_enforced = plans
             .iter()
             .zip(&quota)
@@ -212,11 +215,13 @@ impl EnvoyService {
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
                     let guessed = verdict.degraded == Some(OnError::Allow);
-                    for (&i, d) in enforced.iter().zip(&verdict.multi.decisions) {
+                    let by = verdict.decided_by.iter();
+                    for ((&i, d), by) in enforced.iter().zip(&verdict.multi.decisions).zip(by) {
                         // Under `allow` nothing was decided: OK, and no
                         // numbers the store never gave.
                         if !guessed {
                             statuses[i] = status(&plans[i], d, d.allowed);
+                            decided[i] = Some(*by);
                         }
                     }
                 }
@@ -235,7 +240,9 @@ impl EnvoyService {
         }
         if quota.contains(&true) {
             let consumed = admitted;
-            admitted &= self.quota(&plans, &quota, &mut statuses, admitted).await;
+            admitted &= self
+                .quota(&plans, &quota, (&mut statuses, &mut decided), admitted)
+                .await;
             if consumed && !admitted && !checks.is_empty() {
                 // Every quota descriptor is over: the request is denied,
                 // so the enforced checks give back what they took.
@@ -243,8 +250,10 @@ impl EnvoyService {
                     && verdict.degraded != Some(OnError::Allow)
                 {
                     // Their statuses show the keys as the refund left them.
-                    for (&i, c) in enforced.iter().zip(&verdict.charged) {
+                    let by = verdict.decided_by.iter();
+                    for ((&i, c), by) in enforced.iter().zip(&verdict.charged).zip(by) {
                         statuses[i] = status(&plans[i], &c.decision, true);
+                        decided[i] = Some(*by);
                     }
                 }
             }
@@ -258,7 +267,7 @@ impl EnvoyService {
         let (shadows, checks) = self.checks(&plans, |_, p| p.is(Op::Check, true), !admitted);
         // Charges before give-backs, so one call charging and giving back
         // the same key nets out rather than giving back from empty first.
-        let (decided, (charged, given)) = tokio::join!(
+        let (shadowed, (charged, given)) = tokio::join!(
             join_all(
                 checks
                     .iter()
@@ -266,15 +275,16 @@ impl EnvoyService {
             ),
             async {
                 let charged = self.record(&plans, Op::Charge).await;
-                (charged, self.record(&plans, Op::GiveBack).await)
+                (charged, self.record(&plans, Op::Refund).await)
             },
         );
         let mut shadow_over = Vec::new();
-        for (&i, result) in shadows.iter().zip(decided) {
+        for (&i, result) in shadows.iter().zip(shadowed) {
             if let Ok(verdict) = result
                 && verdict.degraded != Some(OnError::Allow)
             {
                 statuses[i] = status(&plans[i], verdict.decision(), true);
+                decided[i] = verdict.decided_by.first().copied();
                 if !verdict.decision().allowed {
                     shadow_over.push(i);
                 }
@@ -282,8 +292,9 @@ impl EnvoyService {
         }
         for recorded in [charged?, given?] {
             admitted &= recorded.admitted;
-            for (i, s) in recorded.statuses {
+            for (i, s, by) in recorded.statuses {
                 statuses[i] = s;
+                decided[i] = by;
             }
         }
 
@@ -292,7 +303,7 @@ impl EnvoyService {
             .as_ref()
             .map(|h| h.for_statuses(&plans, &statuses, &quota, self.gate.rules()))
             .unwrap_or_default();
-        self.show_admin_overrides(&plans, &mut statuses);
+        show_admin_overrides(&decided, &mut statuses);
         self.record_detailed(req, &plans, &statuses, &shadow_over);
         let dynamic_metadata = self
             .dynamic_metadata
@@ -304,35 +315,6 @@ impl EnvoyService {
             dynamic_metadata,
             ..RateLimitResponse::default()
         })
-    }
-
-    /// A descriptor decided under an admin's runtime override (docs/admin.md)
-    /// shows that limit in its `current_limit`: its `requests_per_unit`, and
-    /// its unit when the override's period is one.
-    fn show_admin_overrides(&self, plans: &[Plan<'_>], statuses: &mut [DescriptorStatus]) {
-        for (plan, s) in plans.iter().zip(statuses.iter_mut()) {
-            let Plan::Counted {
-                rule,
-                key,
-                under: None,
-                ..
-            } = plan
-            else {
-                continue;
-            };
-            let std::borrow::Cow::Owned(own) = self.gate.rule_for_key(*rule, key.as_bytes()) else {
-                continue;
-            };
-            if let Some(current) = &mut s.current_limit {
-                current.requests_per_unit = u32::try_from(own.limit()).unwrap_or(u32::MAX);
-                if let Some(unit) = Unit::ALL
-                    .iter()
-                    .find(|u| Duration::from_secs(u.seconds()) == own.period())
-                {
-                    current.unit = unit.proto();
-                }
-            }
-        }
     }
 
     /// Counts the descriptors whose limits name runtime values in their
@@ -372,20 +354,21 @@ impl EnvoyService {
         &self,
         plans: &[Plan<'_>],
         quota: &[bool],
-        statuses: &mut [DescriptorStatus],
+        (statuses, decided): (&mut [DescriptorStatus], &mut [Option<DecidedBy>]),
         consume: bool,
     ) -> bool {
         let (at, checks) = self.checks(plans, |i, p| quota[i] && p.is(Op::Check, false), !consume);
-        let decided = join_all(
+        let answers = join_all(
             checks
                 .iter()
                 .map(|check| self.gate.check_all(std::slice::from_ref(check))),
         )
         .await;
-        for (&i, result) in at.iter().zip(decided) {
+        for (&i, result) in at.iter().zip(answers) {
             statuses[i] = match result {
                 Ok(verdict) if verdict.degraded == Some(OnError::Allow) => initial(&plans[i]),
                 Ok(verdict) => {
+                    decided[i] = verdict.decided_by.first().copied();
                     let d = verdict.decision();
                     // Read only (the request is denied already): over when
                     // its cost would not fit, as the reference, which counts
@@ -404,7 +387,7 @@ impl EnvoyService {
     }
 
     /// Records every counted descriptor doing `op` (a charge or a
-    /// give-back) in one store call: never refused, so each reads `OK` with
+    /// refund, a give-back) in one store call: never refused, so each reads `OK` with
     /// the key's state after it; under a store failure the failure policy
     /// answers, as for a check.
     async fn record(&self, plans: &[Plan<'_>], op: Op) -> Result<Recorded, tonic::Status> {
@@ -416,7 +399,7 @@ impl EnvoyService {
         if at.is_empty() {
             return Ok(recorded);
         }
-        let result = if op == Op::GiveBack {
+        let result = if op == Op::Refund {
             self.gate.refund_all(&checks).await
         } else {
             self.gate.charge_all(&checks).await
@@ -428,7 +411,8 @@ impl EnvoyService {
                 recorded.statuses = at
                     .iter()
                     .zip(&verdict.charged)
-                    .map(|(&i, c)| (i, status(&plans[i], &c.decision, true)))
+                    .zip(verdict.decided_by.iter())
+                    .map(|((&i, c), by)| (i, status(&plans[i], &c.decision, true), Some(*by)))
                     .collect();
             }
             // Not for a loaded config (its rules are rates, its keys
@@ -438,7 +422,7 @@ impl EnvoyService {
             }
             Err(_) => {
                 recorded.admitted = at.iter().all(|&i| plans[i].is(op, true));
-                recorded.statuses = at.iter().map(|&i| (i, failed(&plans[i]))).collect();
+                recorded.statuses = at.iter().map(|&i| (i, failed(&plans[i]), None)).collect();
             }
         }
         Ok(recorded)
@@ -464,14 +448,38 @@ impl EnvoyService {
                     under,
                     ..
                 } => {
+                    // By the rule's position, which `plan` holds: the
+                    // limiter takes it without looking the name up.
                     let name = self.gate.rules()[*rule].name();
                     let cost = if read_only { 0 } else { *cost };
-                    let check = Check::new(name, key.as_bytes()).cost(cost);
+                    let check = Check::new(name, key.as_bytes()).cost(cost).at_index(*rule);
                     Some((i, under.as_ref().map_or(check, |r| check.under(r))))
                 }
                 _ => None,
             })
             .unzip()
+    }
+}
+
+/// A descriptor decided under an admin's runtime override (docs/admin.md)
+/// shows that limit in its `current_limit`: its `requests_per_unit`, and
+/// its unit when the override's period is one. `decided` is what decided
+/// each status, as its answer carried it: never looked up again, so a
+/// status never names an override written after its decision.
+fn show_admin_overrides(decided: &[Option<DecidedBy>], statuses: &mut [DescriptorStatus]) {
+    for (by, s) in decided.iter().zip(statuses.iter_mut()) {
+        let Some(by) = by.filter(|by| by.source == LimitSource::RuntimeOverride) else {
+            continue;
+        };
+        if let Some(current) = &mut s.current_limit {
+            current.requests_per_unit = u32::try_from(by.limit).unwrap_or(u32::MAX);
+            if let Some(unit) = Unit::ALL
+                .iter()
+                .find(|u| Duration::from_secs(u.seconds()) == by.period())
+            {
+                current.unit = unit.proto();
+            }
+        }
     }
 }
 

@@ -122,14 +122,6 @@ impl Gate {
         self.limiter.rules()
     }
 
-    /// The rule (or `[[rules.overrides]]` entry) that decides `key` under
-    /// rule `i`: what an answer's headers describe.
-    /// A runtime override first, then a config one, then the rule.
-    #[must_use]
-    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> std::borrow::Cow<'_, Rule> {
-        self.limiter.rule_for_key(i, key)
-    }
-
     /// The rule named `name`.
     #[must_use]
     pub fn rule(&self, name: &str) -> Option<&Rule> {

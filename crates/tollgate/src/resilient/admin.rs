@@ -64,7 +64,8 @@ pub struct Inspection {
     /// The rule that decides the key: a runtime override, a config
     /// override or the rule itself (see `source`).
     pub rule: Rule,
-    /// Which: `"runtime_override"`, `"config_override"` or `"rule"`.
+    /// Which: `"runtime_override"`, `"config_override"` or `"rule"`
+    /// ([`crate::LimitSource::as_str`]).
     pub source: &'static str,
     /// A peek (a check of cost 0): `remaining`, `reset_after`, and
     /// `retry_after` when a check of cost 1 would be denied.
@@ -116,16 +117,8 @@ impl<S: Store> ResilientLimiter<S> {
             .ok_or_else(|| Refusal::Invalid(Error::UnknownRule(rule.to_owned())))?;
         let inner = &self.inner;
         let table = inner.runtime.view.table.load_full();
-        let base = &self.rules()[i];
-        let runtime = table
-            .override_for(rule, key)
-            .filter(|r| r.algorithm() == base.algorithm());
-        let config = inner.limiter.rule_for_key(i, key);
-        let (deciding, source) = match runtime {
-            Some(r) => (r, "runtime_override"),
-            None if !std::ptr::eq(config, base) => (config, "config_override"),
-            None => (base, "rule"),
-        };
+        // As a check resolves it: the same one resolution.
+        let (deciding, source) = inner.limiter.deciding_rule(i, key, Some(&table));
         let store = inner.limiter.store();
         let decision = inner
             .within("check", store.check(deciding, key, 0, None))
@@ -151,7 +144,7 @@ impl<S: Store> ResilientLimiter<S> {
             .map(|us| us.div_ceil(1000));
         Ok(Inspection {
             rule: deciding.clone(),
-            source,
+            source: source.as_str(),
             held: concurrency.then(|| decision.limit.saturating_sub(decision.remaining)),
             decision,
             debt,

@@ -7,8 +7,10 @@
 
 use super::{Inner, OnError, Refusal, ResilientLimiter, metric, untouched};
 use crate::algorithm::Charged;
+use crate::decided::Deciders;
 use crate::error::StoreError;
-use crate::limiter::{Check, Op};
+use crate::limiter::Check;
+use crate::op::Op;
 use crate::store::{KeyCheck, Store};
 
 /// What a charge answered: one [`Charged`] per pair, in order.
@@ -20,6 +22,9 @@ pub struct ChargeVerdict {
     /// (`allow` or `local`) answered instead; the units were then not
     /// recorded in the store.
     pub degraded: Option<OnError>,
+    /// What decided each pair, in order, as for a check
+    /// ([`super::Verdict::decided_by`]).
+    pub decided_by: Deciders,
 }
 
 impl<S: Store> ResilientLimiter<S> {
@@ -103,7 +108,7 @@ impl<S: Store> ResilientLimiter<S> {
                 .guarded("charge", gate, store.charge_all(pairs, None))
                 .await
         };
-        match result {
+        let answer = match result {
             Ok(charged) => {
                 if refund {
                     for pair in pairs {
@@ -113,13 +118,23 @@ impl<S: Store> ResilientLimiter<S> {
                 } else {
                     inner.count_charges(pairs, index, &charged);
                 }
-                Ok(ChargeVerdict {
+                ChargeVerdict {
                     charged,
                     degraded: None,
-                })
+                    decided_by: Deciders::default(),
+                }
             }
-            Err(e) => inner.charge_failed(pairs, index, &e, policy, refund).await,
-        }
+            Err(e) => {
+                inner
+                    .charge_failed(pairs, index, &e, policy, refund)
+                    .await?
+            }
+        };
+        // What decided, as resolved above: not looked up again.
+        Ok(ChargeVerdict {
+            decided_by: resolved.deciders(),
+            ..answer
+        })
     }
 }
 
@@ -169,6 +184,7 @@ impl<S: Store> Inner<S> {
                     }
                 }),
                 degraded: Some(OnError::Local),
+                decided_by: Deciders::default(),
             }),
             OnError::Allow => Ok(ChargeVerdict {
                 // Nothing was decided: every pair reads as an untouched key
@@ -182,6 +198,7 @@ impl<S: Store> Inner<S> {
                     })
                     .collect(),
                 degraded: Some(OnError::Allow),
+                decided_by: Deciders::default(),
             }),
         }
     }

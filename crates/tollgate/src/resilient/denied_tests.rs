@@ -65,7 +65,7 @@ async fn the_local_fallback_denials_count_and_deny_policy_refusals_do_not() {
     let inner = &limiter.inner;
     let resolved = inner
         .limiter
-        .resolve_all(&[Check::new("a", "k")], crate::limiter::Op::Check, None)
+        .resolve_all(&[Check::new("a", "k")], crate::op::Op::Check, None)
         .expect("valid");
     for _ in 0..3 {
         let _ = inner

@@ -9,7 +9,8 @@
 
 use super::open::Held;
 use super::{Inner, OnError, Refusal, ResilientLimiter, TicketVerdict, Verdict, metric};
-use crate::limiter::{Check, Op, lease_ticket};
+use crate::limiter::{Check, lease_ticket};
+use crate::op::Op;
 use crate::rule::Rule;
 use crate::store::{KeyCheck, Released, Store};
 use crate::ticket::Ticket;
@@ -32,65 +33,62 @@ impl<S: Store> ResilientLimiter<S> {
         let ticket = lease_ticket(checks).map_err(Refusal::Invalid)?;
         self.start_heartbeat();
         let inner = &self.inner;
-        if let Some(verdict) = inner.runtime_answer(table.as_deref(), pairs, index).await {
-            return Ok(TicketVerdict {
-                verdict,
-                ticket: None,
-            });
-        }
-        let store = inner.limiter.store();
-        match inner
-            .guarded(
-                "acquire",
-                inner.gate(pairs),
-                store.acquire_all(pairs, &ticket, None),
-            )
-            .await
-        {
-            Ok(multi) => {
-                inner.count(pairs, index, &multi);
-                let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
-                if let Some(t) = &ticket {
-                    inner.follow_lease(t, pairs, index);
-                }
-                Ok(TicketVerdict {
-                    verdict: Verdict {
-                        multi,
-                        degraded: None,
-                    },
-                    ticket,
-                })
+        let answer = 'answer: {
+            if let Some(verdict) = inner.runtime_answer(table.as_deref(), pairs, index).await {
+                break 'answer TicketVerdict {
+                    verdict,
+                    ticket: None,
+                };
             }
-            Err(e) => {
-                let policy = inner.policy_for(index, None, &e);
-                if policy == OnError::Deny {
-                    return Err(Refusal::Unavailable(e));
-                }
-                if policy == OnError::Local {
-                    // This replica's share of the slots, in its fallback.
-                    let multi = inner.on_local(pairs, index, |local, shared| {
-                        local.acquire_all_sync(shared, &ticket, None)
-                    });
+            let store = inner.limiter.store();
+            match inner
+                .guarded(
+                    "acquire",
+                    inner.gate(pairs),
+                    store.acquire_all(pairs, &ticket, None),
+                )
+                .await
+            {
+                Ok(multi) => {
                     inner.count(pairs, index, &multi);
                     let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
                     if let Some(t) = &ticket {
                         inner.follow_lease(t, pairs, index);
                     }
-                    return Ok(TicketVerdict {
-                        verdict: Verdict {
-                            multi,
-                            degraded: Some(OnError::Local),
-                        },
+                    TicketVerdict {
+                        verdict: Verdict::new(multi, None),
                         ticket,
-                    });
+                    }
                 }
-                // Admitted without a lease: nothing to release.
-                Ok(TicketVerdict {
-                    verdict: inner.admit_untouched(pairs, index),
-                    ticket: None,
-                })
+                Err(e) => {
+                    let policy = inner.policy_for(index, None, &e);
+                    if policy == OnError::Deny {
+                        return Err(Refusal::Unavailable(e));
+                    }
+                    if policy == OnError::Local {
+                        // This replica's share of the slots, in its fallback.
+                        let multi = inner.on_local(pairs, index, |local, shared| {
+                            local.acquire_all_sync(shared, &ticket, None)
+                        });
+                        inner.count(pairs, index, &multi);
+                        let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
+                        if let Some(t) = &ticket {
+                            inner.follow_lease(t, pairs, index);
+                        }
+                        break 'answer TicketVerdict {
+                            verdict: Verdict::new(multi, Some(OnError::Local)),
+                            ticket,
+                        };
+                    }
+                    // Admitted without a lease: nothing to release.
+                    TicketVerdict {
+                        verdict: inner.admit_untouched(pairs, index),
+                        ticket: None,
+                    }
+                }
             }
-        }
+        };
+        Ok(answer.decided_by(&resolved))
     }
 
     /// Releases the lease `ticket`, or (`renew`) extends it to a whole

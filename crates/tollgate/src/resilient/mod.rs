@@ -61,7 +61,8 @@ use parking_lot::Mutex;
 
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::limiter::{Check, Limiter, Op};
+use crate::limiter::{Check, Limiter};
+use crate::op::Op;
 use crate::rule::Rule;
 use crate::store::memory::MemoryStore;
 use crate::store::{KeyCheck, Store};
@@ -300,25 +301,6 @@ impl<S: Store> ResilientLimiter<S> {
         self.inner.limiter.rules()
     }
 
-    /// [`Limiter::rule_for_key`]: the rule (or per-key override) that
-    /// decides `key` under rule `i`.
-    /// A runtime override (docs/admin.md) comes first, as in a check.
-    #[must_use]
-    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> std::borrow::Cow<'_, Rule>
-    where
-        S: Store,
-    {
-        let rule = &self.inner.limiter.rules()[i];
-        if let Some(table) = self.inner.runtime_table()
-            && let Some(own) = table
-                .override_for(rule.name(), key)
-                .filter(|own| own.algorithm() == rule.algorithm())
-        {
-            return std::borrow::Cow::Owned(own.clone());
-        }
-        std::borrow::Cow::Borrowed(self.inner.limiter.rule_for_key(i, key))
-    }
-
     /// The rule named `name`.
     #[must_use]
     pub fn rule(&self, name: &str) -> Option<&Rule> {
@@ -394,16 +376,25 @@ impl<S: Store> ResilientLimiter<S> {
             .limiter
             .resolve_all(checks, Op::Check, table.as_deref())
             .map_err(Refusal::Invalid)?;
-        if let Some(verdict) = self
+        let verdict = match self
             .inner
             .runtime_answer(table.as_deref(), resolved.pairs(), resolved.index())
             .await
         {
-            self.start_heartbeat();
-            return Ok(verdict);
-        }
-        self.decide(resolved.pairs(), resolved.index(), policy)
-            .await
+            Some(verdict) => {
+                self.start_heartbeat();
+                verdict
+            }
+            None => {
+                self.decide(resolved.pairs(), resolved.index(), policy)
+                    .await?
+            }
+        };
+        // What decided, as resolved above: not looked up again.
+        Ok(Verdict {
+            decided_by: resolved.deciders(),
+            ..verdict
+        })
     }
 
     /// Decides valid checks, resolved to `resolved` (rule `index[n]` for
@@ -418,10 +409,7 @@ impl<S: Store> ResilientLimiter<S> {
         match self.inner.call_store(resolved).await {
             Ok(multi) => {
                 self.inner.count(resolved, index, &multi);
-                Ok(Verdict {
-                    multi,
-                    degraded: None,
-                })
+                Ok(Verdict::new(multi, None))
             }
             Err(e) => self.inner.on_store_error(resolved, index, &e, policy).await,
         }
@@ -683,10 +671,7 @@ impl<S: Store> Inner<S> {
             OnError::Local => {
                 let multi = self.check_locally(checks, index);
                 self.count(checks, index, &multi);
-                Ok(Verdict {
-                    multi,
-                    degraded: Some(OnError::Local),
-                })
+                Ok(Verdict::new(multi, Some(OnError::Local)))
             }
             OnError::Allow => Ok(self.admit_untouched(checks, index)),
         }
@@ -776,10 +761,7 @@ impl<S: Store> Inner<S> {
     fn admit_untouched(&self, checks: &[KeyCheck<'_>], index: &[usize]) -> Verdict {
         let multi = MultiDecision::from_decisions(checks.iter().map(untouched).collect());
         self.count(checks, index, &multi);
-        Verdict {
-            multi,
-            degraded: Some(OnError::Allow),
-        }
+        Verdict::new(multi, Some(OnError::Allow))
     }
 
     /// The in-process decision: every rule's quota divided by the live

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::decided::Deciders;
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{Error, StoreError};
 
@@ -74,9 +75,23 @@ pub struct Verdict {
     /// (`allow` or `local`) answered instead. Under `allow` nothing was
     /// decided: every pair reads admitted with its full capacity.
     pub degraded: Option<OnError>,
+    /// What decided each pair, in order: the limit the pair was resolved
+    /// to before the store was asked (its rule, or an override, or its
+    /// per-call limit). What describes the answer (RateLimit headers, an
+    /// Envoy status) reads it here, never by looking the rule up again.
+    pub decided_by: Deciders,
 }
 
 impl Verdict {
+    /// A verdict whose deciders the caller adds ([`Verdict::decided_by`]).
+    pub(crate) fn new(multi: MultiDecision, degraded: Option<OnError>) -> Self {
+        Self {
+            multi,
+            degraded,
+            decided_by: Deciders::default(),
+        }
+    }
+
     /// The deciding pair's decision.
     #[must_use]
     pub fn decision(&self) -> &Decision {
@@ -138,5 +153,50 @@ mod tests {
             assert_eq!(p.as_str().parse::<OnError>(), Ok(p));
         }
         assert!("open".parse::<OnError>().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_verdict_carries_the_runtime_override_that_decided() {
+        use std::time::Duration;
+
+        use crate::decided::LimitSource;
+        use crate::limiter::{Check, Limiter};
+        use crate::resilient::ResilientLimiter;
+        use crate::rule::{Algorithm, RuleSpec};
+        use crate::runtime::RuntimeOverride;
+        use crate::store::memory::MemoryStore;
+
+        let rule = |name: &str| {
+            RuleSpec::new(name, Algorithm::FixedWindow, 10, Duration::from_secs(60))
+                .build()
+                .expect("rule")
+        };
+        let limiter = Limiter::new(MemoryStore::new(), [rule("a"), rule("b")]).expect("limiter");
+        let l = ResilientLimiter::builder(limiter)
+            .build()
+            .expect("resilient");
+        l.set_override(RuntimeOverride {
+            rule: "b".into(),
+            key: b"vip".to_vec(),
+            limit: 7,
+            period: Some(Duration::from_secs(1)),
+            burst: None,
+            ends_ms: None,
+        })
+        .await
+        .expect("override");
+        let verdict = l.check("b", "vip", 1).await.expect("checked");
+        assert_eq!(verdict.decision().limit, 7);
+        let [by] = &*verdict.decided_by else {
+            panic!("one pair, one decider")
+        };
+        assert_eq!(by.source, LimitSource::RuntimeOverride);
+        assert_eq!((by.index, by.limit), (1, 7));
+        assert_eq!(by.period(), Duration::from_secs(1));
+        let charged = l
+            .charge_all(&[Check::new("a", "k")])
+            .await
+            .expect("charged");
+        assert_eq!(charged.decided_by[0].source, LimitSource::Rule);
     }
 }

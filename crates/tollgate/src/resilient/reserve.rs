@@ -10,7 +10,8 @@ use std::time::Duration;
 use super::open::Held;
 use super::{Refusal, ResilientLimiter, Verdict, metric};
 use crate::algorithm::Charged;
-use crate::limiter::{Check, Op, reservation_ticket, reservation_ttl};
+use crate::limiter::{Check, Resolved, reservation_ticket, reservation_ttl};
+use crate::op::Op;
 use crate::store::{SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 
@@ -22,6 +23,14 @@ pub struct TicketVerdict {
     /// The ticket that settles or cancels it: `Some` when admitted by the
     /// store; `None` when denied, or when the failure policy answered.
     pub ticket: Option<Ticket>,
+}
+
+impl TicketVerdict {
+    /// The same answer carrying what decided it, as `resolved` says.
+    pub(super) fn decided_by(mut self, resolved: &Resolved<'_>) -> Self {
+        self.verdict.decided_by = resolved.deciders();
+        self
+    }
 }
 
 impl<S: Store> ResilientLimiter<S> {
@@ -51,10 +60,11 @@ impl<S: Store> ResilientLimiter<S> {
             return Ok(TicketVerdict {
                 verdict,
                 ticket: None,
-            });
+            }
+            .decided_by(&resolved));
         }
         let store = inner.limiter.store();
-        match inner
+        let answer = match inner
             .guarded(
                 "reserve",
                 inner.gate(pairs),
@@ -77,19 +87,17 @@ impl<S: Store> ResilientLimiter<S> {
                         .open
                         .opened(Held::Reservation, t.nonce, index.to_vec(), ends, now);
                 }
-                Ok(TicketVerdict {
-                    verdict: Verdict {
-                        multi,
-                        degraded: None,
-                    },
+                TicketVerdict {
+                    verdict: Verdict::new(multi, None),
                     ticket,
-                })
+                }
             }
-            Err(e) => Ok(TicketVerdict {
+            Err(e) => TicketVerdict {
                 verdict: inner.on_store_error(pairs, index, &e, None).await?,
                 ticket: None,
-            }),
-        }
+            },
+        };
+        Ok(answer.decided_by(&resolved))
     }
 
     /// Settles the reservation `ticket` at `actual` (one number for every

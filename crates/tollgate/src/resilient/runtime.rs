@@ -270,10 +270,7 @@ impl<S: Store> Inner<S> {
                 self.meters.count(i, c.rule.name(), outcome);
             }
         }
-        Some(Verdict {
-            multi,
-            degraded: None,
-        })
+        Some(Verdict::new(multi, None))
     }
 
     /// The answer to `pairs` when a block is on for any of them at `now`

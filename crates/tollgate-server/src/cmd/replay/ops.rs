@@ -9,11 +9,11 @@ use std::time::Duration;
 use tollgate::store::{Released, Settled};
 use tollgate::ticket::{REMEMBERED_AFTER_TTL, Ticket, TicketKind, TicketPair};
 use tollgate::{
-    Algorithm, Check, Decision, Limiter, Micros, Store, StoreError, duration_to_micros,
+    Algorithm, Check, Decision, Limiter, Micros, Op, Store, StoreError, duration_to_micros,
 };
 
 use super::open::{Book, MAX_OPEN, Open};
-use super::trace::{Op, Row};
+use super::trace::Row;
 
 /// What a row did.
 #[derive(Debug, Clone)]
@@ -63,7 +63,8 @@ pub(super) async fn run<S: Store>(
 ) -> Result<Done, Failed> {
     let t: Micros = row.t_ms * 1_000;
     let at = Some(t);
-    let check = Check::new(row.rule, row.key).cost(row.cost);
+    // By the rule's position, found once per row: not looked up again.
+    let check = Check::new(row.rule, row.key).cost(row.cost).at_index(index);
     match row.op {
         Op::Check => {
             let decision = limiter.check_at(row.rule, row.key, row.cost, at).await?;
@@ -112,6 +113,8 @@ pub(super) async fn run<S: Store>(
         }
         Op::Settle | Op::Cancel => settle(limiter, book, row, index).await,
         Op::Release | Op::Renew => release(limiter, book, row, index).await,
+        // A trace never names another (`trace::OPS`).
+        op => Err(Failed::Row(format!("op {op} is not one a trace runs"))),
     }
 }
 

@@ -5,8 +5,8 @@ use std::fmt;
 use std::io::{self, BufReader, Read};
 
 use csv::{ByteRecord, ReaderBuilder};
-use tollgate::MAX_KEY_LEN;
 use tollgate::ticket::MAX_RESERVATION_TTL;
+use tollgate::{MAX_KEY_LEN, Op};
 
 use super::error::{ReplayError, csv_error};
 
@@ -29,61 +29,31 @@ const CSV_BUFFER: usize = 8 * 1024;
 /// The `ttl_ms` of a `reserve` row without one: a minute.
 pub const DEFAULT_TTL_MS: u64 = 60_000;
 
-/// What a row does (its `op` column; `check` when the trace has none or
-/// the field is empty).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Op {
-    /// Consume `cost` when admitted (0 peeks).
-    Check,
-    /// Consume `cost` unconditionally; what goes past the limit is debt.
-    Charge,
-    /// Decide like a check of `cost` (the estimate) and hold a reservation
-    /// for `ttl_ms`.
-    Reserve,
-    /// Settle the oldest open reservation of the (rule, key) at `cost`.
-    Settle,
-    /// Give the oldest open reservation's estimate back.
-    Cancel,
-    /// Take a lease of `cost` slots of a concurrency rule.
-    Acquire,
-    /// End the oldest live lease of the (rule, key).
-    Release,
-    /// Extend the oldest live lease to a whole lease from now.
-    Renew,
-}
+/// The ops a trace row may name in its `op` column (`check` when the trace
+/// has none or the field is empty), in the order the docs list them
+/// (docs/replay.md, "Ops"): a check consumes `cost` when admitted (0
+/// peeks); a charge consumes it unconditionally (past the limit as debt);
+/// a reserve decides like a check of `cost` (the estimate) and holds a
+/// reservation for `ttl_ms`; a settle ends the oldest open reservation of
+/// the (rule, key) at `cost`; a cancel gives its estimate back; an acquire
+/// takes a lease of `cost` slots of a concurrency rule; a release ends the
+/// oldest live lease of the (rule, key); a renew extends it to a whole
+/// lease from now.
+pub(super) const OPS: [Op; 8] = [
+    Op::Check,
+    Op::Charge,
+    Op::Reserve,
+    Op::Settle,
+    Op::Cancel,
+    Op::Acquire,
+    Op::Release,
+    Op::Renew,
+];
 
-impl Op {
-    /// Every op, in the order the docs list them.
-    pub(super) const ALL: [Op; 8] = [
-        Op::Check,
-        Op::Charge,
-        Op::Reserve,
-        Op::Settle,
-        Op::Cancel,
-        Op::Acquire,
-        Op::Release,
-        Op::Renew,
-    ];
-
-    /// The op's name in traces.
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            Op::Check => "check",
-            Op::Charge => "charge",
-            Op::Reserve => "reserve",
-            Op::Settle => "settle",
-            Op::Cancel => "cancel",
-            Op::Acquire => "acquire",
-            Op::Release => "release",
-            Op::Renew => "renew",
-        }
-    }
-
-    /// Whether the row's `cost` means nothing to this op (it ends or
-    /// extends what an earlier row opened).
-    fn takes_no_cost(self) -> bool {
-        matches!(self, Op::Cancel | Op::Release | Op::Renew)
-    }
+/// Whether the row's `cost` means nothing to `op` (it ends or extends
+/// what an earlier row opened).
+fn takes_no_cost(op: Op) -> bool {
+    matches!(op, Op::Cancel | Op::Release | Op::Renew)
 }
 
 /// Which columns the trace has, by position.
@@ -269,16 +239,13 @@ pub(super) fn parse_row<'r>(record: &'r ByteRecord, columns: &Columns) -> Result
         None => Op::Check,
         Some(i) => match text(record, i, "op")? {
             "" => Op::Check,
-            o => Op::ALL
-                .into_iter()
-                .find(|op| op.as_str() == o)
-                .ok_or_else(|| {
-                    format!(
-                        "op {:?} is not one of check, charge, reserve, settle, cancel, acquire, \
+            o => OPS.into_iter().find(|op| op.as_str() == o).ok_or_else(|| {
+                format!(
+                    "op {:?} is not one of check, charge, reserve, settle, cancel, acquire, \
                      release, renew",
-                        o.chars().take(64).collect::<String>()
-                    )
-                })?,
+                    o.chars().take(64).collect::<String>()
+                )
+            })?,
         },
     };
     let cost_text = match columns.cost {
@@ -286,14 +253,14 @@ pub(super) fn parse_row<'r>(record: &'r ByteRecord, columns: &Columns) -> Result
         None => "",
     };
     let cost = match cost_text {
-        "" if op.takes_no_cost() => 0,
+        "" if takes_no_cost(op) => 0,
         "" => 1,
         c => whole_number(c).map_err(|e| match e {
             NotANumber::Malformed => format!("cost {c:?} is not a whole number >= 0"),
             NotANumber::TooLarge => format!("cost {c} is too large; the most is {}", u64::MAX),
         })?,
     };
-    if op.takes_no_cost() && cost != 0 {
+    if takes_no_cost(op) && cost != 0 {
         return Err(format!(
             "cost {cost} on a {} row: it ends or extends what an earlier row opened and takes \
              no cost; leave cost empty",
