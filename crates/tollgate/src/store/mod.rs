@@ -309,10 +309,11 @@ pub trait Store: Send + Sync + 'static {
     /// Told, by each [`crate::Limiter`] built over it, every rule that
     /// limiter may hand it (its rules and their per-key overrides): a store
     /// may treat any other rule (a per-call limit, [`crate::Check::under`])
-    /// apart, and the newest limiter's list is the one that holds. The default ignores it; the hybrid
-    /// store sends such checks straight to Redis, as a lease taken under a
-    /// one-off limit would hold the shared counter's units until its
-    /// window ends (docs/hybrid.md, "Per-call limits").
+    /// apart, and the newest limiter's list is the one that holds. The
+    /// default ignores it; the hybrid store sends such checks straight to
+    /// Redis, as a batch taken under a one-off limit would hold the shared
+    /// counter's units until its window ends (docs/hybrid.md, "Per-call
+    /// limits").
     fn rules_in_use(&self, rules: &[Rule]) {
         let _ = rules;
     }
