@@ -33,7 +33,7 @@ fn hybrid_fields_are_read_and_checked() {
     .expect("a good hybrid config");
     let h = config.store.hybrid.expect("hybrid on");
     assert_eq!((h.replicas, h.batch), (4, Some(7)));
-    assert_eq!(h.lease, Some(std::time::Duration::from_millis(250)));
+    assert_eq!(h.batch_life, Some(std::time::Duration::from_millis(250)));
     let off = Config::parse(&store("url = \"redis://127.0.0.1:6379\""), "h.toml").unwrap();
     assert!(off.store.hybrid.is_none());
 

@@ -12,14 +12,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use common::down::{FailingStore, HungStore};
 use common::{get, limiter, member, members, ok_service, peek, problem_body, rule, send};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use tollgate::OnError;
-use tollgate::store::KeyCheck;
-use tollgate::{
-    Algorithm, Decision, Limiter, Micros, MultiDecision, Rule, Store, StoreError, StoreErrorKind,
-};
+use tollgate::{Algorithm, Limiter};
 use tollgate_tower::extract::MissingKey;
 use tollgate_tower::headers::{HeaderOptions, X_RATELIMIT_REMAINING};
 use tollgate_tower::{BuildError, HttpVerdict, RateLimitLayer};
@@ -457,37 +455,6 @@ async fn client_ip_without_a_peer_address_is_a_500_not_a_shared_bucket() {
     assert_eq!(peek(&limiter, "per_ip", "198.51.100.1").await.remaining, 4);
 }
 
-/// A test double for a store that is down: every check fails. (Not a Redis
-/// mock: the Redis store's own failures are tested against real servers in
-/// the core crate.)
-struct FailingStore;
-
-impl Store for FailingStore {
-    async fn check(
-        &self,
-        _rule: &Rule,
-        _key: &[u8],
-        _cost: u64,
-        _at: Option<Micros>,
-    ) -> Result<Decision, StoreError> {
-        Err(StoreError::new(
-            StoreErrorKind::Unavailable,
-            "test double: down",
-        ))
-    }
-
-    async fn check_all(
-        &self,
-        _checks: &[KeyCheck<'_>],
-        _at: Option<Micros>,
-    ) -> Result<MultiDecision, StoreError> {
-        Err(StoreError::new(
-            StoreErrorKind::Timeout,
-            "test double: down",
-        ))
-    }
-}
-
 fn failing_layer() -> RateLimitLayer<FailingStore> {
     let limiter =
         Limiter::new(FailingStore, [rule("r", Algorithm::Gcra, 5, HOUR)]).expect("limiter");
@@ -551,30 +518,6 @@ async fn store_failure_local_decides_with_the_in_process_share() {
     assert_eq!(r.headers()["tollgate-degraded"], "local");
     assert!(r.headers().contains_key(RETRY_AFTER));
     assert_eq!(calls.load(Ordering::SeqCst), 5);
-}
-
-/// A test double for a store that hangs: no check ever answers (what a
-/// SIGSTOPped Redis looks like from here).
-struct HungStore;
-
-impl Store for HungStore {
-    async fn check(
-        &self,
-        _rule: &Rule,
-        _key: &[u8],
-        _cost: u64,
-        _at: Option<Micros>,
-    ) -> Result<Decision, StoreError> {
-        std::future::pending().await
-    }
-
-    async fn check_all(
-        &self,
-        _checks: &[KeyCheck<'_>],
-        _at: Option<Micros>,
-    ) -> Result<MultiDecision, StoreError> {
-        std::future::pending().await
-    }
 }
 
 /// Over a `ResilientLimiter`, each rule's own policy answers, within the

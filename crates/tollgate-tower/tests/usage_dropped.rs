@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::rule;
 use http::Request;
+use tollgate::algorithm::Charged;
 use tollgate::store::{KeyCheck, Released, SettlePair, Settled};
 use tollgate::ticket::Ticket;
 use tollgate::{
@@ -46,6 +47,22 @@ impl Store for Stalling {
         at: Option<Micros>,
     ) -> Result<MultiDecision, StoreError> {
         self.inner.check_all(checks, at).await
+    }
+
+    async fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        self.inner.charge_all(checks, at).await
+    }
+
+    async fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        self.inner.refund_all(checks, at).await
     }
 
     async fn reserve_all(
@@ -87,6 +104,10 @@ impl Store for Stalling {
         at: Option<Micros>,
     ) -> Result<Released, StoreError> {
         self.inner.release(ticket, rules, renew, at).await
+    }
+
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
+        self.inner.reset(rule, key).await
     }
 
     fn in_process(&self) -> bool {

@@ -4,8 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tollgate::algorithm::Charged;
 use tollgate::conformance::{self, Config, Failure};
-use tollgate::store::{KeyCheck, Store};
+use tollgate::store::{KeyCheck, Released, SettlePair, Settled, Store};
+use tollgate::ticket::Ticket;
 use tollgate::{
     Decision, FakeClock, MemoryStore, Micros, MultiDecision, Rule, StoreError, StoreErrorKind,
 };
@@ -170,6 +172,66 @@ impl Store for Broken {
             }
             _ => Ok(self.inner.check_all_sync(checks, at)),
         }
+    }
+
+    // The flaws are in checks only: everything else is the memory store's.
+
+    async fn charge_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        self.inner.charge_all(checks, at).await
+    }
+
+    async fn refund_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        at: Option<Micros>,
+    ) -> Result<Vec<Charged>, StoreError> {
+        self.inner.refund_all(checks, at).await
+    }
+
+    async fn reserve_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        ttl: Micros,
+        at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        self.inner.reserve_all(checks, ticket, ttl, at).await
+    }
+
+    async fn settle(
+        &self,
+        ticket: &Ticket,
+        pairs: &[SettlePair<'_>],
+        at: Option<Micros>,
+    ) -> Result<Settled, StoreError> {
+        self.inner.settle(ticket, pairs, at).await
+    }
+
+    async fn acquire_all(
+        &self,
+        checks: &[KeyCheck<'_>],
+        ticket: &Ticket,
+        at: Option<Micros>,
+    ) -> Result<MultiDecision, StoreError> {
+        self.inner.acquire_all(checks, ticket, at).await
+    }
+
+    async fn release(
+        &self,
+        ticket: &Ticket,
+        rules: &[&Rule],
+        renew: bool,
+        at: Option<Micros>,
+    ) -> Result<Released, StoreError> {
+        self.inner.release(ticket, rules, renew, at).await
+    }
+
+    async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
+        self.inner.reset(rule, key).await
     }
 }
 

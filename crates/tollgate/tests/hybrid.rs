@@ -2,9 +2,9 @@
 //! replicas under ten times the demand a limit allows admits the limit
 //! (±0.5 %, and within the bound docs/hybrid.md derives) with at most 0.002
 //! Redis calls per check; light demand is
-//! all admitted; a fixed-window lease never outlives its window; multi-rule
-//! checks are all-or-nothing; costs above the batch; one lease per key at
-//! a time. After every test, no key without a TTL.
+//! all admitted; a fixed-window batch never outlives its window; multi-rule
+//! checks are all-or-nothing; costs above the batch; one batch call per key
+//! at a time. After every test, no key without a TTL.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -263,17 +263,17 @@ async fn light_demand_is_all_admitted() {
     assert_no_key_without_ttl(&server);
 }
 
-/// A fixed-window lease taken near a window's end is never spent in the
+/// A fixed-window batch taken near a window's end is never spent in the
 /// next window: the local clock (fake here) reaching the window's end
 /// sends the next check to Redis, and the units given back do not count
 /// in the new window.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fixed_window_lease_ends_with_its_window() {
+async fn a_fixed_window_batch_ends_with_its_window() {
     let server = RedisServer::start();
     let clock = FakeClock::new();
     let options = HybridOptions {
         batch: Some(50),
-        lease: Some(Duration::from_secs(3600)),
+        batch_life: Some(Duration::from_secs(3600)),
         ..HybridOptions::default()
     };
     let store = HybridStore::with_clock(redis(&server).await, options, clock.clone());
@@ -290,7 +290,7 @@ async fn a_fixed_window_lease_ends_with_its_window() {
     assert!(store.check(&rule, b"k", 1, None).await.unwrap().allowed);
     let after = redis_time(&server);
     assert_eq!(store.redis_calls(), 1);
-    // the lease ends at most (window end - Redis time of the lease) after it
+    // the batch ends at most (window end - Redis time of the batch) after it
     let left_at_most = (before / period + 1) * period - before;
     let left_at_least = (after / period + 1) * period - after;
     clock.advance(Duration::from_micros(left_at_least - 1_000));
@@ -306,8 +306,8 @@ async fn a_fixed_window_lease_ends_with_its_window() {
     let d = store.check(&rule, b"k", 1, None).await.unwrap();
     assert!(d.allowed);
     assert_eq!(store.redis_calls(), 2, "the lease ended with its window");
-    // the new window counts only the new lease, not the 48 left unspent;
-    // that lease is sized to what the expired one spent (2)
+    // the new window counts only the new batch, not the 48 left unspent;
+    // that batch is sized to what the expired one spent (2)
     let plain = redis(&server).await;
     let peek = plain.check(&rule, b"k", 0, None).await.unwrap();
     assert_eq!(peek.remaining, 98, "{peek:?}");
@@ -315,13 +315,13 @@ async fn a_fixed_window_lease_ends_with_its_window() {
 }
 
 /// A multi-rule check denied by one rule consumes nothing from the
-/// others' local leases.
+/// others' local batches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_rule_checks_are_all_or_nothing() {
     let server = RedisServer::start();
     let options = HybridOptions {
         batch: Some(10),
-        lease: Some(Duration::from_secs(60)),
+        batch_life: Some(Duration::from_secs(60)),
         ..HybridOptions::default()
     };
     let store = HybridStore::new(redis(&server).await, options);
@@ -358,7 +358,8 @@ async fn multi_rule_checks_are_all_or_nothing() {
     assert_eq!(denied.deciding, 1, "the narrow rule decides: {denied:?}");
     assert!(denied.decisions[0].allowed, "the wide rule reports a peek");
     assert!(denied.decision().retry_after.is_some());
-    // wide leased 10 and 3 were spent: 7 more are local, the 8th leases
+    // wide took a batch of 10 and 3 were spent: 7 more are local, the 8th
+    // takes a batch
     let calls = store.redis_calls();
     for i in 0..7 {
         assert!(store.check(&wide, b"a", 1, None).await.unwrap().allowed);
@@ -366,7 +367,7 @@ async fn multi_rule_checks_are_all_or_nothing() {
     }
     assert!(store.check(&wide, b"a", 1, None).await.unwrap().allowed);
     assert_eq!(store.redis_calls(), calls + 1);
-    // shutting down: the 9 units left of the second lease go back
+    // shutting down: the 9 units left of the second batch go back
     assert_eq!(store.give_back_all().await, 1);
     let plain = redis(&server).await;
     let remaining = plain.check(&wide, b"a", 0, None).await.unwrap().remaining;
@@ -377,14 +378,14 @@ async fn multi_rule_checks_are_all_or_nothing() {
     assert_no_key_without_ttl(&server);
 }
 
-/// A check costing more than the batch leases its cost; one that cannot
+/// A check costing more than the batch takes its cost; one that cannot
 /// be covered takes nothing from Redis; above capacity it is "never".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn costs_above_the_batch() {
     let server = RedisServer::start();
     let options = HybridOptions {
         batch: Some(5),
-        lease: Some(Duration::from_secs(60)),
+        batch_life: Some(Duration::from_secs(60)),
         ..HybridOptions::default()
     };
     let store = HybridStore::new(redis(&server).await, options);
@@ -405,7 +406,7 @@ async fn costs_above_the_batch() {
         70,
         "a lease that cannot cover its cost takes nothing"
     );
-    // another key: a small check leases the batch, then a big one tops it up
+    // another key: a small check takes a batch, then a big one tops it up
     assert!(store.check(&rule, b"j", 1, None).await.unwrap().allowed);
     assert_eq!(
         plain.check(&rule, b"j", 0, None).await.unwrap().remaining,
@@ -424,7 +425,7 @@ async fn costs_above_the_batch() {
 
 /// Fifty concurrent first checks of one key make one Redis call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_callers_share_one_lease() {
+async fn concurrent_callers_share_one_batch() {
     let server = RedisServer::start();
     let options = HybridOptions {
         batch: Some(100),
@@ -448,16 +449,16 @@ async fn concurrent_callers_share_one_lease() {
     assert_no_key_without_ttl(&server);
 }
 
-/// A lease that expires unspent is given back with the key's next lease,
-/// and the next lease is sized to what the replica spent: a trickle of
+/// A batch that expires unspent is given back with the key's next batch,
+/// and the next batch is sized to what the replica spent: a trickle of
 /// checks does not keep units away from the other replicas.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_leases_go_back_and_shrink_the_next() {
+async fn expired_batches_go_back_and_shrink_the_next() {
     let server = RedisServer::start();
     let clock = FakeClock::new();
     let options = HybridOptions {
         batch: Some(20),
-        lease: Some(Duration::from_secs(1)),
+        batch_life: Some(Duration::from_secs(1)),
         ..HybridOptions::default()
     };
     let store = HybridStore::with_clock(redis(&server).await, options, clock.clone());
@@ -473,7 +474,7 @@ async fn expired_leases_go_back_and_shrink_the_next() {
     for round in 2..=4 {
         clock.advance(Duration::from_secs(2));
         assert!(store.check(&rule, b"k", 1, None).await.unwrap().allowed);
-        // the unspent units went back; the new lease holds one unit
+        // the unspent units went back; the new batch holds one unit
         let remaining = plain.check(&rule, b"k", 0, None).await.unwrap().remaining;
         assert_eq!(remaining, 100 - round, "round {round}");
     }
@@ -482,7 +483,7 @@ async fn expired_leases_go_back_and_shrink_the_next() {
 }
 
 /// A full local shard forgets first the entries whose loss costs least:
-/// those holding no leased units (a denial remembered, a lease spent out)
+/// those holding no units of a batch (a denial remembered, a batch spent out)
 /// before those holding unspent units, which would be lost until Redis
 /// refills. Forgetting a remembered denial admits nothing: Redis, the
 /// authority, still denies the key.
@@ -492,7 +493,7 @@ async fn a_flood_of_fresh_keys_forgets_entries_without_units_first() {
     let clock = FakeClock::new();
     let options = HybridOptions {
         batch: Some(10),
-        lease: Some(Duration::from_secs(3600)),
+        batch_life: Some(Duration::from_secs(3600)),
         // 16 local shards of 10 entries
         max_keys: 160,
         ..HybridOptions::default()
@@ -502,7 +503,7 @@ async fn a_flood_of_fresh_keys_forgets_entries_without_units_first() {
         .build()
         .unwrap();
     let key = |name: &str, i: u32| format!("{name}-{i}").into_bytes();
-    // Holders: a lease of 10 units, 9 unspent.
+    // Holders: a batch of 10 units, 9 unspent.
     for i in 0..16 {
         assert!(
             store

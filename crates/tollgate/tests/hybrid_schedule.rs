@@ -4,8 +4,8 @@
 //! of it see the same cost-1 checks at the same instants, one after the
 //! other: no timer, no scheduling luck. The fleet must admit within the
 //! bound docs/hybrid.md states ("Against the memory store") for every rate
-//! algorithm, with batches below, at and above the limit, short and long
-//! leases, on two and three replicas.
+//! algorithm, with batches below, at and above the limit, short- and
+//! long-lived batches, on two and three replicas.
 
 use std::time::Duration;
 
@@ -99,11 +99,11 @@ fn rule(algorithm: Algorithm, limit: u64) -> Rule {
     .unwrap()
 }
 
-fn options(replicas: u32, batch: u64, lease: Duration) -> HybridOptions {
+fn options(replicas: u32, batch: u64, life: Duration) -> HybridOptions {
     HybridOptions {
         replicas,
         batch: Some(batch),
-        lease: Some(lease),
+        batch_life: Some(life),
         ..HybridOptions::default()
     }
 }
@@ -145,7 +145,7 @@ fn scattered(rng: &mut Rng, gap: Micros, periods: u64, replicas: u64) -> Vec<Ste
 /// The reproduction of issue 36 with docs/hybrid.md's own settings
 /// (`hybrid_batch = 100`, `hybrid_lease = "100ms"`): 50 a minute, fixed
 /// window, two replicas, 80 checks spread over one window. The memory
-/// store admits 50; so must the fleet (it admitted 3: the first lease took
+/// store admits 50; so must the fleet (it admitted 3: the first batch took
 /// the whole window, expired unspent and was kept from Redis until the
 /// window rolled). The window algorithms: GCRA and token bucket refill
 /// within the minute (the memory store admits 80), in the next test.
@@ -178,12 +178,12 @@ async fn a_batch_above_the_limit_does_not_strand_the_window() {
 }
 
 /// One client, one check every 150 ms through one replica of two, against
-/// 50 a minute with a 100 ms lease: each lease expires before the next
-/// check, unspent. Every check is admitted (the memory store admits all
-/// 30); it admitted 1 (the first lease held the window; its units came
-/// back only with a lease that `not_before` forbade).
+/// 50 a minute with batches living 100 ms: each batch expires before the
+/// next check, unspent. Every check is admitted (the memory store admits
+/// all 30); it admitted 1 (the first batch held the window; its units came
+/// back only with a batch that `not_before` forbade).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_lease_goes_back_when_its_replica_next_checks() {
+async fn an_expired_batch_goes_back_when_its_replica_next_checks() {
     let server = RedisServer::start();
     let redis = RedisStore::connect(&server.url(), RedisOptions::default())
         .await
@@ -203,8 +203,8 @@ async fn an_expired_lease_goes_back_when_its_replica_next_checks() {
     assert!(server.keys_without_ttl().is_empty());
 }
 
-/// Every rate algorithm, batches below, at and above the limit, leases of
-/// 100 ms and 10 s, two and three replicas, three kinds of schedule (even,
+/// Every rate algorithm, batches below, at and above the limit, batches
+/// living 100 ms and 10 s, two and three replicas, three kinds of schedule (even,
 /// bursty, scattered) at 1.6 times the limit and at half of it: the fleet
 /// admits within the bound of docs/hybrid.md of what the memory store
 /// admits, per period.
@@ -225,8 +225,8 @@ async fn the_fleet_admits_within_the_bound_of_the_memory_store() {
         for replicas in [2_u32, 3] {
             let r = u64::from(replicas);
             for batch in [5, 50, 100] {
-                for lease in [Duration::from_millis(100), Duration::from_secs(10)] {
-                    let options = options(replicas, batch, lease);
+                for life in [Duration::from_millis(100), Duration::from_secs(10)] {
+                    let options = options(replicas, batch, life);
                     for demand in [8, 2] {
                         // `demand / 5` times the limit per period
                         let n = limit * demand / 5;
@@ -241,7 +241,7 @@ async fn the_fleet_admits_within_the_bound_of_the_memory_store() {
                             let key = format!("case{case}");
                             let out = run(&redis, &rule, key.as_bytes(), &options, &schedule).await;
                             let what = format!(
-                                "{algorithm} R={replicas} batch={batch} lease={lease:?} \
+                                "{algorithm} R={replicas} batch={batch} life={life:?} \
                                  {kind} x{demand}/5: hybrid {:?} memory {:?}",
                                 out.hybrid, out.memory
                             );

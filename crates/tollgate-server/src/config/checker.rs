@@ -426,17 +426,19 @@ impl<'a> Checker<'a> {
         }
         let hybrid = self.boolean(t, path, "hybrid");
         let batch = self.positive(t, path, "hybrid_batch").map(|(n, _)| n);
-        let lease = self.duration(t, path, "hybrid_lease");
+        // `hybrid_lease` is a batch's life (HybridOptions::batch_life): the
+        // key keeps the name users already write.
+        let batch_life = self.duration(t, path, "hybrid_lease");
         let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
         if hybrid == Some(true) {
             if store.url.is_memory() {
-                let why = "hybrid = true needs a Redis url in [store] (the hybrid store leases from Redis)";
+                let why = "hybrid = true needs a Redis url in [store] (the hybrid store takes batches from Redis)";
                 self.error(&span("hybrid"), "store.hybrid", why);
             }
             store.hybrid = Some(tollgate::store::hybrid::HybridOptions {
                 replicas: u32::try_from(store.replicas).unwrap_or(u32::MAX),
                 batch,
-                lease,
+                batch_life,
                 max_keys: store.max_keys,
             });
         } else if let Some(k) = ["hybrid_batch", "hybrid_lease"]

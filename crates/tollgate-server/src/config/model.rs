@@ -63,8 +63,9 @@ pub struct StoreConfig {
     /// as live for three intervals after its last heartbeat.
     pub heartbeat: Duration,
     /// `hybrid = true`: the hybrid store over the Redis `url`, with
-    /// `replicas`, `max_keys`, `hybrid_batch` and `hybrid_lease` (default
-    /// 1s); `None` when off. See `docs/hybrid.md`.
+    /// `replicas`, `max_keys`, `hybrid_batch` and `hybrid_lease` (a
+    /// batch's life, `HybridOptions::batch_life`); `None` when off. See
+    /// `docs/hybrid.md`.
     pub hybrid: Option<tollgate::store::hybrid::HybridOptions>,
 }
 

@@ -20,7 +20,7 @@ pub enum AnyStore {
     /// The Redis store.
     #[cfg(feature = "redis")]
     Redis(crate::store::redis::RedisStore),
-    /// The hybrid store (local leases over Redis).
+    /// The hybrid store (local batches over Redis).
     #[cfg(feature = "redis")]
     Hybrid(crate::store::hybrid::HybridStore),
 }

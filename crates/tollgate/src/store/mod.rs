@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::algorithm::Charged;
 use crate::decision::{Decision, MultiDecision};
-use crate::error::{StoreError, StoreErrorKind};
+use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::ticket::Ticket;
 use crate::time::Micros;
@@ -98,6 +98,56 @@ pub enum DomainKey<'a> {
 /// own clock (the memory store's [`crate::Clock`], or the Redis server's
 /// `TIME`). Tests and replay pass it explicitly, at most [`crate::MAX_TIME`]
 /// (the [`crate::Limiter`] refuses later times; a store may answer garbage).
+///
+/// # What a store must implement
+///
+/// Every operation a rule can ask for is required: checks
+/// ([`check`](Store::check), [`check_all`](Store::check_all)), charges
+/// and refunds, reservations ([`reserve_all`](Store::reserve_all),
+/// [`settle`](Store::settle)), concurrency leases
+/// ([`acquire_all`](Store::acquire_all), [`release`](Store::release)) and
+/// [`reset`](Store::reset). Every store tollgate ships implements all of
+/// them, and a config may give any rule to any store, so a store lacking
+/// one would only fail at run time, on the first request that needs it; as
+/// required methods, a new store (or a wrapper) cannot forget one. A test
+/// double that never expects a call still says what it answers.
+///
+/// A store that only checks does not compile:
+///
+/// ```compile_fail,E0046
+/// use tollgate::store::KeyCheck;
+/// use tollgate::{Decision, MemoryStore, Micros, MultiDecision, Rule, Store, StoreError};
+///
+/// struct ChecksOnly(MemoryStore);
+///
+/// impl Store for ChecksOnly {
+///     async fn check(
+///         &self,
+///         rule: &Rule,
+///         key: &[u8],
+///         cost: u64,
+///         at: Option<Micros>,
+///     ) -> Result<Decision, StoreError> {
+///         self.0.check(rule, key, cost, at).await
+///     }
+///
+///     async fn check_all(
+///         &self,
+///         checks: &[KeyCheck<'_>],
+///         at: Option<Micros>,
+///     ) -> Result<MultiDecision, StoreError> {
+///         self.0.check_all(checks, at).await
+///     }
+/// }
+/// ```
+///
+/// The rest have defaults that are true answers for a store in one
+/// process, not refusals: the runtime table is not shared
+/// ([`runtime_read`](Store::runtime_read) answers `None`,
+/// [`runtime_write`](Store::runtime_write) `false`), there is no
+/// heartbeat, one failure domain, no own timeout, and
+/// [`ping`](Store::ping) always answers. A store shared between replicas
+/// overrides them.
 pub trait Store: Send + Sync + 'static {
     /// Decides one check atomically.
     fn check(
@@ -118,99 +168,77 @@ pub trait Store: Send + Sync + 'static {
 
     /// Charges every pair unconditionally (docs/semantics.md, "Charge"),
     /// each at its own cost: never denied, so there is no all-or-nothing to
-    /// keep; one answer per pair, in order. `checks` is not empty. The
-    /// default answers an error: a store that does not implement charges.
+    /// keep; one answer per pair, in order. `checks` is not empty.
     fn charge_all(
         &self,
         checks: &[KeyCheck<'_>],
         at: Option<Micros>,
-    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
-        let _ = (checks, at);
-        std::future::ready(Err(unsupported("charges")))
-    }
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send;
 
     /// Gives every pair its cost back now (docs/semantics.md, "Refund"),
     /// the units counted last first, never past empty/full; one answer per
     /// pair, in order, as a charge of nothing reads the key after it.
-    /// `checks` is not empty. The default answers an error.
+    /// `checks` is not empty.
     fn refund_all(
         &self,
         checks: &[KeyCheck<'_>],
         at: Option<Micros>,
-    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send {
-        let _ = (checks, at);
-        std::future::ready(Err(unsupported("refunds")))
-    }
+    ) -> impl Future<Output = Result<Vec<Charged>, StoreError>> + Send;
 
     /// Decides `checks` all-or-nothing as [`Store::check_all`] does and,
     /// when every pair admits, keeps a record of the reservation `ticket`
     /// beside each pair's state: its estimate (the pair's cost), its time,
-    /// and its `ttl` (µs). The default answers an error.
+    /// and its `ttl` (µs).
     fn reserve_all(
         &self,
         checks: &[KeyCheck<'_>],
         ticket: &Ticket,
         ttl: Micros,
         at: Option<Micros>,
-    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
-        let _ = (checks, ticket, ttl, at);
-        std::future::ready(Err(unsupported("reservations")))
-    }
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send;
 
     /// Settles (or cancels) the reservation `ticket`, `pairs` in its
     /// order (docs/semantics.md, "Reserve, then settle"): usage above a
     /// pair's estimate is charged; below it, given back while the ttl runs;
-    /// all of it or nothing, and only once. The default answers an error.
+    /// all of it or nothing, and only once.
     fn settle(
         &self,
         ticket: &Ticket,
         pairs: &[SettlePair<'_>],
         at: Option<Micros>,
-    ) -> impl Future<Output = Result<Settled, StoreError>> + Send {
-        let _ = (ticket, pairs, at);
-        std::future::ready(Err(unsupported("reservations")))
-    }
+    ) -> impl Future<Output = Result<Settled, StoreError>> + Send;
 
     /// Acquires `checks` (all `concurrency` pairs) all-or-nothing: when
     /// every pair has room, each takes a lease of its cost under `ticket`'s
     /// id, ending after the rule's lease (docs/semantics.md,
-    /// "Concurrency"). The default answers an error.
+    /// "Concurrency").
     fn acquire_all(
         &self,
         checks: &[KeyCheck<'_>],
         ticket: &Ticket,
         at: Option<Micros>,
-    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send {
-        let _ = (checks, ticket, at);
-        std::future::ready(Err(unsupported("leases")))
-    }
+    ) -> impl Future<Output = Result<MultiDecision, StoreError>> + Send;
 
     /// Releases (or, `renew`, extends to a whole lease from now) the lease
     /// `ticket` on every pair, `rules` in its order: all of them live, or
-    /// nothing changes. The default answers an error.
+    /// nothing changes.
     fn release(
         &self,
         ticket: &Ticket,
         rules: &[&Rule],
         renew: bool,
         at: Option<Micros>,
-    ) -> impl Future<Output = Result<Released, StoreError>> + Send {
-        let _ = (ticket, rules, renew, at);
-        std::future::ready(Err(unsupported("leases")))
-    }
+    ) -> impl Future<Output = Result<Released, StoreError>> + Send;
 
     /// Forgets (rule, key)'s state: the key reads as never checked (empty
     /// or full, per the algorithm) afterwards (docs/admin.md, "Reset a
     /// key"). Answers whether there was state to forget (`false` when the
-    /// store cannot tell). The default answers an error.
+    /// store cannot tell).
     fn reset(
         &self,
         rule: &Rule,
         key: &[u8],
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
-        let _ = (rule, key);
-        std::future::ready(Err(unsupported("resets")))
-    }
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The runtime table shared by every replica of this store (blocks and
     /// runtime overrides, docs/admin.md): `None` when it is unchanged since
@@ -281,10 +309,11 @@ pub trait Store: Send + Sync + 'static {
     /// Told, by each [`crate::Limiter`] built over it, every rule that
     /// limiter may hand it (its rules and their per-key overrides): a store
     /// may treat any other rule (a per-call limit, [`crate::Check::under`])
-    /// apart, and the newest limiter's list is the one that holds. The default ignores it; the hybrid
-    /// store sends such checks straight to Redis, as a lease taken under a
-    /// one-off limit would hold the shared counter's units until its
-    /// window ends (docs/hybrid.md, "Per-call limits").
+    /// apart, and the newest limiter's list is the one that holds. The
+    /// default ignores it; the hybrid store sends such checks straight to
+    /// Redis, as a batch taken under a one-off limit would hold the shared
+    /// counter's units until its window ends (docs/hybrid.md, "Per-call
+    /// limits").
     fn rules_in_use(&self, rules: &[Rule]) {
         let _ = rules;
     }
@@ -302,14 +331,6 @@ pub trait Store: Send + Sync + 'static {
         let _ = (replica, ttl);
         std::future::ready(Ok(None))
     }
-}
-
-/// The error of a store that does not implement `what`.
-fn unsupported(what: &str) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Protocol,
-        format!("this store does not implement {what}"),
-    )
 }
 
 impl<S: Store> Store for Arc<S> {

@@ -1,6 +1,6 @@
 //! Deciding checks: spent from the units at hand when they suffice,
-//! otherwise leased from Redis (one lease in flight per key) and decided
-//! all-or-nothing.
+//! otherwise from a batch taken from Redis (one batch call in flight per
+//! key) and decided all-or-nothing.
 
 use std::sync::atomic::Ordering;
 
@@ -27,7 +27,7 @@ impl HybridStore {
         }
         let pair = self.pair(rule, key, cost);
         // The fast path: units at hand and due, or a remembered denial. A
-        // per-call limit never has units at hand (never leased) and is
+        // per-call limit never has units at hand (never batched) and is
         // looked for below, off this path.
         {
             let now = self.inner.clock.now();
@@ -41,11 +41,11 @@ impl HybridStore {
                         e.spend(cost);
                         return Ok(e.admitted(now));
                     }
-                    // due later: this replica's next units are already
-                    // leased, asking Redis would only lease further ahead
+                    // due later: this replica's next units are already in
+                    // its batch, asking Redis would only take further ahead
                     return Ok(e.denied(now, cost));
                 }
-                // An expired lease's unspent units lift the remembered
+                // An expired batch's unspent units lift the remembered
                 // denial: they go back, and this check re-asks, in one call.
                 if now < e.not_before && e.give_back.is_none() {
                     e.last_used = now;
@@ -121,8 +121,8 @@ impl HybridStore {
 
     /// Decides merged pairs (each cost between 1 and its capacity)
     /// all-or-nothing: locally when every pair has the units, or when one
-    /// is known exhausted; otherwise after leasing (single-flight per key)
-    /// for the pairs that need it.
+    /// is known exhausted; otherwise after taking batches (single-flight
+    /// per key) for the pairs that need them.
     async fn decide(&self, pairs: &[Pair<'_>]) -> Result<MultiDecision, StoreError> {
         let inner = &*self.inner;
         let mut shard_ids: Vec<usize> = pairs.iter().map(|p| p.shard).collect();
@@ -143,13 +143,13 @@ impl HybridStore {
                     notified.await;
                     continue;
                 }
-                Plan::Lease(flights, calls) => (flights, calls),
+                Plan::TakeBatches(flights, calls) => (flights, calls),
             };
             let sent = inner.clock.now();
             inner.calls.fetch_add(calls.len() as u64, Ordering::Relaxed);
             let results = join_all(calls.iter().map(|c| {
                 let rule = pairs[c.pair].rule;
-                inner.redis.lease_at(
+                inner.redis.take_batch_at(
                     &c.redis_key,
                     rule,
                     c.need,
@@ -162,7 +162,7 @@ impl HybridStore {
             .await;
             let received = inner.clock.now();
             let mut error = None;
-            // pairs whose lease could not cover their cost: when the same
+            // pairs whose batch could not cover their cost: when the same
             // check would be admitted (µs from `received`)
             let mut short: Vec<(usize, Option<Micros>)> = Vec::new();
             for (c, result) in calls.iter().zip(results) {
@@ -171,11 +171,11 @@ impl HybridStore {
                 let e = inner.entry(&mut shard, p, received);
                 e.generation += 1;
                 match result {
-                    Ok(lease) => {
+                    Ok(batch) => {
                         e.failed = None;
-                        inner.apply(e, &lease, c.horizon > 0, sent, received);
-                        if lease.units < c.need {
-                            short.push((c.pair, lease.wait_need));
+                        inner.apply(e, &batch, c.horizon > 0, sent, received);
+                        if batch.units < c.need {
+                            short.push((c.pair, batch.wait_need));
                         }
                     }
                     Err(err) => {

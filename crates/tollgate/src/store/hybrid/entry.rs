@@ -1,4 +1,4 @@
-//! One (rule, key)'s local state: its lease, what it reports, what
+//! One (rule, key)'s local state: its batch, what it reports, what
 //! forgetting it costs; and the shard table holding the entries.
 
 use std::sync::Arc;
@@ -11,8 +11,8 @@ use crate::algorithm::Usage;
 use crate::decision::Decision;
 use crate::error::StoreError;
 use crate::rule::Rule;
+use crate::store::redis::hybrid_batch::GiveBack;
 use crate::store::redis::keys;
-use crate::store::redis::lease::GiveBack;
 use crate::time::Micros;
 
 /// One (rule, key)'s local state on this replica.
@@ -20,42 +20,42 @@ use crate::time::Micros;
 pub(super) struct Entry {
     pub(super) rule: Rule,
     pub(super) redis_key: Box<[u8]>,
-    /// Leased units not spent yet (valid while `now < expires`).
+    /// Units of the batch not spent yet (valid while `now < expires`).
     pub(super) units: u64,
-    /// Local time the lease ends (a paced lease: `life` after the time its
+    /// Local time the batch ends (a paced batch: `life` after the time its
     /// next unit was due, moved on as units are spent).
     pub(super) expires: Micros,
-    /// A paced lease (GCRA, token bucket): the local time the next unit may
+    /// A paced batch (GCRA, token bucket): the local time the next unit may
     /// be spent (each later one `interval` after it), `T`; 0 when not
     /// paced. Measured from when the reply was received: never early.
     /// Signed: units already there were due before the clock's origin may
     /// be (a [`crate::FakeClock`] starts at 0).
     pub(super) next: i64,
     pub(super) interval: Micros,
-    /// A paced lease: when its call was sent, the call's round trip, and
-    /// the lease life (for `expires`).
+    /// A paced batch: when its call was sent, the call's round trip, and
+    /// the batch's life (for `expires`).
     pub(super) sent: Micros,
     pub(super) lag: Micros,
     pub(super) life: Micros,
-    /// Units the current lease took, the local time it was sent, and the
-    /// size of the next (0: a first lease, see plan.rs).
-    pub(super) leased: u64,
+    /// Units the current batch took, the local time it was sent, and the
+    /// size of the next (0: a first batch, see plan.rs).
+    pub(super) batch_units: u64,
     pub(super) taken: Micros,
     pub(super) size: u64,
-    /// The lease's Redis time and reset_after right after it.
+    /// The batch's Redis time and reset_after right after it.
     pub(super) t0: Micros,
     pub(super) reset_after: Micros,
-    /// Redis's remaining right after the last lease, and the local time it
+    /// Redis's remaining right after the last batch, and the local time it
     /// was seen (for the reported remaining and reset_after).
     pub(super) remaining: u64,
     pub(super) seen: Micros,
     /// Local time before which asking Redis again is worthless.
     pub(super) not_before: Micros,
-    /// Units of an expired lease to give back with the next lease.
+    /// Units of an expired batch to give back with the next batch.
     pub(super) give_back: Option<GiveBack>,
-    /// A lease in flight: callers wait for it instead of asking too.
+    /// A batch call in flight: callers wait for it instead of asking too.
     pub(super) inflight: Option<Arc<Notify>>,
-    /// Bumped when a lease completes; `failed` holds the error of the last
+    /// Bumped when a batch call completes; `failed` holds the error of the last
     /// one (and its generation) when it failed.
     pub(super) generation: u64,
     pub(super) failed: Option<(u64, StoreError)>,
@@ -74,7 +74,7 @@ impl Entry {
             sent: 0,
             lag: 0,
             life: 0,
-            leased: 0,
+            batch_units: 0,
             taken: 0,
             size: 0,
             t0: 0,
@@ -90,7 +90,7 @@ impl Entry {
         }
     }
 
-    /// Moves the units of an expired lease to `give_back`.
+    /// Moves the units of an expired batch to `give_back`.
     #[inline] // called per check from check.rs and plan.rs, other codegen units
     pub(super) fn expire(&mut self, now: Micros) {
         if self.units > 0 && now >= self.expires {
@@ -99,7 +99,7 @@ impl Entry {
     }
 
     /// The local time a check of `cost` (at least 1, at most `units`) may
-    /// be spent: now for an unpaced lease, else when its last unit is due.
+    /// be spent: now for an unpaced batch, else when its last unit is due.
     #[inline] // called per check from check.rs and plan.rs, other codegen units
     pub(super) fn due(&self, cost: u64) -> i64 {
         self.next
@@ -121,16 +121,16 @@ impl Entry {
             self.next = self
                 .next
                 .saturating_add(signed(cost.saturating_mul(self.interval)));
-            // The lease lives `life` past the time its next unit was due in
+            // The batch lives `life` past the time its next unit was due in
             // Redis (from the call's sending: never late), and at least
-            // `life` past the lease.
+            // `life` past the batch call.
             self.expires = self.paced_end();
         }
     }
 
-    /// A paced lease's end: `life` past the Redis time its next unit was
+    /// A paced batch's end: `life` past the Redis time its next unit was
     /// due (from the call's sending: never late), at least `life` past the
-    /// lease.
+    /// batch call.
     pub(super) fn paced_end(&self) -> Micros {
         let next_sent = u64::try_from(self.next.saturating_sub(signed(self.lag))).unwrap_or(0);
         self.sent.max(next_sent).saturating_add(self.life)
@@ -138,7 +138,7 @@ impl Entry {
 
     /// When a check of `cost` that this entry denies may ask again: when
     /// the units at hand are due, or `not_before` (now, with units of an
-    /// expired lease to give back: see plan.rs).
+    /// expired batch to give back: see plan.rs).
     #[inline]
     pub(super) fn retry_at(&self, cost: u64) -> Micros {
         if self.units >= cost {
@@ -150,7 +150,7 @@ impl Entry {
         }
     }
 
-    /// Stops spending the current lease; its units go back with the next.
+    /// Stops spending the current batch; its units go back with the next.
     pub(super) fn retire(&mut self) {
         if self.units > 0 {
             self.give_back = Some(GiveBack {
@@ -163,7 +163,7 @@ impl Entry {
     }
 
     /// What this replica knows of the pair now: remaining (Redis's at the
-    /// last lease plus the units held and due) and reset_after.
+    /// last batch plus the units held and due) and reset_after.
     #[inline] // called per check from check.rs and plan.rs, other codegen units
     pub(super) fn view(&self, now: Micros) -> (u64, Duration) {
         // interval 0: not paced, every unit held is due
@@ -208,7 +208,7 @@ impl Entry {
         }
     }
 
-    /// What forgetting this entry loses, to order evictions: its leased
+    /// What forgetting this entry loses, to order evictions: its batch's
     /// units not spent yet (current, or waiting to be given back) as a
     /// share of the rule's capacity (see [`Usage`]). A remembered denial
     /// holds none: Redis still has the key's state.
@@ -234,7 +234,7 @@ pub(super) fn signed(micros: u64) -> i64 {
     i64::try_from(micros).unwrap_or(i64::MAX)
 }
 
-/// Clears a lease in flight when its leader finishes or is dropped
+/// Clears a batch call in flight when its leader finishes or is dropped
 /// (cancelled), and wakes the callers waiting for it.
 pub(super) struct Flight<'a> {
     pub(super) inner: &'a Inner,
@@ -260,9 +260,9 @@ impl Drop for Flight<'_> {
 
 impl Inner {
     /// `p`'s entry in its locked shard, created when missing. A full shard
-    /// first forgets dead entries, then an eighth of those without a lease
-    /// in flight, what costs least to forget first: the fewest leased units
-    /// at stake (as a share of the rule's capacity), then the least
+    /// first forgets dead entries, then an eighth of those without a batch
+    /// call in flight, what costs least to forget first: the fewest units
+    /// of batches at stake (as a share of the rule's capacity), then the least
     /// recently used. Forgetting an entry admits nothing Redis would deny
     /// (Redis holds every key's state); it loses the entry's unspent units
     /// until the Redis state refills, and a remembered denial costs one

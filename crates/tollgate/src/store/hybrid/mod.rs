@@ -1,34 +1,40 @@
 //! The hybrid store: a local fast path with Redis as the authority.
 //!
-//! Each replica leases batches of units of a (rule, key) from Redis (one
+//! Each replica takes batches of units of a (rule, key) from Redis (one
 //! script run takes up to `batch` units, exactly as one check of that cost
-//! would) and spends them locally; when Redis has nothing to lease, the
+//! would) and spends them locally; when Redis has nothing to give, the
 //! replica remembers until when asking again is worthless and denies
 //! locally until then. Redis is called far less than once per check; the
 //! price is a bounded error, derived in `docs/hybrid.md`:
 //!
 //! * **over-admission**: in any interval, at most the units the replicas
 //!   held at its start: at most `replicas × batch`, and at most the small
-//!   leases' (a tenth of the capacity) plus what larger ones took in the
-//!   `lease` before it (GCRA and token bucket: `lease / T`); none over a
-//!   run that starts on an unused key, and none for fixed and sliding
-//!   window (a lease ends with its window);
-//! * **under-admission**: units sitting unspent in replicas' leases (at
+//!   batches' (a tenth of the capacity) plus what larger ones took in the
+//!   `batch_life` before it (GCRA and token bucket: `batch_life / T`);
+//!   none over a run that starts on an unused key, and none for fixed and
+//!   sliding window (a batch ends with its window);
+//! * **under-admission**: units sitting unspent in replicas' batches (at
 //!   most `replicas × batch` at any moment, back at the holder's next check
-//!   of the key once the lease expired), and
-//!   GCRA / token bucket units of expired leases that cannot be safely given
-//!   back (lease sizes follow each replica's demand to keep those few).
+//!   of the key once the batch expired), and
+//!   GCRA / token bucket units of expired batches that cannot be safely
+//!   given back (batch sizes follow each replica's demand to keep those
+//!   few).
 //!
-//! GCRA and token bucket leases are paced: a charge whose units are spent
+//! GCRA and token bucket batches are paced: a charge whose units are spent
 //! one per `T`, each when the algorithm would have admitted it, so every
-//! lease call takes units even when the fleet saturates the key. Leases
-//! live `lease` (by default 1 s for a small lease, at most a tenth of the
-//! capacity per replica, and a tenth of the rule's period for a larger
+//! batch call takes units even when the fleet saturates the key. Batches
+//! live `batch_life` (by default 1 s for a small batch, at most a tenth of
+//! the capacity per replica, and a tenth of the rule's period for a larger
 //! one; never more than the period, and never past the end of a fixed or
 //! sliding window). Unspent
-//! units of an expired lease are given back in the same Redis call as the
-//! key's next lease, taken at the replica's next check of the key even
-//! when it remembered Redis as exhausted. The batch is at most `capacity /
+//! units of an expired batch are given back in the same Redis call as the
+//! key's next batch, taken at the replica's next check of the key even
+//! when it remembered Redis as exhausted.
+//!
+//! "Batch" is this store's word; a "lease" is a concurrency rule's slot
+//! (docs/semantics.md, "Concurrency"), which this store does not batch.
+//! The `[store]` key `hybrid_lease` of the server's config is
+//! [`HybridOptions::batch_life`], under the name users already write. The batch is at most `capacity /
 //! (2 × replicas)` whatever the options say, so `replicas × batch` stays
 //! below half the capacity: against a memory store on the same schedule,
 //! each period the fleet admits within `replicas × batch` of it.
@@ -41,7 +47,7 @@
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let redis = RedisStore::connect("redis://127.0.0.1:6379", RedisOptions::default()).await?;
-//! // five replicas share the limit: each leases up to min(1000 / (2 × 5), 100 ms / 1 ms) = 100 units
+//! // five replicas share the limit: each takes batches of up to min(1000 / (2 × 5), 100 ms / 1 ms) = 100 units
 //! let store = HybridStore::new(redis, HybridOptions { replicas: 5, ..HybridOptions::default() });
 //! let rule = RuleSpec::new("per_user", Algorithm::Gcra, 1000, Duration::from_secs(1)).build()?;
 //! let limiter = Limiter::new(store, [rule])?;
@@ -75,26 +81,27 @@ use crate::store::{KeyCheck, Released, SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 use crate::time::{Clock, Micros, MonotonicClock, duration_to_micros};
 
-/// How a [`HybridStore`] leases.
+/// How a [`HybridStore`] takes batches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HybridOptions {
     /// How many replicas share the limits (default 1): the default batch is
     /// sized from it.
     pub replicas: u32,
-    /// The most units one lease takes (leases follow this replica's demand
-    /// up to it). `None` (default): `capacity / (2 × replicas)`, and for
-    /// GCRA and token bucket no more than a lease life's worth (`lease /
-    /// T`); at least 1. Always
+    /// The most units one batch takes (batches follow this replica's
+    /// demand up to it). `None` (default): `capacity / (2 × replicas)`, and
+    /// for GCRA and token bucket no more than a batch life's worth
+    /// (`batch_life / T`); at least 1. Always
     /// at most [`HybridOptions::most_for`], `capacity / (2 × replicas)`: a
-    /// larger batch is lowered to it. A check costing more leases its cost.
+    /// larger batch is lowered to it. A check costing more takes its cost.
     pub batch: Option<u64>,
-    /// The longest a leased unit may wait to be spent (GCRA and token
-    /// bucket: after the time the algorithm admits it). `None` (default): a
-    /// lease of at most [`HybridOptions::small_for`] units (a tenth of the
-    /// capacity per replica) lives 1 s, a larger one a tenth of the
-    /// rule's period (docs/hybrid.md, "The error bound"). Never longer than
-    /// the period, nor past the end of a fixed or sliding window.
-    pub lease: Option<Duration>,
+    /// The longest a unit of a batch may wait to be spent (GCRA and token
+    /// bucket: after the time the algorithm admits it): the batch's life.
+    /// `None` (default): a batch of at most [`HybridOptions::small_for`]
+    /// units (a tenth of the capacity per replica) lives 1 s, a larger one
+    /// a tenth of the rule's period (docs/hybrid.md, "The error bound").
+    /// Never longer than the period, nor past the end of a fixed or
+    /// sliding window. The server's config calls it `hybrid_lease`.
+    pub batch_life: Option<Duration>,
     /// Most (rule, key) entries kept locally (default 100,000).
     pub max_keys: usize,
 }
@@ -104,14 +111,14 @@ impl Default for HybridOptions {
         Self {
             replicas: 1,
             batch: None,
-            lease: None,
+            batch_life: None,
             max_keys: 100_000,
         }
     }
 }
 
 impl HybridOptions {
-    /// The batch (most units per lease) for `rule`:
+    /// The batch size (most units one batch takes) for `rule`:
     /// [`HybridOptions::batch`] or its default, between 1 and the rule's
     /// capacity.
     #[must_use]
@@ -119,7 +126,7 @@ impl HybridOptions {
         let most = self.most_for(rule);
         let batch = self.batch.unwrap_or_else(|| {
             if paced(rule) {
-                most.min(self.lease_for(rule) / rule.interval_micros().max(1))
+                most.min(self.batch_life_for(rule) / rule.interval_micros().max(1))
             } else {
                 most
             }
@@ -128,7 +135,7 @@ impl HybridOptions {
     }
 
     /// The largest batch `rule` allows: half its capacity shared out over
-    /// the replicas, `C / (2R)` (at least 1). All replicas' leases together
+    /// the replicas, `C / (2R)` (at least 1). All replicas' batches together
     /// then hold at most half the capacity, so what they can strand (the
     /// bound of docs/hybrid.md, `R × B`) stays below the limit whatever
     /// `batch` says; a larger [`HybridOptions::batch`] is lowered to it.
@@ -137,42 +144,43 @@ impl HybridOptions {
         (rule.capacity() / (2 * u64::from(self.replicas.max(1)))).max(1)
     }
 
-    /// The life of a lease larger than [`HybridOptions::small_for`] units
-    /// of `rule`, µs: `lease` or a tenth of the period, at most the
+    /// The life of a batch larger than [`HybridOptions::small_for`] units
+    /// of `rule`, µs: `batch_life` or a tenth of the period, at most the
     /// period, at least 1 µs.
     #[must_use]
-    pub fn lease_for(&self, rule: &Rule) -> Micros {
+    pub fn batch_life_for(&self, rule: &Rule) -> Micros {
         let period = rule.period_micros();
-        self.lease
+        self.batch_life
             .map_or(period / 10, duration_to_micros)
             .min(period)
             .max(1)
     }
 
-    /// The most units of `rule` a lease may take and live the longer life
+    /// The most units of `rule` a batch may take and live the longer life
     /// (1 s by default): a tenth of the capacity per replica, so that all
     /// replicas together hold at most a tenth of the capacity in such
-    /// leases. A key each replica sees a few times a lease life keeps its
-    /// lease between checks, however short the period.
+    /// batches. A key each replica sees a few times a batch life keeps its
+    /// batch between checks, however short the period.
     #[must_use]
     pub fn small_for(&self, rule: &Rule) -> u64 {
         (rule.capacity() / (10 * u64::from(self.replicas.max(1)))).max(1)
     }
 
-    /// The life of a lease of `units` of `rule`, µs: `lease` when set;
-    /// else 1 s (at most the period) up to [`HybridOptions::small_for`]
-    /// units, and [`HybridOptions::lease_for`] above.
+    /// The life of a batch of `units` of `rule`, µs: `batch_life` when
+    /// set; else 1 s (at most the period) up to
+    /// [`HybridOptions::small_for`] units, and
+    /// [`HybridOptions::batch_life_for`] above.
     #[must_use]
     pub fn life_for(&self, rule: &Rule, units: u64) -> Micros {
-        if self.lease.is_none() && units <= self.small_for(rule) {
-            SMALL_LEASE_LIFE.min(rule.period_micros()).max(1)
+        if self.batch_life.is_none() && units <= self.small_for(rule) {
+            SMALL_BATCH_LIFE.min(rule.period_micros()).max(1)
         } else {
-            self.lease_for(rule)
+            self.batch_life_for(rule)
         }
     }
 }
 
-/// Whether `rule`'s leases are paced (GCRA, token bucket: a charge whose
+/// Whether `rule`'s batches are paced (GCRA, token bucket: a charge whose
 /// units are spent one per `T`, docs/hybrid.md).
 fn paced(rule: &Rule) -> bool {
     matches!(
@@ -181,8 +189,8 @@ fn paced(rule: &Rule) -> bool {
     )
 }
 
-/// The default life of a small lease (see [`HybridOptions::life_for`]), µs.
-const SMALL_LEASE_LIFE: Micros = 1_000_000;
+/// The default life of a small batch (see [`HybridOptions::life_for`]), µs.
+const SMALL_BATCH_LIFE: Micros = 1_000_000;
 
 /// Local shards (a power of two).
 const SHARDS: usize = 16;
@@ -229,8 +237,8 @@ impl Hasher for PassHasher {
     }
 }
 
-/// The hybrid store: local leases over a [`RedisStore`]. Cheap to clone:
-/// clones share leases and counters.
+/// The hybrid store: local batches over a [`RedisStore`]. Cheap to clone:
+/// clones share batches and counters.
 #[derive(Clone)]
 pub struct HybridStore {
     inner: Arc<Inner>,
@@ -272,20 +280,20 @@ impl std::fmt::Debug for HybridStore {
 }
 
 impl HybridStore {
-    /// A hybrid store over `redis`; leases expire by a monotonic clock.
+    /// A hybrid store over `redis`; batches expire by a monotonic clock.
     #[must_use]
     pub fn new(redis: RedisStore, options: HybridOptions) -> Self {
         Self::with_clock(redis, options, MonotonicClock::new())
     }
 
-    /// A hybrid store whose leases expire by `clock` (tests pass a
+    /// A hybrid store whose batches expire by `clock` (tests pass a
     /// [`crate::FakeClock`]). Decisions still take Redis's time.
     #[must_use]
     pub fn with_clock(redis: RedisStore, options: HybridOptions, clock: impl Clock) -> Self {
         Self::build(redis, options, Box::new(clock), false)
     }
 
-    /// A hybrid store whose leases expire by `clock` and whose Redis calls
+    /// A hybrid store whose batches expire by `clock` and whose Redis calls
     /// decide at `clock`'s time too (explicit times, as replays do): a
     /// fleet sharing one [`crate::FakeClock`] runs a schedule exactly, the
     /// way a memory store on that clock would (tests compare the two).
@@ -320,7 +328,7 @@ impl HybridStore {
         }
     }
 
-    /// The Redis store leases come from.
+    /// The Redis store batches come from.
     #[must_use]
     pub fn redis(&self) -> &RedisStore {
         &self.inner.redis
@@ -332,7 +340,7 @@ impl HybridStore {
         &self.inner.options
     }
 
-    /// Redis calls made so far: leases, give-backs and checks passed
+    /// Redis calls made so far: batches, give-backs and checks passed
     /// through (peeks, explicit times, costs above capacity).
     #[must_use]
     pub fn redis_calls(&self) -> u64 {
@@ -352,7 +360,7 @@ impl HybridStore {
         self.inner.shards.iter().map(|s| s.lock().len()).sum()
     }
 
-    /// Gives back to Redis every unspent leased unit this replica holds,
+    /// Gives back to Redis every unspent unit of a batch this replica holds,
     /// one call per key (call it before a replica shuts down). Returns how
     /// many keys were given back. A failed call is skipped: its units stay
     /// consumed until the Redis state refills (an under-admission, never an
@@ -377,7 +385,7 @@ impl HybridStore {
             if (self
                 .inner
                 .redis
-                .lease_at(&key, &rule, 0, 0, Some(g), 0, self.redis_time(None))
+                .take_batch_at(&key, &rule, 0, 0, Some(g), 0, self.redis_time(None))
                 .await)
                 .is_ok()
             {
@@ -395,7 +403,7 @@ impl HybridStore {
 
     /// Whether `rule` is a per-call limit ([`crate::Check::under`]): not
     /// one of the limiter's rules, once it told them. Decided in Redis,
-    /// never leased: a lease under a one-off limit would hold the shared
+    /// never batched: a batch under a one-off limit would hold the shared
     /// counter's units until its window ends (docs/hybrid.md).
     fn per_call(&self, rule: &Rule) -> bool {
         self.inner
@@ -475,7 +483,7 @@ impl Store for HybridStore {
 
     /// Charges go straight to Redis (one call per charge): usage known after
     /// the fact is rare next to checks, and Redis must hold all of it. Units
-    /// this replica already holds in a local lease are still spent locally
+    /// this replica already holds in a local batch are still spent locally
     /// (docs/hybrid.md, "Charges").
     fn charge_all(
         &self,
@@ -487,7 +495,7 @@ impl Store for HybridStore {
     }
 
     /// Refunds go straight to Redis, as charges do: units this replica
-    /// holds in a local lease stay spent there until it ends.
+    /// holds in a local batch stay spent there until it ends.
     fn refund_all(
         &self,
         checks: &[KeyCheck<'_>],
@@ -520,8 +528,9 @@ impl Store for HybridStore {
         Store::settle(&self.inner.redis, ticket, pairs, self.redis_time(at))
     }
 
-    /// Leases go straight to Redis: slots held fleet-wide cannot be lent
-    /// out in batches (docs/hybrid.md, "Charges, reservations, leases").
+    /// Concurrency leases go straight to Redis: slots held fleet-wide
+    /// cannot be lent out in batches (docs/hybrid.md, "Charges,
+    /// reservations, leases").
     fn acquire_all(
         &self,
         checks: &[KeyCheck<'_>],
@@ -544,10 +553,10 @@ impl Store for HybridStore {
         Store::release(&self.inner.redis, ticket, rules, renew, self.redis_time(at))
     }
 
-    /// Redis answers `PING`: the hybrid store is as reachable as its Redis.
+    /// Forgets the key in Redis and this replica's batch of it.
     async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
-        // This replica's lease of the key goes too (other replicas' end
-        // within their lease, at most `lease`: docs/admin.md).
+        // This replica's batch of the key goes too (other replicas' end
+        // within their batch's life, at most `batch_life`: docs/admin.md).
         let pair = self.pair(rule, key, 0);
         self.inner.shards[pair.shard].lock().remove(&pair.hash);
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
@@ -570,6 +579,7 @@ impl Store for HybridStore {
         Store::runtime_write(&self.inner.redis, field, value, expired)
     }
 
+    /// Redis answers `PING`: the hybrid store is as reachable as its Redis.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send {
         Store::ping(&self.inner.redis)
     }

@@ -1,6 +1,8 @@
-//! Leases for the hybrid store: take up to `n` units of a (rule, key) in one
-//! script run, giving back what an earlier lease left unspent (see
-//! `scripts/lease.lua` for the exact semantics).
+//! Batches for the hybrid store: take up to `n` units of a (rule, key) in
+//! one script run, giving back what an earlier batch left unspent (see
+//! `scripts/hybrid_batch.lua` for the exact semantics). Not a concurrency
+//! rule's lease (slots held by one request), nor the connection's batch of
+//! checks sent as one run (`conn/batch.rs`).
 
 use std::sync::LazyLock;
 
@@ -15,13 +17,14 @@ use crate::error::StoreError;
 use crate::rule::Rule;
 use crate::time::Micros;
 
-/// The lease script: the prelude, all five algorithms, then `lease.lua`.
-struct LeaseScript {
+/// The hybrid batch script: the prelude, all five algorithms, then
+/// `hybrid_batch.lua`.
+struct BatchScript {
     source: &'static str,
     sha: String,
 }
 
-static LEASE: LazyLock<LeaseScript> = LazyLock::new(|| {
+static BATCH: LazyLock<BatchScript> = LazyLock::new(|| {
     let source = concat!(
         "local EVAL = true\n",
         include_str!("scripts/prelude.lua"),
@@ -30,35 +33,35 @@ static LEASE: LazyLock<LeaseScript> = LazyLock::new(|| {
         include_str!("scripts/fixed_window.lua"),
         include_str!("scripts/sliding_window.lua"),
         include_str!("scripts/sliding_log.lua"),
-        include_str!("scripts/lease.lua"),
+        include_str!("scripts/hybrid_batch.lua"),
     );
-    LeaseScript {
+    BatchScript {
         source,
         sha: sha1_smol::Sha1::from(source).digest().to_string(),
     }
 });
 
-/// Units of an earlier lease to give back before leasing again.
+/// Units of an earlier batch to give back before taking another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct GiveBack {
     /// Units left unspent.
     pub(crate) units: u64,
-    /// The Redis time the lease was taken at.
+    /// The Redis time the batch was taken at.
     pub(crate) t0: Micros,
-    /// The lease's `reset_after` right after it was taken.
+    /// The batch's `reset_after` right after it was taken.
     pub(crate) reset_after: Micros,
 }
 
-/// What one lease run answered.
+/// What one batch run answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Lease {
+pub(crate) struct Batch {
     /// The Redis time of the run.
     pub(crate) t: Micros,
     /// Units taken (0, or between `need` and `n`).
     pub(crate) units: u64,
-    /// A peek after the lease: remaining.
+    /// A peek after the batch: remaining.
     pub(crate) remaining: u64,
-    /// A peek after the lease: reset_after, µs.
+    /// A peek after the batch: reset_after, µs.
     pub(crate) reset_after: Micros,
     /// µs until a check of cost `n` would be admitted (0: now); `None`: never.
     pub(crate) wait: Option<Micros>,
@@ -67,19 +70,19 @@ pub(crate) struct Lease {
     /// µs until a check of cost `need` would be admitted (0: now); `None`:
     /// never.
     pub(crate) wait_need: Option<Micros>,
-    /// A paced lease (GCRA / token bucket with a horizon): µs from `t` to
+    /// A paced batch (GCRA / token bucket with a horizon): µs from `t` to
     /// the time its first unit may be spent (negative: units were there
     /// already); unit `j` may be spent `(j − 1) × T` later. 0 otherwise.
     pub(crate) first: i64,
 }
 
 impl RedisStore {
-    /// Leases between `need` and `n` units of (rule, key) at the server's
-    /// time (or `at`, for tests), first giving back `give_back`. Takes
+    /// Takes a batch of between `need` and `n` units of (rule, key) at the
+    /// server's time (or `at`, for tests), first giving back `give_back`. Takes
     /// nothing when fewer than `need` units are available. `n` must not
     /// exceed the rule's capacity. One script run: one Redis call.
     #[cfg(test)]
-    pub(crate) async fn lease(
+    pub(crate) async fn take_batch(
         &self,
         rule: &Rule,
         key: &[u8],
@@ -87,20 +90,20 @@ impl RedisStore {
         n: u64,
         give_back: Option<GiveBack>,
         at: Option<Micros>,
-    ) -> Result<Lease, StoreError> {
+    ) -> Result<Batch, StoreError> {
         let redis_key = keys::redis_key(&self.inner.prefix, rule.name(), rule.algorithm(), key);
-        self.lease_at(&redis_key, rule, need, n, give_back, 0, at)
+        self.take_batch_at(&redis_key, rule, need, n, give_back, 0, at)
             .await
     }
 
-    /// [`RedisStore::lease`] on the Redis key of the pair (see
+    /// [`RedisStore::take_batch`] on the Redis key of the pair (see
     /// [`RedisStore::redis_key`]). A `horizon` above 0 (GCRA and token
-    /// bucket) makes it a paced lease: a charge of up to `n` units keeping
+    /// bucket) makes it a paced batch: a charge of up to `n` units keeping
     /// the debt within `horizon` units, spendable one per `T` from
-    /// [`Lease::first`] (`scripts/lease.lua`). At most the rule's
+    /// [`Batch::first`] (`scripts/hybrid_batch.lua`). At most the rule's
     /// `max_debt`.
     #[allow(clippy::too_many_arguments)] // one script's arguments, spelled out
-    pub(crate) async fn lease_at(
+    pub(crate) async fn take_batch_at(
         &self,
         redis_key: &[u8],
         rule: &Rule,
@@ -109,7 +112,7 @@ impl RedisStore {
         give_back: Option<GiveBack>,
         horizon: u64,
         at: Option<Micros>,
-    ) -> Result<Lease, StoreError> {
+    ) -> Result<Batch, StoreError> {
         let code = u64::from(scripts::code(rule.algorithm()));
         let params = if matches!(
             rule.algorithm(),
@@ -146,16 +149,16 @@ impl RedisStore {
         let texts: Vec<String> = numbers.iter().map(u64::to_string).collect();
         let t_arg = at.map(|t| t.to_string()).unwrap_or_default();
         let mut args: Vec<&[u8]> = Vec::with_capacity(17);
-        args.extend([&b"EVALSHA"[..], LEASE.sha.as_bytes(), b"1", redis_key]);
+        args.extend([&b"EVALSHA"[..], BATCH.sha.as_bytes(), b"1", redis_key]);
         args.push(t_arg.as_bytes());
         args.extend(texts.iter().map(String::as_bytes));
-        let ints = self.run_lease(&mut args).await?;
+        let ints = self.run_batch(&mut args).await?;
         parse(&ints)
     }
 
-    /// Sends the lease command in `args` (`EVALSHA sha …`), by source on
+    /// Sends the batch command in `args` (`EVALSHA sha …`), by source on
     /// `NOSCRIPT`; returns the reply's integers.
-    async fn run_lease(&self, args: &mut [&[u8]]) -> Result<Vec<i64>, StoreError> {
+    async fn run_batch(&self, args: &mut [&[u8]]) -> Result<Vec<i64>, StoreError> {
         let Backend::Lean(conn) = &self.inner.backend else {
             let build = |args: &[&[u8]]| {
                 let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap_or("EVALSHA"));
@@ -167,7 +170,7 @@ impl RedisStore {
             let reply: Vec<i64> = match self.query_raw(&build(args)).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                     args[0] = b"EVAL";
-                    args[1] = LEASE.source.as_bytes();
+                    args[1] = BATCH.source.as_bytes();
                     self.query_raw(&build(args))
                         .await
                         .map_err(|e| store_error(&e))?
@@ -187,13 +190,13 @@ impl RedisStore {
                         .iter()
                         .map(|v| match v {
                             Value::Int(i) => Ok(*i),
-                            other => Err(protocol(format!("the lease script answered {other:?}"))),
+                            other => Err(protocol(format!("the batch script answered {other:?}"))),
                         })
                         .collect();
                 }
                 Reply::Error(e) if args[0] == b"EVALSHA" && e.starts_with("NOSCRIPT") => {
                     args[0] = b"EVAL";
-                    args[1] = LEASE.source.as_bytes();
+                    args[1] = BATCH.source.as_bytes();
                 }
                 Reply::Error(e)
                     if !retried && e.starts_with("READONLY") && conn.follows_sentinel() =>
@@ -202,14 +205,14 @@ impl RedisStore {
                 }
                 Reply::Error(e) => return Err(conn::server_error(&e)),
                 Reply::Other(v) => {
-                    return Err(protocol(format!("the lease script answered {v:?}")));
+                    return Err(protocol(format!("the batch script answered {v:?}")));
                 }
             }
         }
     }
 }
 
-fn parse(reply: &[i64]) -> Result<Lease, StoreError> {
+fn parse(reply: &[i64]) -> Result<Batch, StoreError> {
     let [
         t,
         units,
@@ -222,11 +225,11 @@ fn parse(reply: &[i64]) -> Result<Lease, StoreError> {
     ] = reply
     else {
         return Err(protocol(format!(
-            "the lease script replied {reply:?}, not 8 integers"
+            "the batch script replied {reply:?}, not 8 integers"
         )));
     };
     let unsigned = |v: i64| u64::try_from(v).map_err(|_| protocol(format!("negative value {v}")));
-    Ok(Lease {
+    Ok(Batch {
         t: unsigned(*t)?,
         units: unsigned(*units)?,
         remaining: unsigned(*remaining)?,
@@ -264,21 +267,21 @@ mod tests {
         u64::try_from(d.as_micros()).unwrap()
     }
 
-    /// For every algorithm, on random histories of checks and leases at
-    /// explicit times: a lease takes exactly the largest cost the Rust
+    /// For every algorithm, on random histories of checks and batches at
+    /// explicit times: a batch takes exactly the largest cost the Rust
     /// algorithm admits (cost k admits, k + 1 denies, or k = n), nothing
     /// when that is below `need`; it leaves the state a check of cost k
     /// leaves; its peek fields and its wait match the Rust algorithm; and
-    /// giving units back at once leaves the state a lease of k − u leaves.
+    /// giving units back at once leaves the state a batch of k − u leaves.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_lease_takes_the_largest_cost_the_algorithm_admits() {
+    async fn a_batch_takes_the_largest_cost_the_algorithm_admits() {
         let server = redis_harness::RedisServer::start();
         let store = RedisStore::connect(&server.url(), RedisOptions::default())
             .await
             .unwrap();
         for algorithm in Algorithm::RATES {
             let mut spec = RuleSpec::new(
-                format!("lease_{algorithm}"),
+                format!("batch_{algorithm}"),
                 algorithm,
                 10,
                 Duration::from_secs(1),
@@ -291,7 +294,7 @@ mod tests {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ u64::from(scripts::code(algorithm)));
             let mut state = KeyState::Empty;
             let mut t: Micros = 1_764_000_000_000_000;
-            let (mut leases, mut partial, mut refused) = (0, 0, 0);
+            let (mut batches, mut partial, mut refused) = (0, 0, 0);
             for step in 0..400 {
                 t += rng.below(250_000);
                 let what = format!("{algorithm} step {step} t {t}");
@@ -309,15 +312,15 @@ mod tests {
                     1
                 };
                 let before = state.clone();
-                let lease = store
-                    .lease(&rule, b"k", need, n, None, Some(t))
+                let batch = store
+                    .take_batch(&rule, b"k", need, n, None, Some(t))
                     .await
                     .unwrap();
-                assert_eq!(lease.t, t, "{what}");
-                let k = lease.units;
+                assert_eq!(batch.t, t, "{what}");
+                let k = batch.units;
                 let admits = |c: u64| algorithm::evaluate(&rule, &before, t, c).allowed;
                 if k > 0 {
-                    leases += 1;
+                    batches += 1;
                     assert!(k >= need && k <= n, "{what}: {k} not in [{need}, {n}]");
                     assert!(admits(k), "{what}: cost {k} is denied");
                     if k < n {
@@ -331,35 +334,35 @@ mod tests {
                 assert_eq!(k, expected, "{what}: n {n} need {need}");
                 algorithm::commit(&rule, &mut state, t, k);
                 let peek = algorithm::evaluate(&rule, &state, t, 0);
-                assert_eq!(lease.remaining, peek.remaining, "{what}: remaining");
-                assert_eq!(lease.reset_after, micros(peek.reset_after), "{what}: reset");
+                assert_eq!(batch.remaining, peek.remaining, "{what}: remaining");
+                assert_eq!(batch.reset_after, micros(peek.reset_after), "{what}: reset");
                 let next = algorithm::evaluate(&rule, &state, t, n);
                 let wait = if next.allowed {
                     Some(0)
                 } else {
                     next.retry_after.map(micros)
                 };
-                assert_eq!(lease.wait, wait, "{what}: wait for {n}");
+                assert_eq!(batch.wait, wait, "{what}: wait for {n}");
                 let short = algorithm::evaluate(&rule, &state, t, need);
                 let wait_need = if short.allowed {
                     Some(0)
                 } else {
                     short.retry_after.map(micros)
                 };
-                assert_eq!(lease.wait_need, wait_need, "{what}: wait for {need}");
+                assert_eq!(batch.wait_need, wait_need, "{what}: wait for {need}");
                 let window_end =
                     matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow)
                         .then(|| (t / rule.period_micros() + 1) * rule.period_micros());
-                assert_eq!(lease.window_end, window_end, "{what}");
+                assert_eq!(batch.window_end, window_end, "{what}");
                 if k > 0 && rng.below(2) == 0 {
                     let u = 1 + rng.below(k);
                     let g = GiveBack {
                         units: u,
                         t0: t,
-                        reset_after: lease.reset_after,
+                        reset_after: batch.reset_after,
                     };
                     store
-                        .lease(&rule, b"k", 0, 0, Some(g), Some(t))
+                        .take_batch(&rule, b"k", 0, 0, Some(g), Some(t))
                         .await
                         .unwrap();
                     state = before;
@@ -369,8 +372,8 @@ mod tests {
                 assert_eq!(d, algorithm::evaluate(&rule, &state, t, 0), "{what}: peek");
             }
             assert!(
-                leases > 50 && partial > 5 && refused > 5,
-                "{algorithm}: {leases} {partial} {refused}"
+                batches > 50 && partial > 5 && refused > 5,
+                "{algorithm}: {batches} {partial} {refused}"
             );
         }
         assert!(
@@ -380,14 +383,14 @@ mod tests {
         );
     }
 
-    /// A paced lease (GCRA, token bucket; a horizon): on random histories
-    /// of checks and paced leases at explicit times, it is the charge of
+    /// A paced batch (GCRA, token bucket; a horizon): on random histories
+    /// of checks and paced batches at explicit times, it is the charge of
     /// `min(n, units keeping the debt within the horizon)` (nothing below
     /// `need`), leaving the state that charge leaves; and its first unit is
     /// spendable exactly when a check of cost 1 would have been admitted
     /// before it, each later unit `T` after the one before.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_paced_lease_is_a_charge_spent_when_checks_would_be_admitted() {
+    async fn a_paced_batch_is_a_charge_spent_when_checks_would_be_admitted() {
         let server = redis_harness::RedisServer::start();
         let store = RedisStore::connect(&server.url(), RedisOptions::default())
             .await
@@ -419,8 +422,8 @@ mod tests {
                 let n = 1 + rng.below(15);
                 let need = 1 + rng.below(n);
                 let horizon = 1 + rng.below(20);
-                let lease = store
-                    .lease_at(&key, &rule, need, n, None, horizon, Some(t))
+                let batch = store
+                    .take_batch_at(&key, &rule, need, n, None, horizon, Some(t))
                     .await
                     .unwrap();
                 let before = state.clone();
@@ -428,7 +431,7 @@ mod tests {
                 let fit = (tau + horizon * interval).saturating_sub(used) / interval;
                 let want = if fit >= need { fit.min(n) } else { 0 };
                 assert_eq!(
-                    lease.units, want,
+                    batch.units, want,
                     "{what}: n {n} need {need} horizon {horizon}"
                 );
                 match want {
@@ -441,9 +444,9 @@ mod tests {
                     assert_eq!(c.clamped, 0, "{what}");
                     let first =
                         i64::try_from(used + interval).unwrap() - i64::try_from(tau).unwrap();
-                    assert_eq!(lease.first, first, "{what}");
+                    assert_eq!(batch.first, first, "{what}");
                     // unit 1 spendable at t + first: a check of 1 then is
-                    // admitted by the state before the lease, not 1 µs sooner
+                    // admitted by the state before the batch, not 1 µs sooner
                     let at = t.checked_add_signed(first).unwrap();
                     if first > 0 {
                         assert!(algorithm::evaluate(&rule, &before, at, 1).allowed, "{what}");
@@ -453,7 +456,7 @@ mod tests {
                         );
                     }
                 } else {
-                    assert_eq!(lease.first, 0, "{what}");
+                    assert_eq!(batch.first, 0, "{what}");
                 }
                 let peek = store.check(&rule, b"k", 0, Some(t)).await.unwrap();
                 assert_eq!(
@@ -461,7 +464,7 @@ mod tests {
                     algorithm::evaluate(&rule, &state, t, 0),
                     "{what}: peek"
                 );
-                assert_eq!(lease.remaining, peek.remaining, "{what}");
+                assert_eq!(batch.remaining, peek.remaining, "{what}");
             }
             assert!(
                 full > 20 && partial > 5 && refused > 5,
@@ -476,9 +479,9 @@ mod tests {
     }
 
     /// GCRA and token bucket give back only what cannot have overflowed:
-    /// once the bucket has refilled past the lease, a give-back adds
+    /// once the bucket has refilled past the batch, a give-back adds
     /// nothing (the units would have been lost to the full bucket anyway),
-    /// while the window algorithms give back exactly, in the lease's window.
+    /// while the window algorithms give back exactly, in the batch's window.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_late_give_back_never_makes_the_state_more_generous() {
         let server = redis_harness::RedisServer::start();
@@ -496,24 +499,24 @@ mod tests {
             .unwrap();
             let t0: Micros = 1_764_000_000_000_000;
             // take 6 of 10 at t0; reset_after = 600 ms
-            let lease = store
-                .lease(&rule, b"k", 1, 6, None, Some(t0))
+            let batch = store
+                .take_batch(&rule, b"k", 1, 6, None, Some(t0))
                 .await
                 .unwrap();
-            assert_eq!((lease.units, lease.reset_after), (6, 600_000));
+            assert_eq!((batch.units, batch.reset_after), (6, 600_000));
             // 200 ms later 2 more are spent by someone else (tat = t0 + 800 ms)
             let t1 = t0 + 200_000;
             assert!(store.check(&rule, b"k", 2, Some(t1)).await.unwrap().allowed);
-            // at t0 + 500 ms, 5 unspent units come back: only what the lease
-            // still holds above t (tat_lease - t = 100 ms = 1 unit)
+            // at t0 + 500 ms, 5 unspent units come back: only what the batch
+            // still holds above t (tat_batch - t = 100 ms = 1 unit)
             let t2 = t0 + 500_000;
             let g = GiveBack {
                 units: 5,
                 t0,
-                reset_after: lease.reset_after,
+                reset_after: batch.reset_after,
             };
             store
-                .lease(&rule, b"k", 0, 0, Some(g), Some(t2))
+                .take_batch(&rule, b"k", 0, 0, Some(g), Some(t2))
                 .await
                 .unwrap();
             let peek = store.check(&rule, b"k", 0, Some(t2)).await.unwrap();
@@ -525,10 +528,10 @@ mod tests {
             let g = GiveBack {
                 units: 5,
                 t0,
-                reset_after: lease.reset_after,
+                reset_after: batch.reset_after,
             };
             store
-                .lease(&rule, b"k", 0, 0, Some(g), Some(t3))
+                .take_batch(&rule, b"k", 0, 0, Some(g), Some(t3))
                 .await
                 .unwrap();
             let peek = store.check(&rule, b"k", 0, Some(t3)).await.unwrap();

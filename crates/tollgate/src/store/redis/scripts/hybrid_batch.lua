@@ -1,5 +1,7 @@
--- tollgate: lease units for the hybrid store (composed after prelude.lua and
--- every algorithm file, in place of check.lua).
+-- tollgate: take a batch of units for the hybrid store (composed after
+-- prelude.lua and every algorithm file, in place of check.lua). The
+-- arguments and reply are those the script had as lease.lua: replicas of
+-- either version run side by side.
 --
 --   KEYS[1]   the Redis key of the (rule, key) pair (same key as a check)
 --   ARGV[1]   t in µs, or "" for the server's TIME (an explicit t: tests only)
@@ -9,35 +11,35 @@
 --                        window algorithms: period, limit, 0, 0
 --   ARGV[8]   need m: take nothing unless at least m units can be taken
 --   ARGV[9]   n: take at most n units (m <= n <= capacity)
---   ARGV[10]  u: units of an earlier lease to give back first (0: none)
---   ARGV[11]  t0: the time (µs) that earlier lease was taken at
+--   ARGV[10]  u: units of an earlier batch to give back first (0: none)
+--   ARGV[11]  t0: the time (µs) that earlier batch was taken at
 --   ARGV[12]  its reset_after (µs) right after it was taken
 --   ARGV[13]  horizon h in units (gcra / token bucket only; 0 or absent: none)
 --
 -- First the refund: the state becomes no more generous than if the earlier
--- lease had taken u fewer units (fixed window, sliding window, sliding log:
--- exactly that; gcra and token bucket: min(u*T, tat_lease - t) of credit,
--- where tat_lease = t0 + reset is a lower bound of every TAT since the
--- lease, so the bucket given back can never have been full in between).
--- Then the lease: k = the largest cost <= n that the algorithm admits as one
+-- batch had taken u fewer units (fixed window, sliding window, sliding log:
+-- exactly that; gcra and token bucket: min(u*T, tat_batch - t) of credit,
+-- where tat_batch = t0 + reset is a lower bound of every TAT since the
+-- batch, so the bucket given back can never have been full in between).
+-- Then the batch: k = the largest cost <= n that the algorithm admits as one
 -- check at t (found with the algorithm's own decision, nothing written while
 -- searching), or 0 when k < m; k > 0 is consumed exactly as a check of cost k
 -- (same writes, same TTL).
--- With a horizon h > 0 (gcra / token bucket), the lease is instead a charge
+-- With a horizon h > 0 (gcra / token bucket), the batch is instead a charge
 -- (CHARGES, docs/semantics.md "Charge") of k = min(n, what keeps the debt
--- within h units) units, or nothing when that is below m: a paced lease. Its
+-- within h units) units, or nothing when that is below m: a paced batch. Its
 -- units become spendable one per T, the first at t + first (first = the
 -- reset_after of a peek + T - tau, negative when units are there already):
 -- unit j at the time a check of cost 1 would admit it, so a holder spending
 -- no unit before its time admits exactly what the algorithm admits.
 --
--- Reply: t, k, remaining and reset_after of a peek after the lease, wait_n
+-- Reply: t, k, remaining and reset_after of a peek after the batch, wait_n
 -- (µs until a check of cost n would be admitted with no other traffic; 0
 -- now, -1 never), the end (µs) of the current window for fixed and sliding
--- window (-1 for the others: a lease must not be spent past it), and
+-- window (-1 for the others: a batch must not be spent past it), and
 -- wait_need (the same for a check of cost m: the retry_after of a check of
--- cost m that this lease could not cover), and first (µs from t to the first
--- unit of a paced lease; 0 otherwise).
+-- cost m that this batch could not cover), and first (µs from t to the first
+-- unit of a paced batch; 0 otherwise).
 local t = tonumber(ARGV[1])
 if t == nil then
   local now = redis.call('TIME')
