@@ -54,7 +54,9 @@ pub use algorithm::Charged;
 pub use decided::{DecidedBy, Deciders, LimitSource};
 pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
-pub use limiter::{Check, Limiter, MAX_KEY_LEN, Ticketed};
+#[allow(deprecated)]
+pub use limiter::Ticketed;
+pub use limiter::{Check, Limiter, MAX_KEY_LEN, TicketDecision};
 pub use op::Op;
 pub use overrides::{KeyPattern, Overrides};
 pub use resilient::{OnError, ResilientLimiter};

@@ -201,12 +201,16 @@ impl<S> Limiter<S> {
 /// What a reservation answered: the decision, and when admitted the ticket
 /// that settles or cancels it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ticketed {
+pub struct TicketDecision {
     /// The decision, as a check of each pair's estimate.
     pub multi: MultiDecision,
     /// `Some` when admitted.
     pub ticket: Option<Ticket>,
 }
+
+/// The former name of [`TicketDecision`], kept for one release.
+#[deprecated(since = "0.2.0", note = "renamed `TicketDecision`, after `MultiDecision`")]
+pub type Ticketed = TicketDecision;
 
 /// The ticket of a reservation of `checks`: every pair, in order, each
 /// (rule, key) at most once: a store keeps one record per pair beside its
@@ -504,7 +508,7 @@ impl<S: Store> Limiter<S> {
         checks: &[Check<'_>],
         ttl: Duration,
         at: Option<Micros>,
-    ) -> Result<Ticketed, Error> {
+    ) -> Result<TicketDecision, Error> {
         check_time(at)?;
         let ttl = reservation_ttl(ttl)?;
         let resolved = self.resolve_all(checks, Op::Reserve, None)?;
@@ -514,7 +518,7 @@ impl<S: Store> Limiter<S> {
             .reserve_all(resolved.pairs(), &ticket, ttl, at)
             .await?;
         let ticket = multi.allowed.then_some(ticket);
-        Ok(Ticketed { multi, ticket })
+        Ok(TicketDecision { multi, ticket })
     }
 
     /// Settles the reservation `ticket` at `actual` usage: one number for
@@ -547,7 +551,7 @@ impl<S: Store> Limiter<S> {
         &self,
         checks: &[Check<'_>],
         at: Option<Micros>,
-    ) -> Result<Ticketed, Error> {
+    ) -> Result<TicketDecision, Error> {
         check_time(at)?;
         let resolved = self.resolve_all(checks, Op::Acquire, None)?;
         let ticket = lease_ticket(checks)?;
@@ -556,7 +560,7 @@ impl<S: Store> Limiter<S> {
             .acquire_all(resolved.pairs(), &ticket, at)
             .await?;
         let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
-        Ok(Ticketed { multi, ticket })
+        Ok(TicketDecision { multi, ticket })
     }
 
     /// Releases the lease `ticket` (or, `renew`, extends it to a whole
