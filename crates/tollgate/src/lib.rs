@@ -44,7 +44,7 @@ mod op;
 mod overrides;
 pub mod resilient;
 mod rule;
-mod runtime;
+mod live;
 pub mod store;
 pub mod ticket;
 mod time;
@@ -64,7 +64,7 @@ pub use rule::{
     Algorithm, DEBT_PERIODS, DEFAULT_LEASE, MAX_BURST_WINDOW, MAX_CONCURRENCY_LIMIT, MAX_LIMIT,
     MAX_NAME_LEN, MAX_PERIOD, MAX_SLIDING_LOG_LIMIT, MIN_PERIOD, Rule, RuleError, RuleSpec,
 };
-pub use runtime::{Block, EVERY_RULE, RuntimeOverride};
+pub use live::{Block, EVERY_RULE, RuntimeOverride};
 pub use store::Store;
 pub use store::memory::{MemoryStore, MemoryStoreBuilder};
 pub use time::{

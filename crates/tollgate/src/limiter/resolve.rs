@@ -9,7 +9,7 @@ use crate::decided::{DecidedBy, Deciders, LimitSource};
 use crate::error::Error;
 use crate::op::Op;
 use crate::rule::Rule;
-use crate::runtime::Table;
+use crate::live::LiveTable;
 use crate::store::KeyCheck;
 
 impl<S> Limiter<S> {
@@ -46,7 +46,7 @@ impl<S> Limiter<S> {
         &'c self,
         i: usize,
         key: &[u8],
-        runtime: Option<&'c Table>,
+        runtime: Option<&'c LiveTable>,
     ) -> (&'c Rule, LimitSource) {
         let rule = &self.rules[i];
         if let Some(own) = runtime
@@ -73,7 +73,7 @@ impl<S> Limiter<S> {
         &'c self,
         c: &Check<'c>,
         i: usize,
-        runtime: Option<&'c Table>,
+        runtime: Option<&'c LiveTable>,
     ) -> Result<(&'c Rule, LimitSource), Error> {
         let Some(limit) = c.limit else {
             return Ok(self.deciding_rule(i, c.key, runtime));
@@ -103,7 +103,7 @@ impl<S> Limiter<S> {
         &'c self,
         c: &Check<'c>,
         op: Op,
-        runtime: Option<&'c Table>,
+        runtime: Option<&'c LiveTable>,
     ) -> Result<(KeyCheck<'c>, usize, LimitSource), Error> {
         let i = self.resolve_index(c)?;
         let (rule, source) = self.rule_of(c, i, runtime)?;
@@ -128,7 +128,7 @@ impl<S> Limiter<S> {
         &'c self,
         checks: &[Check<'c>],
         op: Op,
-        runtime: Option<&'c Table>,
+        runtime: Option<&'c LiveTable>,
     ) -> Result<Resolved<'c>, Error> {
         match checks {
             [] => Err(Error::NoChecks),

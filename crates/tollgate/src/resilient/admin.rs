@@ -4,7 +4,7 @@
 //! can expose them its own way. Every change is counted
 //! ([`metric::ADMIN_OPERATIONS`]); logging who made it is the caller's.
 //!
-//! Blocks and runtime overrides live in the runtime table (`runtime.rs`):
+//! Blocks and runtime overrides live in the live table (`live.rs`):
 //! on Redis shared by every replica (each sees a change within about
 //! [`super::RUNTIME_REFRESH`]) and kept across restarts; on the memory
 //! store, in this process.
@@ -52,7 +52,7 @@ use crate::decision::Decision;
 use crate::error::Error;
 use crate::limiter::{Check, MAX_KEY_LEN};
 use crate::rule::{Algorithm, Rule};
-use crate::runtime::{
+use crate::live::{
     Block, EVERY_RULE, Entry, RuntimeOverride, block_field, override_field, override_rule,
 };
 use crate::store::Store;
@@ -116,7 +116,7 @@ impl<S: Store> ResilientLimiter<S> {
             .rule_index(rule)
             .ok_or_else(|| Refusal::Invalid(Error::UnknownRule(rule.to_owned())))?;
         let inner = &self.inner;
-        let table = inner.runtime.view.table.load_full();
+        let table = inner.live.view.table.load_full();
         // As a check resolves it: the same one resolution.
         let (deciding, source) = inner.limiter.deciding_rule(i, key, Some(&table));
         let store = inner.limiter.store();
@@ -154,8 +154,9 @@ impl<S: Store> ResilientLimiter<S> {
 
     /// Forgets `key`'s state under `rule` (every rule when `rule` is `*`):
     /// it reads as never checked. Answers the rules that held state for
-    /// it. On the hybrid store, other replicas' leases of the key end
-    /// within their lease.
+    /// it. On the hybrid store, units other replicas already took in
+    /// batches of the key stay theirs until each batch ends (within
+    /// `batch_life`, docs/hybrid.md).
     ///
     /// # Errors
     /// As [`ResilientLimiter::inspect`].
@@ -204,7 +205,7 @@ impl<S: Store> ResilientLimiter<S> {
             ends_ms,
         });
         self.inner
-            .write_runtime(block_field(rule, key), Some(entry))
+            .write_live(block_field(rule, key), Some(entry))
             .await
             .map_err(Refusal::Unavailable)?;
         count("block");
@@ -229,7 +230,7 @@ impl<S: Store> ResilientLimiter<S> {
             self.admin_target(rule, key, true)?;
         }
         self.inner
-            .write_runtime(block_field(rule, key), None)
+            .write_live(block_field(rule, key), None)
             .await
             .map_err(Refusal::Unavailable)?;
         count("unblock");
@@ -245,11 +246,11 @@ impl<S: Store> ResilientLimiter<S> {
         })
     }
 
-    /// The runtime table's entries in force now (ended ones left out), as
+    /// The live table's entries in force now (ended ones left out), as
     /// `pick` takes them.
     fn in_force<T>(&self, pick: impl Fn(&Entry) -> Option<T>) -> Vec<T> {
         let now_ms = self.inner.wall_now() / 1000;
-        let table = self.inner.runtime.view.table.load();
+        let table = self.inner.live.view.table.load();
         table
             .entries
             .iter()
@@ -303,7 +304,7 @@ impl<S: Store> ResilientLimiter<S> {
             .map_err(|e| invalid(format!("{}: {}", e.field, e.message)))?;
         let field = override_field(&o.rule, &o.key);
         self.inner
-            .write_runtime(field, Some(Entry::Override(o)))
+            .write_live(field, Some(Entry::Override(o)))
             .await
             .map_err(Refusal::Unavailable)?;
         count("set_override");
@@ -334,7 +335,7 @@ impl<S: Store> ResilientLimiter<S> {
             .any(|o| o.rule == rule && o.key == key)
             || self
                 .inner
-                .runtime
+                .live
                 .view
                 .table
                 .load()
@@ -345,7 +346,7 @@ impl<S: Store> ResilientLimiter<S> {
             self.admin_target(rule, key, false)?;
         }
         self.inner
-            .write_runtime(override_field(rule, key), None)
+            .write_live(override_field(rule, key), None)
             .await
             .map_err(Refusal::Unavailable)?;
         count("delete_override");

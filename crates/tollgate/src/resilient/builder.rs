@@ -43,15 +43,15 @@ pub struct ResilientLimiterBuilder<S> {
     predecessor: Option<Predecessor>,
 }
 
-/// A predecessor's replica id, live replica count, breaker and runtime
+/// A predecessor's replica id, live replica count, breaker and live
 /// table.
 #[derive(Debug)]
 struct Predecessor {
     id: String,
     live: u64,
     breakers: Arc<Breakers>,
-    /// Its runtime table's entries (blocks, runtime overrides), shared.
-    runtime: Arc<super::runtime::Shared>,
+    /// Its live table's entries (blocks, runtime overrides), shared.
+    table: Arc<super::live::Shared>,
 }
 
 impl<S: Store> ResilientLimiterBuilder<S> {
@@ -80,14 +80,14 @@ impl<S: Store> ResilientLimiterBuilder<S> {
     /// known live replica count (instead of [`Self::replicas`]) and its
     /// circuit breaker, shared (an open breaker stays open, and failures
     /// seen by either count for both); [`Self::breaker`] is then ignored.
-    /// Its runtime table (blocks, runtime overrides) is shared too: a write
+    /// Its live table (blocks, runtime overrides) is shared too: a write
     /// through either, before or after the swap, holds in both.
     pub fn succeeding(mut self, previous: &ResilientLimiter<S>) -> Self {
         self.predecessor = Some(Predecessor {
             id: previous.inner.id.clone(),
             live: previous.live_replicas(),
             breakers: Arc::clone(&previous.inner.breakers),
-            runtime: previous.inner.runtime.shared(),
+            table: previous.inner.live.shared(),
         });
         self
     }
@@ -213,10 +213,10 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         let _ = ::metrics::histogram!(metric::STORE_LATENCY);
         // The breaker's cool-down and the latency metric: real time.
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
-        let mut runtime = None;
-        let (id, live, breakers) = match self.predecessor {
+        let mut shared_live = None;
+        let (id, replicas, breakers) = match self.predecessor {
             Some(p) => {
-                runtime = Some(p.runtime);
+                shared_live = Some(p.table);
                 (p.id, p.live, p.breakers)
             }
             None => {
@@ -234,7 +234,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
             }
         };
         #[allow(clippy::cast_precision_loss)]
-        ::metrics::gauge!(metric::LIVE_REPLICAS).set(live as f64);
+        ::metrics::gauge!(metric::LIVE_REPLICAS).set(replicas as f64);
         let open = super::open::Open::new(self.limiter.rules(), self.local_max_keys);
         let meters = Meters::new(
             self.limiter.rules().iter().map(crate::Rule::capacity),
@@ -249,8 +249,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         // Blocks and runtime overrides carry over, shared (on a store that
         // shares none they live only in this process), read against the
         // new rules.
-        let runtime =
-            super::runtime::Runtime::new(self.limiter.rules(), Arc::clone(&clock), runtime);
+        let live = super::live::Live::new(self.limiter.rules(), Arc::clone(&clock), shared_live);
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
                 open,
@@ -262,7 +261,7 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 clock,
                 trouble: Throttle::new(Duration::from_secs(1)),
                 breaker_log: Throttle::new(Duration::from_secs(1)),
-                live: AtomicU64::new(live),
+                replicas: AtomicU64::new(replicas),
                 id,
                 heartbeat: self.heartbeat,
                 local: OnceLock::new(),
@@ -271,12 +270,12 @@ impl<S: Store> ResilientLimiterBuilder<S> {
                 refusing: std::sync::atomic::AtomicBool::new(false),
                 meters,
                 top: TopDenied::new(rule_count, self.top_denied, self.top_denied_epoch),
-                runtime,
+                live,
             }),
             task: Mutex::new(None),
             started: AtomicBool::new(false),
-            runtime_task: Mutex::new(None),
-            runtime_started: AtomicBool::new(false),
+            live_task: Mutex::new(None),
+            live_started: AtomicBool::new(false),
         };
         limiter.start_heartbeat();
         Ok(limiter)
@@ -436,7 +435,7 @@ mod successor_runtime_tests {
     /// A reload builds the successor, then swaps it in: an operator's write
     /// answered by the predecessor in between (or by the successor while
     /// a request still holds the predecessor) must hold in both, on a store
-    /// that keeps the runtime table in this process.
+    /// that keeps the live table in this process.
     #[tokio::test]
     async fn writes_between_build_and_swap_hold_in_predecessor_and_successor() {
         let first = ResilientLimiter::builder(limiter(5))

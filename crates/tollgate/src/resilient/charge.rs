@@ -86,7 +86,7 @@ impl<S: Store> ResilientLimiter<S> {
         policy: Option<OnError>,
         op: Op,
     ) -> Result<ChargeVerdict, Refusal> {
-        let table = self.inner.runtime_table();
+        let table = self.inner.live_table();
         let resolved = self
             .inner
             .limiter

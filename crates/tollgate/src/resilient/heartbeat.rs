@@ -27,7 +27,7 @@ pub(super) async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
         match beat.await {
             Ok(Ok(Some(n))) => {
                 inner.set_refused(None);
-                let old = inner.live.swap(n, Ordering::AcqRel);
+                let old = inner.replicas.swap(n, Ordering::AcqRel);
                 if old != n {
                     #[allow(clippy::cast_precision_loss)]
                     ::metrics::gauge!(metric::LIVE_REPLICAS).set(n as f64);

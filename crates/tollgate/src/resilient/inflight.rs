@@ -23,7 +23,7 @@ impl<S: Store> ResilientLimiter<S> {
     /// As [`ResilientLimiter::check_all`]; [`Refusal::Invalid`] also for a
     /// rule that is not `concurrency` or a pair named twice.
     pub async fn acquire_all(&self, checks: &[Check<'_>]) -> Result<TicketVerdict, Refusal> {
-        let table = self.inner.runtime_table();
+        let table = self.inner.live_table();
         let resolved = self
             .inner
             .limiter
@@ -34,7 +34,7 @@ impl<S: Store> ResilientLimiter<S> {
         self.start_heartbeat();
         let inner = &self.inner;
         let answer = 'answer: {
-            if let Some(verdict) = inner.runtime_answer(table.as_deref(), pairs, index).await {
+            if let Some(verdict) = inner.live_answer(table.as_deref(), pairs, index).await {
                 break 'answer TicketVerdict {
                     verdict,
                     ticket: None,
@@ -176,7 +176,7 @@ impl<S: Store> Inner<S> {
     /// never used).
     fn release_local(&self, ticket: &Ticket, renew: bool) -> Option<Released> {
         let local = self.local.get()?;
-        let replicas = self.live.load(std::sync::atomic::Ordering::Acquire).max(1);
+        let replicas = self.replicas.load(std::sync::atomic::Ordering::Acquire).max(1);
         let shares = local.shares(replicas, self.limiter.rules());
         let rules: Vec<&Rule> = ticket
             .pairs

@@ -100,9 +100,9 @@ mod near_tests;
 mod open;
 mod policy;
 mod reserve;
-mod runtime;
+mod live;
 #[cfg(all(test, feature = "redis"))]
-mod runtime_tests;
+mod live_tests;
 #[cfg(all(test, feature = "redis"))]
 mod stranded_tests;
 mod throttle;
@@ -119,7 +119,7 @@ pub use policy::{OnError, Refusal, Verdict};
 
 pub use admin::Inspection;
 pub use reserve::TicketVerdict;
-pub use runtime::RUNTIME_REFRESH;
+pub use live::RUNTIME_REFRESH;
 pub use throttle::Throttle;
 
 /// A [`Limiter`] with a store timeout, a failure policy per rule, a circuit
@@ -130,9 +130,9 @@ pub struct ResilientLimiter<S = MemoryStore> {
     /// The heartbeat task, aborted on drop.
     task: Mutex<Option<tokio::task::AbortHandle>>,
     started: AtomicBool,
-    /// The runtime table's refresh task, aborted on drop.
-    runtime_task: Mutex<Option<tokio::task::AbortHandle>>,
-    runtime_started: AtomicBool,
+    /// The live table's refresh task, aborted on drop.
+    live_task: Mutex<Option<tokio::task::AbortHandle>>,
+    live_started: AtomicBool,
 }
 
 struct Inner<S> {
@@ -151,7 +151,7 @@ struct Inner<S> {
     trouble: Throttle,
     breaker_log: Throttle,
     /// Live replicas, last known.
-    live: AtomicU64,
+    replicas: AtomicU64,
     id: String,
     heartbeat: Option<Duration>,
     /// The `local` fallback, made at its first use.
@@ -168,7 +168,7 @@ struct Inner<S> {
     /// The most denied keys per rule lately (`denied.rs`).
     top: crate::top::TopDenied,
     /// Blocks and runtime overrides (docs/admin.md).
-    runtime: runtime::Runtime,
+    live: live::Live,
 }
 
 impl<S: Store> fmt::Debug for ResilientLimiter<S> {
@@ -182,7 +182,7 @@ impl<S: Store> fmt::Debug for ResilientLimiter<S> {
             .field("policies", &i.policies)
             .field("timeout", &i.timeout)
             .field("replica", &i.id)
-            .field("live_replicas", &i.live.load(Ordering::Relaxed))
+            .field("live_replicas", &i.replicas.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -192,7 +192,7 @@ impl<S> Drop for ResilientLimiter<S> {
         if let Some(task) = self.task.lock().take() {
             task.abort();
         }
-        if let Some(task) = self.runtime_task.lock().take() {
+        if let Some(task) = self.live_task.lock().take() {
             task.abort();
         }
     }
@@ -229,7 +229,7 @@ impl<S> ResilientLimiter<S> {
     /// The live replicas sharing the store, as last learned.
     #[must_use]
     pub fn live_replicas(&self) -> u64 {
-        self.inner.live.load(Ordering::Acquire)
+        self.inner.replicas.load(Ordering::Acquire)
     }
 
     /// Sets the `tollgate_utilization_ratio{rule}` gauges to each rule's
@@ -316,7 +316,7 @@ impl<S: Store> ResilientLimiter<S> {
     /// Starts the heartbeat task if it is not running, there is one to run
     /// and a tokio runtime to run it on.
     fn start_heartbeat(&self) {
-        self.start_runtime();
+        self.start_live();
         let Some(every) = self.inner.heartbeat else {
             return;
         };
@@ -370,7 +370,7 @@ impl<S: Store> ResilientLimiter<S> {
         checks: &[Check<'_>],
         policy: Option<OnError>,
     ) -> Result<Verdict, Refusal> {
-        let table = self.inner.runtime_table();
+        let table = self.inner.live_table();
         let resolved = self
             .inner
             .limiter
@@ -378,7 +378,7 @@ impl<S: Store> ResilientLimiter<S> {
             .map_err(Refusal::Invalid)?;
         let verdict = match self
             .inner
-            .runtime_answer(table.as_deref(), resolved.pairs(), resolved.index())
+            .live_answer(table.as_deref(), resolved.pairs(), resolved.index())
             .await
         {
             Some(verdict) => {
@@ -732,7 +732,7 @@ impl<S: Store> Inner<S> {
         f: impl FnOnce(&MemoryStore, &[KeyCheck<'_>]) -> R,
     ) -> R {
         let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
-        let replicas = self.live.load(Ordering::Acquire).max(1);
+        let replicas = self.replicas.load(Ordering::Acquire).max(1);
         let rules = self.limiter.rules();
         let shares = local.shares(replicas, rules);
         // A per-call limit (`Check::under`) gets its own share.

@@ -163,7 +163,7 @@ mod tests {
         use crate::limiter::{Check, Limiter};
         use crate::resilient::ResilientLimiter;
         use crate::rule::{Algorithm, RuleSpec};
-        use crate::runtime::RuntimeOverride;
+        use crate::live::RuntimeOverride;
         use crate::store::memory::MemoryStore;
 
         let rule = |name: &str| {

@@ -46,7 +46,7 @@ impl<S: Store> ResilientLimiter<S> {
         ttl: Duration,
     ) -> Result<TicketVerdict, Refusal> {
         let ttl = reservation_ttl(ttl).map_err(Refusal::Invalid)?;
-        let table = self.inner.runtime_table();
+        let table = self.inner.live_table();
         let resolved = self
             .inner
             .limiter
@@ -56,7 +56,7 @@ impl<S: Store> ResilientLimiter<S> {
         let ticket = reservation_ticket(checks).map_err(Refusal::Invalid)?;
         self.start_heartbeat();
         let inner = &self.inner;
-        if let Some(verdict) = inner.runtime_answer(table.as_deref(), pairs, index).await {
+        if let Some(verdict) = inner.live_answer(table.as_deref(), pairs, index).await {
             return Ok(TicketVerdict {
                 verdict,
                 ticket: None,

@@ -26,7 +26,7 @@ use crate::time::Micros;
 pub use any::AnyStore;
 pub use url::StoreUrl;
 
-/// A shared runtime table as read ([`Store::runtime_read`]): its version
+/// A shared live table as read ([`Store::runtime_read`]): its version
 /// and every (field, value) entry.
 pub type RuntimeEntries = (u64, Vec<(Vec<u8>, Vec<u8>)>);
 
@@ -142,7 +142,7 @@ pub enum DomainKey<'a> {
 /// ```
 ///
 /// The rest have defaults that are true answers for a store in one
-/// process, not refusals: the runtime table is not shared
+/// process, not refusals: the live table is not shared
 /// ([`runtime_read`](Store::runtime_read) answers `None`,
 /// [`runtime_write`](Store::runtime_write) `false`), there is no
 /// heartbeat, one failure domain, no own timeout, and
@@ -240,7 +240,7 @@ pub trait Store: Send + Sync + 'static {
         key: &[u8],
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
-    /// The runtime table shared by every replica of this store (blocks and
+    /// The live table shared by every replica of this store (blocks and
     /// runtime overrides, docs/admin.md): `None` when it is unchanged since
     /// version `since`, or when the store is not shared (the default: the
     /// table then lives in each process). Else its version and every

@@ -1,7 +1,7 @@
-//! The runtime table (docs/admin.md): blocks and runtime overrides set by
+//! The live table (docs/admin.md): blocks and runtime overrides set by
 //! an operator while the limiter runs, as entries (field → value) a store
 //! can share between replicas ([`crate::Store::runtime_read`]), and the
-//! [`Table`] built from them that checks consult.
+//! [`LiveTable`] built from them that checks consult.
 //!
 //! Entries are text: `o:<rule>:<key>` → `v1 <limit> <period µs|-> <burst|->
 //! <ends, ms since the Unix epoch|->` for an override (a key ending in `*`
@@ -66,7 +66,7 @@ pub struct Block {
     pub ends_ms: u64,
 }
 
-/// One entry of the runtime table.
+/// One entry of the live table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Entry {
     Override(RuntimeOverride),
@@ -208,10 +208,10 @@ pub(crate) fn override_rule(
     spec.build()
 }
 
-/// The runtime table as checks read it: built from the entries once per
+/// The live table as checks read it: built from the entries once per
 /// change, read without a lock.
 #[derive(Debug, Default)]
-pub(crate) struct Table {
+pub(crate) struct LiveTable {
     /// Per rule name, its runtime overrides.
     overrides: HashMap<String, Overrides, foldhash::fast::RandomState>,
     /// Per rule name (or `*`), blocked keys and when each block ends (µs
@@ -228,7 +228,7 @@ pub(crate) struct Table {
     pub(crate) next_end: Micros,
 }
 
-impl Table {
+impl LiveTable {
     /// The table of `entries` at `now` (µs since the Unix epoch), the
     /// overrides built from `rules` (an override of a rule not among them,
     /// or one its rule refuses, is left out and logged; an ended entry is
@@ -238,9 +238,9 @@ impl Table {
         rules: &[Rule],
         now: Micros,
     ) -> Self {
-        let mut table = Table {
+        let mut table = LiveTable {
             next_end: Micros::MAX,
-            ..Table::default()
+            ..LiveTable::default()
         };
         for entry in entries {
             let ends = entry
@@ -353,7 +353,7 @@ mod tests {
         let rule = RuleSpec::new("api", Algorithm::Gcra, 100, Duration::from_secs(1))
             .build()
             .unwrap();
-        let t = Table::build([o, b], std::slice::from_ref(&rule), 1000);
+        let t = LiveTable::build([o, b], std::slice::from_ref(&rule), 1000);
         assert_eq!(t.override_for("api", b"a:b\0c-x").map(Rule::limit), Some(7));
         assert_eq!(t.override_for("api", b"other"), None);
         assert_eq!(t.blocked("api", b"k", 4000), Some(5000));

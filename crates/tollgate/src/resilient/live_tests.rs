@@ -1,4 +1,4 @@
-//! The shared runtime table on a real Redis, two replicas: a change made
+//! The shared live table on a real Redis, two replicas: a change made
 //! on one is read by the other's refresh (the background task's call),
 //! also after Redis lost the table (a restart without persistence, or
 //! `FLUSHALL`) and a write started its version over.
@@ -41,7 +41,7 @@ async fn block_and_refresh(
     a.block("r", key, Duration::from_secs(600))
         .await
         .expect("block");
-    b.inner.refresh_runtime(false).await.expect("refresh");
+    b.inner.refresh_live(false).await.expect("refresh");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! The limiter's copy of the runtime table (docs/admin.md): blocks and
+//! The limiter's copy of the live table (docs/admin.md): blocks and
 //! runtime overrides, consulted by every check, written through by the
 //! operator calls (`admin.rs`), and on a shared store (Redis) refreshed by
 //! a background task every [`RUNTIME_REFRESH`] (one `GET` of the table's
@@ -21,16 +21,16 @@ use super::{Inner, ResilientLimiter, Throttle, Verdict, untouched};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
 use crate::rule::Rule;
-use crate::runtime::{Entry, Table};
+use crate::live::{Entry, LiveTable};
 use crate::store::{KeyCheck, Store};
 use crate::time::{Clock, Micros};
 
-/// How often a replica reads the shared runtime table's version (and, when
+/// How often a replica reads the shared live table's version (and, when
 /// it moved, the table); also how often ended overrides are dropped.
 pub const RUNTIME_REFRESH: Duration = Duration::from_millis(250);
 
-/// The runtime table as this limiter holds it.
-pub(super) struct Runtime {
+/// The live table as this limiter holds it.
+pub(super) struct Live {
     /// What this limiter's checks read.
     pub(super) view: Arc<View>,
     /// The entries, shared with the limiter's predecessor and successors.
@@ -41,7 +41,7 @@ pub(super) struct Runtime {
 /// The table one limiter's checks read, built against its own rules.
 pub(super) struct View {
     /// What checks read.
-    pub(super) table: ArcSwap<Table>,
+    pub(super) table: ArcSwap<LiveTable>,
     rules: Vec<Rule>,
     clock: Arc<dyn Clock>,
 }
@@ -50,12 +50,12 @@ impl View {
     /// Builds the table from `entries` against this limiter's rules and
     /// installs it.
     fn install(&self, entries: &BTreeMap<Vec<u8>, Entry>) {
-        let table = Table::build(entries.values().cloned(), &self.rules, self.clock.now());
+        let table = LiveTable::build(entries.values().cloned(), &self.rules, self.clock.now());
         self.table.store(Arc::new(table));
     }
 }
 
-/// The runtime table's entries, one set for a limiter and every successor
+/// The live table's entries, one set for a limiter and every successor
 /// a reload builds from it ([`super::ResilientLimiterBuilder::succeeding`]):
 /// a write answered by either, before or after the swap, is in both,
 /// whichever serves the next check (docs/admin.md).
@@ -93,8 +93,8 @@ impl State {
     }
 }
 
-impl Runtime {
-    /// A limiter's runtime table over `rules`: its predecessor's entries
+impl Live {
+    /// A limiter's live table over `rules`: its predecessor's entries
     /// (`shared`) when a reload builds it, else empty ones of its own.
     pub(super) fn new(rules: &[Rule], clock: Arc<dyn Clock>, shared: Option<Arc<Shared>>) -> Self {
         let shared = shared.unwrap_or_else(|| {
@@ -108,7 +108,7 @@ impl Runtime {
             })
         });
         let view = Arc::new(View {
-            table: ArcSwap::from_pointee(Table::default()),
+            table: ArcSwap::from_pointee(LiveTable::default()),
             rules: rules.to_vec(),
             clock,
         });
@@ -135,10 +135,10 @@ impl Runtime {
 }
 
 impl<S: Store> Inner<S> {
-    /// The runtime table, when it holds anything.
+    /// The live table, when it holds anything.
     #[inline]
-    pub(super) fn runtime_table(&self) -> Option<Arc<Table>> {
-        let table = self.runtime.view.table.load();
+    pub(super) fn live_table(&self) -> Option<Arc<LiveTable>> {
+        let table = self.live.view.table.load();
         (!table.is_empty()).then(|| Arc::clone(&table))
     }
 
@@ -153,8 +153,8 @@ impl<S: Store> Inner<S> {
     ///
     /// # Errors
     /// The store failed; the table in use stays.
-    pub(super) async fn refresh_runtime(&self, whole: bool) -> Result<(), StoreError> {
-        let shared = &self.runtime.shared;
+    pub(super) async fn refresh_live(&self, whole: bool) -> Result<(), StoreError> {
+        let shared = &self.live.shared;
         let _writing = shared.writing.lock().await;
         let since = if whole {
             None
@@ -162,7 +162,7 @@ impl<S: Store> Inner<S> {
             shared.state.lock().version
         };
         let read = self
-            .within("runtime table", self.limiter.store().runtime_read(since))
+            .within("live table", self.limiter.store().runtime_read(since))
             .await?;
         if let Some((version, raw)) = read {
             let mut entries = BTreeMap::new();
@@ -172,7 +172,7 @@ impl<S: Store> Inner<S> {
                         entries.insert(field, e);
                     }
                     None => tracing::debug!(
-                        "runtime table: entry {:?} not understood; left out",
+                        "live table: entry {:?} not understood; left out",
                         String::from_utf8_lossy(&field)
                     ),
                 }
@@ -181,7 +181,7 @@ impl<S: Store> Inner<S> {
             state.entries = entries;
             state.version = Some(version);
             state.install();
-        } else if self.runtime.view.table.load().next_end <= self.wall_now() {
+        } else if self.live.view.table.load().next_end <= self.wall_now() {
             shared.state.lock().install();
         }
         Ok(())
@@ -192,13 +192,13 @@ impl<S: Store> Inner<S> {
     ///
     /// # Errors
     /// The store failed; nothing changed.
-    pub(super) async fn write_runtime(
+    pub(super) async fn write_live(
         &self,
         field: Vec<u8>,
         entry: Option<Entry>,
     ) -> Result<(), StoreError> {
         let now_ms = self.wall_now() / 1000;
-        let shared = &self.runtime.shared;
+        let shared = &self.live.shared;
         let expired: Vec<Vec<u8>> = shared
             .state
             .lock()
@@ -214,7 +214,7 @@ impl<S: Store> Inner<S> {
                 .limiter
                 .store()
                 .runtime_write(&field, value.as_deref(), &expired);
-            let in_store = self.within("runtime table", write).await?;
+            let in_store = self.within("live table", write).await?;
             if !in_store {
                 let mut state = shared.state.lock();
                 for f in &expired {
@@ -234,7 +234,7 @@ impl<S: Store> Inner<S> {
         };
         if in_store {
             // This replica sees its own write at once.
-            self.refresh_runtime(true).await?;
+            self.refresh_live(true).await?;
         }
         Ok(())
     }
@@ -243,9 +243,9 @@ impl<S: Store> Inner<S> {
     /// pair `n`) and, when a block is on for any of them, answers the check
     /// ([`Inner::blocked`]), counted; `None` (the store decides) otherwise
     /// and when there is no `table`.
-    pub(super) async fn runtime_answer(
+    pub(super) async fn live_answer(
         &self,
-        table: Option<&Table>,
+        table: Option<&LiveTable>,
         pairs: &[KeyCheck<'_>],
         index: &[usize],
     ) -> Option<Verdict> {
@@ -279,7 +279,7 @@ impl<S: Store> Inner<S> {
     /// block ends. Nothing is consumed.
     pub(super) async fn blocked(
         &self,
-        table: &Table,
+        table: &LiveTable,
         pairs: &[KeyCheck<'_>],
     ) -> Option<MultiDecision> {
         let now = self.wall_now();
@@ -315,11 +315,11 @@ impl<S: Store> Inner<S> {
 }
 
 impl<S: Store> ResilientLimiter<S> {
-    /// Starts the runtime table's refresh task if it is not running and
+    /// Starts the live table's refresh task if it is not running and
     /// there is a tokio runtime to run it on.
-    pub(super) fn start_runtime(&self) {
+    pub(super) fn start_live(&self) {
         if self
-            .runtime_started
+            .live_started
             .load(std::sync::atomic::Ordering::Acquire)
         {
             return;
@@ -328,24 +328,24 @@ impl<S: Store> ResilientLimiter<S> {
             return;
         };
         if self
-            .runtime_started
+            .live_started
             .swap(true, std::sync::atomic::Ordering::AcqRel)
         {
             return;
         }
         let task = runtime.spawn(refresh(Arc::downgrade(&self.inner)));
-        *self.runtime_task.lock() = Some(task.abort_handle());
+        *self.live_task.lock() = Some(task.abort_handle());
     }
 
-    /// Reads the shared runtime table now (a replica calls it once before
+    /// Reads the shared live table now (a replica calls it once before
     /// it serves, so blocks and overrides apply from its first check);
     /// the background task does so every [`RUNTIME_REFRESH`].
     ///
     /// # Errors
     /// The store failed.
     pub async fn refresh_runtime(&self) -> Result<(), StoreError> {
-        self.start_runtime();
-        self.inner.refresh_runtime(true).await
+        self.start_live();
+        self.inner.refresh_live(true).await
     }
 }
 
@@ -359,10 +359,10 @@ async fn refresh<S: Store>(weak: Weak<Inner<S>>) {
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        if let Err(e) = inner.refresh_runtime(false).await {
-            inner.runtime.trouble.report(|more| {
+        if let Err(e) = inner.refresh_live(false).await {
+            inner.live.trouble.report(|more| {
                 tracing::warn!(
-                    "runtime table (blocks, overrides) not refreshed: {e}; the last one read stays \
+                    "live table (blocks, overrides) not refreshed: {e}; the last one read stays \
                      ({more} more failures since the last report)"
                 );
             });
