@@ -8,9 +8,9 @@
 //! store cannot be reached.
 
 use super::open::Held;
-use super::{Inner, OnError, Refusal, ResilientLimiter, TicketVerdict, Verdict, metric};
-use crate::limiter::{Check, lease_ticket};
-use crate::op::Op;
+use super::ticketed::{Hold, TicketVerdict};
+use super::{Inner, Refusal, ResilientLimiter, metric};
+use crate::limiter::Check;
 use crate::rule::Rule;
 use crate::store::{KeyCheck, Released, Store};
 use crate::ticket::Ticket;
@@ -23,72 +23,7 @@ impl<S: Store> ResilientLimiter<S> {
     /// As [`ResilientLimiter::check_all`]; [`Refusal::Invalid`] also for a
     /// rule that is not `concurrency` or a pair named twice.
     pub async fn acquire_all(&self, checks: &[Check<'_>]) -> Result<TicketVerdict, Refusal> {
-        let table = self.inner.live_table();
-        let resolved = self
-            .inner
-            .limiter
-            .resolve_all(checks, Op::Acquire, table.as_deref())
-            .map_err(Refusal::Invalid)?;
-        let (pairs, index) = (resolved.pairs(), resolved.index());
-        let ticket = lease_ticket(checks).map_err(Refusal::Invalid)?;
-        self.start_heartbeat();
-        let inner = &self.inner;
-        let answer = 'answer: {
-            if let Some(verdict) = inner.live_answer(table.as_deref(), pairs, index).await {
-                break 'answer TicketVerdict {
-                    verdict,
-                    ticket: None,
-                };
-            }
-            let store = inner.limiter.store();
-            match inner
-                .guarded(
-                    "acquire",
-                    inner.gate(pairs),
-                    store.acquire_all(pairs, &ticket, None),
-                )
-                .await
-            {
-                Ok(multi) => {
-                    inner.count(pairs, index, &multi);
-                    let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
-                    if let Some(t) = &ticket {
-                        inner.follow_lease(t, pairs, index);
-                    }
-                    TicketVerdict {
-                        verdict: Verdict::new(multi, None),
-                        ticket,
-                    }
-                }
-                Err(e) => {
-                    let policy = inner.policy_for(index, None, &e);
-                    if policy == OnError::Deny {
-                        return Err(Refusal::Unavailable(e));
-                    }
-                    if policy == OnError::Local {
-                        // This replica's share of the slots, in its fallback.
-                        let multi = inner.on_local(pairs, index, |local, shared| {
-                            local.acquire_all_sync(shared, &ticket, None)
-                        });
-                        inner.count(pairs, index, &multi);
-                        let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
-                        if let Some(t) = &ticket {
-                            inner.follow_lease(t, pairs, index);
-                        }
-                        break 'answer TicketVerdict {
-                            verdict: Verdict::new(multi, Some(OnError::Local)),
-                            ticket,
-                        };
-                    }
-                    // Admitted without a lease: nothing to release.
-                    TicketVerdict {
-                        verdict: inner.admit_untouched(pairs, index),
-                        ticket: None,
-                    }
-                }
-            }
-        };
-        Ok(answer.decided_by(&resolved))
+        self.hold_all(checks, Hold::Lease).await
     }
 
     /// Releases the lease `ticket`, or (`renew`) extends it to a whole
@@ -149,7 +84,7 @@ impl<S: Store> ResilientLimiter<S> {
 impl<S: Store> Inner<S> {
     /// Counts an acquired lease and follows it for `/metrics` until its
     /// lease ends.
-    fn follow_lease(&self, ticket: &Ticket, pairs: &[KeyCheck<'_>], index: &[usize]) {
+    pub(super) fn follow_lease(&self, ticket: &Ticket, pairs: &[KeyCheck<'_>], index: &[usize]) {
         let held: Vec<(usize, u64)> = pairs
             .iter()
             .zip(index)

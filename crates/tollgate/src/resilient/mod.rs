@@ -106,6 +106,7 @@ mod live_tests;
 #[cfg(all(test, feature = "redis"))]
 mod stranded_tests;
 mod throttle;
+mod ticketed;
 
 use breaker::{Breaker, Breakers, Gate};
 pub use builder::{ResilientLimiterBuilder, check_near_limit_ratio, check_top_denied};
@@ -118,7 +119,7 @@ pub use open::MAX_FOLLOWED;
 pub use policy::{OnError, Refusal, Verdict};
 
 pub use admin::Inspection;
-pub use reserve::TicketVerdict;
+pub use ticketed::TicketVerdict;
 pub use live::RUNTIME_REFRESH;
 pub use throttle::Throttle;
 
@@ -661,11 +662,7 @@ impl<S: Store> Inner<S> {
         let policy = self.policy_for(index, policy, error);
         match policy {
             OnError::Deny => {
-                for (n, (&i, c)) in index.iter().zip(checks).enumerate() {
-                    if !named_before(checks, n) {
-                        self.meters.count(i, c.rule.name(), 2);
-                    }
-                }
+                self.count_refused(checks, index);
                 Err(Refusal::Unavailable(error.clone()))
             }
             OnError::Local => {
@@ -674,6 +671,16 @@ impl<S: Store> Inner<S> {
                 Ok(Verdict::new(multi, Some(OnError::Local)))
             }
             OnError::Allow => Ok(self.admit_untouched(checks, index)),
+        }
+    }
+
+    /// Counts each pair (rule `index[n]` for pair `n`) as refused because
+    /// the store failed under `deny`.
+    fn count_refused(&self, checks: &[KeyCheck<'_>], index: &[usize]) {
+        for (n, (&i, c)) in index.iter().zip(checks).enumerate() {
+            if !named_before(checks, n) {
+                self.meters.count(i, c.rule.name(), 2);
+            }
         }
     }
 

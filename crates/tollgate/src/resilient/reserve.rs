@@ -7,31 +7,12 @@
 
 use std::time::Duration;
 
-use super::open::Held;
-use super::{Refusal, ResilientLimiter, Verdict, metric};
+use super::ticketed::{Hold, TicketVerdict};
+use super::{Refusal, ResilientLimiter, metric};
 use crate::algorithm::Charged;
-use crate::limiter::{Check, Resolved, reservation_ticket, reservation_ttl};
-use crate::op::Op;
+use crate::limiter::{Check, reservation_ttl};
 use crate::store::{SettlePair, Settled, Store};
 use crate::ticket::Ticket;
-
-/// What a reservation answered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TicketVerdict {
-    /// The decision, as a check of each pair's estimate.
-    pub verdict: Verdict,
-    /// The ticket that settles or cancels it: `Some` when admitted by the
-    /// store; `None` when denied, or when the failure policy answered.
-    pub ticket: Option<Ticket>,
-}
-
-impl TicketVerdict {
-    /// The same answer carrying what decided it, as `resolved` says.
-    pub(super) fn decided_by(mut self, resolved: &Resolved<'_>) -> Self {
-        self.verdict.decided_by = resolved.deciders();
-        self
-    }
-}
 
 impl<S: Store> ResilientLimiter<S> {
     /// Reserves `checks` (each pair's cost its estimate) for `ttl`
@@ -46,58 +27,7 @@ impl<S: Store> ResilientLimiter<S> {
         ttl: Duration,
     ) -> Result<TicketVerdict, Refusal> {
         let ttl = reservation_ttl(ttl).map_err(Refusal::Invalid)?;
-        let table = self.inner.live_table();
-        let resolved = self
-            .inner
-            .limiter
-            .resolve_all(checks, Op::Reserve, table.as_deref())
-            .map_err(Refusal::Invalid)?;
-        let (pairs, index) = (resolved.pairs(), resolved.index());
-        let ticket = reservation_ticket(checks).map_err(Refusal::Invalid)?;
-        self.start_heartbeat();
-        let inner = &self.inner;
-        if let Some(verdict) = inner.live_answer(table.as_deref(), pairs, index).await {
-            return Ok(TicketVerdict {
-                verdict,
-                ticket: None,
-            }
-            .decided_by(&resolved));
-        }
-        let store = inner.limiter.store();
-        let answer = match inner
-            .guarded(
-                "reserve",
-                inner.gate(pairs),
-                store.reserve_all(pairs, &ticket, ttl, None),
-            )
-            .await
-        {
-            Ok(multi) => {
-                inner.count(pairs, index, &multi);
-                if multi.allowed {
-                    for p in pairs {
-                        count(p.rule.name(), "opened");
-                    }
-                }
-                let ticket = multi.allowed.then_some(ticket);
-                if let Some(t) = &ticket {
-                    let now = inner.clock.now();
-                    let ends = now.saturating_add(ttl);
-                    inner
-                        .open
-                        .opened(Held::Reservation, t.nonce, index.to_vec(), ends, now);
-                }
-                TicketVerdict {
-                    verdict: Verdict::new(multi, None),
-                    ticket,
-                }
-            }
-            Err(e) => TicketVerdict {
-                verdict: inner.on_store_error(pairs, index, &e, None).await?,
-                ticket: None,
-            },
-        };
-        Ok(answer.decided_by(&resolved))
+        self.hold_all(checks, Hold::Reservation(ttl)).await
     }
 
     /// Settles the reservation `ticket` at `actual` (one number for every
