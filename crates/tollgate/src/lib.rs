@@ -40,11 +40,11 @@ mod decided;
 mod decision;
 mod error;
 mod limiter;
+mod live;
 mod op;
 mod overrides;
 pub mod resilient;
 mod rule;
-mod live;
 pub mod store;
 pub mod ticket;
 mod time;
@@ -57,6 +57,7 @@ pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 #[allow(deprecated)]
 pub use limiter::Ticketed;
 pub use limiter::{Check, Limiter, MAX_KEY_LEN, TicketDecision};
+pub use live::{Block, EVERY_RULE, RuntimeOverride};
 pub use op::Op;
 pub use overrides::{KeyPattern, Overrides};
 pub use resilient::{OnError, ResilientLimiter};
@@ -64,7 +65,6 @@ pub use rule::{
     Algorithm, DEBT_PERIODS, DEFAULT_LEASE, MAX_BURST_WINDOW, MAX_CONCURRENCY_LIMIT, MAX_LIMIT,
     MAX_NAME_LEN, MAX_PERIOD, MAX_SLIDING_LOG_LIMIT, MIN_PERIOD, Rule, RuleError, RuleSpec,
 };
-pub use live::{Block, EVERY_RULE, RuntimeOverride};
 pub use store::Store;
 pub use store::memory::{MemoryStore, MemoryStoreBuilder};
 pub use time::{

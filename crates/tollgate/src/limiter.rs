@@ -209,7 +209,10 @@ pub struct TicketDecision {
 }
 
 /// The former name of [`TicketDecision`], kept for one release.
-#[deprecated(since = "0.2.0", note = "renamed `TicketDecision`, after `MultiDecision`")]
+#[deprecated(
+    since = "0.2.0",
+    note = "renamed `TicketDecision`, after `MultiDecision`"
+)]
 pub type Ticketed = TicketDecision;
 
 /// The ticket of a reservation of `checks`: every pair, in order, each

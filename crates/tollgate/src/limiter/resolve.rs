@@ -7,9 +7,9 @@
 use super::{Check, Limiter, MAX_KEY_LEN};
 use crate::decided::{DecidedBy, Deciders, LimitSource};
 use crate::error::Error;
+use crate::live::LiveTable;
 use crate::op::Op;
 use crate::rule::Rule;
-use crate::live::LiveTable;
 use crate::store::KeyCheck;
 
 impl<S> Limiter<S> {

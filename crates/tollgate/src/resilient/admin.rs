@@ -51,10 +51,10 @@ use super::{ChargeVerdict, Refusal, ResilientLimiter, metric};
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::limiter::{Check, MAX_KEY_LEN};
-use crate::rule::{Algorithm, Rule};
 use crate::live::{
     Block, EVERY_RULE, Entry, RuntimeOverride, block_field, override_field, override_rule,
 };
+use crate::rule::{Algorithm, Rule};
 use crate::store::Store;
 
 /// A key's state under one rule, read without consuming
@@ -121,6 +121,7 @@ impl<S: Store> ResilientLimiter<S> {
         let (deciding, source) = inner.limiter.deciding_rule(i, key, Some(&table));
         let store = inner.limiter.store();
         let decision = inner
+            .guard
             .within("check", store.check(deciding, key, 0, None))
             .await
             .map_err(Refusal::Unavailable)?;
@@ -134,6 +135,7 @@ impl<S: Store> ResilientLimiter<S> {
                 cost: 0,
             }];
             let read = inner
+                .guard
                 .within("charge", store.charge_all(&pair, None))
                 .await
                 .map_err(Refusal::Unavailable)?;
@@ -172,6 +174,7 @@ impl<S: Store> ResilientLimiter<S> {
             let reset = self.inner.limiter.store().reset(r, key);
             if self
                 .inner
+                .guard
                 .within("reset", reset)
                 .await
                 .map_err(Refusal::Unavailable)?

@@ -1,16 +1,16 @@
 //! [`ResilientLimiterBuilder`]: the store timeout, failure policies,
 //! breaker, replicas and heartbeat of a [`ResilientLimiter`].
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 
 use super::{
     Breaker, Breakers, DEFAULT_BREAKER_OPEN_FOR, DEFAULT_BREAKER_THRESHOLD, DEFAULT_HEARTBEAT,
-    DEFAULT_NEAR_LIMIT_RATIO, DEFAULT_TIMEOUT, Inner, Meters, OnError, ResilientLimiter, Throttle,
-    metric, replica_id,
+    DEFAULT_NEAR_LIMIT_RATIO, DEFAULT_TIMEOUT, Fleet, Guard, Inner, Meters, OnError,
+    ResilientLimiter, metric, replica_id,
 };
 use crate::limiter::Limiter;
 use crate::rule::RuleError;
@@ -84,9 +84,9 @@ impl<S: Store> ResilientLimiterBuilder<S> {
     /// through either, before or after the swap, holds in both.
     pub fn succeeding(mut self, previous: &ResilientLimiter<S>) -> Self {
         self.predecessor = Some(Predecessor {
-            id: previous.inner.id.clone(),
+            id: previous.inner.fleet.id.clone(),
             live: previous.live_replicas(),
-            breakers: Arc::clone(&previous.inner.breakers),
+            breakers: Arc::clone(&previous.inner.guard.breakers),
             table: previous.inner.live.shared(),
         });
         self
@@ -252,23 +252,13 @@ impl<S: Store> ResilientLimiterBuilder<S> {
         let live = super::live::Live::new(self.limiter.rules(), Arc::clone(&clock), shared_live);
         let limiter = ResilientLimiter {
             inner: Arc::new(Inner {
-                open,
                 limiter: self.limiter,
                 policies,
-                self_timed,
-                timeout: self.timeout,
-                breakers,
                 clock,
-                trouble: Throttle::new(Duration::from_secs(1)),
-                breaker_log: Throttle::new(Duration::from_secs(1)),
-                replicas: AtomicU64::new(replicas),
-                id,
-                heartbeat: self.heartbeat,
-                local: OnceLock::new(),
-                local_max_keys: self.local_max_keys,
-                refused: parking_lot::Mutex::new(None),
-                refusing: std::sync::atomic::AtomicBool::new(false),
+                guard: Guard::new(self.timeout, self_timed, breakers),
+                fleet: Fleet::new(id, replicas, self.heartbeat, self.local_max_keys),
                 meters,
+                open,
                 top: TopDenied::new(rule_count, self.top_denied, self.top_denied_epoch),
                 live,
             }),
@@ -407,8 +397,8 @@ mod successor_tests {
         assert_eq!(next.replica_id(), first.replica_id());
         assert_eq!(next.live_replicas(), 3, "the predecessor's count, not 7");
         assert!(std::sync::Arc::ptr_eq(
-            &next.inner.breakers,
-            &first.inner.breakers
+            &next.inner.guard.breakers,
+            &first.inner.guard.breakers
         ));
         let other = ResilientLimiter::builder(limiter(2))
             .heartbeat(None)

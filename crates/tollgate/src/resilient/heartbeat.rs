@@ -22,12 +22,13 @@ pub(super) async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
         let Some(inner) = weak.upgrade() else {
             return;
         };
-        let bound = inner.timeout.unwrap_or(every).min(every);
-        let beat = tokio::time::timeout(bound, inner.limiter.store().heartbeat(&inner.id, ttl));
+        let bound = inner.guard.timeout.unwrap_or(every).min(every);
+        let beat =
+            tokio::time::timeout(bound, inner.limiter.store().heartbeat(&inner.fleet.id, ttl));
         match beat.await {
             Ok(Ok(Some(n))) => {
-                inner.set_refused(None);
-                let old = inner.replicas.swap(n, Ordering::AcqRel);
+                inner.guard.set_refused(None);
+                let old = inner.fleet.live.swap(n, Ordering::AcqRel);
                 if old != n {
                     #[allow(clippy::cast_precision_loss)]
                     ::metrics::gauge!(metric::LIVE_REPLICAS).set(n as f64);
@@ -35,15 +36,15 @@ pub(super) async fn heartbeat<S: Store>(weak: Weak<Inner<S>>, every: Duration) {
                 }
                 // After the cool-down, a heartbeat that got through is the
                 // breaker's probe: it closes without any check traffic.
-                if !inner.breakers.whole.is_open() {
-                    inner.store_answered();
+                if !inner.guard.breakers.whole.is_open() {
+                    inner.guard.store_answered();
                 }
             }
             Ok(Ok(None)) => return,
             Ok(Err(e)) => {
                 tracing::debug!("heartbeat failed: {e}");
                 let refused = e.kind() != StoreErrorKind::Timeout;
-                inner.set_refused(refused.then_some(e));
+                inner.guard.set_refused(refused.then_some(e));
             }
             Err(_) => tracing::debug!("heartbeat timed out after {bound:?}"),
         }

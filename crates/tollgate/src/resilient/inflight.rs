@@ -110,8 +110,8 @@ impl<S: Store> Inner<S> {
     /// current shares; `None` when the fallback does not hold it (or was
     /// never used).
     fn release_local(&self, ticket: &Ticket, renew: bool) -> Option<Released> {
-        let local = self.local.get()?;
-        let replicas = self.replicas.load(std::sync::atomic::Ordering::Acquire).max(1);
+        let local = self.fleet.local_if_used()?;
+        let replicas = self.fleet.replicas();
         let shares = local.shares(replicas, self.limiter.rules());
         let rules: Vec<&Rule> = ticket
             .pairs

@@ -20,8 +20,8 @@ use parking_lot::Mutex;
 use super::{Inner, ResilientLimiter, Throttle, Verdict, untouched};
 use crate::decision::{Decision, MultiDecision};
 use crate::error::StoreError;
-use crate::rule::Rule;
 use crate::live::{Entry, LiveTable};
+use crate::rule::Rule;
 use crate::store::{KeyCheck, Store};
 use crate::time::{Clock, Micros};
 
@@ -162,6 +162,7 @@ impl<S: Store> Inner<S> {
             shared.state.lock().version
         };
         let read = self
+            .guard
             .within("live table", self.limiter.store().runtime_read(since))
             .await?;
         if let Some((version, raw)) = read {
@@ -214,7 +215,7 @@ impl<S: Store> Inner<S> {
                 .limiter
                 .store()
                 .runtime_write(&field, value.as_deref(), &expired);
-            let in_store = self.within("live table", write).await?;
+            let in_store = self.guard.within("live table", write).await?;
             if !in_store {
                 let mut state = shared.state.lock();
                 for f in &expired {
@@ -292,6 +293,7 @@ impl<S: Store> Inner<S> {
         }
         let peeks: Vec<KeyCheck<'_>> = pairs.iter().map(|c| KeyCheck { cost: 0, ..*c }).collect();
         let read = self
+            .guard
             .within("check", self.limiter.store().check_all(&peeks, None))
             .await;
         let mut decisions = match read {
@@ -318,10 +320,7 @@ impl<S: Store> ResilientLimiter<S> {
     /// Starts the live table's refresh task if it is not running and
     /// there is a tokio runtime to run it on.
     pub(super) fn start_live(&self) {
-        if self
-            .live_started
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
+        if self.live_started.load(std::sync::atomic::Ordering::Acquire) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

@@ -53,8 +53,8 @@
 //! ```
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -90,9 +90,14 @@ mod charge;
 mod denied;
 #[cfg(test)]
 mod denied_tests;
+mod fleet;
 mod gate;
+mod guard;
 mod heartbeat;
 mod inflight;
+mod live;
+#[cfg(all(test, feature = "redis"))]
+mod live_tests;
 mod local;
 pub mod metric;
 #[cfg(test)]
@@ -100,9 +105,6 @@ mod near_tests;
 mod open;
 mod policy;
 mod reserve;
-mod live;
-#[cfg(all(test, feature = "redis"))]
-mod live_tests;
 #[cfg(all(test, feature = "redis"))]
 mod stranded_tests;
 mod throttle;
@@ -111,17 +113,18 @@ mod ticketed;
 use breaker::{Breaker, Breakers, Gate};
 pub use builder::{ResilientLimiterBuilder, check_near_limit_ratio, check_top_denied};
 pub use charge::ChargeVerdict;
+use fleet::Fleet;
+use guard::Guard;
 use heartbeat::{heartbeat, replica_id};
-use local::Local;
 pub use local::local_share;
 use metric::Meters;
 pub use open::MAX_FOLLOWED;
 pub use policy::{OnError, Refusal, Verdict};
 
 pub use admin::Inspection;
-pub use ticketed::TicketVerdict;
 pub use live::RUNTIME_REFRESH;
 pub use throttle::Throttle;
+pub use ticketed::TicketVerdict;
 
 /// A [`Limiter`] with a store timeout, a failure policy per rule, a circuit
 /// breaker, an in-process fallback sized by the live replicas, metrics and
@@ -140,32 +143,15 @@ struct Inner<S> {
     limiter: Arc<Limiter<S>>,
     /// Per rule, in the limiter's order.
     policies: Vec<OnError>,
-    timeout: Option<Duration>,
-    /// The store fails its own calls within `timeout` (see
-    /// [`Store::bounds_calls`]): no timer of ours.
-    self_timed: bool,
-    /// The store's, and on a Redis Cluster each master's; shared with a
-    /// successor built by [`ResilientLimiterBuilder::succeeding`].
-    breakers: Arc<Breakers>,
     /// The breaker's clock, also timing store calls for the latency metric.
     clock: Arc<dyn Clock>,
-    trouble: Throttle,
-    breaker_log: Throttle,
-    /// Live replicas, last known.
-    replicas: AtomicU64,
-    id: String,
-    heartbeat: Option<Duration>,
-    /// The `local` fallback, made at its first use.
-    local: OnceLock<Local>,
-    local_max_keys: usize,
+    /// Timeout, breakers, the heartbeat's last refusal (`guard.rs`).
+    guard: Guard,
+    /// This replica, the live count, the `local` fallback (`fleet.rs`).
+    fleet: Fleet,
     meters: Meters,
     /// The reservations and leases this replica follows for `/metrics`.
     open: open::Open,
-    /// The last heartbeat's refusal (not a timeout): a store that answers
-    /// `PING` but refuses writes (a replica, out of memory) is not ready.
-    refused: parking_lot::Mutex<Option<StoreError>>,
-    /// Whether `refused` holds one (read on every check, without the lock).
-    refusing: std::sync::atomic::AtomicBool,
     /// The most denied keys per rule lately (`denied.rs`).
     top: crate::top::TopDenied,
     /// Blocks and runtime overrides (docs/admin.md).
@@ -181,9 +167,9 @@ impl<S: Store> fmt::Debug for ResilientLimiter<S> {
                 &i.limiter.rules().iter().map(Rule::name).collect::<Vec<_>>(),
             )
             .field("policies", &i.policies)
-            .field("timeout", &i.timeout)
-            .field("replica", &i.id)
-            .field("live_replicas", &i.replicas.load(Ordering::Relaxed))
+            .field("timeout", &i.guard.timeout)
+            .field("replica", &i.fleet.id)
+            .field("live_replicas", &i.fleet.live.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -218,19 +204,19 @@ impl<S> ResilientLimiter<S> {
     /// The store timeout.
     #[must_use]
     pub fn timeout(&self) -> Option<Duration> {
-        self.inner.timeout
+        self.inner.guard.timeout
     }
 
     /// This replica's random id (its member in the heartbeat set).
     #[must_use]
     pub fn replica_id(&self) -> &str {
-        &self.inner.id
+        &self.inner.fleet.id
     }
 
     /// The live replicas sharing the store, as last learned.
     #[must_use]
     pub fn live_replicas(&self) -> u64 {
-        self.inner.replicas.load(Ordering::Acquire)
+        self.inner.fleet.live.load(Ordering::Acquire)
     }
 
     /// Sets the `tollgate_utilization_ratio{rule}` gauges to each rule's
@@ -276,7 +262,7 @@ impl<S> ResilientLimiter<S> {
     /// skip it).
     #[must_use]
     pub fn breaker_open(&self) -> bool {
-        self.inner.breakers.any_open()
+        self.inner.guard.breakers.any_open()
     }
 }
 
@@ -318,7 +304,7 @@ impl<S: Store> ResilientLimiter<S> {
     /// and a tokio runtime to run it on.
     fn start_heartbeat(&self) {
         self.start_live();
-        let Some(every) = self.inner.heartbeat else {
+        let Some(every) = self.inner.fleet.heartbeat else {
             return;
         };
         if self.started.load(Ordering::Acquire) {
@@ -427,35 +413,38 @@ impl<S: Store> ResilientLimiter<S> {
     pub async fn ready(&self) -> Result<(), StoreError> {
         self.start_heartbeat();
         let inner = &self.inner;
-        if inner.breakers.whole.is_open() {
+        if inner.guard.breakers.whole.is_open() {
             return Err(StoreError::new(
                 StoreErrorKind::Unavailable,
                 "circuit breaker open after repeated store failures",
             ));
         }
-        let result = inner.within("PING", inner.limiter.store().ping()).await;
+        let result = inner
+            .guard
+            .within("PING", inner.limiter.store().ping())
+            .await;
         if result.is_ok() {
-            inner.store_answered();
-            if inner.refusing.load(Ordering::Relaxed) {
+            inner.guard.store_answered();
+            if inner.guard.refusing() {
                 // The last heartbeat's write was refused: try one now, so a
                 // store that takes writes again is ready at once, not at the
                 // next heartbeat (an instance out of rotation gets no
                 // checks to tell it).
-                if let Some(every) = inner.heartbeat {
+                if let Some(every) = inner.fleet.heartbeat {
                     let beat = inner
                         .limiter
                         .store()
-                        .heartbeat(&inner.id, every * HEARTBEAT_INTERVALS);
-                    match inner.within("heartbeat", beat).await {
-                        Ok(_) => inner.set_refused(None),
+                        .heartbeat(&inner.fleet.id, every * HEARTBEAT_INTERVALS);
+                    match inner.guard.within("heartbeat", beat).await {
+                        Ok(_) => inner.guard.set_refused(None),
                         Err(e) if e.kind() != StoreErrorKind::Timeout => {
-                            inner.set_refused(Some(e));
+                            inner.guard.set_refused(Some(e));
                         }
                         Err(_) => {}
                     }
                 }
             }
-            if let Some(e) = inner.refused.lock().clone() {
+            if let Some(e) = inner.guard.refused() {
                 return Err(StoreError::new(
                     e.kind(),
                     format!("PING answered, but the last heartbeat's write was refused ({e})"),
@@ -477,13 +466,6 @@ fn untouched(c: &KeyCheck<'_>) -> Decision {
         reset_after: Duration::ZERO,
         retry_after: None,
     }
-}
-
-fn timed_out(t: Duration, what: &str) -> StoreError {
-    StoreError::new(
-        StoreErrorKind::Timeout,
-        format!("no {what} answer within {t:?}"),
-    )
 }
 
 /// Whether pair `n` repeats the (rule, key) of an earlier pair of the same
@@ -510,28 +492,6 @@ fn cost_of(checks: &[KeyCheck<'_>], n: usize) -> u64 {
 }
 
 impl<S: Store> Inner<S> {
-    /// `call`, failed as a timeout (naming `what`) past the store timeout,
-    /// if there is one.
-    async fn within<T>(
-        &self,
-        what: &str,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        match self.timeout {
-            Some(t) if !self.self_timed => tokio::time::timeout(t, call)
-                .await
-                .unwrap_or_else(|_| Err(timed_out(t, what))),
-            _ => call.await,
-        }
-    }
-
-    /// Notes a heartbeat's refusal (`None`: writes go through): while one
-    /// is noted, the store is not ready.
-    fn set_refused(&self, refused: Option<StoreError>) {
-        self.refusing.store(refused.is_some(), Ordering::Relaxed);
-        *self.refused.lock() = refused;
-    }
-
     /// Counts each pair (rule `index[n]` for pair `n`) under its rule with
     /// its own answer; a (rule, key) named again in the same check is one
     /// check (the store decides it once, with the costs added).
@@ -605,7 +565,7 @@ impl<S: Store> Inner<S> {
         }
         // An in-process store is not timed (see `Store::in_process`).
         let started = (!self.limiter.store().in_process()).then(|| self.clock.now());
-        let result = self.within(what, call).await;
+        let result = self.guard.within(what, call).await;
         if let Some(started) = started {
             let took = Duration::from_micros(self.clock.now().saturating_sub(started));
             self.meters.latency().record(took.as_secs_f64());
@@ -613,13 +573,13 @@ impl<S: Store> Inner<S> {
         match &result {
             Ok(_) => {
                 match &gate {
-                    Gate::Whole(_) => self.store_answered(),
-                    Gate::Parts(parts) => self.parts_answered(parts),
+                    Gate::Whole(_) => self.guard.store_answered(),
+                    Gate::Parts(parts) => self.guard.parts_answered(parts),
                 }
                 // A check went through: whatever the last heartbeat met
                 // is over.
-                if self.refusing.load(Ordering::Relaxed) {
-                    self.set_refused(None);
+                if self.guard.refusing() {
+                    self.guard.set_refused(None);
                 }
             }
             Err(e) => {
@@ -630,24 +590,16 @@ impl<S: Store> Inner<S> {
                 };
                 ::metrics::counter!(metric::STORE_ERRORS, "kind" => kind).increment(1);
                 match &gate {
-                    Gate::Whole(b) => self.failed(b, None, e),
+                    Gate::Whole(b) => self.guard.failed(b, None, e),
                     Gate::Parts(parts) => {
                         if let [(node, b)] = parts.as_slice() {
-                            self.failed(b, Some(node), e);
+                            self.guard.failed(b, Some(node), e);
                         }
                     }
                 }
             }
         }
         result
-    }
-
-    /// The store answered (a check, a probe or a heartbeat).
-    fn store_answered(&self) {
-        if self.breakers.whole.success() {
-            ::metrics::gauge!(metric::BREAKER_OPEN).set(0.0);
-            tracing::info!("store answering again; circuit breaker closed");
-        }
     }
 
     /// The policy answers a check the store failed (`checks` resolved,
@@ -690,7 +642,7 @@ impl<S: Store> Inner<S> {
     fn policy_for(&self, index: &[usize], policy: Option<OnError>, error: &StoreError) -> OnError {
         let policy = policy.unwrap_or_else(|| self.strictest(index));
         ::metrics::counter!(metric::FAILURE_POLICY, "policy" => policy.as_str()).increment(1);
-        self.trouble.report(|suppressed| {
+        self.guard.trouble.report(|suppressed| {
             let more = if suppressed > 0 {
                 format!(" ({suppressed} more store failures since the last report)")
             } else {
@@ -738,8 +690,8 @@ impl<S: Store> Inner<S> {
         index: &[usize],
         f: impl FnOnce(&MemoryStore, &[KeyCheck<'_>]) -> R,
     ) -> R {
-        let local = self.local.get_or_init(|| Local::new(self.local_max_keys));
-        let replicas = self.replicas.load(Ordering::Acquire).max(1);
+        let local = self.fleet.local();
+        let replicas = self.fleet.replicas();
         let rules = self.limiter.rules();
         let shares = local.shares(replicas, rules);
         // A per-call limit (`Check::under`) gets its own share.

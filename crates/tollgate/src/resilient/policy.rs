@@ -161,9 +161,9 @@ mod tests {
 
         use crate::decided::LimitSource;
         use crate::limiter::{Check, Limiter};
+        use crate::live::RuntimeOverride;
         use crate::resilient::ResilientLimiter;
         use crate::rule::{Algorithm, RuleSpec};
-        use crate::live::RuntimeOverride;
         use crate::store::memory::MemoryStore;
 
         let rule = |name: &str| {
