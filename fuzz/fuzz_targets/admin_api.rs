@@ -10,7 +10,7 @@ use http::{Method, Request, StatusCode, Uri};
 use http_body_util::Full;
 use libfuzzer_sys::fuzz_target;
 use tollgate_fuzz::{RUNTIME, config, gate};
-use tollgate_server::admin::{Admin, Tokens};
+use tollgate_server::doors::admin::{Admin, Tokens};
 
 const ROUTES: [(Method, &str); 10] = [
     (Method::GET, "keys"),

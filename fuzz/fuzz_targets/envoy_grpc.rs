@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tollgate_fuzz::{RUNTIME, config, gate};
-use tollgate_server::envoy::grpc::fuzzing::read_request;
-use tollgate_server::envoy::service::EnvoyService;
+use tollgate_server::doors::envoy::grpc::fuzzing::read_request;
+use tollgate_server::doors::envoy::service::EnvoyService;
 
 static SERVICE: LazyLock<EnvoyService> = LazyLock::new(|| {
     let config = config();

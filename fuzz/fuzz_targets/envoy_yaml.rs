@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
 use tollgate_server::config::EnvoyConfig;
-use tollgate_server::envoy::limits::EnvoyLimits;
-use tollgate_server::envoy::service::EnvoyService;
+use tollgate_server::doors::envoy::limits::EnvoyLimits;
+use tollgate_server::doors::envoy::service::EnvoyService;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -10,7 +10,7 @@ use http_body_util::Full;
 use libfuzzer_sys::fuzz_target;
 use tollgate_fuzz::{RUNTIME, config, gate};
 use tollgate_http::headers::HeaderOptions;
-use tollgate_server::api::{Api, fuzzing::read_check};
+use tollgate_server::doors::api::{Api, fuzzing::read_check};
 
 const PATHS: [&str; 8] = [
     "/v1/check",

@@ -6,9 +6,9 @@
 use std::sync::{Arc, LazyLock};
 
 use tollgate::MemoryStore;
-use tollgate::store::AnyStore;
+use tollgate_server::store::AnyStore;
 use tollgate_server::config::{Config, EnvoyConfig};
-use tollgate_server::envoy::limits::EnvoyLimits;
+use tollgate_server::doors::envoy::limits::EnvoyLimits;
 use tollgate_server::gate::Gate;
 
 /// One rule per algorithm, a `concurrency` rule, a rule with overrides

@@ -4,14 +4,14 @@
 //! replicas, metrics, store trouble logged at most once a second). Both
 //! front doors (HTTP API and reverse proxy) decide through a [`Gate`].
 //!
-//! [`open_store`] (`store.rs`) opens the store a gate runs over; the
+//! [`crate::store::open_store`] opens the store a gate runs over; the
 //! `check` and `replay` subcommands open theirs with it too.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::resilient::{self, ChargeVerdict, Refusal, ResilientLimiter, TicketVerdict, Verdict};
-use tollgate::store::{AnyStore, Released, Settled};
+use tollgate::store::{Released, Settled};
 use tollgate::ticket::Ticket;
 use tollgate::{Check, Limiter, Rule, Store};
 
@@ -19,10 +19,7 @@ use tollgate::OnError;
 
 use crate::config::Config;
 use crate::key::KeyExtractor;
-
-mod store;
-
-pub use store::open_store;
+use crate::store::AnyStore;
 
 /// Lets an event through at most once per period (for logs).
 pub(crate) use tollgate::resilient::Throttle;

@@ -12,7 +12,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tollgate_server::cli::{Cli, Command, ServeArgs};
 use tollgate_server::cmd::{check, replay, serve, validate};
-use tollgate_server::reload::{Listen, Loaded, Source, version_of_files};
+use tollgate_server::config::version_of_files;
+use tollgate_server::reload::{Listen, Loaded, Source};
 use tollgate_server::server::{self, Listeners};
 use tracing_subscriber::EnvFilter;
 

@@ -17,12 +17,12 @@ use cap::Cap;
 use http_body_util::{BodyExt, Full};
 use tollgate::MemoryStore;
 use tollgate_http::headers::HeaderOptions;
-use tollgate_server::api::Api;
 use tollgate_server::config::Config;
-use tollgate_server::envoy::service::EnvoyService;
+use tollgate_server::config::{ConfigInfo, ReloadStatus};
+use tollgate_server::doors::api::Api;
+use tollgate_server::doors::envoy::service::EnvoyService;
+use tollgate_server::doors::proxy::Proxy;
 use tollgate_server::gate::Gate;
-use tollgate_server::proxy::Proxy;
-use tollgate_server::reload::{ConfigInfo, ReloadStatus};
 
 /// Counts the bytes held, and the most ever held at once.
 #[global_allocator]

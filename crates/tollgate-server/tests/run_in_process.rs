@@ -90,7 +90,7 @@ async fn serve_with_serves_a_callers_service_until_shutdown() {
 
     use bytes::Bytes;
     use http_body_util::Full;
-    use tollgate_server::api::{MAX_BODY, read_body};
+    use tollgate_server::doors::api::{MAX_BODY, read_body};
     use tollgate_server::server::serve_with;
 
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::cli::ServeArgs;
 use crate::config::upstream::Upstream;
 use crate::config::{Config, DEFAULT_HTTP_LISTEN, EnvoyConfig, parse_listen};
-use crate::envoy::limits::EnvoyLimits;
+use crate::doors::envoy::limits::EnvoyLimits;
 use crate::store_url::StoreUrl;
 
 /// What `serve` will do: the config with every flag applied, and the

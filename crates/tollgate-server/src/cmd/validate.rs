@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::cli::ValidateArgs;
 use crate::config::upstream::Upstream;
 use crate::config::{Config, ConfigError, ConfigErrors, EnvoyConfig, format_duration};
-use crate::envoy::limits::EnvoyLimits;
+use crate::doors::envoy::limits::EnvoyLimits;
 use crate::terminal::Escaped;
 
 /// Why `validate` failed: the config's problems and the Envoy config

@@ -8,7 +8,7 @@ use tollgate::Rule;
 
 use crate::cidr::Cidr;
 use crate::config::upstream::Upstream;
-use crate::envoy::limits::EnvoyLimits;
+use crate::doors::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
 

@@ -1,4 +1,5 @@
-//! The last reload's outcome, shown by `GET /v1/rules` and `/readyz`, and
+//! The serving config's identity ([`ConfigInfo`]) and the last reload's
+//! outcome ([`ReloadStatus`]), shown by `GET /v1/rules` and `/readyz`, and
 //! the `tollgate_config_*` metrics.
 
 use std::sync::{Mutex, PoisonError};
@@ -6,7 +7,29 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
-use super::{ConfigInfo, rfc3339};
+use super::version::rfc3339;
+
+/// The loaded config's identity: its version (a content hash of every file
+/// read) and when it was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigInfo {
+    /// 16 hex digits of the SHA-1 of the files (path and content, in
+    /// order), so replicas serving the same files show the same version.
+    pub version: String,
+    /// When it was loaded (wall clock).
+    pub loaded_at: SystemTime,
+}
+
+impl ConfigInfo {
+    /// `version`, loaded now.
+    #[must_use]
+    pub fn now(version: String) -> Self {
+        Self {
+            version,
+            loaded_at: SystemTime::now(),
+        }
+    }
+}
 
 /// Counter `tollgate_config_reloads_total{outcome}`: reloads by outcome
 /// (`ok`: the new config serves; `error`: it was refused, the old one

@@ -14,7 +14,7 @@ pub fn version_of_files(files: &[PathBuf]) -> String {
         h.update(bytes);
         // Through the config reader: a device, a FIFO or a huge file is
         // refused (never read or waited on), as when the config loads.
-        match crate::config_file::read(path) {
+        match super::file::read(path) {
             Ok(content) => {
                 h.update(b"=");
                 h.update(&(content.len() as u64).to_le_bytes());

@@ -2,22 +2,21 @@
 //! shared store, and over it the HTTP API, the reverse proxy and the Envoy
 //! service. A reload builds a new `Doors` from the new config and the
 //! previous one (carrying over what must outlive a config), and
-//! `reload.rs` publishes it; each request takes the `Doors` current at its
+//! the reload task ([`crate::reload`]) publishes it; each request takes the `Doors` current at its
 //! start and decides on that alone.
 
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use tollgate::store::AnyStore;
 use tollgate_http::headers::HeaderOptions;
 
-use crate::api::Api;
-use crate::config::{Config, EnvoyHeaders};
-use crate::envoy::headers::ResponseHeaders;
-use crate::envoy::service::EnvoyService;
+use crate::config::{Config, ConfigInfo, EnvoyHeaders, ReloadStatus};
+use crate::doors::api::Api;
+use crate::doors::envoy::headers::ResponseHeaders;
+use crate::doors::envoy::service::EnvoyService;
+use crate::doors::proxy::Proxy;
 use crate::gate::Gate;
-use crate::proxy::Proxy;
-use crate::reload::{ConfigInfo, ReloadStatus};
+use crate::store::AnyStore;
 
 /// One config's front doors, all over one [`Gate`].
 #[derive(Debug)]

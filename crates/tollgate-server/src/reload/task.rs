@@ -14,9 +14,9 @@ use std::time::{Instant, SystemTime};
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use super::doors::{Doors, Shared};
-use crate::config::Config;
-use crate::reload::{ConfigInfo, Listen, Loaded, ReloadError, Source, record_loaded, rfc3339};
+use crate::config::{Config, ConfigInfo, ReloadError, record_loaded, rfc3339};
+use crate::doors::generation::{Doors, Shared};
+use crate::reload::{Listen, Loaded, Source};
 
 /// Reloads `source` into `live` until `stop` turns true.
 pub(crate) struct Reloader {

@@ -28,7 +28,7 @@ use super::{
     DRAIN_TIMEOUT, MAX_CONNECTIONS, MAX_GRPC_HEADER_LIST, MAX_GRPC_MESSAGE, MAX_GRPC_STREAMS,
     stopped,
 };
-use crate::envoy::grpc::{RateLimitServer, SERVICE_NAME};
+use crate::doors::envoy::grpc::{RateLimitServer, SERVICE_NAME};
 use crate::inline::Inline;
 
 /// The door's name in logs.

@@ -31,9 +31,10 @@
 //! compares two counters.
 //!
 //! The folder: this file opens the front doors and serves each
-//! ([`run`], [`run_reloading`], [`serve_with`]); `doors.rs` builds one
-//! config's API, proxy and Envoy service over the shared store; `reload.rs`
-//! reloads the config and swaps them (docs/operations.md); `acceptor.rs`
+//! ([`run`], [`run_reloading`], [`serve_with`]); [`crate::doors`] builds
+//! one config's API, proxy and Envoy service over the shared store;
+//! [`crate::reload`] reloads the config and swaps them
+//! (docs/operations.md); `acceptor.rs`
 //! accepts connections under the cap; `watchdog.rs` is the per-connection
 //! watchdog and what it watches; `grpc.rs` serves the gRPC door's
 //! connections.
@@ -57,20 +58,16 @@ use tonic_health::server::{HealthReporter, HealthService};
 
 use arc_swap::ArcSwap;
 
-use crate::config::Config;
-use crate::envoy::grpc::RateLimitServer;
-use crate::gate::open_store;
+use crate::config::{Config, ConfigInfo, ReloadStatus, rfc3339, version_of_text};
+use crate::doors::envoy::grpc::RateLimitServer;
+use crate::doors::generation::{Doors, Shared};
 use crate::inline::Inline;
-use crate::reload::{ConfigInfo, Listen, Loaded, ReloadStatus, Source, rfc3339, version_of_text};
+use crate::reload::{Listen, Loaded, Reloader, Source};
+use crate::store::open_store;
 
 mod acceptor;
-mod doors;
 mod grpc;
-mod reload;
 mod watchdog;
-
-use doors::{Doors, Shared};
-use reload::Reloader;
 
 use acceptor::Acceptor;
 use watchdog::{Activity, Conn, Watchdog, Watched};
@@ -100,7 +97,7 @@ pub const SEND_TIMEOUT: Duration = crate::config::DEFAULT_SEND_TIMEOUT;
 pub const MAX_GRPC_STREAMS: u32 = 256;
 /// The longest gRPC request message read; a longer `ShouldRateLimit` is
 /// answered `OVER_LIMIT` on its length prefix, unread (an error would be
-/// an admission to Envoy; see [`crate::envoy::wire`]).
+/// an admission to Envoy; see [`crate::doors::envoy::wire`]).
 /// A call holds what has arrived of its message (at most this, the
 /// stream's flow-control window), so this times [`MAX_GRPC_STREAMS`]
 /// (16 MiB) is what one connection can make the server hold. A `ShouldRateLimit` request is a domain and a few descriptors,
@@ -204,7 +201,7 @@ async fn serve(
         metrics,
         status: Arc::new(ReloadStatus::new()),
     };
-    crate::reload::record_loaded(&info);
+    crate::config::record_loaded(&info);
     tracing::info!(
         "config version {} loaded at {}",
         info.version,
@@ -216,8 +213,9 @@ async fn serve(
     let admin = match listeners.admin {
         Some(listener) => {
             let live = Arc::clone(&live);
-            let current: crate::admin::GateSource = Arc::new(move || Arc::clone(&live.load().gate));
-            Some(crate::admin::open(listener, config, current)?)
+            let current: crate::doors::admin::GateSource =
+                Arc::new(move || Arc::clone(&live.load().gate));
+            Some(crate::doors::admin::open(listener, config, current)?)
         }
         None => None,
     };
@@ -333,7 +331,7 @@ async fn serve(
     if let Some(listener) = listeners.grpc {
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let limits = Arc::clone(&config.envoy.0);
-        let current: crate::envoy::grpc::Current = {
+        let current: crate::doors::envoy::grpc::Current = {
             let live = Arc::clone(&live);
             Arc::new(move || Arc::clone(&live.load().envoy))
         };
@@ -478,7 +476,7 @@ pub async fn serve_with<M, S, B>(
 }
 
 /// The answer of a proxy door without a proxy (never made: see its use).
-fn no_proxy() -> Response<crate::proxy::ProxyBody> {
+fn no_proxy() -> Response<crate::doors::proxy::ProxyBody> {
     let mut res = Response::new(http_body_util::Either::Right(
         http_body_util::Full::default(),
     ));

@@ -1,33 +1,29 @@
-//! A store chosen at run time (from a config file or a URL).
+//! A store chosen at run time (from a config file or a URL): the library's
+//! stores are types of their own, and the server picks one by `[store]
+//! url`.
 
 use std::time::Duration;
 
-use crate::algorithm::Charged;
-use crate::decision::{Decision, MultiDecision};
-use crate::error::StoreError;
-use crate::rule::Rule;
-use crate::store::memory::MemoryStore;
-use crate::store::{KeyCheck, Released, RuntimeEntries, SettlePair, Settled, Store};
-use crate::ticket::Ticket;
-use crate::time::Micros;
+use tollgate::store::hybrid::HybridStore;
+use tollgate::store::redis::RedisStore;
+use tollgate::store::{DomainKey, KeyCheck, Released, RuntimeEntries, SettlePair, Settled};
+use tollgate::ticket::Ticket;
+use tollgate::{Charged, Decision, MemoryStore, Micros, MultiDecision, Rule, Store, StoreError};
 
-/// Any of the stores this crate provides, dispatched by a `match`.
+/// Any of the library's stores, dispatched by a `match`.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AnyStore {
     /// The in-process store.
     Memory(MemoryStore),
     /// The Redis store.
-    #[cfg(feature = "redis")]
-    Redis(crate::store::redis::RedisStore),
+    Redis(RedisStore),
     /// The hybrid store (local leases over Redis).
-    #[cfg(feature = "redis")]
-    Hybrid(crate::store::hybrid::HybridStore),
+    Hybrid(HybridStore),
 }
 
-#[cfg(feature = "redis")]
-impl From<crate::store::hybrid::HybridStore> for AnyStore {
-    fn from(s: crate::store::hybrid::HybridStore) -> Self {
+impl From<HybridStore> for AnyStore {
+    fn from(s: HybridStore) -> Self {
         AnyStore::Hybrid(s)
     }
 }
@@ -38,9 +34,8 @@ impl From<MemoryStore> for AnyStore {
     }
 }
 
-#[cfg(feature = "redis")]
-impl From<crate::store::redis::RedisStore> for AnyStore {
-    fn from(s: crate::store::redis::RedisStore) -> Self {
+impl From<RedisStore> for AnyStore {
+    fn from(s: RedisStore) -> Self {
         AnyStore::Redis(s)
     }
 }
@@ -52,15 +47,13 @@ impl Store for AnyStore {
 
     fn bounds_calls(&self) -> Option<std::time::Duration> {
         match self {
-            #[cfg(feature = "redis")]
             AnyStore::Redis(r) => r.bounds_calls(),
             _ => None,
         }
     }
 
-    fn failure_domain(&self, rule: &str, key: super::DomainKey<'_>) -> Option<std::sync::Arc<str>> {
+    fn failure_domain(&self, rule: &str, key: DomainKey<'_>) -> Option<std::sync::Arc<str>> {
         match self {
-            #[cfg(feature = "redis")]
             AnyStore::Redis(r) => r.failure_domain(rule, key),
             _ => {
                 let _ = (rule, key);
@@ -70,12 +63,9 @@ impl Store for AnyStore {
     }
 
     fn rules_in_use(&self, rules: &[Rule]) {
-        #[cfg(feature = "redis")]
         if let AnyStore::Hybrid(h) = self {
             h.rules_in_use(rules);
         }
-        #[cfg(not(feature = "redis"))]
-        let _ = rules;
     }
 
     async fn check(
@@ -87,9 +77,7 @@ impl Store for AnyStore {
     ) -> Result<Decision, StoreError> {
         match self {
             AnyStore::Memory(s) => s.check(rule, key, cost, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.check(rule, key, cost, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => s.check(rule, key, cost, at).await,
         }
     }
@@ -104,9 +92,7 @@ impl Store for AnyStore {
             // Boxed: a Redis check's future is over a kilobyte, and inline
             // it would make every caller's future (the memory store's
             // too) that large, copied each time it moves.
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Box::pin(s.check_all(checks, at)).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.check_all(checks, at)).await,
         }
     }
@@ -118,9 +104,7 @@ impl Store for AnyStore {
     ) -> Result<Vec<Charged>, StoreError> {
         match self {
             AnyStore::Memory(s) => s.charge_all(checks, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Box::pin(s.charge_all(checks, at)).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.charge_all(checks, at)).await,
         }
     }
@@ -132,9 +116,7 @@ impl Store for AnyStore {
     ) -> Result<Vec<Charged>, StoreError> {
         match self {
             AnyStore::Memory(s) => s.refund_all(checks, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Box::pin(s.refund_all(checks, at)).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.refund_all(checks, at)).await,
         }
     }
@@ -148,9 +130,7 @@ impl Store for AnyStore {
     ) -> Result<MultiDecision, StoreError> {
         match self {
             AnyStore::Memory(s) => s.reserve_all(checks, ticket, ttl, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Box::pin(s.reserve_all(checks, ticket, ttl, at)).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.reserve_all(checks, ticket, ttl, at)).await,
         }
     }
@@ -163,9 +143,7 @@ impl Store for AnyStore {
     ) -> Result<Settled, StoreError> {
         match self {
             AnyStore::Memory(s) => s.settle(ticket, pairs, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Box::pin(s.settle(ticket, pairs, at)).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.settle(ticket, pairs, at)).await,
         }
     }
@@ -178,9 +156,7 @@ impl Store for AnyStore {
     ) -> Result<MultiDecision, StoreError> {
         match self {
             AnyStore::Memory(s) => s.acquire_all(checks, ticket, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Box::pin(s.acquire_all(checks, ticket, at)).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.acquire_all(checks, ticket, at)).await,
         }
     }
@@ -194,9 +170,7 @@ impl Store for AnyStore {
     ) -> Result<Released, StoreError> {
         match self {
             AnyStore::Memory(s) => s.release(ticket, rules, renew, at).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Box::pin(s.release(ticket, rules, renew, at)).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => Box::pin(s.release(ticket, rules, renew, at)).await,
         }
     }
@@ -204,9 +178,7 @@ impl Store for AnyStore {
     async fn ping(&self) -> Result<(), StoreError> {
         match self {
             AnyStore::Memory(s) => s.ping().await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => Store::ping(s).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => s.ping().await,
         }
     }
@@ -214,9 +186,7 @@ impl Store for AnyStore {
     async fn reset(&self, rule: &Rule, key: &[u8]) -> Result<bool, StoreError> {
         match self {
             AnyStore::Memory(s) => s.reset(rule, key).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.reset(rule, key).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => s.reset(rule, key).await,
         }
     }
@@ -224,9 +194,7 @@ impl Store for AnyStore {
     async fn runtime_read(&self, since: Option<u64>) -> Result<Option<RuntimeEntries>, StoreError> {
         match self {
             AnyStore::Memory(s) => s.runtime_read(since).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.runtime_read(since).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => s.runtime_read(since).await,
         }
     }
@@ -239,9 +207,7 @@ impl Store for AnyStore {
     ) -> Result<bool, StoreError> {
         match self {
             AnyStore::Memory(s) => s.runtime_write(field, value, expired).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.runtime_write(field, value, expired).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => s.runtime_write(field, value, expired).await,
         }
     }
@@ -249,9 +215,7 @@ impl Store for AnyStore {
     async fn heartbeat(&self, replica: &str, ttl: Duration) -> Result<Option<u64>, StoreError> {
         match self {
             AnyStore::Memory(s) => s.heartbeat(replica, ttl).await,
-            #[cfg(feature = "redis")]
             AnyStore::Redis(s) => s.heartbeat(replica, ttl).await,
-            #[cfg(feature = "redis")]
             AnyStore::Hybrid(s) => s.heartbeat(replica, ttl).await,
         }
     }

@@ -1,9 +1,9 @@
 //! Opening the configured store: memory, Redis (Sentinel and Cluster
 //! included) or the hybrid store over Redis, with the `[store]` settings.
-//! `tollgate serve` opens it here for its [`Gate`](super::Gate); `check`
-//! and `replay` open theirs the same way.
+//! `tollgate serve` opens it here for its [`Gate`](crate::gate::Gate);
+//! `check` and `replay` open theirs the same way.
 
-use tollgate::store::AnyStore;
+use super::AnyStore;
 use tollgate::store::hybrid::HybridStore;
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{MemoryStore, StoreErrorKind};

@@ -27,7 +27,7 @@ use serde_json::{Map, Value, json};
 use tollgate::resilient::{Inspection, Refusal};
 use tollgate::{Error, RuntimeOverride};
 
-use crate::api::{ApiBody, read_body};
+use crate::doors::json::{ApiBody, read_body};
 use crate::gate::Gate;
 
 mod auth;

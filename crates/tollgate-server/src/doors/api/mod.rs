@@ -37,18 +37,18 @@
 //! bytes with the `serde_json` map answer it replaced).
 
 //! The folder: this file routes requests and answers checks ([`Api`]);
-//! `body.rs` reads a body within its bounds ([`read_body`]); `json_read.rs`
-//! reads a check body; `json_write.rs` writes a check's
-//! JSON answer; `reply.rs` has the body type and the JSON error answers;
-//! the tests are in `tests.rs`, the reader they hold it to in
-//! `tests/value_reader.rs`.
+//! `json_read.rs` reads a check body; `json_write.rs` writes a check's
+//! JSON answer; the tests are in `tests.rs`, the reader they hold it to in
+//! `tests/value_reader.rs`. A body is read within its bounds
+//! ([`read_body`]), and the body type and the JSON error answers are
+//! written, by [`super::json`], which the admin API shares.
 
 use std::sync::Arc;
 
 use tollgate::resilient::Refusal;
 
+use crate::config::{ConfigInfo, ReloadStatus, config_info_lines};
 use crate::gate::Gate;
-use crate::reload::{ConfigInfo, ReloadStatus, config_info_lines};
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -60,26 +60,22 @@ use tollgate::{Check, Decision, Error};
 use tollgate_http::decide::{Basis, insert_verdict_headers};
 use tollgate_http::headers::{HeaderOptions, PolicyCache};
 
-mod body;
 mod json_read;
 mod json_usage;
 mod json_write;
-mod reply;
 mod usage;
 
-pub use body::{BODY_TIMEOUT, MAX_BODY, read_body};
+pub use super::json::{ApiBody, BODY_TIMEOUT, MAX_BODY, read_body};
 pub use json_read::MAX_CHECKS;
-pub use reply::ApiBody;
 
-use body::is_json;
+use super::json::{bytes_response, error, is_json, json_response, method_not_allowed};
 use json_read::{CheckRequest, parse_check};
 use json_write::{Decided, Tail, answer_body};
-use reply::{bytes_response, error, json_response, method_not_allowed};
 
 /// The OpenAPI 3.1 document of the HTTP API and the admin API, served at
 /// `GET /openapi.json` (docs/http-api.md); `scripts/api-fuzz.sh` holds a
 /// live server to it with schemathesis.
-pub const OPENAPI: &str = include_str!("../../openapi.json");
+pub const OPENAPI: &str = include_str!("../../../openapi.json");
 
 /// The check-body readers, for the fuzz targets (`fuzz/`): not an API.
 #[doc(hidden)]

@@ -5,10 +5,10 @@ use proptest::prelude::*;
 use serde_json::Map;
 use tollgate::{MAX_KEY_LEN, MultiDecision};
 
-use super::body::is_json;
 use super::json_read::{
     CheckRequest, MAX_CHECKS, Pair, parse_check, parse_check_json, parse_check_plain,
 };
+use crate::doors::json::is_json;
 use value_reader::value_reader;
 
 mod value_reader;

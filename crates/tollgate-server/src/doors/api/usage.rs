@@ -20,8 +20,8 @@ use tollgate::{Check, MultiDecision};
 use super::json_read::{CheckRequest, Pair};
 use super::json_usage::{Form, UsageRequest, parse_usage};
 use super::json_write::{Decided, Tail};
-use super::reply::{ApiBody, error};
 use super::{Api, answer, bad_body, checks_of, parse_or_400, post_body, refused};
+use crate::doors::json::{ApiBody, error};
 
 /// A reservation's ttl when the body gives none.
 const DEFAULT_TTL: Duration = Duration::from_secs(60);

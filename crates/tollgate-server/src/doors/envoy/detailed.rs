@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use metrics::Counter;
 use std::sync::Mutex;
 
-use crate::envoy::limits::EnvoyLimits;
+use crate::doors::envoy::limits::EnvoyLimits;
 
 /// Counter, labels `key`, `outcome` (`within_limit`, `over_limit`,
 /// `shadow_mode`): one per descriptor whose limit names runtime values.

@@ -37,9 +37,9 @@ use tonic::codegen::Service as _;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthService;
 
-use crate::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
-use crate::envoy::service::EnvoyService;
-use crate::envoy::wire::RateLimitRequest;
+use crate::doors::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
+use crate::doors::envoy::service::EnvoyService;
+use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Throttle;
 
 /// The gRPC service name.

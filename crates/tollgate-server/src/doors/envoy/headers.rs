@@ -12,8 +12,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, 
 use tollgate::Rule;
 use tollgate_http::headers::{ceil_secs, policy_list, ratelimit_list};
 
-use crate::envoy::limits::Unit;
-use crate::envoy::plan::Plan;
+use crate::doors::envoy::limits::Unit;
+use crate::doors::envoy::plan::Plan;
 
 /// Which headers, and under which names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,9 +7,9 @@
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 
-use crate::envoy::limits::{EnvoyLimits, Unit};
-use crate::envoy::plan::Plan;
-use crate::envoy::wire::{RateLimitDescriptor, RateLimitRequest};
+use crate::doors::envoy::limits::{EnvoyLimits, Unit};
+use crate::doors::envoy::plan::Plan;
+use crate::doors::envoy::wire::{RateLimitDescriptor, RateLimitRequest};
 
 /// The answer's dynamic metadata, in the reference's shape:
 /// `{domain, descriptors: [{entries: ["k=v", …], limit?, hitsAddend?}],

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 
 use tollgate::{Algorithm, Rule};
 
-use crate::envoy::limits::{EnvoyLimits, Limit, Unit, override_limit, store_key};
-use crate::envoy::wire::{RateLimitDescriptor, RateLimitRequest};
+use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit, override_limit, store_key};
+use crate::doors::envoy::wire::{RateLimitDescriptor, RateLimitRequest};
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;

@@ -8,7 +8,7 @@
 //!
 //! * no limit matches (unknown domain, no node, or the limit was replaced
 //!   by another matched limit's `replaces`): `OK`, no `current_limit`; an
-//!   unknown domain is logged once and counted ([`crate::envoy::unknown`]);
+//!   unknown domain is logged once and counted ([`crate::doors::envoy::unknown`]);
 //! * an `unlimited` limit: `OK`, `limit_remaining` `u32::MAX`;
 //! * a limit: its decision. The request's enforced checks are one
 //!   all-or-nothing check: if any is over, none consumes (a denied request
@@ -38,7 +38,7 @@
 //! `hits_addend` is the cost: the descriptor's own when set (0 peeks), else
 //! the request's, where 0 means 1. A descriptor whose store key would pass
 //! [`tollgate::MAX_KEY_LEN`] is counted under its digest
-//! ([`crate::envoy::limits::store_key`]), never refused: a refusal would be
+//! ([`crate::doors::envoy::limits::store_key`]), never refused: a refusal would be
 //! a gRPC error, which Envoy's default `failure_mode_deny: false` turns
 //! into an admission, so one long header would switch every limit of the
 //! request off. A value (or key) that is not UTF-8, as a header value may
@@ -67,16 +67,16 @@ use futures_util::future::join_all;
 use tollgate::resilient::Refusal;
 use tollgate::{Check, Decision, OnError};
 
-use crate::envoy::detailed::{DetailedMetrics, Outcome};
-use crate::envoy::headers::ResponseHeaders;
-use crate::envoy::limits::{EnvoyLimits, Limit, Unit};
-use crate::envoy::metadata::dynamic_metadata;
-use crate::envoy::plan::{Op, Plan, plan};
-use crate::envoy::unknown::UnknownDomains;
-use crate::envoy::wire::RateLimitRequest;
+use crate::doors::envoy::detailed::{DetailedMetrics, Outcome};
+use crate::doors::envoy::headers::ResponseHeaders;
+use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
+use crate::doors::envoy::metadata::dynamic_metadata;
+use crate::doors::envoy::plan::{Op, Plan, plan};
+use crate::doors::envoy::unknown::UnknownDomains;
+use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
 
-pub use crate::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
+pub use crate::doors::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
 
 /// The Envoy rate limit service.
 #[derive(Debug)]
@@ -136,7 +136,7 @@ impl EnvoyService {
 
     /// The same service counting its runtime-value metrics with
     /// `previous`'s (a config reload), so at most
-    /// [`crate::envoy::detailed::MAX_METRIC_KEYS`] keys are recorded over
+    /// [`crate::doors::envoy::detailed::MAX_METRIC_KEYS`] keys are recorded over
     /// every reload together.
     #[must_use]
     pub fn keeping_metrics_of(mut self, previous: &EnvoyService) -> Self {

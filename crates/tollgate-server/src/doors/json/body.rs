@@ -19,7 +19,7 @@ pub const MAX_BODY: usize = 64 * 1024;
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[inline]
-pub(super) fn is_json(content_type: &HeaderValue) -> bool {
+pub(crate) fn is_json(content_type: &HeaderValue) -> bool {
     // What clients send, matched at once (this runs on every check).
     if content_type.as_bytes() == b"application/json" {
         return true;

@@ -10,14 +10,14 @@ use serde_json::{Value, json};
 /// The body of every API answer.
 pub type ApiBody = Full<Bytes>;
 
-pub(super) fn json_response(status: StatusCode, value: &Value) -> Response<ApiBody> {
+pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<ApiBody> {
     let mut bytes = serde_json::to_vec(value).unwrap_or_default();
     bytes.push(b'\n');
     bytes_response(status, bytes)
 }
 
 #[inline]
-pub(super) fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<ApiBody> {
+pub(crate) fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<ApiBody> {
     // Through a boxed slice: `Bytes::from` a `Vec` with spare capacity
     // allocates a second, shared header; shrinking in place does not.
     let mut res = Response::new(Full::new(Bytes::from(bytes.into_boxed_slice())));
@@ -28,11 +28,11 @@ pub(super) fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<Api
 }
 
 /// `{"error": message}` with `status`.
-pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response<ApiBody> {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response<ApiBody> {
     json_response(status, &json!({ "error": message.into() }))
 }
 
-pub(super) fn method_not_allowed(
+pub(crate) fn method_not_allowed(
     method: &Method,
     path: &str,
     allow: &'static str,

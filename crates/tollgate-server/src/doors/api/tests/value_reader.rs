@@ -9,7 +9,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use tollgate::MAX_KEY_LEN;
 
-use crate::api::json_read::{CheckRequest, MAX_CHECKS, Pair};
+use crate::doors::api::json_read::{CheckRequest, MAX_CHECKS, Pair};
 
 fn type_name(v: &Value) -> &'static str {
     match v {
@@ -97,7 +97,7 @@ fn unknown_fields(obj: &Map<String, Value>, path: &str, allowed: &[&str]) -> Res
 
 /// The `serde_json::Value` reader the API once used: slower, and it
 /// names every problem.
-pub(in crate::api) fn value_reader(body: &[u8]) -> Result<CheckRequest<'static>, String> {
+pub(in crate::doors::api) fn value_reader(body: &[u8]) -> Result<CheckRequest<'static>, String> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("malformed JSON: {e}"))?;
     // `Value` keeps the last of a repeated field; a check must not be
     // decided on a value that another copy of the field contradicts.

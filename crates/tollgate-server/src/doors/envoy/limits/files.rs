@@ -7,7 +7,7 @@ use std::rc::Rc;
 use super::loader::Loader;
 use super::tree::EnvoyLimits;
 use super::yaml::{Value, Yaml, read_yaml};
-use crate::config_file::{ConfigError, ConfigErrors};
+use crate::config::file::{ConfigError, ConfigErrors};
 
 const ROOT_FIELDS: &[&str] = &["domain", "descriptors"];
 
@@ -125,7 +125,7 @@ impl EnvoyLimits {
         let mut loader = Loader::new(taken, merge_domains);
         for path in files {
             let file = path.display().to_string();
-            match crate::config_file::read(path) {
+            match crate::config::file::read(path) {
                 Err(e) => loader.file_error(&file, None, e),
                 Ok(bytes) => match String::from_utf8(bytes) {
                     Ok(text) => loader.file(&file, &text),

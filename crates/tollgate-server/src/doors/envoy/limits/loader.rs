@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use super::scalars;
 use super::tree::EnvoyLimits;
 use super::yaml::{Value, Yaml};
-use crate::config_file::{ConfigError, ConfigErrors};
+use crate::config::file::{ConfigError, ConfigErrors};
 
 /// A mapping's fields, each checked to be allowed and given once; merge
 /// keys (`<<: *anchor`) are expanded.

@@ -6,7 +6,7 @@
 //! reference service's example config are here.
 
 use super::*;
-use crate::config_file::ConfigErrors;
+use crate::config::file::ConfigErrors;
 
 mod errors;
 mod loading;

@@ -43,7 +43,7 @@ fn only_regular_files_of_bounded_size_are_read() {
     assert!(err.to_string().contains("not a regular file"), "{err}");
     let big = dir.path().join("big.yaml");
     let f = std::fs::File::create(&big).expect("create");
-    f.set_len(crate::config_file::MAX_FILE_BYTES + 1)
+    f.set_len(crate::config::file::MAX_FILE_BYTES + 1)
         .expect("grow");
     let err = EnvoyLimits::load(&[big], &[]).expect_err("too big");
     assert!(err.to_string().contains("larger than 16 MiB"), "{err}");
