@@ -9,7 +9,9 @@
 //! operation, the rule and the key, and counted
 //! (`tollgate_admin_operations_total{op}`, by the library).
 //!
-//! The folder: this file routes and answers; `auth.rs` holds the tokens.
+//! The folder: this file routes and answers; `auth.rs` holds the tokens;
+//! `top.rs` answers the most denied keys. Bodies are read and answers
+//! written by [`super::json`], as the HTTP API reads and writes its own.
 
 // A failed step's error is the answer to send: an operator's rare call,
 // where moving a response is no cost worth boxing for.
@@ -19,15 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
+use http::header::{ALLOW, WWW_AUTHENTICATE};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::Full;
 use serde_json::{Map, Value, json};
 use tollgate::resilient::{Inspection, Refusal};
 use tollgate::{Error, RuntimeOverride};
 
-use crate::doors::json::{ApiBody, read_body};
+use crate::doors::json::{ApiBody, error, json_response, read_body};
 use crate::gate::Gate;
 
 mod auth;
@@ -55,20 +56,6 @@ impl std::fmt::Debug for Admin {
             .field("tokens", &self.tokens)
             .finish()
     }
-}
-
-fn json_response(status: StatusCode, value: &Value) -> Response<ApiBody> {
-    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
-    bytes.push(b'\n');
-    let mut res = Response::new(Full::new(Bytes::from(bytes)));
-    *res.status_mut() = status;
-    res.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    res
-}
-
-fn error(status: StatusCode, message: impl Into<String>) -> Response<ApiBody> {
-    json_response(status, &json!({ "error": message.into() }))
 }
 
 /// A refusal of the library as an answer: a bad request 400 (an unknown
