@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_server::config::EnvoyConfig;
 use tollgate_server::doors::envoy::limits::EnvoyLimits;
 use tollgate_server::doors::envoy::service::EnvoyService;
 
@@ -17,9 +16,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(limits) = EnvoyLimits::parse_with(&sources, &[], data.len() % 2 == 0) else {
         return;
     };
-    let mut config = tollgate_server::config::Config::without_rules();
+    let config = tollgate_server::config::Config::without_rules();
     let limits = Arc::new(limits);
-    config.envoy = EnvoyConfig(Arc::clone(&limits));
-    let gate = tollgate_fuzz::gate(&config);
+    let gate = tollgate_fuzz::gate(&config, &limits);
     EnvoyService::new(gate, limits).expect("a service over accepted limits");
 });

@@ -42,38 +42,40 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A gate over `store` with the config's rules and policies. Inside a
-    /// tokio runtime, a shared store's heartbeat starts at once.
+    /// A gate over `store` with the config's rules and policies, then
+    /// `door_rules` (the Envoy configs'). Inside a tokio runtime, a shared
+    /// store's heartbeat starts at once.
     ///
     /// # Errors
     /// A rule the library refuses (config validation already checked them).
-    pub fn new(config: &Config, store: AnyStore) -> Result<Self, String> {
-        Self::over(config, Arc::new(store), None)
+    pub fn new(config: &Config, door_rules: &[Rule], store: AnyStore) -> Result<Self, String> {
+        Self::over(config, door_rules, Arc::new(store), None)
     }
 
     /// A gate over the shared `store` with the config's rules and
-    /// policies. With `previous` (a config reload over the same store), it
-    /// takes over `previous`'s replica id, live replica count and circuit
-    /// breaker (docs/operations.md, "What a reload carries over"); the
-    /// store's state is the store's, so every (rule, key) keeps it.
+    /// policies, then `door_rules` (the Envoy configs', which the Envoy
+    /// service finds at the end). With `previous` (a config reload over
+    /// the same store), it takes over `previous`'s replica id, live
+    /// replica count and circuit breaker (docs/operations.md, "What a
+    /// reload carries over"); the store's state is the store's, so every
+    /// (rule, key) keeps it.
     ///
     /// # Errors
     /// A rule the library refuses (config validation already checked them).
     pub fn over(
         config: &Config,
+        door_rules: &[Rule],
         store: Arc<AnyStore>,
         previous: Option<&Gate>,
     ) -> Result<Self, String> {
         let keys = config.rules.iter().map(|r| r.key.clone()).collect();
         // In process: nothing to time out.
         let timeout = (!store.in_process()).then_some(config.store.timeout);
-        // The config's rules, then the Envoy configs' (the gRPC service
-        // finds them at the end).
         let rules = config
             .rules
             .iter()
             .map(|r| r.rule.clone())
-            .chain(config.envoy.0.all_rules().iter().cloned());
+            .chain(door_rules.iter().cloned());
         let overrides = config
             .rules
             .iter()

@@ -367,7 +367,6 @@ impl<'a> Checker<'a> {
             rules: rules?,
             http: http?,
             proxy: proxy?,
-            envoy: EnvoyConfig::default(),
             envoy_settings: envoy_settings?,
             metrics: metrics?,
             admin: admin?,

@@ -1,7 +1,7 @@
 //! The reload task of `serve` (docs/operations.md): on SIGHUP, and when
 //! polling sees a file's content change, it loads every file again with
-//! the loaders used at start, builds new [`Doors`] over the same store and
-//! publishes them in one atomic swap. A config that does not load or build
+//! the loaders used at start, builds the next [`Generation`] of doors over
+//! the same store and publishes it in one atomic swap. A config that does not load or build
 //! changes nothing: the old doors keep serving, and the error is logged,
 //! counted and shown (`/v1/rules`, `/readyz`). Settings read only at start
 //! (listener addresses, how the store is opened, the proxy's send timeout)
@@ -14,17 +14,15 @@ use std::time::{Instant, SystemTime};
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use crate::config::{Config, ConfigInfo, ReloadError, record_loaded, rfc3339};
-use crate::doors::generation::{Doors, Shared};
-use crate::reload::{Listen, Loaded, Source};
+use super::Source;
+use crate::config::{ConfigInfo, ReloadError, record_loaded, rfc3339};
+use crate::doors::{Door, Generation, Plan, Shared};
 
 /// Reloads `source` into `live` until `stop` turns true.
 pub(crate) struct Reloader {
     pub(crate) source: Arc<Source>,
-    pub(crate) live: Arc<ArcSwap<Doors>>,
+    pub(crate) live: Arc<ArcSwap<Generation>>,
     pub(crate) shared: Shared,
-    /// The addresses the front doors listen on.
-    pub(crate) listen: Listen,
 }
 
 impl Reloader {
@@ -83,9 +81,9 @@ impl Reloader {
         };
         let old = self.live.load_full();
         let built = loaded.and_then(|mut loaded| {
-            let fixed = self.keep_fixed(&old.config, &mut loaded);
+            let fixed = keep_fixed(&old.plan, &mut loaded);
             let info = ConfigInfo::now(version.clone());
-            Doors::build(loaded.config, info, &self.shared, Some(&old)).map(|d| (d, fixed))
+            Generation::build(loaded, info, &self.shared, Some(&old)).map(|d| (d, fixed))
         });
         let status = &self.shared.status;
         match built {
@@ -131,74 +129,70 @@ impl Reloader {
         }
         version
     }
+}
 
-    /// Sets in `new` the running values of the settings read only at
-    /// start, and says which of them `new` changed.
-    fn keep_fixed(&self, running: &Config, new: &mut Loaded) -> Vec<String> {
-        let mut changed = Vec::new();
-        let show = |a: Option<std::net::SocketAddr>| a.map_or("none".to_owned(), |a| a.to_string());
-        for (what, was, now) in [
-            ("the HTTP API's address", self.listen.http, new.listen.http),
-            (
-                "the reverse proxy's address",
-                self.listen.proxy,
-                new.listen.proxy,
-            ),
-            ("the gRPC address", self.listen.grpc, new.listen.grpc),
-        ] {
-            if was != now {
-                changed.push(format!(
-                    "{what} changed from {} to {} (listener addresses are bound at start)",
-                    show(was),
-                    show(now)
-                ));
-            }
-        }
-        let (store, s) = (&running.store, &mut new.config.store);
-        if store.url != s.url {
+/// Sets in `new` the running values of the settings read only at start,
+/// and says which of them `new` changed.
+fn keep_fixed(running: &Plan, new: &mut Plan) -> Vec<String> {
+    let mut changed = Vec::new();
+    let show = |a: Option<std::net::SocketAddr>| a.map_or("none".to_owned(), |a| a.to_string());
+    // The admin API's address is part of `[admin]`, compared below.
+    for door in Door::ALL.into_iter().filter(|d| d.is_front()) {
+        let (before, after) = (running.at(door), new.at(door));
+        if before != after {
             changed.push(format!(
-                "[store] url changed from {} to {} (the store is opened at start)",
-                store.url, s.url
+                "{} changed from {} to {} (listener addresses are bound at start)",
+                door.address(),
+                show(before),
+                show(after)
             ));
         }
-        for (field, differs) in [
-            ("prefix", store.prefix != s.prefix),
-            ("timeout", store.timeout != s.timeout),
-            ("max_keys", store.max_keys != s.max_keys),
-            ("hybrid", store.hybrid != s.hybrid),
-        ] {
-            if differs {
-                changed.push(format!(
-                    "[store] {field} changed (the store is opened with it at start)"
-                ));
-            }
-        }
-        s.url = store.url.clone();
-        s.prefix = store.prefix.clone();
-        s.timeout = store.timeout;
-        s.max_keys = store.max_keys;
-        s.hybrid = store.hybrid.clone();
-        if running.proxy.send_timeout != new.config.proxy.send_timeout {
-            changed.push(
-                "[proxy] send_timeout changed (the proxy's connections are set up with it at start)"
-                    .to_owned(),
-            );
-            new.config.proxy.send_timeout = running.proxy.send_timeout;
-        }
-        // The admin API's tokens are read when its listener opens: a
-        // reload that drops a token must say the token still works, or an
-        // operator revoking a leaked one believes it revoked (docs/operations.md).
-        if running.admin != new.config.admin {
-            changed.push(
-                "[admin] changed (the admin API's listener and tokens are set up at start; \
-                 a removed token still works until the restart)"
-                    .to_owned(),
-            );
-            new.config.admin = running.admin.clone();
-        }
-        new.config.http.listen = running.http.listen;
-        new.config.proxy.listen = running.proxy.listen;
-        new.listen = self.listen;
-        changed
     }
+    let was = &running.config;
+    let (store, s) = (&was.store, &mut new.config.store);
+    if store.url != s.url {
+        changed.push(format!(
+            "[store] url changed from {} to {} (the store is opened at start)",
+            store.url, s.url
+        ));
+    }
+    for (field, differs) in [
+        ("prefix", store.prefix != s.prefix),
+        ("timeout", store.timeout != s.timeout),
+        ("max_keys", store.max_keys != s.max_keys),
+        ("hybrid", store.hybrid != s.hybrid),
+    ] {
+        if differs {
+            changed.push(format!(
+                "[store] {field} changed (the store is opened with it at start)"
+            ));
+        }
+    }
+    s.url = store.url.clone();
+    s.prefix = store.prefix.clone();
+    s.timeout = store.timeout;
+    s.max_keys = store.max_keys;
+    s.hybrid = store.hybrid.clone();
+    if was.proxy.send_timeout != new.config.proxy.send_timeout {
+        changed.push(
+            "[proxy] send_timeout changed (the proxy's connections are set up with it at start)"
+                .to_owned(),
+        );
+        new.config.proxy.send_timeout = was.proxy.send_timeout;
+    }
+    // The admin API's tokens are read when its listener opens: a
+    // reload that drops a token must say the token still works, or an
+    // operator revoking a leaked one believes it revoked (docs/operations.md).
+    if was.admin != new.config.admin {
+        changed.push(
+            "[admin] changed (the admin API's listener and tokens are set up at start; \
+             a removed token still works until the restart)"
+                .to_owned(),
+        );
+        new.config.admin = was.admin.clone();
+    }
+    new.config.http.listen = was.http.listen;
+    new.config.proxy.listen = was.proxy.listen;
+    new.listen = running.listen.clone();
+    changed
 }

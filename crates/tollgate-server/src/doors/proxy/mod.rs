@@ -91,6 +91,18 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// charged, unused estimate is not given back.
 pub const STREAM_ALLOWANCE: Duration = Duration::from_secs(3600);
 
+/// The upstream a served proxy forwards to: the one place that says a
+/// reverse proxy needs one ([`super::Door::ready_in`] asks here for
+/// `serve`, a reload and `validate`).
+///
+/// # Errors
+/// There is no upstream (neither `[proxy] upstream` nor `--upstream`).
+pub fn upstream_of(config: &Config) -> Result<&Upstream, String> {
+    config.proxy.upstream.as_ref().ok_or_else(|| {
+        "the reverse proxy needs an upstream: add [proxy] upstream (or --upstream URL)".to_owned()
+    })
+}
+
 /// The reverse proxy: rules with their key extractors, the client-address
 /// policy, and a pool of HTTP/1.1 connections to the upstream
 /// ([`pool`]).

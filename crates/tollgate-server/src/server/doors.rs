@@ -1,0 +1,180 @@
+//! Opening each door ([`open`]): its line in the log, and the future that
+//! serves it until shutdown, taking for each request (each gRPC call) the
+//! [`Generation`] current when it starts, so it decides on one config's
+//! rules alone while a reload swaps the next one in.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic_health::server::{HealthReporter, HealthService};
+
+use super::{GRPC_BODY_TIMEOUT, MAX_GRPC_MESSAGE, SEND_TIMEOUT, grpc, serve_with, stopped};
+use crate::doors::envoy::grpc::{Current, RateLimitServer};
+use crate::doors::proxy::ProxyBody;
+use crate::doors::{Door, Generation, admin};
+
+/// A door being served: it ends once drained after shutdown.
+pub(super) type Serving = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Opens `door` on `listener` with the `first` generation's settings
+/// (addresses, store, Envoy domains, admin tokens: read once at start),
+/// serving each request with the generation `live` holds, until `stop`.
+///
+/// # Errors
+/// The admin API refuses to open (beyond loopback without a token, a bad
+/// token), a proxy door without a proxy, a listener without an address.
+pub(super) async fn open(
+    door: Door,
+    listener: TcpListener,
+    first: &Generation,
+    live: &Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let live = Arc::clone(live);
+    match door {
+        Door::Admin => open_admin(listener, first, live, stop),
+        Door::Api => open_api(listener, first, live, stop),
+        Door::Proxy => open_proxy(listener, first, live, stop),
+        Door::Envoy => open_envoy(listener, first, live, stop).await,
+    }
+}
+
+fn open_admin(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let current: admin::GateSource = Arc::new(move || Arc::clone(&live.load().gate));
+    let (listener, admin) = admin::open(listener, &first.plan.config, current)?;
+    Ok(Box::pin(serve_with(
+        listener,
+        Door::Admin.name(),
+        SEND_TIMEOUT,
+        stopped(stop),
+        move |_peer| {
+            let admin = Arc::clone(&admin);
+            service_fn(move |req: Request<Incoming>| {
+                let admin = Arc::clone(&admin);
+                async move { Ok::<_, Infallible>(admin.handle(req).await) }
+            })
+        },
+    )))
+}
+
+fn open_api(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        "HTTP API listening on http://{addr} (store {})",
+        first.plan.config.store.url
+    );
+    Ok(Box::pin(serve_with(
+        listener,
+        Door::Api.name(),
+        SEND_TIMEOUT,
+        stopped(stop),
+        move |_peer| {
+            let live = Arc::clone(&live);
+            service_fn(move |req: Request<Incoming>| {
+                // Once per request: it decides on these rules alone.
+                let api = Arc::clone(&live.load().api);
+                async move { Ok::<_, Infallible>(api.handle(req).await) }
+            })
+        },
+    )))
+}
+
+fn open_proxy(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let config = &first.plan.config;
+    // Generation::build makes a proxy whenever this door is served.
+    let Some(proxy) = &first.proxy else {
+        return Err("the reverse proxy door has no proxy".to_owned());
+    };
+    tracing::info!(
+        "reverse proxy listening on http://{addr}, forwarding to {} (store {})",
+        proxy.upstream(),
+        config.store.url
+    );
+    Ok(Box::pin(serve_with(
+        listener,
+        Door::Proxy.name(),
+        config.proxy.send_timeout,
+        stopped(stop),
+        move |peer| {
+            let live = Arc::clone(&live);
+            service_fn(move |req: Request<Incoming>| {
+                // Once per request: it decides on these rules alone.
+                let proxy = live.load().proxy.clone();
+                async move {
+                    match proxy {
+                        Some(proxy) => proxy.handle(req, peer).await,
+                        // Never reached: see above.
+                        None => Ok(no_proxy()),
+                    }
+                }
+            })
+        },
+    )))
+}
+
+async fn open_envoy(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let domains = first.plan.envoy.domains();
+    if domains.is_empty() {
+        tracing::warn!(
+            "Envoy rate limit service: no --envoy-config loaded; every descriptor is answered OK"
+        );
+    }
+    tracing::info!(
+        "Envoy rate limit service (gRPC) listening on {addr} (domains {}; store {})",
+        if domains.is_empty() {
+            "none".to_owned()
+        } else {
+            domains.join(", ")
+        },
+        first.plan.config.store.url
+    );
+    let current: Current = Arc::new(move || Arc::clone(&live.load().envoy));
+    let health = HealthReporter::new();
+    health.set_serving::<RateLimitServer>().await;
+    let server = RateLimitServer::new(
+        current,
+        HealthService::from_health_reporter(health.clone()),
+        MAX_GRPC_MESSAGE,
+        GRPC_BODY_TIMEOUT,
+    );
+    Ok(Box::pin(grpc::serve_grpc(listener, server, health, stop)))
+}
+
+/// The answer of a proxy door without a proxy (never made: see its use).
+fn no_proxy() -> Response<ProxyBody> {
+    let mut res = Response::new(http_body_util::Either::Right(
+        http_body_util::Full::default(),
+    ));
+    *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    res
+}
