@@ -63,7 +63,7 @@ pub use checker::parse_listen;
 pub use model::*;
 
 /// A config file's problems, as `validate` reports them; defined in
-/// [`file`], which the Envoy loader shares.
+/// [`mod@file`], which the Envoy loader shares.
 pub use file::{ConfigError, ConfigErrors};
 pub(crate) use status::record_loaded;
 pub use status::{

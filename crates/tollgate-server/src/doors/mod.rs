@@ -7,7 +7,7 @@
 //! This file is the one list of them: [`Door`] names each door and says
 //! what it needs, [`ByDoor`] holds one value per door (an address, a
 //! listener), [`Plan`] is what `serve` serves where. `generation.rs`
-//! builds one config's doors over the gate ([`Generation`]); `server`
+//! builds one config's doors over the gate (`Generation`); `server`
 //! spawns one task per door, and a reload swaps the generation.
 
 use std::net::SocketAddr;
@@ -26,7 +26,7 @@ pub(crate) use generation::{Generation, Shared};
 
 /// A door: one listener, one kind of traffic. Adding one adds a variant
 /// here, in [`Door::ALL`], and an arm to each `match` below (the compiler
-/// lists them), a folder beside the others, a field in [`Generation`]
+/// lists them), a folder beside the others, a field in `Generation`
 /// when it is rebuilt per config, and its spawn in `server/doors.rs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Door {

@@ -18,7 +18,7 @@ impl EnvoyLimits {
     /// key-only node. Bytes that are not UTF-8 read as U+FFFD.
     ///
     /// ```
-    /// use tollgate_server::envoy::limits::EnvoyLimits;
+    /// use tollgate_server::doors::envoy::limits::EnvoyLimits;
     ///
     /// let yaml = "
     /// domain: d

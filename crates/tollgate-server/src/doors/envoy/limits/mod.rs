@@ -26,7 +26,7 @@
 //! the key alone.
 //!
 //! ```
-//! use tollgate_server::envoy::limits::{EnvoyLimits, Unit};
+//! use tollgate_server::doors::envoy::limits::{EnvoyLimits, Unit};
 //!
 //! let yaml = "
 //! domain: mongo_cps

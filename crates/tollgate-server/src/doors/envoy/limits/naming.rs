@@ -46,7 +46,7 @@ pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
 /// with a bare `;`, a short key never names a long key's counter.
 ///
 /// ```
-/// use tollgate_server::envoy::limits::store_key;
+/// use tollgate_server::doors::envoy::limits::store_key;
 ///
 /// assert_eq!(store_key(&[("database", "users"), ("collection", "foo")]), "database=users;collection=foo");
 /// assert_eq!(store_key(&[("a", "b;c")]), r"a=b\;c");
