@@ -1,19 +1,18 @@
 //! The server's view of the limiter: the config's rules, key extractors and
 //! failure policies over the library's [`ResilientLimiter`] (store timeout,
 //! `on_error`, circuit breaker, the `local` fallback sized by the live
-//! replicas, metrics, store trouble logged at most once a second). Both
-//! front doors (HTTP API and reverse proxy) decide through a [`Gate`].
+//! replicas, metrics, store trouble logged at most once a second). Every
+//! door decides through a [`Gate`].
 //!
 //! [`crate::store::open_store`] opens the store a gate runs over; the
 //! `check` and `replay` subcommands open theirs with it too.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::resilient::{self, ChargeVerdict, Refusal, ResilientLimiter, TicketVerdict, Verdict};
-use tollgate::store::{Released, Settled};
-use tollgate::ticket::Ticket;
-use tollgate::{Check, Limiter, Rule, Store};
+use tollgate::resilient::{self, ResilientLimiter};
+use tollgate::{Limiter, Rule, Store};
 
 use tollgate::OnError;
 
@@ -30,7 +29,11 @@ pub const BREAKER_THRESHOLD: u32 = resilient::DEFAULT_BREAKER_THRESHOLD;
 /// check through.
 pub const BREAKER_OPEN_FOR: Duration = resilient::DEFAULT_BREAKER_OPEN_FOR;
 
-/// Rules over the configured store, with the failure policy applied.
+/// Rules over the configured store, with the failure policy applied: the
+/// library's [`ResilientLimiter`] as the config builds it ([`Gate::over`]),
+/// with what the library has no place for (each rule's `key` text, the
+/// server's defaults). Checks, charges, reservations and leases are the
+/// limiter's own calls, reached through [`Deref`].
 #[derive(Debug)]
 pub struct Gate {
     /// Shared with the tasks that settle and release what a proxied
@@ -115,33 +118,8 @@ impl Gate {
         })
     }
 
-    /// The rules: the config's in file order, then the Envoy configs'.
-    #[must_use]
-    pub fn rules(&self) -> &[Rule] {
-        self.limiter.rules()
-    }
-
-    /// The rule (or `[[rules.overrides]]` entry) that decides `key` under
-    /// rule `i`: what an answer's headers describe.
-    /// A runtime override first, then a config one, then the rule.
-    #[must_use]
-    pub fn rule_for_key(&self, i: usize, key: &[u8]) -> std::borrow::Cow<'_, Rule> {
-        self.limiter.rule_for_key(i, key)
-    }
-
-    /// The rule named `name`.
-    #[must_use]
-    pub fn rule(&self, name: &str) -> Option<&Rule> {
-        self.limiter.rule(name)
-    }
-
-    /// The position of the rule named `name` in [`Gate::rules`].
-    #[must_use]
-    pub fn rule_index(&self, name: &str) -> Option<usize> {
-        self.limiter.rule_index(name)
-    }
-
-    /// The failure policy of the rule named `name` (allow if unknown).
+    /// The failure policy of the rule named `name`: allow if unknown
+    /// (the limiter's own answers `None` then).
     #[must_use]
     pub fn policy(&self, name: &str) -> OnError {
         self.limiter.policy(name).unwrap_or_default()
@@ -151,26 +129,6 @@ impl Gate {
     #[must_use]
     pub fn key_of(&self, name: &str) -> Option<&KeyExtractor> {
         self.keys.get(self.rule_index(name)?)?.as_ref()
-    }
-
-    /// The store.
-    #[must_use]
-    pub fn store(&self) -> &Arc<AnyStore> {
-        self.limiter.store()
-    }
-
-    /// The `n` keys the rule named `rule` denied most on this replica
-    /// lately, most denied first, with their error bounds (see
-    /// [`ResilientLimiter::top_denied`]).
-    ///
-    /// # Errors
-    /// [`tollgate::Error::UnknownRule`] when no rule is named `rule`.
-    pub fn top_denied(
-        &self,
-        rule: &str,
-        n: usize,
-    ) -> Result<Vec<tollgate::top::DeniedKey>, tollgate::Error> {
-        self.limiter.top_denied(rule, n)
     }
 
     /// The limiter with its failure handling.
@@ -185,79 +143,9 @@ impl Gate {
         &self.limiter
     }
 
-    /// Checks every pair all-or-nothing (one pair for a single check).
-    ///
-    /// # Errors
-    /// [`Refusal::Invalid`] for a bad request, [`Refusal::Unavailable`] when
-    /// the store failed and a rule's policy is `deny`.
-    pub async fn check_all(&self, checks: &[Check<'_>]) -> Result<Verdict, Refusal> {
-        self.limiter.check_all(checks).await
-    }
-
-    /// Charges every pair unconditionally, each at its own cost
-    /// (docs/semantics.md, "Charge"); the failure policy answers a store
-    /// failure.
-    ///
-    /// # Errors
-    /// As [`Gate::check_all`].
-    pub async fn charge_all(&self, checks: &[Check<'_>]) -> Result<ChargeVerdict, Refusal> {
-        self.limiter.charge_all(checks).await
-    }
-
-    /// Gives every pair its cost back now (docs/semantics.md, "Refund").
-    ///
-    /// # Errors
-    /// As [`Gate::check_all`].
-    pub async fn refund_all(&self, checks: &[Check<'_>]) -> Result<ChargeVerdict, Refusal> {
-        self.limiter.refund_all(checks).await
-    }
-
-    /// Reserves every pair's cost for `ttl` (docs/semantics.md, "Reserve,
-    /// then settle").
-    ///
-    /// # Errors
-    /// As [`Gate::check_all`], and a `ttl` out of range.
-    pub async fn reserve_all(
-        &self,
-        checks: &[Check<'_>],
-        ttl: std::time::Duration,
-    ) -> Result<TicketVerdict, Refusal> {
-        self.limiter.reserve_all(checks, ttl).await
-    }
-
-    /// Settles (`actual`: one usage for every pair, or one per pair) or
-    /// cancels (`None`) the reservation `ticket`.
-    ///
-    /// # Errors
-    /// A ticket whose rules are gone, an `actual` of the wrong length, the
-    /// store failed.
-    pub async fn settle(
-        &self,
-        ticket: &Ticket,
-        actual: Option<&[u64]>,
-    ) -> Result<Settled, Refusal> {
-        self.limiter.settle(ticket, actual).await
-    }
-
-    /// Acquires every pair's cost in slots of its concurrency rule.
-    ///
-    /// # Errors
-    /// As [`Gate::check_all`], and a rule that is not `concurrency`.
-    pub async fn acquire_all(&self, checks: &[Check<'_>]) -> Result<TicketVerdict, Refusal> {
-        self.limiter.acquire_all(checks).await
-    }
-
-    /// Releases (or `renew`s) the lease `ticket`.
-    ///
-    /// # Errors
-    /// A ticket whose rules are gone, the store failed.
-    pub async fn release(&self, ticket: &Ticket, renew: bool) -> Result<Released, Refusal> {
-        self.limiter.release(ticket, renew).await
-    }
-
-    /// Whether the store answers: always for the memory store; for Redis,
-    /// not while the circuit breaker is open, else a `PING` within the
-    /// store timeout.
+    /// Whether the store answers, as `/readyz` says it: always for the
+    /// memory store; for Redis, not while the circuit breaker is open,
+    /// else a `PING` within the store timeout.
     ///
     /// # Errors
     /// Why the store is not ready.
@@ -272,5 +160,15 @@ impl Gate {
             AnyStore::Memory(m) => Some(m.len()),
             _ => None,
         }
+    }
+}
+
+/// A gate is its limiter, built from the config: the doors call the
+/// limiter's checks on it, with nothing in between.
+impl Deref for Gate {
+    type Target = ResilientLimiter<Arc<AnyStore>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.limiter
     }
 }
