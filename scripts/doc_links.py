@@ -7,7 +7,7 @@ into an anchor the way GitHub does it (lower case, punctuation dropped,
 spaces to hyphens, repeats numbered -1, -2, ...). Links to other sites are
 not followed: these machines reach none. Exits 1 and names each broken link.
 
-Usage: python3 scripts/doc_links.py [FILE_OR_DIR ...]   (default: README.md docs/)
+Usage: python3 scripts/doc_links.py [FILE_OR_DIR ...]   (default: README.md ARCHITECTURE.md docs/)
 """
 import os
 import re
@@ -89,7 +89,7 @@ def main(args):
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
     os.chdir(root)
     files = []
-    for arg in args or ["README.md", "docs"]:
+    for arg in args or ["README.md", "ARCHITECTURE.md", "docs"]:
         if os.path.isdir(arg):
             for dirpath, _, names in os.walk(arg):
                 files += [os.path.join(dirpath, n) for n in sorted(names) if n.endswith(".md")]

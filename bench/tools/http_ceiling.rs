@@ -26,7 +26,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::net::TcpListener;
 use tollgate_http::headers::{RATELIMIT, RATELIMIT_POLICY};
-use tollgate_server::api::read_body;
+use tollgate_server::doors::api::read_body;
 use tollgate_server::server::serve_with;
 
 /// The allocator `tollgate serve` runs with, so the comparison is fair.

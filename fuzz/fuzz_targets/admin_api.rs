@@ -9,8 +9,8 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::Full;
 use libfuzzer_sys::fuzz_target;
-use tollgate_fuzz::{RUNTIME, config, gate};
-use tollgate_server::admin::{Admin, Tokens};
+use tollgate_fuzz::{RUNTIME, config, envoy, gate};
+use tollgate_server::doors::admin::{Admin, Tokens};
 
 const ROUTES: [(Method, &str); 10] = [
     (Method::GET, "keys"),
@@ -26,7 +26,8 @@ const ROUTES: [(Method, &str); 10] = [
 ];
 
 static ADMIN: LazyLock<Admin> = LazyLock::new(|| {
-    let gate = gate(&config());
+    let config = config();
+    let gate = gate(&config, &envoy(&config));
     let tokens = Tokens::new(&[], None).expect("no tokens");
     Admin::new(Arc::new(move || Arc::clone(&gate)), tokens)
 });

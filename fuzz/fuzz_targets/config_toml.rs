@@ -10,6 +10,6 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Ok(config) = Config::parse(text, "fuzz.toml") {
-        drop(tollgate_fuzz::gate(&config));
+        drop(tollgate_fuzz::gate(&config, &Default::default()));
     }
 });

@@ -7,13 +7,14 @@ use std::sync::LazyLock;
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use tollgate_fuzz::{RUNTIME, config, gate};
-use tollgate_server::envoy::grpc::fuzzing::read_request;
-use tollgate_server::envoy::service::EnvoyService;
+use tollgate_fuzz::{RUNTIME, config, envoy, gate};
+use tollgate_server::doors::envoy::grpc::fuzzing::read_request;
+use tollgate_server::doors::envoy::service::EnvoyService;
 
 static SERVICE: LazyLock<EnvoyService> = LazyLock::new(|| {
     let config = config();
-    EnvoyService::new(gate(&config), std::sync::Arc::clone(&config.envoy.0))
+    let limits = envoy(&config);
+    EnvoyService::new(gate(&config, &limits), limits)
         .expect("the example service")
         .with_dynamic_metadata(true)
 });

@@ -5,9 +5,8 @@
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use tollgate_server::config::EnvoyConfig;
-use tollgate_server::envoy::limits::EnvoyLimits;
-use tollgate_server::envoy::service::EnvoyService;
+use tollgate_server::doors::envoy::limits::EnvoyLimits;
+use tollgate_server::doors::envoy::service::EnvoyService;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -17,9 +16,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(limits) = EnvoyLimits::parse_with(&sources, &[], data.len() % 2 == 0) else {
         return;
     };
-    let mut config = tollgate_server::config::Config::without_rules();
+    let config = tollgate_server::config::Config::without_rules();
     let limits = Arc::new(limits);
-    config.envoy = EnvoyConfig(Arc::clone(&limits));
-    let gate = tollgate_fuzz::gate(&config);
+    let gate = tollgate_fuzz::gate(&config, &limits);
     EnvoyService::new(gate, limits).expect("a service over accepted limits");
 });

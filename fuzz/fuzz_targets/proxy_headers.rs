@@ -17,8 +17,8 @@ use tollgate_http::cidr::Cidr;
 use tollgate_http::cost::{Reading, UsageSource};
 use tollgate_http::extract::{ClientIpConfig, MissingKey, normalize_path};
 use tollgate_http::key::KeyExtractor;
-use tollgate_server::proxy::fuzzing::{append_forwarded_for, is_host_port};
-use tollgate_server::proxy::strip_hop_by_hop;
+use tollgate_server::doors::proxy::fuzzing::{append_forwarded_for, is_host_port};
+use tollgate_server::doors::proxy::strip_hop_by_hop;
 
 static KEY: LazyLock<KeyExtractor> = LazyLock::new(|| {
     "header:x-api-key+client_ip+path+host+method"

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use libfuzzer_sys::fuzz_target;
-use tollgate_fuzz::{RUNTIME, config, gate};
+use tollgate_fuzz::{RUNTIME, config, envoy, gate};
 use tollgate_http::headers::HeaderOptions;
-use tollgate_server::api::{Api, fuzzing::read_check};
+use tollgate_server::doors::api::{Api, fuzzing::read_check};
 
 const PATHS: [&str; 8] = [
     "/v1/check",
@@ -27,7 +27,12 @@ static API: LazyLock<Api> = LazyLock::new(|| {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .build_recorder()
         .handle();
-    Api::new(gate(&config()), HeaderOptions::default(), metrics)
+    let config = config();
+    Api::new(
+        gate(&config, &envoy(&config)),
+        HeaderOptions::default(),
+        metrics,
+    )
 });
 
 fuzz_target!(|data: &[u8]| {

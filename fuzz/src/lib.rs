@@ -6,10 +6,10 @@
 use std::sync::{Arc, LazyLock};
 
 use tollgate::MemoryStore;
-use tollgate::store::AnyStore;
-use tollgate_server::config::{Config, EnvoyConfig};
-use tollgate_server::envoy::limits::EnvoyLimits;
+use tollgate_server::config::Config;
+use tollgate_server::doors::envoy::limits::EnvoyLimits;
 use tollgate_server::gate::Gate;
+use tollgate_server::store::AnyStore;
 
 /// One rule per algorithm, a `concurrency` rule, a rule with overrides
 /// and a rule settled from a response header.
@@ -71,28 +71,41 @@ estimate = 1000
 /// The Envoy limits the gRPC target decides by (the example file).
 pub const ENVOY_YAML: &str = include_str!("../../examples/envoy-ratelimit.yaml");
 
-/// [`CONFIG`], parsed, with [`ENVOY_YAML`] loaded.
+/// [`CONFIG`], parsed.
 ///
 /// # Panics
-/// When either does not load (a fuzz setup error).
+/// When it does not load (a fuzz setup error).
 #[must_use]
 pub fn config() -> Config {
-    let mut config = Config::parse(CONFIG, "fuzz.toml").expect("the fuzz config loads");
+    Config::parse(CONFIG, "fuzz.toml").expect("the fuzz config loads")
+}
+
+/// [`ENVOY_YAML`], loaded beside `config`'s rules (as `serve` loads its
+/// `--envoy-config` files).
+///
+/// # Panics
+/// When it does not load (a fuzz setup error).
+#[must_use]
+pub fn envoy(config: &Config) -> Arc<EnvoyLimits> {
     let taken: Vec<&str> = config.rules.iter().map(|r| r.rule.name()).collect();
     let limits = EnvoyLimits::parse(&[("envoy.yaml".to_owned(), ENVOY_YAML.to_owned())], &taken)
         .expect("the example Envoy config loads");
-    config.envoy = EnvoyConfig(Arc::new(limits));
-    config
+    Arc::new(limits)
 }
 
-/// A gate over a fresh memory store.
+/// A gate over a fresh memory store with `config`'s rules, then `envoy`'s.
 ///
 /// # Panics
 /// When `config` is refused (a valid config never is).
 #[must_use]
-pub fn gate(config: &Config) -> Arc<Gate> {
+pub fn gate(config: &Config, envoy: &EnvoyLimits) -> Arc<Gate> {
     Arc::new(
-        Gate::new(config, AnyStore::from(MemoryStore::new())).expect("a gate over a valid config"),
+        Gate::new(
+            config,
+            envoy.all_rules(),
+            AnyStore::from(MemoryStore::new()),
+        )
+        .expect("a gate over a valid config"),
     )
 }
 

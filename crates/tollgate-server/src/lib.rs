@@ -3,17 +3,18 @@
 //! parses flags, sets up logging, binds, calls in here and maps errors to
 //! exit codes.
 //!
-//! * [`server::run`]: `tollgate serve` — the [`api`] (HTTP JSON API,
-//!   `/metrics`, health) and the [`proxy`] (reverse proxy) over one
-//!   [`gate::Gate`] (limiter, failure policy, circuit breaker, metrics).
+//! * [`server::run`]: `tollgate serve` — the [`doors`]: the HTTP JSON API
+//!   (`/metrics`, health), the reverse proxy, the Envoy rate limit service
+//!   and the admin API, over one [`gate::Gate`] (limiter, failure policy,
+//!   circuit breaker, metrics) on the [`store`] the config names.
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
-//! * [`admin`]: the admin API (`--admin`), on its own listener.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay` and `check`.
 //!
 //! * [`config`]: the TOML config file, validated field by field so
-//!   `validate` reports every problem with its line; [`config_file`] reads
-//!   it (and every Envoy file) only from a regular file of bounded size.
+//!   `validate` reports every problem with its line; [`config::file`]
+//!   reads it (and every Envoy file) only from a regular file of bounded
+//!   size.
 //! * [`store_url`], [`key`], [`cidr`]: the parsers the config uses for
 //!   store URLs, proxy key extractors and `trusted_proxies`.
 //! * [`cli`]: the command-line flags.
@@ -21,19 +22,16 @@
 // Library code handles every failure; tests may unwrap.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
-pub mod admin;
-pub mod api;
 pub mod cli;
 pub mod cmd;
 pub mod config;
-pub mod config_file;
-pub mod envoy;
+pub mod doors;
 pub mod gate;
 pub mod inline;
 pub mod metrics;
-pub mod proxy;
 pub mod reload;
 pub mod server;
+pub mod store;
 pub mod terminal;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.

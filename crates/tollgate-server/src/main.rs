@@ -12,7 +12,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tollgate_server::cli::{Cli, Command, ServeArgs};
 use tollgate_server::cmd::{check, replay, serve, validate};
-use tollgate_server::reload::{Listen, Loaded, Source, version_of_files};
+use tollgate_server::config::version_of_files;
+use tollgate_server::reload::Source;
 use tollgate_server::server::{self, Listeners};
 use tracing_subscriber::EnvFilter;
 
@@ -33,12 +34,12 @@ fn main() -> ExitCode {
             }
         },
         Command::Validate(args) => match validate::run(&args) {
-            Ok(config) => {
+            Ok((config, envoy)) => {
                 let file = validate::files_named(&args);
                 let shown = if args.config.is_some() {
-                    validate::summary(&config, &file)
+                    validate::summary(&config, &envoy, &file)
                 } else {
-                    validate::envoy_summary(&config.envoy.0, &file)
+                    validate::envoy_summary(&envoy, &file)
                 };
                 let mut stdout = std::io::stdout().lock();
                 if write!(stdout, "{shown}").is_err() {
@@ -90,15 +91,6 @@ async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr} for the {what}: {e}"))
 }
 
-/// The front doors' addresses of a plan.
-fn listen_of(plan: &serve::Plan) -> Listen {
-    Listen {
-        http: plan.http,
-        proxy: plan.proxy,
-        grpc: plan.grpc,
-    }
-}
-
 /// Resolves the flags, binds, and serves until SIGTERM or SIGINT,
 /// reloading the config files on SIGHUP and when they change.
 fn run_serve(args: &ServeArgs) -> Result<(), String> {
@@ -121,35 +113,17 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         let hup = Arc::new(Notify::new());
         let shutdown = shutdown_signal(Arc::clone(&hup))?;
         let mut listeners = Listeners::default();
-        if let Some(addr) = plan.http {
-            listeners.http = Some(bind(addr, "HTTP API").await?);
-        }
-        if let Some(addr) = plan.proxy {
-            listeners.proxy = Some(bind(addr, "reverse proxy").await?);
-        }
-        if let Some(addr) = plan.admin {
-            listeners.admin = Some(bind(addr, "admin API").await?);
-        }
-        if let Some(addr) = plan.grpc {
-            listeners.grpc = Some(bind(addr, "Envoy rate limit service").await?);
+        for (door, &addr) in plan.listen.iter() {
+            listeners.set(door, Some(bind(addr, door.name()).await?));
         }
         let reload_args = args.clone();
         let source = Source {
             files,
-            load: Box::new(move || {
-                serve::plan(&reload_args).map(|plan| Loaded {
-                    listen: listen_of(&plan),
-                    config: plan.config,
-                })
-            }),
+            load: Box::new(move || serve::plan(&reload_args)),
             poll: args.reload_poll,
             hup,
         };
-        let first = Loaded {
-            listen: listen_of(&plan),
-            config: plan.config,
-        };
-        server::run_reloading(listeners, shutdown, first, version, source).await
+        server::run_reloading(listeners, shutdown, plan, version, source).await
     })?;
     tracing::info!("tollgate serve: stopped");
     Ok(())

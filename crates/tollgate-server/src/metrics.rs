@@ -137,11 +137,11 @@ fn describe() {
     );
     metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
     metrics::describe_counter!(
-        crate::reload::RELOADS,
+        crate::config::RELOADS,
         "Config reloads by outcome (error: refused, the old config still serves)."
     );
     metrics::describe_gauge!(
-        crate::reload::LOADED_AT,
+        crate::config::LOADED_AT,
         metrics::Unit::Seconds,
         "When the serving config was loaded (Unix time)."
     );

@@ -103,7 +103,7 @@ fn a_config_over_the_size_cap_is_refused_before_it_is_read() {
     let big = dir.path().join("big.toml");
     std::fs::File::create(&big)
         .expect("create")
-        .set_len(tollgate_server::config_file::MAX_FILE_BYTES + 1)
+        .set_len(tollgate_server::config::file::MAX_FILE_BYTES + 1)
         .expect("grow");
     let out = tollgate(dir.path(), &["validate", "--config", "big.toml"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

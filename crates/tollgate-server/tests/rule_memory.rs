@@ -17,12 +17,12 @@ use cap::Cap;
 use http_body_util::{BodyExt, Full};
 use tollgate::MemoryStore;
 use tollgate_http::headers::HeaderOptions;
-use tollgate_server::api::Api;
 use tollgate_server::config::Config;
-use tollgate_server::envoy::service::EnvoyService;
+use tollgate_server::config::{ConfigInfo, ReloadStatus};
+use tollgate_server::doors::api::Api;
+use tollgate_server::doors::envoy::service::EnvoyService;
+use tollgate_server::doors::proxy::Proxy;
 use tollgate_server::gate::Gate;
-use tollgate_server::proxy::Proxy;
-use tollgate_server::reload::{ConfigInfo, ReloadStatus};
 
 /// Counts the bytes held, and the most ever held at once.
 #[global_allocator]
@@ -86,8 +86,9 @@ fn a_rule_costs_under_640_bytes_held_and_1_kib_while_loading() {
     steps.push(("config", held() - start, peak() - start));
     let (api, proxy, envoy) = runtime.block_on(async {
         let mark = held();
-        let gate =
-            Arc::new(Gate::over(&config, Arc::new(MemoryStore::new().into()), None).expect("gate"));
+        let gate = Arc::new(
+            Gate::over(&config, &[], Arc::new(MemoryStore::new().into()), None).expect("gate"),
+        );
         steps.push(("gate", held() - mark, peak() - start));
         let mark = held();
         let api = Api::new(Arc::clone(&gate), HeaderOptions::default(), metrics.clone())
@@ -97,8 +98,7 @@ fn a_rule_costs_under_640_bytes_held_and_1_kib_while_loading() {
             );
         steps.push(("api", held() - mark, peak() - start));
         let mark = held();
-        let envoy =
-            EnvoyService::new(Arc::clone(&gate), Arc::clone(&config.envoy.0)).expect("envoy");
+        let envoy = EnvoyService::new(Arc::clone(&gate), Arc::default()).expect("envoy");
         steps.push(("envoy", held() - mark, peak() - start));
         let mark = held();
         let proxy = Proxy::new(Arc::clone(&gate), &config, upstream).expect("proxy");

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tollgate_server::config::Config;
+use tollgate_server::doors::Door;
 use tollgate_server::server::{Listeners, run};
 
 const CONFIG: &str =
@@ -32,12 +33,7 @@ async fn run_serves_until_shutdown_then_returns() {
     let addr = listener.local_addr().expect("addr");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(run(
-        Listeners {
-            http: Some(listener),
-            proxy: None,
-            grpc: None,
-            admin: None,
-        },
+        Listeners::default().with(Door::Api, listener),
         async {
             let _ = stopped.await;
         },
@@ -67,12 +63,7 @@ async fn run_refuses_nothing_to_serve_and_a_proxy_without_upstream() {
     assert!(err.contains("nothing to serve"), "{err}");
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let err = run(
-        Listeners {
-            http: None,
-            proxy: Some(listener),
-            grpc: None,
-            admin: None,
-        },
+        Listeners::default().with(Door::Proxy, listener),
         async {},
         config,
     )
@@ -90,7 +81,7 @@ async fn serve_with_serves_a_callers_service_until_shutdown() {
 
     use bytes::Bytes;
     use http_body_util::Full;
-    use tollgate_server::api::{MAX_BODY, read_body};
+    use tollgate_server::doors::api::{MAX_BODY, read_body};
     use tollgate_server::server::serve_with;
 
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");

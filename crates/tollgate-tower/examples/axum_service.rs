@@ -25,15 +25,16 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use tollgate::OnError;
-use tollgate::store::AnyStore;
-use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec};
+use tollgate::{Algorithm, Limiter, MemoryStore, RuleSpec, Store};
 use tollgate_tower::RateLimitLayer;
 use tollgate_tower::extract::ClientIpConfig;
 
-/// The store: Redis when `TOLLGATE_REDIS_URL` is set, else in process.
-async fn store() -> Result<AnyStore, Box<dyn Error>> {
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn Error>> {
+    // The store: Redis when `TOLLGATE_REDIS_URL` is set, else in process.
+    // Each is its own type; the service is generic over the store.
     let Ok(url) = std::env::var("TOLLGATE_REDIS_URL") else {
-        return Ok(MemoryStore::new().into());
+        return serve(MemoryStore::new()).await;
     };
     #[cfg(feature = "redis")]
     {
@@ -42,7 +43,7 @@ async fn store() -> Result<AnyStore, Box<dyn Error>> {
             timeout: Duration::from_millis(50),
             ..RedisOptions::default()
         };
-        Ok(RedisStore::connect(&url, options).await?.into())
+        serve(RedisStore::connect(&url, options).await?).await
     }
     #[cfg(not(feature = "redis"))]
     {
@@ -67,11 +68,11 @@ async fn hello() -> &'static str {
     "hello\n"
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn Error>> {
+/// Serves the app with its limits kept in `store`.
+async fn serve<S: Store>(store: S) -> Result<(), Box<dyn Error>> {
     // Built once, shared by every clone the router makes.
     let limiter = Arc::new(Limiter::new(
-        store().await?,
+        store,
         [
             RuleSpec::new("per_key", Algorithm::Gcra, 10, Duration::from_secs(1))
                 .burst(20)

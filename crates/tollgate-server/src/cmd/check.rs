@@ -10,7 +10,7 @@ use tollgate::Limiter;
 
 use crate::cli::CheckArgs;
 use crate::config::Config;
-use crate::gate::open_store;
+use crate::store::open_store;
 use crate::store_url::StoreUrl;
 
 /// What `tollgate check` counted.

@@ -1,49 +1,32 @@
 //! `tollgate serve`'s command line: the config file with the flags laid
-//! over it, and which front doors to open where. [`crate::server::run`]
-//! does the serving.
+//! over it, and which doors to open where ([`Plan`]).
+//! [`crate::server::run`] does the serving.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::cli::ServeArgs;
 use crate::config::upstream::Upstream;
-use crate::config::{Config, DEFAULT_HTTP_LISTEN, EnvoyConfig, parse_listen};
-use crate::envoy::limits::EnvoyLimits;
+use crate::config::{Config, DEFAULT_HTTP_LISTEN, parse_listen};
+use crate::doors::envoy::limits::EnvoyLimits;
+use crate::doors::{ByDoor, Door, Plan};
 use crate::store_url::StoreUrl;
 
-/// What `serve` will do: the config with every flag applied, and the
-/// addresses to bind.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    /// The config, flags applied (`store.url`, `proxy.upstream`).
-    pub config: Config,
-    /// The HTTP API's address, if it is served.
-    pub http: Option<SocketAddr>,
-    /// The reverse proxy's address, if it is served.
-    pub proxy: Option<SocketAddr>,
-    /// The Envoy rate limit service's address, if it is served.
-    pub grpc: Option<SocketAddr>,
-    /// The admin API's address, if it is served (`--admin`, else
-    /// `[admin] listen`).
-    pub admin: Option<SocketAddr>,
-}
-
-/// Lays the flags over the config file. The HTTP API is served at
-/// `--http`, else `[http] listen`, else — when no front door is named at
-/// all — at 127.0.0.1:8080. The proxy is served at `--proxy`, else
-/// `[proxy] listen`, and needs an upstream. The Envoy rate limit service
-/// is served at `--grpc`, with the limits of every `--envoy-config` file;
-/// with `--grpc`, `--config` is optional.
+/// Lays the flags over the config file. Each door is served at its flag's
+/// address (`--http`, `--proxy`, `--grpc`, `--admin`), else at the one
+/// the config file names for it (`[http] listen`, ...); when no front
+/// door is named at all, the HTTP API at 127.0.0.1:8080. The Envoy rate
+/// limit service takes the limits of every `--envoy-config` file; with
+/// `--grpc`, `--config` is optional. Each door served must be ready
+/// ([`Door::ready_in`]: the proxy needs an upstream).
 ///
 /// # Errors
 /// A message for the user: the config's problems, a bad flag, a front
-/// Envoy config's problems, a proxy without an upstream.
+/// Envoy config's problems, a door not ready.
 pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
-    let grpc = args
-        .grpc
-        .as_deref()
-        .map(|s| parse_listen(s).map_err(|e| format!("--grpc: {e}")))
-        .transpose()?;
+    // First: whether the Envoy service is served says whether the TOML
+    // must hold rules.
+    let grpc = flag(args, Door::Envoy)?;
     if grpc.is_none() && !args.envoy_config.is_empty() {
         return Err(
             "--envoy-config is for the Envoy rate limit service: add --grpc ADDR".to_owned(),
@@ -64,13 +47,13 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
             );
         }
     };
-    if !args.envoy_config.is_empty() {
+    let envoy = if args.envoy_config.is_empty() {
+        EnvoyLimits::default()
+    } else {
         let taken: Vec<&str> = config.rules.iter().map(|r| r.rule.name()).collect();
         let merge = args.envoy_merge_domains || config.envoy_settings.merge_domains;
-        let limits =
-            EnvoyLimits::load_with(&args.envoy_config, &taken, merge).map_err(|e| e.to_string())?;
-        config.envoy = EnvoyConfig(Arc::new(limits));
-    }
+        EnvoyLimits::load_with(&args.envoy_config, &taken, merge).map_err(|e| e.to_string())?
+    };
     if let Some(url) = &args.store {
         config.store.url = url
             .parse::<StoreUrl>()
@@ -82,31 +65,40 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
                 .map_err(|e| format!("--upstream: {e}"))?,
         );
     }
-    let flag = |value: &Option<String>, name: &str| {
-        value
-            .as_deref()
-            .map(|s| parse_listen(s).map_err(|e| format!("--{name}: {e}")))
-            .transpose()
-    };
-    let mut http = flag(&args.http, "http")?.or(config.http.listen);
-    let proxy = flag(&args.proxy, "proxy")?.or(config.proxy.listen);
-    let admin = flag(&args.admin, "admin")?.or(config.admin.listen);
-    if args.upstream.is_some() && proxy.is_none() {
+    let mut listen = ByDoor::default();
+    for door in Door::ALL {
+        let addr = match door {
+            Door::Envoy => grpc,
+            door => flag(args, door)?.or(door.listen_in(&config)),
+        };
+        listen.set(door, addr);
+    }
+    if args.upstream.is_some() && listen.get(Door::Proxy).is_none() {
         return Err("--upstream is for the reverse proxy: add --proxy ADDR".to_owned());
     }
-    if proxy.is_some() {
-        config.proxy.upstream_to_serve()?;
+    if !listen.doors().any(Door::is_front) {
+        listen.set(Door::Api, Some(DEFAULT_HTTP_LISTEN));
     }
-    if http.is_none() && proxy.is_none() && grpc.is_none() {
-        http = Some(DEFAULT_HTTP_LISTEN);
-    }
+    crate::doors::check(&config, &listen)?;
     Ok(Plan {
         config,
-        http,
-        proxy,
-        grpc,
-        admin,
+        envoy: Arc::new(envoy),
+        listen,
     })
+}
+
+/// The address `door`'s flag gives, if given.
+fn flag(args: &ServeArgs, door: Door) -> Result<Option<SocketAddr>, String> {
+    let value = match door {
+        Door::Admin => &args.admin,
+        Door::Api => &args.http,
+        Door::Proxy => &args.proxy,
+        Door::Envoy => &args.grpc,
+    };
+    value
+        .as_deref()
+        .map(|s| parse_listen(s).map_err(|e| format!("--{}: {e}", door.flag())))
+        .transpose()
 }
 
 #[cfg(test)]
@@ -137,8 +129,8 @@ mod tests {
     fn only_config_serves_the_api_on_8080() {
         let f = config_file(RULE);
         let p = plan(&args(f.path(), &[])).expect("plan");
-        assert_eq!(p.http, Some(DEFAULT_HTTP_LISTEN));
-        assert_eq!(p.proxy, None);
+        assert_eq!(p.at(Door::Api), Some(DEFAULT_HTTP_LISTEN));
+        assert_eq!(p.at(Door::Proxy), None);
     }
 
     #[test]
@@ -147,8 +139,11 @@ mod tests {
             "[http]\nlisten = '127.0.0.1:1'\n[proxy]\nlisten = '127.0.0.1:2'\nupstream = 'http://a:1'\n{RULE}"
         ));
         let p = plan(&args(f.path(), &[])).expect("plan");
-        assert_eq!(p.http, Some("127.0.0.1:1".parse().expect("addr")));
-        assert_eq!(p.proxy, Some("127.0.0.1:2".parse().expect("addr")));
+        assert_eq!(p.at(Door::Api), Some("127.0.0.1:1".parse().expect("addr")));
+        assert_eq!(
+            p.at(Door::Proxy),
+            Some("127.0.0.1:2".parse().expect("addr"))
+        );
         let p = plan(&args(
             f.path(),
             &[
@@ -163,8 +158,8 @@ mod tests {
             ],
         ))
         .expect("plan");
-        assert_eq!(p.http, Some("127.0.0.1:3".parse().expect("addr")));
-        assert_eq!(p.proxy, Some("[::1]:4".parse().expect("addr")));
+        assert_eq!(p.at(Door::Api), Some("127.0.0.1:3".parse().expect("addr")));
+        assert_eq!(p.at(Door::Proxy), Some("[::1]:4".parse().expect("addr")));
         assert_eq!(
             p.config.proxy.upstream.map(|u| u.to_string()).as_deref(),
             Some("http://b:2")
@@ -180,7 +175,7 @@ mod tests {
             &["--proxy", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9"],
         ))
         .expect("plan");
-        assert_eq!(p.http, None);
+        assert_eq!(p.at(Door::Api), None);
     }
 
     #[test]
@@ -191,8 +186,11 @@ mod tests {
             panic!("not serve");
         };
         let p = plan(&a).expect("plan");
-        assert_eq!(p.grpc, Some("127.0.0.1:0".parse().expect("addr")));
-        assert_eq!(p.http, None);
+        assert_eq!(
+            p.at(Door::Envoy),
+            Some("127.0.0.1:0".parse().expect("addr"))
+        );
+        assert_eq!(p.at(Door::Api), None);
         assert!(p.config.rules.is_empty());
         let argv = ["tollgate", "serve"];
         let crate::cli::Command::Serve(a) = crate::cli::Cli::parse_from(argv).command else {
@@ -218,7 +216,7 @@ mod tests {
             &["--grpc", "127.0.0.1:0", "--envoy-config", path],
         ))
         .expect("plan");
-        let rules = p.config.envoy.0.rules();
+        let rules = p.envoy.rules();
         assert_eq!(rules.len(), 1);
         assert_ne!(rules[0].name(), "envoy.d.k");
         assert!(

@@ -2,12 +2,12 @@
 
 use std::fmt;
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use crate::cli::ValidateArgs;
 use crate::config::upstream::Upstream;
-use crate::config::{Config, ConfigError, ConfigErrors, EnvoyConfig, format_duration};
-use crate::envoy::limits::EnvoyLimits;
+use crate::config::{Config, ConfigError, ConfigErrors, format_duration};
+use crate::doors::Door;
+use crate::doors::envoy::limits::EnvoyLimits;
 use crate::terminal::Escaped;
 
 /// Why `validate` failed: the config's problems and the Envoy config
@@ -38,11 +38,11 @@ impl fmt::Display for ValidateError {
 impl std::error::Error for ValidateError {}
 
 /// Validates the config named in `args`, and its `--envoy-config` files,
-/// and returns the config (with the Envoy limits in `envoy`).
+/// and returns the config and the Envoy limits.
 ///
 /// # Errors
 /// Every problem in the config and in each Envoy config file.
-pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
+pub fn run(args: &ValidateArgs) -> Result<(Config, EnvoyLimits), ValidateError> {
     let loaded = match &args.config {
         Some(path) => Config::load_with(path, !args.envoy_config.is_empty()),
         None => Ok(Config::without_rules()),
@@ -62,10 +62,7 @@ pub fn run(args: &ValidateArgs) -> Result<Config, ValidateError> {
     };
     let loaded = loaded.and_then(|config| with_upstream(config, args));
     match (loaded, envoy) {
-        (Ok(mut config), Ok(limits)) => {
-            config.envoy = EnvoyConfig(Arc::new(limits));
-            Ok(config)
-        }
+        (Ok(config), Ok(limits)) => Ok((config, limits)),
         (config, envoy) => {
             let config = config.err();
             let envoy = envoy.err();
@@ -109,9 +106,8 @@ fn with_upstream(mut config: Config, args: &ValidateArgs) -> Result<Config, Conf
         );
     }
     if config.proxy.listen.is_some() {
-        config
-            .proxy
-            .upstream_to_serve()
+        Door::Proxy
+            .ready_in(&config)
             .map_err(|e| problem("proxy.upstream", e))?;
     }
     Ok(config)
@@ -132,10 +128,10 @@ pub fn files_named(args: &ValidateArgs) -> String {
     }
 }
 
-/// A short human summary of a valid config: store and one line per rule,
-/// with the files' own text [`Escaped`].
+/// A short human summary of a valid config and its Envoy limits: store
+/// and one line per rule, with the files' own text [`Escaped`].
 #[must_use]
-pub fn summary(config: &Config, file: &str) -> String {
+pub fn summary(config: &Config, envoy: &EnvoyLimits, file: &str) -> String {
     let mut out = String::new();
     let store = &config.store;
     let n = config.rules.len();
@@ -244,7 +240,7 @@ pub fn summary(config: &Config, file: &str) -> String {
         }
         let _ = writeln!(out, ", on_error {}", config.on_error_for(rc));
     }
-    push_envoy(&mut out, &config.envoy.0);
+    push_envoy(&mut out, envoy);
     escaped(&out)
 }
 

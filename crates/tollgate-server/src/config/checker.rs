@@ -14,7 +14,7 @@ use crate::config::upstream::Upstream;
 
 use super::model::*;
 use super::syntax;
-use crate::config_file::{ConfigError, ConfigErrors};
+use crate::config::file::{ConfigError, ConfigErrors};
 
 impl Config {
     /// Reads and validates the config file at `path`. Errors name the file
@@ -42,7 +42,7 @@ impl Config {
                 message,
             }],
         };
-        let bytes = crate::config_file::read(path).map_err(|e| one(None, e))?;
+        let bytes = crate::config::file::read(path).map_err(|e| one(None, e))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
             let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
@@ -367,7 +367,6 @@ impl<'a> Checker<'a> {
             rules: rules?,
             http: http?,
             proxy: proxy?,
-            envoy: EnvoyConfig::default(),
             envoy_settings: envoy_settings?,
             metrics: metrics?,
             admin: admin?,

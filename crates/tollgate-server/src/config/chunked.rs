@@ -21,7 +21,7 @@ use toml::de::{DeTable, DeValue};
 
 use super::checker::Checker;
 use super::model::Config;
-use crate::config_file::ConfigErrors;
+use crate::config::file::ConfigErrors;
 
 /// Where each line that is exactly `[[rules]]` (whitespace and a comment
 /// aside) starts in `source`.

@@ -38,26 +38,38 @@
 //! at a time, so a large file's whole TOML tree is never held), `rules.rs` (the `[[rules]]` entries), `envoy.rs` and `metrics.rs` (the
 //! `[envoy]` and `[metrics]` tables), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
-//! config holds and the proxy forwards to); the tests are in `tests.rs`.
+//! config holds and the proxy forwards to); `file.rs` reads a config file
+//! (TOML or Envoy YAML) and says what its problems are; `version.rs`
+//! hashes the files into the config's version; `status.rs` is the serving
+//! config's identity ([`ConfigInfo`]) and the last reload's problem
+//! ([`ReloadStatus`]); the tests are in `tests.rs`.
 
 mod admin;
 mod checker;
 mod chunked;
 mod envoy;
+pub mod file;
 mod metrics;
 mod model;
 mod overrides;
 mod rules;
+mod status;
 mod syntax;
 pub mod upstream;
+mod version;
 
 pub use admin::token_problem;
 pub use checker::parse_listen;
 pub use model::*;
 
 /// A config file's problems, as `validate` reports them; defined in
-/// [`crate::config_file`], which the Envoy loader shares.
-pub use crate::config_file::{ConfigError, ConfigErrors};
+/// [`mod@file`], which the Envoy loader shares.
+pub use file::{ConfigError, ConfigErrors};
+pub(crate) use status::record_loaded;
+pub use status::{
+    CONFIG_INFO, ConfigInfo, LOADED_AT, RELOADS, ReloadError, ReloadStatus, config_info_lines,
+};
+pub use version::{rfc3339, version_of_files, version_of_text};
 
 #[cfg(test)]
 mod tests;

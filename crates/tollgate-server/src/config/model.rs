@@ -1,14 +1,12 @@
 //! What a validated config is: the sections' types and their defaults.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tollgate::Rule;
 
 use crate::cidr::Cidr;
 use crate::config::upstream::Upstream;
-use crate::envoy::limits::EnvoyLimits;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
 
@@ -150,20 +148,6 @@ pub struct ProxyConfig {
     pub append_forwarded_for: bool,
 }
 
-impl ProxyConfig {
-    /// The upstream a served proxy forwards to: the one place that says a
-    /// reverse proxy needs one, for `serve`, a reload and `validate` alike.
-    ///
-    /// # Errors
-    /// There is no upstream (neither `[proxy] upstream` nor `--upstream`).
-    pub fn upstream_to_serve(&self) -> Result<&Upstream, String> {
-        self.upstream.as_ref().ok_or_else(|| {
-            "the reverse proxy needs an upstream: add [proxy] upstream (or --upstream URL)"
-                .to_owned()
-        })
-    }
-}
-
 impl Default for ProxyConfig {
     fn default() -> Self {
         Self {
@@ -250,9 +234,6 @@ pub struct Config {
     pub http: HttpConfig,
     /// `[proxy]`.
     pub proxy: ProxyConfig,
-    /// Not in the TOML file: the envoyproxy/ratelimit YAML files of
-    /// `--envoy-config` (empty without them).
-    pub envoy: EnvoyConfig,
     /// `[envoy]`: the Envoy rate limit service's switches.
     pub envoy_settings: EnvoySettings,
     /// `[metrics]`.
@@ -316,24 +297,10 @@ impl Default for EnvoySettings {
     }
 }
 
-/// The Envoy rate limit configs, loaded once and shared.
-#[derive(Debug, Clone, Default)]
-pub struct EnvoyConfig(pub Arc<EnvoyLimits>);
-
-impl PartialEq for EnvoyConfig {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-            || (self.0.domains() == other.0.domains()
-                && self.0.rules() == other.0.rules()
-                && self.0.limits().eq(other.0.limits()))
-    }
-}
-
-impl Eq for EnvoyConfig {}
-
 impl Config {
     /// The config of no file: every default, no rules (the Envoy service
-    /// takes its limits from `--envoy-config` alone).
+    /// takes its limits from `--envoy-config` alone, which the Envoy door
+    /// loads: the TOML config holds no Envoy limits).
     #[must_use]
     pub fn without_rules() -> Self {
         Config {
@@ -341,7 +308,6 @@ impl Config {
             rules: Vec::new(),
             http: HttpConfig::default(),
             proxy: ProxyConfig::default(),
-            envoy: EnvoyConfig::default(),
             envoy_settings: EnvoySettings::default(),
             metrics: MetricsConfig::default(),
             admin: AdminConfig::default(),

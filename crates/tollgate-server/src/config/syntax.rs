@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use toml::de::DeTable;
 
-use crate::config_file::ConfigError;
+use crate::config::file::ConfigError;
 
 /// `errors`, as parsing `source` (named `file`) gave them, as config errors;
 /// `line` maps a byte offset to its 1-based line.

@@ -1,72 +1,24 @@
-//! Reloading `serve`'s config without a restart (docs/operations.md): what
-//! a loaded config is ([`Loaded`], [`ConfigInfo`]), where it comes from and
-//! how a change is noticed ([`Source`]: SIGHUP, and polling each file's
-//! content), and what the last reload said ([`ReloadStatus`], the
-//! `tollgate_config_*` metrics). [`crate::server`] builds the new front
-//! doors over the same store and swaps them in.
-//!
-//! The folder: this file holds the types; `version.rs` hashes the files
-//! into a version and writes times as RFC 3339; `status.rs` is the last
-//! reload's outcome and the metrics.
+//! Reloading `serve`'s config without a restart (docs/operations.md):
+//! where it comes from and how a change is noticed ([`Source`]: SIGHUP,
+//! and polling each file's content), and the task that reloads it
+//! (`task.rs`): it loads a new [`Plan`], builds the next generation of
+//! doors over the same store and swaps it in. What the last reload said
+//! ([`crate::config::ReloadStatus`], the `tollgate_config_*` metrics) and
+//! the config's version live in [`crate::config`], which the doors that
+//! show them read.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::config::Config;
+use crate::config::version_of_files;
+use crate::doors::Plan;
 
-mod status;
-mod version;
+mod task;
 
-pub(crate) use status::record_loaded;
-pub use status::{CONFIG_INFO, LOADED_AT, RELOADS, ReloadError, ReloadStatus, config_info_lines};
-pub use version::{rfc3339, version_of_files, version_of_text};
-
-/// One load of the config: the config with the flags applied, and the
-/// addresses the front doors are to listen on.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    /// The config (flags applied).
-    pub config: Config,
-    /// The front doors' addresses.
-    pub listen: Listen,
-}
-
-/// The addresses of the front doors (fixed once they listen).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Listen {
-    /// The HTTP API's.
-    pub http: Option<SocketAddr>,
-    /// The reverse proxy's.
-    pub proxy: Option<SocketAddr>,
-    /// The Envoy rate limit service's.
-    pub grpc: Option<SocketAddr>,
-}
-
-/// The loaded config's identity: its version (a content hash of every file
-/// read) and when it was loaded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigInfo {
-    /// 16 hex digits of the SHA-1 of the files (path and content, in
-    /// order), so replicas serving the same files show the same version.
-    pub version: String,
-    /// When it was loaded (wall clock).
-    pub loaded_at: SystemTime,
-}
-
-impl ConfigInfo {
-    /// `version`, loaded now.
-    #[must_use]
-    pub fn now(version: String) -> Self {
-        Self {
-            version,
-            loaded_at: SystemTime::now(),
-        }
-    }
-}
+pub(crate) use task::Reloader;
 
 /// How the config is read again: the files (hashed for the version and
 /// polled for changes), the loader (the same as at start), how often to
@@ -76,7 +28,7 @@ pub struct Source {
     /// files).
     pub files: Vec<PathBuf>,
     /// Loads every file, validated as at start.
-    pub load: Box<dyn Fn() -> Result<Loaded, String> + Send + Sync>,
+    pub load: Box<dyn Fn() -> Result<Plan, String> + Send + Sync>,
     /// How often the files are read for a change; zero: never (SIGHUP
     /// only).
     pub poll: Duration,

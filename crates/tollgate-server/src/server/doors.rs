@@ -1,116 +1,180 @@
-//! What serves requests under one config ([`Doors`]): the gate over the
-//! shared store, and over it the HTTP API, the reverse proxy and the Envoy
-//! service. A reload builds a new `Doors` from the new config and the
-//! previous one (carrying over what must outlive a config), and
-//! `reload.rs` publishes it; each request takes the `Doors` current at its
-//! start and decides on that alone.
+//! Opening each door ([`open`]): its line in the log, and the future that
+//! serves it until shutdown, taking for each request (each gRPC call) the
+//! [`Generation`] current when it starts, so it decides on one config's
+//! rules alone while a reload swaps the next one in.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-use metrics_exporter_prometheus::PrometheusHandle;
-use tollgate::store::AnyStore;
-use tollgate_http::headers::HeaderOptions;
+use arc_swap::ArcSwap;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic_health::server::{HealthReporter, HealthService};
 
-use crate::api::Api;
-use crate::config::{Config, EnvoyHeaders};
-use crate::envoy::headers::ResponseHeaders;
-use crate::envoy::service::EnvoyService;
-use crate::gate::Gate;
-use crate::proxy::Proxy;
-use crate::reload::{ConfigInfo, ReloadStatus};
+use super::{GRPC_BODY_TIMEOUT, MAX_GRPC_MESSAGE, SEND_TIMEOUT, grpc, serve_with, stopped};
+use crate::doors::envoy::grpc::{Current, RateLimitServer};
+use crate::doors::proxy::ProxyBody;
+use crate::doors::{Door, Generation, admin};
 
-/// One config's front doors, all over one [`Gate`].
-#[derive(Debug)]
-pub(crate) struct Doors {
-    /// The rules and policies.
-    pub(crate) gate: Arc<Gate>,
-    /// The HTTP API.
-    pub(crate) api: Arc<Api>,
-    /// The reverse proxy, when it is served.
-    pub(crate) proxy: Option<Arc<Proxy>>,
-    /// The Envoy rate limit service.
-    pub(crate) envoy: Arc<EnvoyService>,
-    /// The config they were built from.
-    pub(crate) config: Config,
-    /// Its version and load time.
-    pub(crate) info: Arc<ConfigInfo>,
-}
+/// A door being served: it ends once drained after shutdown.
+pub(super) type Serving = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// What every generation of [`Doors`] shares.
-#[derive(Debug, Clone)]
-pub(crate) struct Shared {
-    /// The store, opened once at start.
-    pub(crate) store: Arc<AnyStore>,
-    /// Whether the reverse proxy is served.
-    pub(crate) proxy: bool,
-    /// Renders `/metrics`.
-    pub(crate) metrics: PrometheusHandle,
-    /// The last reload's problem.
-    pub(crate) status: Arc<ReloadStatus>,
-}
-
-impl Doors {
-    /// The doors for `config` (loaded as `info`) over the shared store;
-    /// with `previous`, carrying over its replica id, circuit breaker,
-    /// idle upstream connections and runtime-value metric keys.
-    ///
-    /// # Errors
-    /// A rule the library refuses, a proxy without an upstream, an Envoy
-    /// config the gate does not end with.
-    pub(crate) fn build(
-        config: Config,
-        info: ConfigInfo,
-        shared: &Shared,
-        previous: Option<&Doors>,
-    ) -> Result<Self, String> {
-        let gate = Arc::new(Gate::over(
-            &config,
-            Arc::clone(&shared.store),
-            previous.map(|p| &*p.gate),
-        )?);
-        let info = Arc::new(info);
-        let api = Api::new(
-            Arc::clone(&gate),
-            HeaderOptions {
-                legacy: config.http.legacy_headers,
-            },
-            shared.metrics.clone(),
-        )
-        .with_config(Arc::clone(&info), Arc::clone(&shared.status));
-        let proxy = if shared.proxy {
-            let upstream = config.proxy.upstream_to_serve()?.clone();
-            let mut proxy = Proxy::new(Arc::clone(&gate), &config, upstream)?;
-            if let Some(old) = previous.and_then(|p| p.proxy.as_deref()) {
-                proxy = proxy.keeping_connections_of(old);
-            }
-            Some(Arc::new(proxy))
-        } else {
-            None
-        };
-        let settings = &config.envoy_settings;
-        let headers = match settings.response_headers {
-            EnvoyHeaders::None => None,
-            EnvoyHeaders::Reference => Some(ResponseHeaders::Reference {
-                limit: settings.limit_header.clone(),
-                remaining: settings.remaining_header.clone(),
-                reset: settings.reset_header.clone(),
-            }),
-            EnvoyHeaders::Ietf => Some(ResponseHeaders::Ietf),
-        };
-        let mut envoy = EnvoyService::new(Arc::clone(&gate), Arc::clone(&config.envoy.0))?
-            .with_response_headers(headers)
-            .with_quota_mode(settings.quota_mode)
-            .with_dynamic_metadata(settings.response_dynamic_metadata);
-        if let Some(previous) = previous {
-            envoy = envoy.keeping_metrics_of(&previous.envoy);
-        }
-        Ok(Self {
-            gate,
-            api: Arc::new(api),
-            proxy,
-            envoy: Arc::new(envoy),
-            config,
-            info,
-        })
+/// Opens `door` on `listener` with the `first` generation's settings
+/// (addresses, store, Envoy domains, admin tokens: read once at start),
+/// serving each request with the generation `live` holds, until `stop`.
+///
+/// # Errors
+/// The admin API refuses to open (beyond loopback without a token, a bad
+/// token), a proxy door without a proxy, a listener without an address.
+pub(super) async fn open(
+    door: Door,
+    listener: TcpListener,
+    first: &Generation,
+    live: &Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let live = Arc::clone(live);
+    match door {
+        Door::Admin => open_admin(listener, first, live, stop),
+        Door::Api => open_api(listener, first, live, stop),
+        Door::Proxy => open_proxy(listener, first, live, stop),
+        Door::Envoy => open_envoy(listener, first, live, stop).await,
     }
+}
+
+fn open_admin(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let current: admin::GateSource = Arc::new(move || Arc::clone(&live.load().gate));
+    let (listener, admin) = admin::open(listener, &first.plan.config, current)?;
+    Ok(Box::pin(serve_with(
+        listener,
+        Door::Admin.name(),
+        SEND_TIMEOUT,
+        stopped(stop),
+        move |_peer| {
+            let admin = Arc::clone(&admin);
+            service_fn(move |req: Request<Incoming>| {
+                let admin = Arc::clone(&admin);
+                async move { Ok::<_, Infallible>(admin.handle(req).await) }
+            })
+        },
+    )))
+}
+
+fn open_api(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(
+        "HTTP API listening on http://{addr} (store {})",
+        first.plan.config.store.url
+    );
+    Ok(Box::pin(serve_with(
+        listener,
+        Door::Api.name(),
+        SEND_TIMEOUT,
+        stopped(stop),
+        move |_peer| {
+            let live = Arc::clone(&live);
+            service_fn(move |req: Request<Incoming>| {
+                // Once per request: it decides on these rules alone.
+                let api = Arc::clone(&live.load().api);
+                async move { Ok::<_, Infallible>(api.handle(req).await) }
+            })
+        },
+    )))
+}
+
+fn open_proxy(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let config = &first.plan.config;
+    // Generation::build makes a proxy whenever this door is served.
+    let Some(proxy) = &first.proxy else {
+        return Err("the reverse proxy door has no proxy".to_owned());
+    };
+    tracing::info!(
+        "reverse proxy listening on http://{addr}, forwarding to {} (store {})",
+        proxy.upstream(),
+        config.store.url
+    );
+    Ok(Box::pin(serve_with(
+        listener,
+        Door::Proxy.name(),
+        config.proxy.send_timeout,
+        stopped(stop),
+        move |peer| {
+            let live = Arc::clone(&live);
+            service_fn(move |req: Request<Incoming>| {
+                // Once per request: it decides on these rules alone.
+                let proxy = live.load().proxy.clone();
+                async move {
+                    match proxy {
+                        Some(proxy) => proxy.handle(req, peer).await,
+                        // Never reached: see above.
+                        None => Ok(no_proxy()),
+                    }
+                }
+            })
+        },
+    )))
+}
+
+async fn open_envoy(
+    listener: TcpListener,
+    first: &Generation,
+    live: Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let domains = first.plan.envoy.domains();
+    if domains.is_empty() {
+        tracing::warn!(
+            "Envoy rate limit service: no --envoy-config loaded; every descriptor is answered OK"
+        );
+    }
+    tracing::info!(
+        "Envoy rate limit service (gRPC) listening on {addr} (domains {}; store {})",
+        if domains.is_empty() {
+            "none".to_owned()
+        } else {
+            domains.join(", ")
+        },
+        first.plan.config.store.url
+    );
+    let current: Current = Arc::new(move || Arc::clone(&live.load().envoy));
+    let health = HealthReporter::new();
+    health.set_serving::<RateLimitServer>().await;
+    let server = RateLimitServer::new(
+        current,
+        HealthService::from_health_reporter(health.clone()),
+        MAX_GRPC_MESSAGE,
+        GRPC_BODY_TIMEOUT,
+    );
+    Ok(Box::pin(grpc::serve_grpc(listener, server, health, stop)))
+}
+
+/// The answer of a proxy door without a proxy (never made: see its use).
+fn no_proxy() -> Response<ProxyBody> {
+    let mut res = Response::new(http_body_util::Either::Right(
+        http_body_util::Full::default(),
+    ));
+    *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
+    res
 }

@@ -28,11 +28,12 @@ use super::{
     DRAIN_TIMEOUT, MAX_CONNECTIONS, MAX_GRPC_HEADER_LIST, MAX_GRPC_MESSAGE, MAX_GRPC_STREAMS,
     stopped,
 };
-use crate::envoy::grpc::{RateLimitServer, SERVICE_NAME};
+use crate::doors::Door;
+use crate::doors::envoy::grpc::{RateLimitServer, SERVICE_NAME};
 use crate::inline::Inline;
 
 /// The door's name in logs.
-const NAME: &str = "Envoy rate limit service";
+const NAME: &str = Door::Envoy.name();
 
 /// The HTTP/2 settings of every connection.
 fn settings() -> h2::server::Builder {

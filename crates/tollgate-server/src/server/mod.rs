@@ -30,15 +30,16 @@
 //! watchdog's one timer per connection fires every [`HEAD_TIMEOUT`] and
 //! compares two counters.
 //!
-//! The folder: this file opens the front doors and serves each
-//! ([`run`], [`run_reloading`], [`serve_with`]); `doors.rs` builds one
-//! config's API, proxy and Envoy service over the shared store; `reload.rs`
-//! reloads the config and swaps them (docs/operations.md); `acceptor.rs`
-//! accepts connections under the cap; `watchdog.rs` is the per-connection
-//! watchdog and what it watches; `grpc.rs` serves the gRPC door's
-//! connections.
+//! The folder: this file serves ([`run`], [`run_reloading`]): it opens
+//! the store, builds the first generation of doors ([`crate::doors`]),
+//! spawns one task per door and the upkeep (the reload task of
+//! [`crate::reload`], the metrics upkeep), and serves an HTTP/1.1 door's
+//! connections ([`serve_with`]); `doors.rs` opens each door (its log line,
+//! its service over the generation current at each request);
+//! `acceptor.rs` accepts connections under the cap; `watchdog.rs` is the
+//! per-connection watchdog and what it watches; `grpc.rs` serves the gRPC
+//! door's connections.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -53,24 +54,19 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tonic_health::server::{HealthReporter, HealthService};
 
 use arc_swap::ArcSwap;
 
-use crate::config::Config;
-use crate::envoy::grpc::RateLimitServer;
-use crate::gate::open_store;
+use crate::config::{Config, ConfigInfo, ReloadStatus, record_loaded, rfc3339, version_of_text};
+use crate::doors::{ByDoor, Generation, Plan, Shared};
 use crate::inline::Inline;
-use crate::reload::{ConfigInfo, Listen, Loaded, ReloadStatus, Source, rfc3339, version_of_text};
+use crate::reload::{Reloader, Source};
+use crate::store::open_store;
 
 mod acceptor;
 mod doors;
 mod grpc;
-mod reload;
 mod watchdog;
-
-use doors::{Doors, Shared};
-use reload::Reloader;
 
 use acceptor::Acceptor;
 use watchdog::{Activity, Conn, Watchdog, Watched};
@@ -100,7 +96,7 @@ pub const SEND_TIMEOUT: Duration = crate::config::DEFAULT_SEND_TIMEOUT;
 pub const MAX_GRPC_STREAMS: u32 = 256;
 /// The longest gRPC request message read; a longer `ShouldRateLimit` is
 /// answered `OVER_LIMIT` on its length prefix, unread (an error would be
-/// an admission to Envoy; see [`crate::envoy::wire`]).
+/// an admission to Envoy; see [`crate::doors::envoy::wire`]).
 /// A call holds what has arrived of its message (at most this, the
 /// stream's flow-control window), so this times [`MAX_GRPC_STREAMS`]
 /// (16 MiB) is what one connection can make the server hold. A `ShouldRateLimit` request is a domain and a few descriptors,
@@ -123,28 +119,19 @@ pub const MAX_GRPC_HEADER_LIST: u32 = 64 * 1024;
 /// by it (the store's own timeout bounds that).
 pub const GRPC_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The front doors' listeners, already bound. At least one is needed.
-#[derive(Debug, Default)]
-pub struct Listeners {
-    /// The HTTP API.
-    pub http: Option<TcpListener>,
-    /// The reverse proxy (needs `[proxy] upstream`).
-    pub proxy: Option<TcpListener>,
-    /// The Envoy rate limit service (gRPC, HTTP/2), over the config's
-    /// Envoy limits.
-    pub grpc: Option<TcpListener>,
-    /// The admin API (docs/admin.md): not a front door, never served alone.
-    pub admin: Option<TcpListener>,
-}
+/// The doors' listeners, already bound, door by door; at least one front
+/// door ([`Door::is_front`](crate::doors::Door::is_front)):
+/// `Listeners::default().with(Door::Api, listener)`.
+pub type Listeners = ByDoor<TcpListener>;
 
-/// Serves the front doors on `listeners` with `config` until `shutdown`
+/// Serves the doors on `listeners` with `config` until `shutdown`
 /// resolves; then stops accepting, lets in-flight requests finish (up to
-/// [`DRAIN_TIMEOUT`]) and returns. Logs one line per front door opened.
-/// The config is never reloaded (see [`run_reloading`]); its version is a
-/// hash of its text.
+/// [`DRAIN_TIMEOUT`]) and returns. Logs one line per door opened. The
+/// config is never reloaded (see [`run_reloading`]); its version is a hash
+/// of its text; the Envoy service, if served, has no limits.
 ///
 /// # Errors
-/// No listener, a proxy without an upstream, or a store that cannot be
+/// No front door, a proxy without an upstream, or a store that cannot be
 /// opened.
 pub async fn run(
     listeners: Listeners,
@@ -152,7 +139,19 @@ pub async fn run(
     config: Config,
 ) -> Result<(), String> {
     let info = ConfigInfo::now(version_of_text(&format!("{config:?}")));
-    serve(listeners, shutdown, config, info, None).await
+    let mut listen = ByDoor::default();
+    for (door, listener) in listeners.iter() {
+        listen.set(
+            door,
+            Some(listener.local_addr().map_err(|e| e.to_string())?),
+        );
+    }
+    let plan = Plan {
+        config,
+        envoy: Arc::default(),
+        listen,
+    };
+    serve(listeners, shutdown, plan, info, None).await
 }
 
 /// Serves as [`run`] does with `first` (loaded as version `version`), and
@@ -166,61 +165,43 @@ pub async fn run(
 pub async fn run_reloading(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    first: Loaded,
+    first: Plan,
     version: String,
     source: Source,
 ) -> Result<(), String> {
-    let listen = first.listen;
     let info = ConfigInfo::now(version);
-    serve(
-        listeners,
-        shutdown,
-        first.config,
-        info,
-        Some((source, listen)),
-    )
-    .await
+    serve(listeners, shutdown, first, info, Some(source)).await
 }
 
+/// Opens the store, builds the first generation of doors, opens each
+/// door, then serves them, one task per door, beside the upkeep tasks,
+/// until `shutdown`.
 async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    config: Config,
+    plan: Plan,
     info: ConfigInfo,
-    reload: Option<(Source, Listen)>,
+    reload: Option<Source>,
 ) -> Result<(), String> {
-    if listeners.http.is_none() && listeners.proxy.is_none() && listeners.grpc.is_none() {
-        return Err("nothing to serve: no HTTP API, proxy or gRPC listener".to_owned());
-    }
-    if listeners.proxy.is_some() {
-        config.proxy.upstream_to_serve()?;
-    }
+    crate::doors::check(&plan.config, &listeners)?;
     // The recorder first, so the gate's zero series land in it.
     let metrics = crate::metrics::handle();
-    let store = Arc::new(open_store(&config.store.url, &config.store, true).await?);
+    let store = &plan.config.store;
+    let store = Arc::new(open_store(&store.url, store, true).await?);
     let shared = Shared {
         store,
-        proxy: listeners.proxy.is_some(),
+        served: listeners.map(|_, _| ()),
         metrics,
         status: Arc::new(ReloadStatus::new()),
     };
-    crate::reload::record_loaded(&info);
+    record_loaded(&info);
     tracing::info!(
         "config version {} loaded at {}",
         info.version,
         rfc3339(info.loaded_at)
     );
-    let first = Arc::new(Doors::build(config, info, &shared, None)?);
+    let first = Arc::new(Generation::build(plan, info, &shared, None)?);
     let live = Arc::new(ArcSwap::new(Arc::clone(&first)));
-    let config = &first.config;
-    let admin = match listeners.admin {
-        Some(listener) => {
-            let live = Arc::clone(&live);
-            let current: crate::admin::GateSource = Arc::new(move || Arc::clone(&live.load().gate));
-            Some(crate::admin::open(listener, config, current)?)
-        }
-        None => None,
-    };
     // Blocks and runtime overrides a shared store holds apply from the
     // first check (docs/admin.md).
     if let Err(e) = first.gate.limiter().refresh_runtime().await {
@@ -230,146 +211,61 @@ async fn serve(
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Every door opens (and logs where) before any is served: one that
+    // cannot open (the admin API without a token) stops the start.
+    let mut opened = Vec::new();
+    for (door, listener) in listeners.into_values() {
+        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone()).await?);
+    }
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    if let Some((source, listen)) = reload {
-        let reloader = Reloader {
-            source: Arc::new(source),
-            live: Arc::clone(&live),
-            shared: shared.clone(),
-            listen,
-        };
-        tokio::spawn(reloader.run(stop_rx.clone()));
-    }
-
-    // Histogram samples pile up in the recorder until upkeep drains them;
-    // a scrape runs it, but a server nobody scrapes must not grow (measured:
-    // ~20 bytes per check without this).
-    let upkeep = shared.metrics.clone();
-    let mut upkeep_stop = stop_rx.clone();
-    tokio::spawn(async move {
-        let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
-        loop {
-            tokio::select! {
-                _ = every.tick() => upkeep.run_upkeep(),
-                _ = upkeep_stop.changed() => break,
-            }
-        }
-    });
-
-    let mut doors = JoinSet::new();
-    if let Some((listener, admin)) = admin {
-        doors.spawn(serve_with(
-            listener,
-            "admin API",
-            SEND_TIMEOUT,
-            stopped(stop_rx.clone()),
-            move |_peer| {
-                let admin = Arc::clone(&admin);
-                hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let admin = Arc::clone(&admin);
-                    async move { Ok::<_, Infallible>(admin.handle(req).await) }
-                })
-            },
-        ));
-    }
-    if let Some(listener) = listeners.http {
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        tracing::info!(
-            "HTTP API listening on http://{addr} (store {})",
-            config.store.url
-        );
-        doors.spawn(serve_with(
-            listener,
-            "HTTP API",
-            SEND_TIMEOUT,
-            stopped(stop_rx.clone()),
-            {
-                let live = Arc::clone(&live);
-                move |_peer| {
-                    let live = Arc::clone(&live);
-                    hyper::service::service_fn(move |req: Request<Incoming>| {
-                        // Once per request: it decides on these rules alone.
-                        let api = Arc::clone(&live.load().api);
-                        async move { Ok::<_, Infallible>(api.handle(req).await) }
-                    })
-                }
-            },
-        ));
-    }
-    if let (Some(listener), Some(proxy)) = (listeners.proxy, &first.proxy) {
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let send_timeout = config.proxy.send_timeout;
-        tracing::info!(
-            "reverse proxy listening on http://{addr}, forwarding to {} (store {})",
-            proxy.upstream(),
-            config.store.url
-        );
-        let live = Arc::clone(&live);
-        doors.spawn(serve_with(
-            listener,
-            "reverse proxy",
-            send_timeout,
-            stopped(stop_rx.clone()),
-            move |peer| {
-                let live = Arc::clone(&live);
-                hyper::service::service_fn(move |req: Request<Incoming>| {
-                    // Once per request: it decides on these rules alone.
-                    let proxy = live.load().proxy.clone();
-                    async move {
-                        match proxy {
-                            Some(proxy) => proxy.handle(req, peer).await,
-                            // Doors::build makes a proxy whenever this
-                            // door is open; never reached.
-                            None => Ok(no_proxy()),
-                        }
-                    }
-                })
-            },
-        ));
-    }
-    if let Some(listener) = listeners.grpc {
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let limits = Arc::clone(&config.envoy.0);
-        let current: crate::envoy::grpc::Current = {
-            let live = Arc::clone(&live);
-            Arc::new(move || Arc::clone(&live.load().envoy))
-        };
-        let domains = limits.domains();
-        if domains.is_empty() {
-            tracing::warn!(
-                "Envoy rate limit service: no --envoy-config loaded; every descriptor is answered OK"
-            );
-        }
-        tracing::info!(
-            "Envoy rate limit service (gRPC) listening on {addr} (domains {}; store {})",
-            if domains.is_empty() {
-                "none".to_owned()
-            } else {
-                domains.join(", ")
-            },
-            config.store.url
-        );
-        let health = HealthReporter::new();
-        health.set_serving::<RateLimitServer>().await;
-        let server = RateLimitServer::new(
-            current,
-            HealthService::from_health_reporter(health.clone()),
-            MAX_GRPC_MESSAGE,
-            GRPC_BODY_TIMEOUT,
-        );
-        doors.spawn(grpc::serve_grpc(listener, server, health, stop_rx.clone()));
+    upkeep(reload, &live, &shared, &stop_rx);
+    let mut serving = JoinSet::new();
+    for door in opened {
+        serving.spawn(door);
     }
     drop(stop_rx);
     drop(first);
-    while let Some(done) = doors.join_next().await {
+    while let Some(done) = serving.join_next().await {
         if let Err(e) = done {
             tracing::error!("a front door failed: {e}");
         }
     }
     Ok(())
+}
+
+/// Spawns the tasks beside the doors, until `stop`: the reload task (with
+/// a `source`), and the metrics upkeep.
+fn upkeep(
+    source: Option<Source>,
+    live: &Arc<ArcSwap<Generation>>,
+    shared: &Shared,
+    stop: &watch::Receiver<bool>,
+) {
+    if let Some(source) = source {
+        let reloader = Reloader {
+            source: Arc::new(source),
+            live: Arc::clone(live),
+            shared: shared.clone(),
+        };
+        tokio::spawn(reloader.run(stop.clone()));
+    }
+    // Histogram samples pile up in the recorder until upkeep drains them;
+    // a scrape runs it, but a server nobody scrapes must not grow (measured:
+    // ~20 bytes per check without this).
+    let recorder = shared.metrics.clone();
+    let mut stop = stop.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = every.tick() => recorder.run_upkeep(),
+                _ = stop.changed() => break,
+            }
+        }
+    });
 }
 
 /// Serves one front door on `listener` exactly as [`run`] serves its own
@@ -475,15 +371,6 @@ pub async fn serve_with<M, S, B>(
     } else {
         tracing::info!("{name}: drained");
     }
-}
-
-/// The answer of a proxy door without a proxy (never made: see its use).
-fn no_proxy() -> Response<crate::proxy::ProxyBody> {
-    let mut res = Response::new(http_body_util::Either::Right(
-        http_body_util::Full::default(),
-    ));
-    *res.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
-    res
 }
 
 /// Resolves once `stop` is true (or its sender is gone).

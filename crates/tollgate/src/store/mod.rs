@@ -4,7 +4,6 @@
 //! all-or-nothing multi-rule check. A store never knows about HTTP, gRPC or
 //! config files.
 
-mod any;
 #[cfg(feature = "redis")]
 pub mod hybrid;
 pub mod memory;
@@ -23,7 +22,6 @@ use crate::rule::Rule;
 use crate::ticket::Ticket;
 use crate::time::Micros;
 
-pub use any::AnyStore;
 pub use url::StoreUrl;
 
 /// A shared live table as read ([`Store::runtime_read`]): its version

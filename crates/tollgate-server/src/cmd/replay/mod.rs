@@ -38,7 +38,7 @@ use tollgate::{Limiter, Store};
 
 use crate::cli::ReplayArgs;
 use crate::config::{Config, StoreConfig};
-use crate::gate::open_store;
+use crate::store::open_store;
 use crate::store_url::StoreUrl;
 
 pub use error::ReplayError;

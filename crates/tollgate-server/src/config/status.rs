@@ -1,0 +1,131 @@
+//! The serving config's identity ([`ConfigInfo`]) and the last reload's
+//! outcome ([`ReloadStatus`]), shown by `GET /v1/rules` and `/readyz`, and
+//! the `tollgate_config_*` metrics.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+
+use super::version::rfc3339;
+
+/// The loaded config's identity: its version (a content hash of every file
+/// read) and when it was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigInfo {
+    /// 16 hex digits of the SHA-1 of the files (path and content, in
+    /// order), so replicas serving the same files show the same version.
+    pub version: String,
+    /// When it was loaded (wall clock).
+    pub loaded_at: SystemTime,
+}
+
+impl ConfigInfo {
+    /// `version`, loaded now.
+    #[must_use]
+    pub fn now(version: String) -> Self {
+        Self {
+            version,
+            loaded_at: SystemTime::now(),
+        }
+    }
+}
+
+/// Counter `tollgate_config_reloads_total{outcome}`: reloads by outcome
+/// (`ok`: the new config serves; `error`: it was refused, the old one
+/// still serves).
+pub const RELOADS: &str = "tollgate_config_reloads_total";
+/// Gauge `tollgate_config_info{version}`, always 1: the version serving.
+/// Written into `/metrics` by hand, one series, not through the `metrics`
+/// facade, whose series cannot be removed: every reload would leave one
+/// behind.
+pub const CONFIG_INFO: &str = "tollgate_config_info";
+/// Gauge `tollgate_config_loaded_timestamp_seconds`: when the serving
+/// config was loaded (Unix time).
+pub const LOADED_AT: &str = "tollgate_config_loaded_timestamp_seconds";
+
+/// What went wrong with the files on disk: a reload refused, or applied
+/// without settings that need a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReloadError {
+    /// The problem (file:line: field: why, or what needs a restart).
+    pub message: String,
+    /// When the reload was tried.
+    pub at: SystemTime,
+    /// The version of the files it read.
+    pub version: String,
+}
+
+/// The last reload's problem, if any, shared by every generation of the
+/// front doors. A reload that loads every setting clears it.
+#[derive(Debug, Default)]
+pub struct ReloadStatus {
+    last_error: Mutex<Option<ReloadError>>,
+}
+
+impl ReloadStatus {
+    /// No reload yet; registers the metrics' zero series.
+    #[must_use]
+    pub fn new() -> Self {
+        for outcome in ["ok", "error"] {
+            ::metrics::counter!(RELOADS, "outcome" => outcome).increment(0);
+        }
+        Self::default()
+    }
+
+    /// Records a reload's outcome: `error` is what remains wrong with the
+    /// files on disk (`None`: all of them serve); `applied` whether the
+    /// new config serves.
+    pub fn record(&self, applied: bool, error: Option<ReloadError>) {
+        let outcome = if applied { "ok" } else { "error" };
+        ::metrics::counter!(RELOADS, "outcome" => outcome).increment(1);
+        *self
+            .last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = error;
+    }
+
+    /// The last reload's problem.
+    #[must_use]
+    pub fn last_error(&self) -> Option<ReloadError> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// `config_version`, `loaded_at` and `reload_error` for `/v1/rules`
+    /// and `/readyz`, into `into`.
+    pub fn describe(&self, info: &ConfigInfo, into: &mut serde_json::Map<String, Value>) {
+        into.insert("config_version".to_owned(), json!(info.version));
+        into.insert("loaded_at".to_owned(), json!(rfc3339(info.loaded_at)));
+        let error = self.last_error().map(|e| {
+            json!({
+                "message": e.message,
+                "at": rfc3339(e.at),
+                "config_version": e.version,
+            })
+        });
+        into.insert("reload_error".to_owned(), error.unwrap_or(Value::Null));
+    }
+}
+
+/// Sets the load-time gauge for `info` (at each load).
+pub(crate) fn record_loaded(info: &ConfigInfo) {
+    let secs = info
+        .loaded_at
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    ::metrics::gauge!(LOADED_AT).set(secs);
+}
+
+/// The `tollgate_config_info` lines for `/metrics`.
+#[must_use]
+pub fn config_info_lines(info: &ConfigInfo) -> String {
+    format!(
+        "# HELP {CONFIG_INFO} The config version serving (a content hash of its files), always 1.\n\
+         # TYPE {CONFIG_INFO} gauge\n{CONFIG_INFO}{{version=\"{}\"}} 1\n",
+        info.version
+    )
+}

@@ -1,0 +1,92 @@
+//! Names: how a matched request descriptor is named in the store
+//! ([`store_key`]), and the tollgate rule generated for a limit
+//! ([`rule_name`]).
+
+use std::collections::HashSet;
+
+use tollgate::MAX_NAME_LEN;
+
+/// A unique rule name for the node at `path` (see
+/// [`super::EnvoyLimits::rules`]), added to `used`.
+pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
+    let mut base: String = "envoy."
+        .chars()
+        .chain(path.chars().map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        }))
+        .collect();
+    // Every character is ASCII now, so any byte length is a boundary.
+    base.truncate(MAX_NAME_LEN);
+    let mut name = base.clone();
+    let mut n = 2u64;
+    while used.contains(&name) {
+        let suffix = format!(".{n}");
+        let stem = &base[..base.len().min(MAX_NAME_LEN - suffix.len())];
+        name = format!("{stem}{suffix}");
+        n += 1;
+    }
+    used.insert(name.clone());
+    name
+}
+
+/// The store key for a request descriptor matched to a limit: its entries
+/// as `key=value` joined by `;`, with `\`, `;` and `=` escaped by a `\`,
+/// and each byte that is not part of valid UTF-8 written `\xHH` (lower-case
+/// hex; a bare `\x` never occurs otherwise, so such a key never names a
+/// valid string's counter, and it stays readable and usable on the HTTP
+/// API). Injective: two different entry lists never give the same string.
+/// A key
+/// that would be longer than [`tollgate::MAX_KEY_LEN`] (a long header
+/// value) becomes `;sha256=` and the SHA-256 of its long form: a request
+/// cannot escape its limits by being long, and since no short key starts
+/// with a bare `;`, a short key never names a long key's counter.
+///
+/// ```
+/// use tollgate_server::doors::envoy::limits::store_key;
+///
+/// assert_eq!(store_key(&[("database", "users"), ("collection", "foo")]), "database=users;collection=foo");
+/// assert_eq!(store_key(&[("a", "b;c")]), r"a=b\;c");
+/// assert_eq!(store_key(&[(&b"user"[..], &b"\xff\xfe"[..])]), r"user=\xff\xfe");
+/// ```
+#[must_use]
+pub fn store_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(entries: &[(K, V)]) -> String {
+    let len = entries
+        .iter()
+        .map(|(k, v)| k.as_ref().len() + v.as_ref().len() + 2)
+        .sum();
+    let mut out = String::with_capacity(len);
+    for (i, (key, value)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(';');
+        }
+        escape(key.as_ref(), &mut out);
+        out.push('=');
+        escape(value.as_ref(), &mut out);
+    }
+    if out.len() > tollgate::MAX_KEY_LEN {
+        return tollgate_http::extract::digest_key(";sha256=", out.as_bytes());
+    }
+    out
+}
+
+fn escape(s: &[u8], out: &mut String) {
+    // One chunk, all valid, for a UTF-8 string.
+    for chunk in s.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if matches!(c, '\\' | ';' | '=') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+        for b in chunk.invalid() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\x");
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+}

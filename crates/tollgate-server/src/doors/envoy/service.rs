@@ -1,0 +1,582 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` over a
+//! [`Gate`]: each request descriptor is matched to its limit in the
+//! envoyproxy/ratelimit config ([`EnvoyLimits::find`], in `plan.rs`) and
+//! the matched limits are decided together, all-or-nothing, with the same
+//! store, failure policy and metrics as every other rule (docs/envoy.md).
+//!
+//! What a request gets, descriptor by descriptor, in order:
+//!
+//! * no limit matches (unknown domain, no node, or the limit was replaced
+//!   by another matched limit's `replaces`): `OK`, no `current_limit`; an
+//!   unknown domain is logged once and counted ([`crate::doors::envoy::unknown`]);
+//! * an `unlimited` limit: `OK`, `limit_remaining` `u32::MAX`;
+//! * a limit: its decision. The request's enforced checks are one
+//!   all-or-nothing check: if any is over, none consumes (a denied request
+//!   takes no quota, unlike the reference service, which counts every
+//!   descriptor of a denied request). `requests_per_unit: 0` is always over.
+//!   A cost of 0 peeks: it consumes nothing and is `OVER_LIMIT` while the
+//!   key is over its limit (in debt after a charge), by the ordinary
+//!   formulas (docs/semantics.md, "Cost 0").
+//! * a `charge: true` limit with a cost above 0 (Envoy's
+//!   `apply_on_stream_done` call carrying the real usage): charged in full,
+//!   even past the limit, and `OK` whatever the key's state; it is recorded
+//!   even when the request's checks deny, and after they decided (so the
+//!   checks see the state before this call's charges);
+//! * `is_negative_hits`: its cost given back (a refund: the units counted
+//!   last first, never past empty/full), after the charges; `OK`;
+//! * a `quota_mode` limit (or every one under `[envoy] quota_mode`):
+//!   decided on its own after that check; over, it reads `OVER_LIMIT` but
+//!   fails the request only when every quota limit is over, and then the
+//!   check's consumption is given back (docs/envoy.md, "Quota mode");
+//! * a descriptor's own `limit` override: decided under that limit, on the
+//!   counter `plan.rs` picks (docs/envoy.md, "Limit overrides");
+//! * a `shadow_mode` limit: counted (and in the metrics as it decides) but
+//!   always `OK`. A checked one consumes only when the request is admitted,
+//!   each shadow limit on its own (all of them in one round of store calls,
+//!   after the enforced check); on a denied request it is only read.
+//!
+//! `hits_addend` is the cost: the descriptor's own when set (0 peeks), else
+//! the request's, where 0 means 1. A descriptor whose store key would pass
+//! [`tollgate::MAX_KEY_LEN`] is counted under its digest
+//! ([`crate::doors::envoy::limits::store_key`]), never refused: a refusal would be
+//! a gRPC error, which Envoy's default `failure_mode_deny: false` turns
+//! into an admission, so one long header would switch every limit of the
+//! request off. A value (or key) that is not UTF-8, as a header value may
+//! be, is matched and counted like any other, by its bytes: such a value
+//! never equals a configured value but can match a wildcard or key-only
+//! node, and each distinct byte string has its own counter, apart from
+//! every UTF-8 string's. A store that fails under `on_error = "deny"`
+//! answers `OVER_LIMIT` for every enforced limit, charged ones included (as
+//! the user chose), not such an error; under `allow` the statuses are `OK`
+//! with no limit or numbers (nothing was decided). A bad request (empty
+//! domain, no descriptors, a descriptor without entries, too many
+//! descriptors or entries) is `INVALID_ARGUMENT` naming the problem, before
+//! anything is counted; so is a domain that is not UTF-8 (domains come from
+//! Envoy's config, never from a client, and name a config's `domain`, which
+//! is UTF-8).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as CurrentLimit,
+};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use futures_util::future::join_all;
+use tollgate::resilient::Refusal;
+use tollgate::{Check, DecidedBy, Decision, LimitSource, OnError, Op};
+
+use crate::doors::envoy::detailed::{DetailedMetrics, Outcome};
+use crate::doors::envoy::headers::ResponseHeaders;
+use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
+use crate::doors::envoy::metadata::dynamic_metadata;
+use crate::doors::envoy::plan::{Plan, plan};
+use crate::doors::envoy::unknown::UnknownDomains;
+use crate::doors::envoy::wire::RateLimitRequest;
+use crate::gate::Gate;
+
+pub use crate::doors::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
+
+/// The Envoy rate limit service.
+#[derive(Debug)]
+pub struct EnvoyService {
+    gate: Arc<Gate>,
+    limits: Arc<EnvoyLimits>,
+    /// Where the Envoy rules start in the gate's rule list.
+    first_rule: usize,
+    /// `[envoy] response_headers`: the headers Envoy adds to responses.
+    headers: Option<ResponseHeaders>,
+    /// `[envoy] quota_mode`: every descriptor is a quota descriptor.
+    quota_mode: bool,
+    /// `[envoy] response_dynamic_metadata`: answers carry the request and
+    /// its passed limits' `metadata` as dynamic metadata.
+    dynamic_metadata: bool,
+    /// Metrics by runtime values (`detailed_metric`, `value_to_metric`);
+    /// shared with the services of later reloads, so the key cap holds
+    /// across them.
+    detailed: Arc<DetailedMetrics>,
+    /// The unknown domains asked for, logged once each.
+    unknown: UnknownDomains,
+}
+
+/// Statuses found for some descriptors (by position), each with what
+/// decided it when the store (or the local fallback) did, and whether they
+/// let the request through.
+struct Recorded {
+    statuses: Vec<(usize, DescriptorStatus, Option<DecidedBy>)>,
+    admitted: bool,
+}
+
+impl EnvoyService {
+    /// The service over `gate`, whose rules end with `limits`' rules (in
+    /// their order).
+    ///
+    /// # Errors
+    /// When the gate does not hold `limits`' rules at its end.
+    pub fn new(gate: Arc<Gate>, limits: Arc<EnvoyLimits>) -> Result<Self, String> {
+        let rules = gate.rules();
+        let envoy = limits.all_rules();
+        let Some(first_rule) = rules.len().checked_sub(envoy.len()) else {
+            return Err("the gate holds fewer rules than the Envoy config".to_owned());
+        };
+        if rules[first_rule..] != *envoy {
+            return Err("the gate's rules do not end with the Envoy config's".to_owned());
+        }
+        Ok(Self {
+            gate,
+            limits,
+            first_rule,
+            headers: None,
+            quota_mode: false,
+            dynamic_metadata: false,
+            detailed: Arc::default(),
+            unknown: UnknownDomains::default(),
+        })
+    }
+
+    /// The same service counting its runtime-value metrics with
+    /// `previous`'s (a config reload), so at most
+    /// [`crate::doors::envoy::detailed::MAX_METRIC_KEYS`] keys are recorded over
+    /// every reload together.
+    #[must_use]
+    pub fn keeping_metrics_of(mut self, previous: &EnvoyService) -> Self {
+        self.detailed = Arc::clone(&previous.detailed);
+        self
+    }
+
+    /// Adds `headers` (when given) to every answer, for the descriptor
+    /// closest to its limit (`[envoy] response_headers`).
+    #[must_use]
+    pub fn with_response_headers(mut self, headers: Option<ResponseHeaders>) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// With `on`, every descriptor is a quota descriptor (`[envoy]
+    /// quota_mode`, the reference's `QUOTA_MODE`): the request is over only
+    /// when all of them are.
+    #[must_use]
+    pub fn with_quota_mode(mut self, on: bool) -> Self {
+        self.quota_mode = on;
+        self
+    }
+
+    /// With `on`, answers carry dynamic metadata (`[envoy]
+    /// response_dynamic_metadata`, the reference's
+    /// `RESPONSE_DYNAMIC_METADATA`): docs/envoy.md, "Metadata".
+    #[must_use]
+    pub fn with_dynamic_metadata(mut self, on: bool) -> Self {
+        self.dynamic_metadata = on;
+        self
+    }
+
+    /// Decides one request (the gRPC method without its transport).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` naming what is wrong with the request.
+    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        let plans = plan(&self.limits, self.first_rule, req)?;
+        // `plan` refused a domain that is not UTF-8.
+        let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
+        if !self.limits.has_domain(domain) {
+            self.unknown.note(domain);
+        }
+        // Quota descriptors: each decided on its own; the request is over
+        // when all of them are (as the reference, under the global switch
+        // every descriptor but an unlimited one is one).
+        let quota: Vec<bool> = plans
+            .iter()
+            .map(|p| match p {
+                Plan::Unlimited => false,
+                _ if self.quota_mode => true,
+                p => p.limit().is_some_and(|l| l.quota_mode),
+            })
+            .collect();
+
+        let mut statuses: Vec<DescriptorStatus> = plans.iter().map(initial).collect();
+        // What decided each descriptor's status, as its answer carries it.
+        let mut decided: Vec<Option<DecidedBy>> = vec![None; plans.len()];
+        let zero_enforced = plans
+            .iter()
+            .zip(&quota)
+            .any(|(p, &q)| !q && matches!(p, Plan::Zero(l) if !l.shadow_mode));
+
+        // The enforced checks and peeks: one all-or-nothing check (read
+        // only when a zero limit already denies the request).
+        let (enforced, checks) = self.checks(
+            &plans,
+            |i, p| !quota[i] && p.is(Op::Check, false),
+            zero_enforced,
+        );
+        let mut admitted = !zero_enforced;
+        if !enforced.is_empty() {
+            match self.gate.check_all(&checks).await {
+                Ok(verdict) => {
+                    admitted &= verdict.multi.allowed;
+                    let guessed = verdict.degraded == Some(OnError::Allow);
+                    let by = verdict.decided_by.iter();
+                    for ((&i, d), by) in enforced.iter().zip(&verdict.multi.decisions).zip(by) {
+                        // Under `allow` nothing was decided: OK, and no
+                        // numbers the store never gave.
+                        if !guessed {
+                            statuses[i] = status(&plans[i], d, d.allowed);
+                            decided[i] = Some(*by);
+                        }
+                    }
+                }
+                Err(Refusal::Invalid(e)) => {
+                    return Err(tonic::Status::invalid_argument(e.to_string()));
+                }
+                // The store failed and the policy is `deny`: the user's
+                // choice stands.
+                Err(_) => {
+                    admitted = false;
+                    for &i in &enforced {
+                        statuses[i] = failed(&plans[i]);
+                    }
+                }
+            }
+        }
+        if quota.contains(&true) {
+            let consumed = admitted;
+            admitted &= self
+                .quota(&plans, &quota, (&mut statuses, &mut decided), admitted)
+                .await;
+            if consumed && !admitted && !checks.is_empty() {
+                // Every quota descriptor is over: the request is denied,
+                // so the enforced checks give back what they took.
+                if let Ok(verdict) = self.gate.refund_all(&checks).await
+                    && verdict.degraded != Some(OnError::Allow)
+                {
+                    // Their statuses show the keys as the refund left them.
+                    let by = verdict.decided_by.iter();
+                    for ((&i, c), by) in enforced.iter().zip(&verdict.charged).zip(by) {
+                        statuses[i] = status(&plans[i], &c.decision, true);
+                        decided[i] = Some(*by);
+                    }
+                }
+            }
+        }
+
+        // Then, at once (one store round trip between them): the shadow
+        // checks, each on its own, consuming only if the request goes
+        // through, always OK (one the store cannot decide reads OK with no
+        // numbers: it never fails the request); and the charges and
+        // give-backs, recorded whatever the checks answered.
+        let (shadows, checks) = self.checks(&plans, |_, p| p.is(Op::Check, true), !admitted);
+        // Charges before give-backs, so one call charging and giving back
+        // the same key nets out rather than giving back from empty first.
+        let (shadowed, (charged, given)) = tokio::join!(
+            join_all(
+                checks
+                    .iter()
+                    .map(|check| self.gate.check_all(std::slice::from_ref(check))),
+            ),
+            async {
+                let charged = self.record(&plans, Op::Charge).await;
+                (charged, self.record(&plans, Op::Refund).await)
+            },
+        );
+        let mut shadow_over = Vec::new();
+        for (&i, result) in shadows.iter().zip(shadowed) {
+            if let Ok(verdict) = result
+                && verdict.degraded != Some(OnError::Allow)
+            {
+                statuses[i] = status(&plans[i], verdict.decision(), true);
+                decided[i] = verdict.decided_by.first().copied();
+                if !verdict.decision().allowed {
+                    shadow_over.push(i);
+                }
+            }
+        }
+        for recorded in [charged?, given?] {
+            admitted &= recorded.admitted;
+            for (i, s, by) in recorded.statuses {
+                statuses[i] = s;
+                decided[i] = by;
+            }
+        }
+
+        let response_headers_to_add = self
+            .headers
+            .as_ref()
+            .map(|h| h.for_statuses(&plans, &statuses, &quota, self.gate.rules()))
+            .unwrap_or_default();
+        show_admin_overrides(&decided, &mut statuses);
+        self.record_detailed(req, &plans, &statuses, &shadow_over);
+        let dynamic_metadata = self
+            .dynamic_metadata
+            .then(|| dynamic_metadata(req, &self.limits, &plans, &statuses));
+        Ok(RateLimitResponse {
+            overall_code: if admitted { Code::Ok } else { Code::OverLimit }.into(),
+            statuses,
+            response_headers_to_add,
+            dynamic_metadata,
+            ..RateLimitResponse::default()
+        })
+    }
+
+    /// Counts the descriptors whose limits name runtime values in their
+    /// metrics (`detailed.rs`); `shadow_over` are the shadow limits that
+    /// were over.
+    fn record_detailed(
+        &self,
+        req: &RateLimitRequest,
+        plans: &[Plan<'_>],
+        statuses: &[DescriptorStatus],
+        shadow_over: &[usize],
+    ) {
+        let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
+        for (i, plan) in plans.iter().enumerate() {
+            if !plan.limit().is_some_and(|l| l.runtime_metric) {
+                continue;
+            }
+            let outcome = if statuses[i].code == i32::from(Code::OverLimit) {
+                Outcome::Over
+            } else if shadow_over.contains(&i) {
+                Outcome::Shadow
+            } else {
+                Outcome::Within
+            };
+            let entries = req.descriptors[i].pairs();
+            self.detailed
+                .record(&self.limits, domain, &entries, outcome);
+        }
+    }
+
+    /// Decides the quota descriptors (`quota[i]`), each on its own,
+    /// consuming only when `consume` (the other checks admitted the
+    /// request) and the descriptor is within its limit; fills their
+    /// statuses. Whether one of them passed (or there are none that count:
+    /// true).
+    async fn quota(
+        &self,
+        plans: &[Plan<'_>],
+        quota: &[bool],
+        (statuses, decided): (&mut [DescriptorStatus], &mut [Option<DecidedBy>]),
+        consume: bool,
+    ) -> bool {
+        let (at, checks) = self.checks(plans, |i, p| quota[i] && p.is(Op::Check, false), !consume);
+        let answers = join_all(
+            checks
+                .iter()
+                .map(|check| self.gate.check_all(std::slice::from_ref(check))),
+        )
+        .await;
+        for (&i, result) in at.iter().zip(answers) {
+            statuses[i] = match result {
+                Ok(verdict) if verdict.degraded == Some(OnError::Allow) => initial(&plans[i]),
+                Ok(verdict) => {
+                    decided[i] = verdict.decided_by.first().copied();
+                    let d = verdict.decision();
+                    // Read only (the request is denied already): over when
+                    // its cost would not fit, as the reference, which counts
+                    // it, would answer.
+                    let fits = d.allowed && (consume || d.remaining >= cost_of(&plans[i]));
+                    status(&plans[i], d, fits)
+                }
+                Err(_) => failed(&plans[i]),
+            };
+        }
+        // Charges, give-backs and shadow limits are always OK: they pass.
+        quota
+            .iter()
+            .zip(statuses.iter())
+            .any(|(&q, s)| q && s.code != i32::from(Code::OverLimit))
+    }
+
+    /// Records every counted descriptor doing `op` (a charge or a
+    /// refund, a give-back) in one store call: never refused, so each reads `OK` with
+    /// the key's state after it; under a store failure the failure policy
+    /// answers, as for a check.
+    async fn record(&self, plans: &[Plan<'_>], op: Op) -> Result<Recorded, tonic::Status> {
+        let (at, checks) = self.checks(plans, |_, p| p.is(op, false) || p.is(op, true), false);
+        let mut recorded = Recorded {
+            statuses: Vec::new(),
+            admitted: true,
+        };
+        if at.is_empty() {
+            return Ok(recorded);
+        }
+        let result = if op == Op::Refund {
+            self.gate.refund_all(&checks).await
+        } else {
+            self.gate.charge_all(&checks).await
+        };
+        match result {
+            // Under `allow` nothing was recorded: OK, with no numbers.
+            Ok(verdict) if verdict.degraded == Some(OnError::Allow) => {}
+            Ok(verdict) => {
+                recorded.statuses = at
+                    .iter()
+                    .zip(&verdict.charged)
+                    .zip(verdict.decided_by.iter())
+                    .map(|((&i, c), by)| (i, status(&plans[i], &c.decision, true), Some(*by)))
+                    .collect();
+            }
+            // Not for a loaded config (its rules are rates, its keys
+            // bounded), but never a panic.
+            Err(Refusal::Invalid(e)) => {
+                return Err(tonic::Status::invalid_argument(e.to_string()));
+            }
+            Err(_) => {
+                recorded.admitted = at.iter().all(|&i| plans[i].is(op, true));
+                recorded.statuses = at.iter().map(|&i| (i, failed(&plans[i]), None)).collect();
+            }
+        }
+        Ok(recorded)
+    }
+
+    /// The counted plans `keep` selects, by position, with their checks;
+    /// `read_only` checks read without consuming.
+    fn checks<'a>(
+        &'a self,
+        plans: &'a [Plan<'a>],
+        keep: impl Fn(usize, &Plan<'_>) -> bool,
+        read_only: bool,
+    ) -> (Vec<usize>, Vec<Check<'a>>) {
+        plans
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| keep(*i, p))
+            .filter_map(|(i, p)| match p {
+                Plan::Counted {
+                    rule,
+                    key,
+                    cost,
+                    under,
+                    ..
+                } => {
+                    // By the rule's position, which `plan` holds: the
+                    // limiter takes it without looking the name up.
+                    let name = self.gate.rules()[*rule].name();
+                    let cost = if read_only { 0 } else { *cost };
+                    let check = Check::new(name, key.as_bytes()).cost(cost).at_index(*rule);
+                    Some((i, under.as_ref().map_or(check, |r| check.under(r))))
+                }
+                _ => None,
+            })
+            .unzip()
+    }
+}
+
+/// A descriptor decided under an admin's runtime override (docs/admin.md)
+/// shows that limit in its `current_limit`: its `requests_per_unit`, and
+/// its unit when the override's period is one. `decided` is what decided
+/// each status, as its answer carried it: never looked up again, so a
+/// status never names an override written after its decision.
+fn show_admin_overrides(decided: &[Option<DecidedBy>], statuses: &mut [DescriptorStatus]) {
+    for (by, s) in decided.iter().zip(statuses.iter_mut()) {
+        let Some(by) = by.filter(|by| by.source == LimitSource::RuntimeOverride) else {
+            continue;
+        };
+        if let Some(current) = &mut s.current_limit {
+            current.requests_per_unit = u32::try_from(by.limit).unwrap_or(u32::MAX);
+            if let Some(unit) = Unit::ALL
+                .iter()
+                .find(|u| Duration::from_secs(u.seconds()) == by.period())
+            {
+                current.unit = unit.proto();
+            }
+        }
+    }
+}
+
+/// A counted plan's cost (0 for any other).
+fn cost_of(plan: &Plan<'_>) -> u64 {
+    match plan {
+        Plan::Counted { cost, .. } => *cost,
+        _ => 0,
+    }
+}
+
+/// A descriptor's status before the store answers.
+fn initial(plan: &Plan<'_>) -> DescriptorStatus {
+    match plan {
+        Plan::None | Plan::Counted { .. } => DescriptorStatus {
+            code: Code::Ok.into(),
+            ..DescriptorStatus::default()
+        },
+        Plan::Unlimited => DescriptorStatus {
+            code: Code::Ok.into(),
+            limit_remaining: u32::MAX,
+            ..DescriptorStatus::default()
+        },
+        Plan::Zero(limit) => DescriptorStatus {
+            code: if limit.shadow_mode {
+                Code::Ok
+            } else {
+                Code::OverLimit
+            }
+            .into(),
+            current_limit: Some(current(limit)),
+            limit_remaining: 0,
+            duration_until_reset: limit.unit.map(|u| to_window_end(u.seconds())),
+            ..DescriptorStatus::default()
+        },
+    }
+}
+
+/// A counted limit's status when the store failed under `deny`:
+/// `OVER_LIMIT` (`OK` in shadow mode), no numbers.
+fn failed(plan: &Plan<'_>) -> DescriptorStatus {
+    let Plan::Counted { limit, .. } = plan else {
+        return initial(plan);
+    };
+    DescriptorStatus {
+        code: if limit.shadow_mode {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        }
+        .into(),
+        current_limit: Some(current(limit)),
+        ..DescriptorStatus::default()
+    }
+}
+
+/// The limit as a status's `current_limit`.
+fn current(limit: &Limit) -> CurrentLimit {
+    CurrentLimit {
+        name: limit.name.clone(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: limit.unit.map_or(0, Unit::proto),
+    }
+}
+
+/// A counted limit's status from its decision; `ok` overrides the code
+/// (shadow mode, and a pair that would have admitted in a denied check).
+fn status(plan: &Plan<'_>, d: &Decision, ok: bool) -> DescriptorStatus {
+    let Plan::Counted { limit, .. } = plan else {
+        return DescriptorStatus::default();
+    };
+    let ok = ok || limit.shadow_mode;
+    DescriptorStatus {
+        code: if ok { Code::Ok } else { Code::OverLimit }.into(),
+        current_limit: Some(current(limit)),
+        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(proto_duration(d.reset_after)),
+        ..DescriptorStatus::default()
+    }
+}
+
+/// A `google.protobuf.Duration`.
+fn proto_duration(d: Duration) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// Time to the end of the current `unit_secs` window on the wall clock (the
+/// reference service's windows), for limits the store never sees.
+fn to_window_end(unit_secs: u64) -> ProtoDuration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let unit = Duration::from_secs(unit_secs.max(1));
+    let into =
+        Duration::from_nanos(u64::try_from(now.as_nanos() % unit.as_nanos()).unwrap_or_default());
+    proto_duration(unit.saturating_sub(into))
+}

@@ -1,0 +1,11 @@
+//! What the JSON doors (the HTTP API and the admin API) share: reading a
+//! request body within bounds (`body.rs`) and the JSON answers, the
+//! `{"error"}` ones included (`reply.rs`).
+
+mod body;
+mod reply;
+
+pub(crate) use body::is_json;
+pub use body::{BODY_TIMEOUT, MAX_BODY, read_body};
+pub use reply::ApiBody;
+pub(crate) use reply::{bytes_response, error, json_response, method_not_allowed};

@@ -1,0 +1,47 @@
+//! The API's own answers: the body type, JSON answers and the
+//! `{"error"}` answers every failure is.
+
+use bytes::Bytes;
+use http::header::{ALLOW, CONTENT_TYPE};
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+/// The body of every API answer.
+pub type ApiBody = Full<Bytes>;
+
+pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response<ApiBody> {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes_response(status, bytes)
+}
+
+#[inline]
+pub(crate) fn bytes_response(status: StatusCode, bytes: Vec<u8>) -> Response<ApiBody> {
+    // Through a boxed slice: `Bytes::from` a `Vec` with spare capacity
+    // allocates a second, shared header; shrinking in place does not.
+    let mut res = Response::new(Full::new(Bytes::from(bytes.into_boxed_slice())));
+    *res.status_mut() = status;
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    res
+}
+
+/// `{"error": message}` with `status`.
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response<ApiBody> {
+    json_response(status, &json!({ "error": message.into() }))
+}
+
+pub(crate) fn method_not_allowed(
+    method: &Method,
+    path: &str,
+    allow: &'static str,
+) -> Response<ApiBody> {
+    let mut res = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} is not allowed on {path}; use {allow}"),
+    );
+    res.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    res
+}
