@@ -308,7 +308,7 @@ fn ratios(rest: &[String]) -> Result<String, String> {
         }
     }
     if cols.is_empty() {
-        cols.push((String::new(), String::new()));
+        cols.push(("ratio".to_owned(), String::new()));
     }
     let all = record::read(c.file)?;
     Ok(show(

@@ -144,9 +144,12 @@ pub(crate) fn ratios(
     rows: &[RatioRow],
     fmt: Fmt,
 ) -> Result<Grid, String> {
-    let mut header = vec![title.to_owned(), "goal".to_owned()];
+    // The goal and worst columns only when a row has a goal.
+    let goals = rows.iter().any(|r| r.goal.is_some());
+    let mut header = vec![title.to_owned()];
+    header.extend(goals.then(|| "goal".to_owned()));
     header.extend(cols.iter().map(|(h, _)| h.clone()));
-    header.push("worst".to_owned());
+    header.extend(goals.then(|| "worst".to_owned()));
     let mut out = Vec::new();
     for row in rows {
         let mut values = Vec::new();
@@ -154,23 +157,21 @@ pub(crate) fn ratios(
             let expr = Expr::parse(&row.expr.replace("{}", suffix), true)?;
             values.push(stats::value(all, of, &expr, "", field));
         }
-        let mut line = vec![
-            row.label.clone(),
-            row.goal.map(Goal::show).unwrap_or_default(),
-        ];
+        let mut line = vec![row.label.clone()];
+        line.extend(goals.then(|| row.goal.map(Goal::show).unwrap_or_default()));
         line.extend(
             values
                 .iter()
                 .map(|v| v.map_or_else(|| "-".into(), |v| fmt.show(v))),
         );
         let measured: Vec<f64> = values.iter().flatten().copied().collect();
-        line.push(match row.goal {
+        line.extend(goals.then(|| match row.goal {
             None => String::new(),
             Some(_) if measured.len() < values.len() => "not measured".into(),
             Some(g) => g.judge(&measured).map_or_else(String::new, |(w, ok)| {
                 format!("{} {}", fmt.show(w), if ok { "met" } else { "MISSED" })
             }),
-        });
+        }));
         out.push(line);
     }
     Ok(Grid { header, rows: out })
@@ -302,6 +303,23 @@ mod tests {
         // per round 2.0 and 0.9: median 1.45
         assert_eq!(g.rows[0], ["memory / peer", ">=1.2", "1.45", "1.45 met"]);
         assert_eq!(g.rows[1], ["against nobody", "<=1", "-", "not measured"]);
+        let plain = [RatioRow {
+            label: "memory / peer".into(),
+            expr: "mem.{} / tc.{}".into(),
+            goal: None,
+        }];
+        let g = ratios(
+            &all,
+            &Of::Rounds,
+            "rps",
+            "ratio",
+            &cols,
+            &plain,
+            Fmt::parse("2").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(g.header, ["ratio", "open"]);
+        assert_eq!(g.rows[0], ["memory / peer", "1.45"]);
     }
 
     #[test]
