@@ -45,7 +45,7 @@ run() {
   local calls
   redis-cli -p "$redis_port" flushall >/dev/null
   redis-cli -p "$redis_port" config resetstat >/dev/null
-  benchstat run --results "$results" --id "$1.$3" --round "$round" --label "$3 keys, $1" --sut "$redis_pid" \
+  benchstat run --results "$results" --id "$1.$3" --round "$round" --label "$( (($3 == 1)) && echo 'one key' || echo "$3 keys"), $1" --sut "$redis_pid" \
     --parse kv --count checks -- "$2" "redis://127.0.0.1:$redis_port" 64 "$secs" "$3"
   read -r calls _ < <(script_calls "$redis_port")
   benchstat put "$results" "$1.$3" "$round" "calls=$calls"

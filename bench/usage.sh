@@ -42,7 +42,7 @@ kinds=(check charge reserve-settle acquire-release)
 echo "== Redis: redis-server CPU and script calls per operation ($ops each, 3 rounds in turn)"
 start_redis
 url="redis://127.0.0.1:$redis_port"
-results="$work/redis"
+results="$work/redis-cpu"
 for round in 1 2 3; do
   for kind in "${kinds[@]}"; do
     redis-cli -p "$redis_port" config resetstat >/dev/null
