@@ -16,8 +16,6 @@
 #   BIN:      the tollgate binary (default target/release/tollgate, built here)
 # Env: BENCH_KEEP=DIR keeps the callgrind output (callgrind_annotate reads it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
 scenario=${1:-open-hot} each=${2:-50} conc=${3:-64} bin=${4:-}
 case $scenario in
   open-hot) domain=bench keys=1 ;;
@@ -25,36 +23,30 @@ case $scenario in
   closed-hot) domain=bench_closed keys=1 ;;
   *) echo "usage: bench/grpc-instructions.sh [open-hot|open-10k|closed-hot] [EACH] [CONC] [BIN]" >&2; exit 2 ;;
 esac
-command -v valgrind >/dev/null || { echo "install: apt-get install -y valgrind" >&2; exit 1; }
+source "$(dirname "$0")/lib/common.sh"
+need_pkg valgrind valgrind
 cargo build --release -q -p tollgate-server --bin tollgate --example grpc_load
-[[ -n "$bin" ]] || bin=$root/target/release/tollgate
-load=$root/target/release/examples/grpc_load
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [[ -n "$pid" ]] && { kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  rm -rf "$work"
-}
-trap cleanup EXIT
+[[ -n "$bin" ]] || bin=$target/release/tollgate
+load=$target/release/examples/grpc_load
 printf '[store]\nurl = "memory"\n' >"$work/t.toml"
 valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" "$bin" serve --config "$work/t.toml" \
   --grpc 127.0.0.1:0 --envoy-config bench/grpc/rls.yaml --envoy-config bench/grpc/rls-closed.yaml \
   >"$work/log" 2>&1 &
 pid=$!
+pids+=("$pid")
 addr=
 for _ in $(seq 600); do
   addr=$(grep -o 'gRPC) listening on [0-9.:]*' "$work/log" | head -1 | sed 's|.* ||' || true)
   [[ -n "$addr" ]] && break
+  kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done
-[[ -n "$addr" ]] || { cat "$work/log" >&2; echo "no address" >&2; exit 1; }
+[[ -n "$addr" ]] || { cat "$work/log" >&2; die "tollgate logged no gRPC address"; }
 "$load" "$addr" "$conc" 1 "$keys" "$domain" 20 >/dev/null
 callgrind_control -z "$pid" >/dev/null 2>&1
 "$load" "$addr" "$conc" 1 "$keys" "$domain" "$each" >/dev/null
 callgrind_control -d "$pid" >/dev/null 2>&1
 sleep 0.5
-out=$(ls "$work"/cg."$pid".1)
+out="$work/cg.$pid.1"
 n=$((conc * each))
-ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$out")
-echo "$scenario: $((ir / n)) instructions per call ($ir over $n calls, $conc callers on one connection)"
-if [[ -n "${BENCH_KEEP:-}" ]]; then mkdir -p "$BENCH_KEEP" && cp "$out" "$BENCH_KEEP/"; fi
+echo "$scenario: $(benchstat callgrind --per "$n" "$out") instructions per call ($(benchstat callgrind "$out") over $n calls, $conc callers on one connection)"

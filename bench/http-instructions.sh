@@ -16,29 +16,23 @@
 # Env:  STORE=redis: the checks go to a redis-server started here (its own
 #       instructions are not counted: bench/lua-instructions.sh counts them)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
 kind=${1:?usage: bench/http-instructions.sh KIND [N] [KEYS] [CONNS] [BIN]}
 n=${2:-3000} keys=${3:-10000} conns=${4:-8} bin=${5:-}
 warm=2000
+source "$(dirname "$0")/lib/common.sh"
+need_pkg valgrind valgrind
 if [[ -z "$bin" ]]; then
   cargo build --release -q -p tollgate-server
-  bin=$root/target/release/tollgate
+  bin=$target/release/tollgate
 fi
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 if [[ $kind == proxy ]]; then
-  port=$((20000 + RANDOM % 10000))
+  need_pkg nginx nginx-light
+  port=$(free_port)
   mkdir -p "$work/nginx"
   sed -e "s|@DIR@|$work/nginx|g" -e "s|@PORT@|$port|g" bench/http/nginx.conf.in >"$work/nginx/nginx.conf"
   nginx -e "$work/nginx/error.log" -p "$work/nginx" -c "$work/nginx/nginx.conf" &
   pids+=($!)
-  sleep 0.5
+  wait_http "http://127.0.0.1:$port/"
   args=(serve --config bench/http/proxy.toml --proxy 127.0.0.1:0 --upstream "http://127.0.0.1:$port")
   load=get
 else
@@ -46,30 +40,15 @@ else
   load=$kind
 fi
 if [[ "${STORE:-memory}" == redis ]]; then
-  rport=$((20000 + RANDOM % 10000))
-  mkdir -p "$work/redis"
-  redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --dir "$work/redis" \
-    --logfile "$work/redis/log" &
-  pids+=($!)
-  for _ in $(seq 50); do redis-cli -p "$rport" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  args+=(--store "redis://127.0.0.1:$rport")
+  start_redis
+  args+=(--store "redis://127.0.0.1:$redis_port")
 fi
-valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" "$bin" "${args[@]}" >"$work/log" 2>&1 &
-pid=$!
-pids=("$pid" "${pids[@]}")
-addr=
-for _ in $(seq 600); do
-  addr=$(grep -o 'listening on http://[0-9.:]*' "$work/log" | head -1 | sed 's|.*http://||' || true)
-  [[ -n "$addr" ]] && break
-  sleep 0.1
-done
-[[ -n "$addr" ]] || { cat "$work/log" >&2; echo "no address" >&2; exit 1; }
+BIN=valgrind start_tollgate callgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" "$bin" "${args[@]}"
 python3 bench/http/load.py "$addr" "$warm" "$conns" "$load" "$keys" 2>/dev/null
 callgrind_control -z "$pid" >/dev/null 2>&1
 python3 bench/http/load.py "$addr" "$n" "$conns" "$load" "$keys"
 callgrind_control -d "$pid" >/dev/null 2>&1
 sleep 0.5
-out=$(ls "$work"/cg."$pid".1)
-ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$out")
-echo "$kind: $((ir / n)) instructions per request ($ir over $n requests, $conns connections, $keys keys)"
-if [[ -n "${BENCH_KEEP:-}" ]]; then cp "$out" "$BENCH_KEEP"; fi
+out="$work/cg.$pid.1"
+ir=$(benchstat callgrind "$out")
+echo "$kind: $(benchstat callgrind --per "$n" "$out") instructions per request ($ir over $n requests, $conns connections, $keys keys)"

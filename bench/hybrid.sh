@@ -10,24 +10,18 @@
 # Then checks the stores' call counts against the server's own count of
 # script calls (INFO commandstats). Usage: bench/hybrid.sh [seconds per phase]
 set -euo pipefail
-cd "$(dirname "$0")/.."
 secs="${1:-3}"
-. bench/lib/redis.sh
+source "$(dirname "$0")/lib/common.sh"
 
 cargo build --release -q --features redis -p tollgate --example hybrid_bench
 start_redis
 
-out=$(target/release/examples/hybrid_bench "redis://127.0.0.1:$port" "$secs")
+out=$("$target/release/examples/hybrid_bench" "redis://127.0.0.1:$redis_port" "$secs")
 echo "$out" | grep -v '^TOTAL'
 total=$(echo "$out" | grep '^TOTAL')
-server_calls=$(redis-cli -p "$port" INFO commandstats | tr -d '\r' \
-  | sed -nE 's/^cmdstat_eval(sha)?:calls=([0-9]+),.*/\2/p' | paste -sd+ | bc)
-python3 - "$total" "$server_calls" <<'PY'
-import sys
-fields = dict(kv.split("=") for kv in sys.argv[1].split()[1:])
-ours = int(fields["redis_checks"]) + int(fields["hybrid_calls"])
-print(f"Redis requests: the stores counted {ours} (a plain check is one request, a hybrid "
-      f"lease one); redis-server counted {sys.argv[2]} script runs: concurrent plain checks "
-      "share one run (batches of up to 64), and a script's first use adds a NOSCRIPT retry")
-PY
+field() { grep -o "$1=[0-9]*" <<<"$total" | cut -d= -f2; }
+read -r server_calls _ < <(script_calls "$redis_port")
+echo "Redis requests: the stores counted $(($(field redis_checks) + $(field hybrid_calls))) (a plain check is one request, a hybrid" \
+  "lease one); redis-server counted $server_calls script runs: concurrent plain checks" \
+  "share one run (batches of up to 64), and a script's first use adds a NOSCRIPT retry"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"

@@ -12,21 +12,14 @@
 #           with VIA=script, the GCRA script run with EVALSHA (what a
 #           Redis without functions runs)
 set -euo pipefail
-cd "$(dirname "$0")/.."
 batch=${1:-20} runs=${2:-500} keys=${3:-10000} script=${4:-}
 [[ "$batch" =~ ^[0-9]+$ && "$runs" =~ ^[0-9]+$ && "$keys" =~ ^[0-9]+$ ]] &&
   ((batch >= 2 && batch <= 255 && runs >= 50 && runs % 50 == 0 && keys >= 1)) ||
   { echo "usage: bench/lua-instructions.sh [BATCH 2..255] [RUNS, a multiple of 50] [KEYS >= 1] [SCRIPT]" >&2; exit 2; }
+source "$(dirname "$0")/lib/common.sh"
 for tool in valgrind:valgrind redis-server:redis-server redis-cli:redis-tools python3:python3; do
-  command -v "${tool%%:*}" >/dev/null || {
-    echo "# installing ${tool#*:} (apt-get)" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${tool#*:}" >/dev/null
-  }
+  need_pkg "${tool%%:*}" "${tool#*:}"
 done
-work=$(mktemp -d)
-vpid=
-cleanup() { [[ -n "$vpid" ]] && kill "$vpid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 toggle=fcallCommand
 if [[ -z "$script" ]]; then
   s=crates/tollgate/src/store/redis/scripts
@@ -43,21 +36,19 @@ fi
 head -c 5 "$script" | grep -q '#!lua' || toggle=evalShaCommand
 # count WORKLOAD-KEYS: one callgrind run of redis-server, only FCALL (or EVALSHA) counted.
 count() {
-  local k=$1 port
-  port=$((30000 + RANDOM % 5000))
+  local k=$1 port vpid
+  port=$(free_port)
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" --collect-atstart=no \
     --toggle-collect=$toggle redis-server --port "$port" --bind 127.0.0.1 --save "" \
     --appendonly no --dir "$work" >/dev/null 2>"$work/valgrind.log" &
   vpid=$!
+  pids+=("$vpid")
   for _ in $(seq 150); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
   python3 bench/lua/batch.py "$port" "$script" "$batch" "$k" "$runs" >/dev/null
   redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
-  wait "$vpid" || true
-  vpid=
-  local ir
-  ir=$(callgrind_annotate "$work/cg.out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  stop "$vpid"
   # batch.py runs RUNS counted runs plus one first run, all inside FCALL (EVALSHA)
-  echo "batches of $batch on $( ((k == 1)) && echo "one hot key" || echo "$k keys")${DENIED:+ that exist, denied}: $((ir / ((runs + 1) * batch))) instructions a check"
+  echo "batches of $batch on $( ((k == 1)) && echo "one hot key" || echo "$k keys")${DENIED:+ that exist, denied}: $(benchstat callgrind --per $(((runs + 1) * batch)) "$work/cg.out") instructions a check"
 }
 count 1
 count "$keys"

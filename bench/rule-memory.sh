@@ -11,15 +11,10 @@
 # Env:   PROFILE=debug builds and measures the debug binary (default
 #        release); TOLLGATE=path/to/tollgate uses that binary.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root=$PWD
 rules="${1:-100000}"
 [[ "$rules" =~ ^[0-9]+$ ]] && ((rules >= 2)) ||
   { echo "usage: bench/rule-memory.sh [RULES >= 2]" >&2; exit 2; }
-work=$(mktemp -d)
-pids=()
-source bench/lib/measure.sh
-trap 'for p in "${pids[@]}"; do stop "$p"; done; rm -rf "$work"' EXIT
+source "$(dirname "$0")/lib/common.sh"
 profile="${PROFILE:-release}"
 if [[ -n "${TOLLGATE:-}" ]]; then
   tollgate=$TOLLGATE
@@ -43,7 +38,7 @@ config() { # N FILE
   }' > "$2"
 }
 
-# kib N: serves N rules; prints "VmHWM VmRSS" in KiB.
+# kib N: serves N rules; prints "VmHWM VmRSS" in KiB (benchstat mem).
 kib() {
   config "$1" "$work/rules.toml"
   start_tollgate "rules$1" --config "$work/rules.toml" --http 127.0.0.1:0 --reload-poll 0s
@@ -51,7 +46,7 @@ kib() {
   curl -s -o /dev/null -H 'content-type: application/json' \
     -d '{"rule":"r0","key":"k"}' "http://$addr/v1/check"
   curl -s -o /dev/null "http://$addr/metrics"
-  awk '/^VmHWM:/ {h = $2} /^VmRSS:/ {r = $2} END {print h, r}' "/proc/$pid/status"
+  benchstat mem "$pid"
   stop "$pid"
 }
 
@@ -61,7 +56,4 @@ log "$profile binary $tollgate"
 printf '%-8s %12s %12s\n' "" "VmHWM KiB" "VmRSS KiB"
 printf '%-8s %12s %12s\n' "1 rule" "$hwm1" "$rss1"
 printf '%-8s %12s %12s\n' "$rules" "$hwm" "$rss"
-awk -v n="$rules" -v h1="$hwm1" -v r1="$rss1" -v h="$hwm" -v r="$rss" 'BEGIN {
-  printf "per rule: %.0f bytes at the peak (VmHWM), %.0f held (VmRSS)\n",
-    (h - h1) * 1024 / (n - 1), (r - r1) * 1024 / (n - 1)
-}'
+echo "per rule: $(( (hwm - hwm1) * 1024 / (rules - 1) )) bytes at the peak (VmHWM), $(( (rss - rss1) * 1024 / (rules - 1) )) held (VmRSS)"
