@@ -71,7 +71,7 @@ fuzz_target!(|data: &[u8]| {
     let client = CLIENTS.client_ip(peer, &headers);
     for missing in [MissingKey::Empty, MissingKey::Skip, MissingKey::Reject] {
         if let Ok(key) = KEY.extract_from(&Method::GET, &uri, &headers, Some(client), missing) {
-            assert!(key.len() <= tollgate::MAX_KEY_LEN, "a key over the limit");
+            assert!(key.len() <= tollgate::limits::MAX_KEY_LEN, "a key over the limit");
         }
     }
     let reading = USAGE.read(&headers);

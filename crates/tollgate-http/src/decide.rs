@@ -64,8 +64,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use tollgate::limits::MAX_KEY_LEN;
 use tollgate::resilient::{self, OnError, Refusal, ResilientLimiter};
-use tollgate::{Algorithm, Check, Decision, Error, MAX_KEY_LEN, MultiDecision, Rule, Store};
+use tollgate::{Algorithm, Check, Decision, Error, MultiDecision, Rule, Store};
 
 use crate::cost::ResponseCost;
 

@@ -48,7 +48,7 @@
 //! | `method` | the method, e.g. `GET` |
 //! | `host` | the URI's host (absolute-form or HTTP/2 `:authority`), else the `Host` header's; ASCII-lowercased, without the port and a trailing `.` |
 //!
-//! A key longer than [`tollgate::MAX_KEY_LEN`] (a header value of 4 KiB
+//! A key longer than [`tollgate::limits::MAX_KEY_LEN`] (a header value of 4 KiB
 //! and more) is counted under its digest: `%sha256=` and the SHA-256 of
 //! its bytes in lowercase hex, 72 bytes. A client cannot escape its limit
 //! by sending a long value (it would otherwise be refused before any check,
@@ -477,10 +477,10 @@ impl KeyExtractor {
     }
 }
 
-/// `key` itself when it fits in [`tollgate::MAX_KEY_LEN`] bytes, else its
+/// `key` itself when it fits in [`tollgate::limits::MAX_KEY_LEN`] bytes, else its
 /// digest (see the [module docs](self)).
 fn fit(key: Vec<u8>) -> Vec<u8> {
-    if key.len() <= tollgate::MAX_KEY_LEN {
+    if key.len() <= tollgate::limits::MAX_KEY_LEN {
         return key;
     }
     // `%` followed by `s`: escaping never writes it.

@@ -23,7 +23,7 @@ pub const STORE_UNAVAILABLE: &str = "https://tollgate.dev/problems/store-unavail
 /// The problem type of a 400 for a missing (or empty) key header under
 /// [`MissingKey::Reject`](crate::extract::MissingKey::Reject).
 pub const MISSING_KEY: &str = "https://tollgate.dev/problems/missing-key";
-/// The problem type of a 400 for a key longer than [`tollgate::MAX_KEY_LEN`].
+/// The problem type of a 400 for a key longer than [`tollgate::limits::MAX_KEY_LEN`].
 pub const KEY_TOO_LONG: &str = "https://tollgate.dev/problems/key-too-long";
 
 /// `application/problem+json`.

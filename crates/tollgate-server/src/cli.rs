@@ -84,7 +84,7 @@ fn parse_poll(text: &str) -> Result<std::time::Duration, String> {
     {
         return Ok(std::time::Duration::ZERO);
     }
-    tollgate::parse_duration(text)
+    tollgate::time::parse_duration(text)
 }
 
 /// `tollgate validate [--config FILE] [--envoy-config FILE.yaml ...]

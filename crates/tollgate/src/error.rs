@@ -68,14 +68,14 @@ impl std::error::Error for StoreError {}
 pub enum Error {
     /// No rule has this name.
     UnknownRule(String),
-    /// The key is longer than [`crate::MAX_KEY_LEN`] bytes.
+    /// The key is longer than [`crate::limits::MAX_KEY_LEN`] bytes.
     KeyTooLong {
         /// The key's length in bytes.
         len: usize,
     },
     /// A multi-rule check named no pair.
     NoChecks,
-    /// An explicit time past [`crate::MAX_TIME`].
+    /// An explicit time past [`crate::time::MAX_TIME`].
     TimeOutOfRange {
         /// The time given, in microseconds.
         at: u64,
@@ -100,13 +100,13 @@ impl fmt::Display for Error {
             Error::KeyTooLong { len } => write!(
                 f,
                 "key is {len} bytes, longer than the limit of {} bytes",
-                crate::MAX_KEY_LEN
+                crate::limits::MAX_KEY_LEN
             ),
             Error::NoChecks => f.write_str("a multi-rule check must name at least one rule"),
             Error::TimeOutOfRange { at } => write!(
                 f,
                 "time {at} µs is past the latest time a check accepts ({} µs)",
-                crate::MAX_TIME
+                crate::time::MAX_TIME
             ),
             Error::TtlOutOfRange { ttl_ms } => write!(
                 f,

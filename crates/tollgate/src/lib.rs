@@ -40,6 +40,7 @@ mod decided;
 mod decision;
 mod error;
 mod limiter;
+pub mod limits;
 mod live;
 mod op;
 mod overrides;
@@ -47,7 +48,7 @@ pub mod resilient;
 mod rule;
 pub mod store;
 pub mod ticket;
-mod time;
+pub mod time;
 pub mod top;
 
 pub use algorithm::Charged;
@@ -56,18 +57,12 @@ pub use decision::{Decision, MultiDecision, Outcome};
 pub use error::{Error, StoreError, StoreErrorKind, WaitError};
 #[allow(deprecated)]
 pub use limiter::Ticketed;
-pub use limiter::{Check, Limiter, MAX_KEY_LEN, TicketDecision};
+pub use limiter::{Check, Limiter, TicketDecision};
 pub use live::{Block, EVERY_RULE, RuntimeOverride};
 pub use op::Op;
 pub use overrides::{KeyPattern, Overrides};
 pub use resilient::{OnError, ResilientLimiter};
-pub use rule::{
-    Algorithm, DEBT_PERIODS, DEFAULT_LEASE, MAX_BURST_WINDOW, MAX_CONCURRENCY_LIMIT, MAX_LIMIT,
-    MAX_NAME_LEN, MAX_PERIOD, MAX_SLIDING_LOG_LIMIT, MIN_PERIOD, Rule, RuleError, RuleSpec,
-};
+pub use rule::{Algorithm, Rule, RuleError, RuleSpec};
 pub use store::Store;
 pub use store::memory::{MemoryStore, MemoryStoreBuilder};
-pub use time::{
-    Clock, FakeClock, MAX_TIME, Micros, MonotonicClock, TokioClock, duration_to_micros,
-    micros_to_millis_ceil, parse_duration,
-};
+pub use time::{Clock, FakeClock, Micros, MonotonicClock, TokioClock};

@@ -183,8 +183,8 @@ impl<C: Clock> Clock for Arc<C> {
 ///
 /// ```
 /// use std::time::Duration;
-/// assert_eq!(tollgate::parse_duration("250ms"), Ok(Duration::from_millis(250)));
-/// assert!(tollgate::parse_duration("1.5s").is_err());
+/// assert_eq!(tollgate::time::parse_duration("250ms"), Ok(Duration::from_millis(250)));
+/// assert!(tollgate::time::parse_duration("1.5s").is_err());
 /// ```
 ///
 /// # Errors

@@ -207,20 +207,20 @@ fn a_long_key_is_its_digest_and_no_short_key_names_it() {
         let r = req(Request::get("/").header("x-api-key", value));
         k.extract(&r, None, MissingKey::Empty).expect("key")
     };
-    let fits = "k".repeat(tollgate::MAX_KEY_LEN);
+    let fits = "k".repeat(tollgate::limits::MAX_KEY_LEN);
     assert_eq!(key_of(&fits), fits.as_bytes());
-    let long = "k".repeat(tollgate::MAX_KEY_LEN + 1);
+    let long = "k".repeat(tollgate::limits::MAX_KEY_LEN + 1);
     let digest = key_of(&long);
     assert_eq!(digest.len(), 8 + 64);
     assert!(digest.starts_with(b"%sha256="), "{digest:?}");
     assert_eq!(key_of(&long), digest, "the same value, the same counter");
-    let other = format!("{}j", "k".repeat(tollgate::MAX_KEY_LEN));
+    let other = format!("{}j", "k".repeat(tollgate::limits::MAX_KEY_LEN));
     assert_ne!(key_of(&other), digest, "each long value its own counter");
     // A short value spelling the digest is escaped: another counter.
     let spelled = String::from_utf8(digest.clone()).expect("ascii");
     assert_ne!(key_of(&spelled), digest);
     // Escaping that makes a key long is counted in the length.
-    let grows = "%".repeat(tollgate::MAX_KEY_LEN / 3 + 1);
+    let grows = "%".repeat(tollgate::limits::MAX_KEY_LEN / 3 + 1);
     assert!(key_of(&grows).starts_with(b"%sha256="));
 }
 

@@ -385,7 +385,7 @@ impl<'a> Checker<'a> {
             }
         }
         if let Some((s, span)) = self.string(t, path, "timeout") {
-            match tollgate::parse_duration(s) {
+            match tollgate::time::parse_duration(s) {
                 Ok(d) if d.is_zero() => {
                     self.error(&span, "store.timeout", "timeout must be at least 1ms");
                 }
@@ -415,7 +415,7 @@ impl<'a> Checker<'a> {
             store.replicas = n;
         }
         if let Some((s, span)) = self.string(t, path, "heartbeat") {
-            match tollgate::parse_duration(s) {
+            match tollgate::time::parse_duration(s) {
                 Ok(d) if d < Duration::from_millis(10) => {
                     self.error(&span, "store.heartbeat", "heartbeat must be at least 10ms");
                 }
@@ -468,7 +468,7 @@ impl<'a> Checker<'a> {
         key: &str,
     ) -> Option<Duration> {
         let (s, span) = self.string(table, path, key)?;
-        match tollgate::parse_duration(s) {
+        match tollgate::time::parse_duration(s) {
             Ok(d) if d < Duration::from_millis(1) => {
                 self.error(
                     &span,

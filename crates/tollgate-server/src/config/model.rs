@@ -331,7 +331,7 @@ impl Config {
 /// (`1s`, `250ms`, `90s`, `1m`, `1d`); sub-millisecond parts as `µs`.
 #[must_use]
 pub fn format_duration(d: Duration) -> String {
-    let us = tollgate::duration_to_micros(d);
+    let us = tollgate::time::duration_to_micros(d);
     let (ms, sub_ms) = (us / 1_000, us % 1_000);
     if sub_ms != 0 {
         return format!("{us}us");

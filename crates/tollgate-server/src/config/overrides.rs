@@ -78,7 +78,7 @@ impl Checker<'_> {
             span_of = span;
         }
         if let Some((s, span)) = self.string(o, path, "period") {
-            match tollgate::parse_duration(s) {
+            match tollgate::time::parse_duration(s) {
                 Ok(d) => spec.period = d,
                 Err(e) => {
                     self.error(&span, format!("{path}.period"), e);

@@ -165,7 +165,7 @@ impl Checker<'_> {
             bad.push("limit");
         }
         let duration = |this: &mut Self, field: &'static str| match this.string(t, &path, field) {
-            Some((s, span)) => match tollgate::parse_duration(s) {
+            Some((s, span)) => match tollgate::time::parse_duration(s) {
                 Ok(d) => Some((d, span)),
                 Err(e) => {
                     this.error(&span, format!("{path}.{field}"), e);
@@ -186,7 +186,7 @@ impl Checker<'_> {
             }
             match t.get("lease") {
                 Some(_) => duration(self, "lease"),
-                None => Some((tollgate::DEFAULT_LEASE, header.clone())),
+                None => Some((tollgate::limits::DEFAULT_LEASE, header.clone())),
             }
         } else {
             if let Some(v) = t.get("lease") {

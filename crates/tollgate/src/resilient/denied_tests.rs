@@ -42,7 +42,7 @@ async fn a_rule_counts_its_own_denials_only() {
     assert_eq!(limiter.denied_lately("a").expect("rule"), 2);
     assert!(limiter.top_denied("b", 5).expect("rule").is_empty());
     // A bad request is refused, not counted.
-    let long = vec![b'x'; crate::MAX_KEY_LEN + 1];
+    let long = vec![b'x'; crate::limits::MAX_KEY_LEN + 1];
     assert!(matches!(
         limiter.check("a", &long, 1).await,
         Err(Refusal::Invalid(_))

@@ -94,7 +94,7 @@ pub enum DomainKey<'a> {
 ///
 /// `at` is the time of the check in microseconds; `None` means the store's
 /// own clock (the memory store's [`crate::Clock`], or the Redis server's
-/// `TIME`). Tests and replay pass it explicitly, at most [`crate::MAX_TIME`]
+/// `TIME`). Tests and replay pass it explicitly, at most [`crate::time::MAX_TIME`]
 /// (the [`crate::Limiter`] refuses later times; a store may answer garbage).
 ///
 /// # What a store must implement

@@ -30,7 +30,7 @@ pub(super) struct Counter {
     pub(super) error: u64,
     /// Where the counter is in the heap.
     at: u32,
-    /// The key's whole length (keys are at most [`crate::MAX_KEY_LEN`]).
+    /// The key's whole length (keys are at most [`crate::limits::MAX_KEY_LEN`]).
     pub(super) len: u32,
     /// The key's first bytes (all of them up to [`KEPT_KEY_BYTES`]).
     pub(super) kept: [u8; KEPT_KEY_BYTES],
@@ -63,7 +63,7 @@ pub(super) struct SpaceSaving {
     total: u64,
 }
 
-/// The length of a key as kept (keys are at most [`crate::MAX_KEY_LEN`]).
+/// The length of a key as kept (keys are at most [`crate::limits::MAX_KEY_LEN`]).
 fn len_of(key: &[u8]) -> u32 {
     u32::try_from(key.len()).unwrap_or(u32::MAX)
 }

@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use tollgate::store::{Released, Settled};
 use tollgate::ticket::{REMEMBERED_AFTER_TTL, Ticket, TicketKind, TicketPair};
-use tollgate::{
-    Algorithm, Check, Decision, Limiter, Micros, Op, Store, StoreError, duration_to_micros,
-};
+use tollgate::time::duration_to_micros;
+use tollgate::{Algorithm, Check, Decision, Limiter, Micros, Op, Store, StoreError};
 
 use super::open::{Book, MAX_OPEN, Open};
 use super::trace::Row;

@@ -5,15 +5,16 @@ use std::fmt;
 use std::io::{self, BufReader, Read};
 
 use csv::{ByteRecord, ReaderBuilder};
+use tollgate::Op;
+use tollgate::limits::MAX_KEY_LEN;
 use tollgate::ticket::MAX_RESERVATION_TTL;
-use tollgate::{MAX_KEY_LEN, Op};
 
 use super::error::{ReplayError, csv_error};
 
-/// The largest `t_ms` accepted: [`tollgate::MAX_TIME`] in whole ms (about
+/// The largest `t_ms` accepted: [`tollgate::time::MAX_TIME`] in whole ms (about
 /// 265 years after the trace's origin), the latest time every store —
 /// the Redis scripts' doubles included — computes exactly.
-pub const MAX_T_MS: u64 = tollgate::MAX_TIME / 1_000;
+pub const MAX_T_MS: u64 = tollgate::time::MAX_TIME / 1_000;
 
 /// The most bytes one trace row, its line end included, may take: a key of
 /// [`MAX_KEY_LEN`] bytes with every byte quoted, and the other fields.

@@ -510,7 +510,7 @@ impl Admin {
         let period = match map.get("period") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(
-                tollgate::parse_duration(s)
+                tollgate::time::parse_duration(s)
                     .map_err(|e| error(StatusCode::BAD_REQUEST, format!("period: {e}")))?,
             ),
             Some(_) => {

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
-use tollgate::MAX_KEY_LEN;
+use tollgate::limits::MAX_KEY_LEN;
 
 /// The most (rule, key) pairs in one multi-rule check.
 pub const MAX_CHECKS: usize = 64;

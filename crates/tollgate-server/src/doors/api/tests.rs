@@ -3,7 +3,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::Map;
-use tollgate::{MAX_KEY_LEN, MultiDecision};
+use tollgate::MultiDecision;
+use tollgate::limits::MAX_KEY_LEN;
 
 use super::json_read::{
     CheckRequest, MAX_CHECKS, Pair, parse_check, parse_check_json, parse_check_plain,

@@ -37,7 +37,7 @@
 //!
 //! `hits_addend` is the cost: the descriptor's own when set (0 peeks), else
 //! the request's, where 0 means 1. A descriptor whose store key would pass
-//! [`tollgate::MAX_KEY_LEN`] is counted under its digest
+//! [`tollgate::limits::MAX_KEY_LEN`] is counted under its digest
 //! ([`crate::doors::envoy::limits::store_key`]), never refused: a refusal would be
 //! a gRPC error, which Envoy's default `failure_mode_deny: false` turns
 //! into an admission, so one long header would switch every limit of the

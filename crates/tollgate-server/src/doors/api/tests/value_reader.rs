@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde_json::{Map, Value};
-use tollgate::MAX_KEY_LEN;
+use tollgate::limits::MAX_KEY_LEN;
 
 use crate::doors::api::json_read::{CheckRequest, MAX_CHECKS, Pair};
 

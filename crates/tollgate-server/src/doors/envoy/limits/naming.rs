@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use tollgate::MAX_NAME_LEN;
+use tollgate::limits::MAX_NAME_LEN;
 
 /// A unique rule name for the node at `path` (see
 /// [`super::EnvoyLimits::rules`]), added to `used`.
@@ -40,7 +40,7 @@ pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
 /// valid string's counter, and it stays readable and usable on the HTTP
 /// API). Injective: two different entry lists never give the same string.
 /// A key
-/// that would be longer than [`tollgate::MAX_KEY_LEN`] (a long header
+/// that would be longer than [`tollgate::limits::MAX_KEY_LEN`] (a long header
 /// value) becomes `;sha256=` and the SHA-256 of its long form: a request
 /// cannot escape its limits by being long, and since no short key starts
 /// with a bare `;`, a short key never names a long key's counter.
@@ -67,7 +67,7 @@ pub fn store_key<K: AsRef<[u8]>, V: AsRef<[u8]>>(entries: &[(K, V)]) -> String {
         out.push('=');
         escape(value.as_ref(), &mut out);
     }
-    if out.len() > tollgate::MAX_KEY_LEN {
+    if out.len() > tollgate::limits::MAX_KEY_LEN {
         return tollgate_http::extract::digest_key(";sha256=", out.as_bytes());
     }
     out

@@ -257,7 +257,7 @@ impl EnvoyLimits {
     /// `requests_per_unit >= 1`, in file then document order. A rule is
     /// named `envoy.` + the node's [`Limit::path`] with every character
     /// outside `[A-Za-z0-9_.-]` replaced by `_`, cut to
-    /// [`tollgate::MAX_NAME_LEN`] bytes and made unique (against the names
+    /// [`tollgate::limits::MAX_NAME_LEN`] bytes and made unique (against the names
     /// given to `load` and each other) by a `.2`, `.3`, ... suffix.
     /// Not the rules counting limit overrides: see
     /// [`EnvoyLimits::all_rules`].

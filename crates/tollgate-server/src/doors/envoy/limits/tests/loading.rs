@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use tollgate::{Algorithm, MAX_NAME_LEN, Rule};
+use tollgate::limits::MAX_NAME_LEN;
+use tollgate::{Algorithm, Rule};
 
 use super::*;
 

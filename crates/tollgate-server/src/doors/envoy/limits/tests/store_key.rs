@@ -7,7 +7,7 @@ use super::*;
 
 #[test]
 fn a_long_store_key_is_its_digest_and_never_a_short_one() {
-    let long = "v".repeat(tollgate::MAX_KEY_LEN);
+    let long = "v".repeat(tollgate::limits::MAX_KEY_LEN);
     let other = format!("{long}w");
     let a = store_key(&[("user", long.as_str())]);
     let b = store_key(&[("user", other.as_str())]);
@@ -22,10 +22,10 @@ fn a_long_store_key_is_its_digest_and_never_a_short_one() {
         assert!(!store_key(entries).starts_with(';'), "{entries:?}");
     }
     // Just at the limit: kept as it is.
-    let fits = "v".repeat(tollgate::MAX_KEY_LEN - "user=".len());
+    let fits = "v".repeat(tollgate::limits::MAX_KEY_LEN - "user=".len());
     assert_eq!(
         store_key(&[("user", fits.as_str())]).len(),
-        tollgate::MAX_KEY_LEN
+        tollgate::limits::MAX_KEY_LEN
     );
 }
 
@@ -121,7 +121,7 @@ fn bytes_that_are_not_utf8_are_escaped_apart_from_any_string() {
     let keys: HashSet<String> = values.iter().map(|v| key(v)).collect();
     assert_eq!(keys.len(), values.len(), "{keys:?}");
     // Long ones are hashed like any other long key.
-    let long = [b'\xff'; tollgate::MAX_KEY_LEN];
+    let long = [b'\xff'; tollgate::limits::MAX_KEY_LEN];
     assert!(key(&long).starts_with(";sha256="));
     // Matching compares bytes: a wildcard prefix or a key-only node
     // matches such a value, a value never does.
