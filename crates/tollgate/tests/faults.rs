@@ -199,7 +199,10 @@ async fn a_hung_redis_is_answered_by_each_policy_within_the_timeout() {
         let (r, _) = timed(&limiter, "open", "fast").await;
         assert_eq!(r.expect("allow").degraded, Some(OnError::Allow));
         let (r, _) = timed(&limiter, "strict", "fast").await;
-        assert!(skipped_by_the_breaker(&r), "an open breaker still waited: {r:?}");
+        assert!(
+            skipped_by_the_breaker(&r),
+            "an open breaker still waited: {r:?}"
+        );
     }
     let not_ready = ended(limiter.ready(), "ready").await;
     assert!(
