@@ -69,7 +69,12 @@ fn raw_upstream() -> RawUpstream {
                         std::thread::sleep(Duration::from_secs(20));
                         return;
                     }
-                    "/clte" => b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec(),
+                    // `Connection: close` like every answer here that
+                    // has no other way to say the connection ends: an
+                    // answer that looks kept alive is pooled, and the
+                    // next request may go out on it just as this thread
+                    // closes it (a 502, under load).
+                    "/clte" => b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec(),
                     "/v10" => b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
                     "/101" => b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n".to_vec(),
                     _ => {
