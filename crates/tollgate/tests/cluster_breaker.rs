@@ -51,6 +51,8 @@ fn key_of_rule_on(cluster: &RedisCluster, name: &str, master: &RedisServer) -> S
 }
 
 async fn limiter(cluster: &RedisCluster) -> ResilientLimiter<RedisStore> {
+    // Counts in a window of an hour on the real clock: not across its end.
+    redis_harness::clear_of_window_edge(Duration::from_secs(3600), Duration::from_secs(60));
     let options = RedisOptions {
         prefix: PREFIX.to_owned(),
         timeout: TIMEOUT,

@@ -35,6 +35,12 @@ async fn connect(url: &str, prefix: &str) -> RedisStore {
     RedisStore::connect(url, options).await.expect("connect")
 }
 
+/// The rules' windows are hours on the real clock: called as each test
+/// builds its limiters, so no window ends while a test counts in it.
+fn clear_of_the_hour() {
+    redis_harness::clear_of_window_edge(Duration::from_secs(3600), Duration::from_secs(60));
+}
+
 fn rule(name: &str, algorithm: Algorithm, limit: u64) -> Rule {
     RuleSpec::new(name, algorithm, limit, Duration::from_secs(3600))
         .build()
@@ -60,6 +66,7 @@ fn resilient_with(
     rules: Vec<Rule>,
     open_for: Duration,
 ) -> ResilientLimiter<RedisStore> {
+    clear_of_the_hour();
     ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
         .timeout(TIMEOUT)
         .breaker(5, open_for)
@@ -514,6 +521,7 @@ async fn four_replicas_on_local_admit_about_the_limit_while_redis_is_dead() {
 
 async fn four_replicas_on_local(kill: bool) {
     const LIMIT: u64 = 100;
+    clear_of_the_hour();
     let redis = RedisServer::start();
     let mut fleet = Vec::new();
     for _ in 0..4 {
