@@ -297,17 +297,16 @@ async fn a_lazy_store_starts_without_its_server_and_connects_on_first_use() {
         let store = RedisStore::connect(url, lazy("lazy"))
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        let started = Instant::now();
-        let e = store.check(&rule, b"k", 1, None).await.expect_err(url);
+        // Not a hang: the check ends (a guard of 30 s only turns one that
+        // never does into a failure), refused, not timed out.
+        let e = tokio::time::timeout(Duration::from_secs(30), store.check(&rule, b"k", 1, None))
+            .await
+            .unwrap_or_else(|_| panic!("{url}: a check still running after 30 s"))
+            .expect_err(url);
         assert_eq!(
             e.kind(),
             tollgate::StoreErrorKind::Unavailable,
             "{url}: {e}"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{url}: {:?}",
-            started.elapsed()
         );
     }
     let cluster = RedisCluster::start(3, 0);
