@@ -56,7 +56,7 @@ pub use cluster::{RedisCluster, SLOTS, slot_of};
 pub use resp::Reply;
 pub use sentinel::{MASTER_NAME, SentinelSetup};
 pub use server::RedisServer;
-pub use util::{Flavour, flavour};
+pub use util::{Flavour, clear_of_window_edge, flavour};
 
 /// How a failover is triggered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

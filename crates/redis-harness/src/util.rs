@@ -392,6 +392,38 @@ pub(crate) fn tail(path: &Path, lines: usize) -> String {
     }
 }
 
+thread_local! {
+    /// When this thread last made sure of a window's margin.
+    static CLEARED: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Waits, if need be, until the current window of `period` (aligned to
+/// the Unix epoch, as fixed windows are, on this machine's wall clock,
+/// which Redis's `TIME` and the memory store both read) has at least
+/// `margin` left. A test that counts checks of a real-time fixed window
+/// calls it first (directly, or through a helper that starts what it
+/// checks): a window ending half-way starts the count over.
+///
+/// Within `margin` of a call on the same thread (a test's own thread)
+/// it returns at once: a test that starts a second server or store
+/// half-way must not wait across the edge the first call kept it from.
+pub fn clear_of_window_edge(period: Duration, margin: Duration) {
+    if CLEARED.get().is_some_and(|at| at.elapsed() < margin) {
+        return;
+    }
+    let period_ms = period.as_millis().max(1);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let left = u64::try_from(period_ms - now % period_ms).unwrap_or(u64::MAX);
+    let left = Duration::from_millis(left);
+    if left < margin {
+        thread::sleep(left + Duration::from_millis(50));
+    }
+    CLEARED.set(Some(Instant::now()));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

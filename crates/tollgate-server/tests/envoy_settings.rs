@@ -6,6 +6,9 @@
 
 mod common;
 
+use std::time::Duration;
+
+use common::envoy::away_from_a_window_edge;
 use common::rls::{Rls, desc};
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 
@@ -34,6 +37,8 @@ fn call(rls: &mut Rls, keys: &[&str]) -> Vec<(String, String)> {
 
 #[test]
 fn the_descriptor_closest_to_its_limit_is_reported_in_headers() {
+    // Counts in per-minute windows: not across a minute's end.
+    away_from_a_window_edge(60, Duration::from_secs(15));
     let config = "[store]\nurl = \"memory\"\n\n[envoy]\nresponse_headers = true\n\
                   remaining_header = \"X-Left\"\n";
     let mut rls = Rls::start_with(config, YAML, &[]);
@@ -68,6 +73,7 @@ fn reference_is_the_same_as_true() {
 
 #[test]
 fn ietf_sends_ratelimit_and_its_policy_for_the_closest_descriptor() {
+    away_from_a_window_edge(60, Duration::from_secs(15));
     let yaml =
         format!("{YAML}  - key: never\n    rate_limit: {{unit: second, requests_per_unit: 0}}\n");
     let config = "[store]\nurl = \"memory\"\n\n[envoy]\nresponse_headers = \"ietf\"\n";

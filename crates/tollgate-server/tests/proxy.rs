@@ -351,14 +351,18 @@ fn a_long_header_key_is_counted_under_its_digest() {
     assert_eq!(statuses, [200, 200, 429, 200]);
 }
 
+/// "Quick" and "slow" without a stopwatch: with a connect timeout of an
+/// hour, a 502 that waited for it would never come (the client gives up
+/// after 30 s), so a refused connection answered at all was answered at
+/// once; and the slow upstream answers 200 after 3 s, so a 504 is the
+/// 300 ms response timeout's doing.
 #[test]
 fn a_dead_upstream_is_a_quick_502_and_a_slow_one_a_504() {
     let dead = dead_addr();
-    let s = proxy_to(dead, &config(100, ""));
+    let s = proxy_to(dead, &config(100, "connect_timeout = \"1h\""));
     let started = Instant::now();
     let r = request(s.proxy(), "GET", "/", &[], b"");
     assert_eq!(r.status, 502, "{}", r.text());
-    assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     assert!(r.text().contains("could not be reached"), "{}", r.text());
     // The check was made (and counted): the answer says so.
@@ -366,20 +370,25 @@ fn a_dead_upstream_is_a_quick_502_and_a_slow_one_a_504() {
     for _ in 0..5 {
         assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 502);
     }
-    // Logged, but not once per request.
+    // Logged, but not once per request: at most one line a second (two
+    // when the six requests took under a second, as the test always
+    // allowed), however long a loaded machine took over them.
+    let took = started.elapsed();
     let log = s.log();
     let lines = log
         .matches(&format!("upstream http://{dead} (connect)"))
         .count();
-    assert!((1..=2).contains(&lines), "{lines} lines:\n{log}");
+    let most = usize::try_from(1 + took.as_secs()).expect("small").max(2);
+    assert!(
+        (1..=most).contains(&lines),
+        "{lines} lines in {took:?}:\n{log}"
+    );
     drop(s);
 
     let up = start_upstream();
     let s = proxy_to(up.addr, &config(100, "response_timeout = \"300ms\""));
-    let started = Instant::now();
     let r = request(s.proxy(), "GET", "/slow?ms=3000", &[], b"");
     assert_eq!(r.status, 504, "{}", r.text());
-    assert!(started.elapsed() < Duration::from_secs(2));
     // And the proxy still serves.
     assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 200);
 }
@@ -423,7 +432,17 @@ fn upstream_connections_are_pooled_and_replaced_when_closed() {
         request(s.proxy(), "GET", "/linger", &[], b"").text(),
         "lingering"
     );
-    std::thread::sleep(Duration::from_millis(300));
+    // Closed by now (the /close one and this one), waited for rather than
+    // slept on: a loaded machine may run the upstream's timer late, and
+    // the next request would still find the connection open.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while up.ended() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the upstream kept its connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let r = request(s.proxy(), "GET", "/", &[], b"");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(up.connections(), 3);

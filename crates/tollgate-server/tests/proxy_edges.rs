@@ -69,7 +69,12 @@ fn raw_upstream() -> RawUpstream {
                         std::thread::sleep(Duration::from_secs(20));
                         return;
                     }
-                    "/clte" => b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec(),
+                    // `Connection: close` like every answer here that
+                    // has no other way to say the connection ends: an
+                    // answer that looks kept alive is pooled, and the
+                    // next request may go out on it just as this thread
+                    // closes it (a 502, under load).
+                    "/clte" => b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n".to_vec(),
                     "/v10" => b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec(),
                     "/101" => b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n".to_vec(),
                     _ => {
@@ -401,18 +406,26 @@ fn read_response(c: &mut TcpStream) -> Resp {
 #[test]
 fn an_upload_that_moves_outlasts_the_response_timeout() {
     let up = keepalive_upstream();
-    let s = proxy_to(up.addr, &[]);
-    // Ten bytes over about 1.5 s, three times the response timeout.
+    // A response timeout of 2 s: the upload's gaps of 150 ms stay far
+    // under it even when a loaded machine stretches one by a second or
+    // more (with 500 ms, a pause of 350 ms cut the upload).
+    let config = CONFIG.replace("response_timeout = \"500ms\"", "response_timeout = \"2s\"");
+    let upstream = format!("http://{}", up.addr);
+    let s = Tollgate::start(
+        &config,
+        &["--proxy", "127.0.0.1:0", "--upstream", upstream.as_str()],
+    );
+    // Twenty bytes over at least 3 s, one and a half response timeouts.
     let mut c = connect(s.proxy());
-    c.write_all(b"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n")
+    c.write_all(b"POST /up HTTP/1.1\r\nHost: h\r\nContent-Length: 20\r\n\r\n")
         .expect("head");
-    for b in b"0123456789" {
+    for b in b"01234567890123456789" {
         std::thread::sleep(Duration::from_millis(150));
         c.write_all(&[*b]).expect("byte");
     }
     let r = read_response(&mut c);
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.text(), "POST /up 0123456789");
+    assert_eq!(r.text(), "POST /up 01234567890123456789");
 
     // A GET with a chunked body keeps its body.
     c.write_all(
@@ -601,9 +614,12 @@ fn a_client_that_stops_reading_is_closed_after_the_send_timeout() {
 #[test]
 fn a_slow_steady_reader_is_not_cut_by_the_send_timeout() {
     let upstream = start_upstream();
+    // A send timeout of 2 s, read past for 4 s: the reader's gaps of 20 ms
+    // stay far under it even when a loaded machine stretches one by a
+    // second or more.
     let config = CONFIG.replace(
         "response_timeout = \"500ms\"",
-        "response_timeout = \"500ms\"\nsend_timeout = \"1s\"",
+        "response_timeout = \"500ms\"\nsend_timeout = \"2s\"",
     );
     let addr = format!("http://{}", upstream.addr);
     let s = Tollgate::start(
@@ -613,13 +629,13 @@ fn a_slow_steady_reader_is_not_cut_by_the_send_timeout() {
     let mut c = connect(s.proxy());
     c.write_all(b"GET /big?n=20000000 HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n")
         .expect("write");
-    // 64 KiB every 20 ms for 3 s: far slower than the proxy could send, so
+    // 64 KiB every 20 ms for 4 s: far slower than the proxy could send, so
     // its writes wait on the client again and again, but the client keeps
     // taking what it is sent and is never cut.
     let mut raw = Vec::new();
     let mut piece = vec![0u8; 64 * 1024];
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(3) {
+    while start.elapsed() < Duration::from_secs(4) {
         let n = c.read(&mut piece).expect("read while slow");
         assert!(n > 0, "closed after {:?}", start.elapsed());
         raw.extend_from_slice(&piece[..n]);

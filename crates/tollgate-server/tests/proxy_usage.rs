@@ -245,17 +245,20 @@ fn a_lease_is_held_while_the_response_streams_then_released() {
 #[test]
 fn a_lease_is_renewed_while_a_stream_outlives_it() {
     let up = start_usage_upstream();
-    // A 1 s lease, a 3 s stream: unrenewed, the slot would come back
-    // after 1 s. (Renewed every 500 ms: room for a loaded machine.)
-    let s = serve(&INFLIGHT.replace("LEASE", "1s"), up.addr);
-    let (status, mut streaming) = open(s.proxy(), "/stream/3000", "a");
+    // A 4 s lease, an 8 s stream: unrenewed, the slot would come back
+    // after 4 s. Renewed every 2 s, and watched until 5.5 s: 2 s of room
+    // for a loaded machine's pauses before a renewal is late, and 2.5 s
+    // before the stream ends (then the slot comes back, as it should).
+    let s = serve(&INFLIGHT.replace("LEASE", "4s"), up.addr);
+    let started = Instant::now();
+    let (status, mut streaming) = open(s.proxy(), "/stream/8000", "a");
     assert_eq!(status, 200);
     let reader = std::thread::spawn(move || {
         let mut rest = Vec::new();
         streaming.read_to_end(&mut rest).expect("the stream");
         rest
     });
-    for _ in 0..11 {
+    while started.elapsed() < Duration::from_millis(5500) {
         std::thread::sleep(Duration::from_millis(250));
         if reader.is_finished() {
             break;

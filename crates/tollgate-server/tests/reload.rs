@@ -12,7 +12,7 @@ mod common;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Tollgate, get, post_json, request};
@@ -113,10 +113,13 @@ fn swaps_under_load(store: &str) {
     let s = Arc::new(start(store));
     let path = s.config_path();
     let stop = Arc::new(AtomicBool::new(false));
+    // The latest generation any check was decided by.
+    let latest = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..4)
         .map(|w| {
             let s = Arc::clone(&s);
             let stop = Arc::clone(&stop);
+            let latest = Arc::clone(&latest);
             std::thread::spawn(move || {
                 let key = format!("k{w}");
                 let mut admitted = 0u64;
@@ -139,6 +142,7 @@ fn swaps_under_load(store: &str) {
                         "one check decided by two configs: pair_a of generation {a}, pair_b of {b}"
                     );
                     assert_eq!(limits[0], 1_000_000_000);
+                    latest.fetch_max(a, Ordering::Relaxed);
                     generations.insert(a);
                     admitted += 1;
                 }
@@ -160,6 +164,14 @@ fn swaps_under_load(store: &str) {
             limit_of(r, "pair_a") == Some(10_000_000 + n)
                 && limit_of(r, "pair_b") == Some(20_000_000 + n)
         });
+        // Under load: a check decided by this generation before the next
+        // swap, made sure of (a loaded machine may starve the workers while
+        // the swaps run on).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while latest.load(Ordering::Relaxed) < n {
+            assert!(Instant::now() < deadline, "no check under generation {n}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
     // Some load after the last swap too.
     std::thread::sleep(Duration::from_millis(200));

@@ -83,9 +83,20 @@ fn sigterm_drains_in_flight_requests_and_exits_zero() {
     )
     .expect("head");
     half.write_all(&body[..10]).expect("first half");
-    std::thread::sleep(Duration::from_millis(300));
+    // Both are in flight before the signal, made sure of rather than slept
+    // on (a loaded machine may take its time): the slow request once the
+    // proxy has connected upstream, the half body once a later connection
+    // to the API was answered (connections are accepted in order).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while up.connections() == 0 {
+        assert!(Instant::now() < deadline, "the slow request never left");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        post_json(api, "/v1/check", r#"{"rule":"r","key":"probe"}"#).status,
+        200
+    );
 
-    let signalled = Instant::now();
     s.signal("TERM");
     // New connections are refused once the listeners close.
     let deadline = Instant::now() + Duration::from_secs(3);
@@ -97,14 +108,16 @@ fn sigterm_drains_in_flight_requests_and_exits_zero() {
     half.write_all(&body[10..]).expect("second half");
     let r = read_response(&mut half);
     assert_eq!(r.status, 200, "{}", r.text());
+    // The slow request's answer came whole through the proxy: the server
+    // had not exited before the slow request finished.
     let r = slow.join().expect("slow request");
-    assert_eq!((r.status, r.text()), (200, "slow done".to_owned()));
-    let status = s.wait_exit(Duration::from_secs(10)).expect("exited");
-    assert_eq!(status.code(), Some(0), "log:\n{}", s.log());
-    assert!(
-        signalled.elapsed() >= Duration::from_millis(1000),
+    assert_eq!(
+        (r.status, r.text()),
+        (200, "slow done".to_owned()),
         "exited before the slow request finished"
     );
+    let status = s.wait_exit(Duration::from_secs(10)).expect("exited");
+    assert_eq!(status.code(), Some(0), "log:\n{}", s.log());
     let log = s.log();
     assert!(log.contains("SIGTERM: shutting down"), "{log}");
     assert!(log.contains("draining"), "{log}");

@@ -15,7 +15,7 @@ const RULES: &str = r#"
 name = "tpm"
 algorithm = "sliding_window"
 limit = 100
-period = "1m"
+period = "1h"
 
 [[rules]]
 name = "rpm"

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Tollgate, get, post_json};
 use serde_json::{Value, json};
@@ -21,8 +21,16 @@ period = "1m"
 name = "inflight"
 algorithm = "concurrency"
 limit = 5
-lease = "700ms"
+lease = "4s"
 "#;
+
+/// The `inflight` rule's lease.
+const LEASE: Duration = Duration::from_secs(4);
+
+/// Sleeps until `t` (at once if it has passed).
+fn sleep_until(t: Instant) {
+    std::thread::sleep(t.saturating_duration_since(Instant::now()));
+}
 
 fn post(s: &Tollgate, path: &str, body: &Value) -> Value {
     let r = post_json(s.api(), path, &body.to_string());
@@ -64,6 +72,11 @@ fn open_and_held_count_down_as_they_end_or_expire() {
     let first = acquire();
     let _second = acquire();
     let renewed = acquire();
+    // Every lease was taken before this: each ends by itself no later
+    // than `acquired + LEASE` unless renewed. The steps below wait for
+    // their moments and leave seconds of room on the other side, so a
+    // loaded machine's pauses cannot reorder them.
+    let acquired = Instant::now();
     let m = get(s.api(), "/metrics").text();
     assert_eq!(
         series(&m, "tollgate_reservations_open", r#"rule="tpm""#),
@@ -80,9 +93,8 @@ fn open_and_held_count_down_as_they_end_or_expire() {
     post(&s, "/v1/cancel", &json!({"reservation": third}));
     post(&s, "/v1/release", &json!({"lease": first}));
     std::thread::sleep(Duration::from_millis(400));
-    post(&s, "/v1/renew", &json!({"lease": renewed}));
     let m = get(s.api(), "/metrics").text();
-    // the 300 ms reservation ran out; the leases live 700 ms
+    // the 300 ms reservation ran out; the leases live 4 s
     assert_eq!(
         series(&m, "tollgate_reservations_open", r#"rule="tpm""#),
         0.0,
@@ -100,7 +112,13 @@ fn open_and_held_count_down_as_they_end_or_expire() {
         "{m}"
     );
 
-    std::thread::sleep(Duration::from_millis(500));
+    // Renewed half way through its lease: it now lives 2 s past the end of
+    // the unrenewed one, and is counted expired only after `renewed_at +
+    // LEASE`.
+    sleep_until(acquired + LEASE / 2);
+    post(&s, "/v1/renew", &json!({"lease": renewed}));
+    let renewed_at = Instant::now();
+    sleep_until(acquired + LEASE);
     let m = get(s.api(), "/metrics").text();
     // the unreleased lease ended by itself; the renewed one still lives
     let lease_expired = r#"rule="inflight",outcome="expired""#;
@@ -114,7 +132,7 @@ fn open_and_held_count_down_as_they_end_or_expire() {
         1.0,
         "{m}"
     );
-    std::thread::sleep(Duration::from_millis(500));
+    sleep_until(renewed_at + LEASE);
     let m = get(s.api(), "/metrics").text();
     assert_eq!(
         series(&m, "tollgate_leases_total", lease_expired),

@@ -18,7 +18,7 @@ use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use tokio::sync::mpsc;
-use tollgate::{Algorithm, Limiter, MemoryStore, Store};
+use tollgate::{Algorithm, Limiter, MemoryStore, Store, TokioClock};
 use tollgate_tower::RateLimitLayer;
 use tollgate_tower::cost::ResponseCost;
 use tollgate_tower::usage::UsageBody;
@@ -267,14 +267,16 @@ async fn a_lease_is_held_while_the_body_streams_then_released() {
     settles_to(&limiter, "inflight", "a", 1).await;
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_lease_is_renewed_while_a_stream_outlives_it() {
-    // The real clock: the lease (500 ms) would end by itself early in a
-    // 1.5 s stream unless renewed (every 250 ms).
+    // The lease (500 ms) would end by itself early in a 1.5 s stream
+    // unless renewed (every 250 ms). Tokio's paused clock drives both the
+    // renewals and the store, so a loaded machine's pauses cannot let the
+    // lease end between two renewals.
     let lease = Duration::from_millis(500);
     let limiter = Arc::new(
         Limiter::new(
-            MemoryStore::new(),
+            MemoryStore::builder().clock(TokioClock::new()).build(),
             [rule("inflight", Algorithm::Concurrency, 1, lease)],
         )
         .expect("limiter"),

@@ -18,7 +18,10 @@ use tollgate::{Algorithm, FakeClock, Rule, RuleSpec, Store};
 
 const REPLICAS: u32 = 5;
 
+/// A store on `server`, first waiting, if need be, until the hour has a
+/// minute left: tests here count in windows of an hour on Redis's clock.
 async fn redis(server: &RedisServer) -> RedisStore {
+    redis_harness::clear_of_window_edge(Duration::from_secs(3600), Duration::from_secs(60));
     RedisStore::connect(&server.url(), RedisOptions::default())
         .await
         .expect("connect to the test redis-server")
@@ -325,7 +328,10 @@ async fn multi_rule_checks_are_all_or_nothing() {
         ..HybridOptions::default()
     };
     let store = HybridStore::new(redis(&server).await, options);
-    let wide = RuleSpec::new("wide", Algorithm::Gcra, 100, Duration::from_secs(60))
+    // Per hour: a unit back every 36 s, so the count at the end is the
+    // test's doing, not the time a loaded machine took (per minute, one
+    // came back every 0.6 s).
+    let wide = RuleSpec::new("wide", Algorithm::Gcra, 100, Duration::from_secs(3600))
         .build()
         .unwrap();
     let narrow = RuleSpec::new(

