@@ -4,15 +4,16 @@
 
 use std::time::{Duration, Instant};
 
-mod fleet;
-mod redis_common;
-
-use redis_common::{EPOCH, Rng, assert_no_key_without_ttl, connect, random_rule, script_runs};
 use redis_harness::RedisServer;
 use tollgate::store::KeyCheck;
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{
     Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreError, StoreErrorKind,
+};
+
+use crate::support::fleet;
+use crate::support::redis::{
+    EPOCH, Rng, assert_no_key_without_ttl, connect, random_rule, script_runs,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

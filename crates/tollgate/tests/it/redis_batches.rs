@@ -5,12 +5,13 @@
 
 use std::time::Duration;
 
-mod redis_common;
-
-use redis_common::{EPOCH, Rng, assert_no_key_without_ttl, connect, random_rule, script_runs};
 use redis_harness::RedisServer;
 use tollgate::store::KeyCheck;
 use tollgate::{Algorithm, MemoryStore, RuleSpec, Store};
+
+use crate::support::redis::{
+    EPOCH, Rng, assert_no_key_without_ttl, connect, random_rule, script_runs,
+};
 
 /// Keys a batch's encoding could confuse: empty, `\r\n` and RESP-looking
 /// bytes, binary, keys that are prefixes of each other (at the hash's

@@ -19,7 +19,7 @@ use tollgate::{
     Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreError, StoreErrorKind,
 };
 
-mod relay;
+use crate::support::relay;
 
 async fn connect(url: &str, timeout: Duration) -> RedisStore {
     let options = RedisOptions {

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-mod fleet;
-
 use redis_harness::{RedisCluster, SentinelSetup};
 use tollgate::store::KeyCheck;
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{Algorithm, Decision, MemoryStore, Rule, RuleSpec, Store, StoreError};
+
+use crate::support::fleet;
 
 const EPOCH: u64 = 1_764_000_000_000_000;
 

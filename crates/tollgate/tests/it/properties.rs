@@ -20,11 +20,8 @@ use tollgate::{Algorithm, Check, Decision, Limiter, MemoryStore, MultiDecision, 
 /// `PROPTEST_CASES` for a deeper run.
 const CASES: u32 = 128;
 
-#[path = "properties/reference.rs"]
-mod reference;
-
-#[path = "properties/charge.rs"]
 mod charge;
+mod reference;
 
 use reference::{BucketRef, FixedRef, GcraRef, LogRef, WindowRef};
 
