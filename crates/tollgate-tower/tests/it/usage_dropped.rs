@@ -3,13 +3,10 @@
 //! already took is released, not left held until its lease ends
 //! (docs/tower.md, "Usage and in-flight limits").
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use common::rule;
 use http::Request;
 use tollgate::algorithm::Charged;
 use tollgate::store::{KeyCheck, Released, SettlePair, Settled};
@@ -20,6 +17,8 @@ use tollgate::{
 };
 use tollgate_tower::RateLimitLayer;
 use tollgate_tower::cost::ResponseCost;
+
+use crate::support::rule;
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -9,7 +9,7 @@ use tollgate::ticket::Ticket;
 use tollgate::{Decision, Micros, MultiDecision, Rule, Store, StoreError, StoreErrorKind};
 
 /// A test double for a store that is down: every call fails.
-pub struct FailingStore;
+pub(crate) struct FailingStore;
 
 /// The failure of [`FailingStore`]'s calls but `check_all`.
 fn down<T>() -> Result<T, StoreError> {
@@ -102,7 +102,7 @@ impl Store for FailingStore {
 
 /// A test double for a store that hangs: no call ever answers (what a
 /// SIGSTOPped Redis looks like from here).
-pub struct HungStore;
+pub(crate) struct HungStore;
 
 impl Store for HungStore {
     async fn check(

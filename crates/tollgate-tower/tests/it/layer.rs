@@ -2,8 +2,6 @@
 //! 429 / headers / problem+json, all-or-nothing rules, missing keys and the
 //! store failure policies.
 
-mod common;
-
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -12,8 +10,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use common::down::{FailingStore, HungStore};
-use common::{get, limiter, member, members, ok_service, peek, problem_body, rule, send};
 use http::header::RETRY_AFTER;
 use http::{Request, Response, StatusCode};
 use tollgate::OnError;
@@ -22,6 +18,11 @@ use tollgate_tower::extract::MissingKey;
 use tollgate_tower::headers::{HeaderOptions, X_RATELIMIT_REMAINING};
 use tollgate_tower::{BuildError, HttpVerdict, RateLimitLayer};
 use tower::{Layer, Service, ServiceExt};
+
+use crate::support::down::{FailingStore, HungStore};
+use crate::support::{
+    self, get, limiter, member, members, ok_service, peek, problem_body, rule, send,
+};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -642,11 +643,11 @@ async fn the_service_is_ready_at_once_when_limited() {
 }
 
 /// The field lines of `name`, joined as one list (RFC 9110 §5.3).
-fn joined(r: &Response<String>, name: &str) -> Vec<common::Member> {
+fn joined(r: &Response<String>, name: &str) -> Vec<support::Member> {
     r.headers()
         .get_all(name)
         .iter()
-        .flat_map(common::members)
+        .flat_map(support::members)
         .collect()
 }
 

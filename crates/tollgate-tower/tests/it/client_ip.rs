@@ -1,17 +1,16 @@
 //! `client_ip` through the layer: trusted and untrusted `X-Forwarded-For`,
 //! IPv6 grouping, and the key text a bucket ends up under.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{get, limiter, ok_service, peek, rule, send};
 use http::StatusCode;
 use tollgate::Algorithm;
 use tollgate_tower::RateLimitLayer;
 use tollgate_tower::extract::ClientIpConfig;
 use tower::Layer;
+
+use crate::support::{self, get, limiter, ok_service, peek, rule, send};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -23,7 +22,7 @@ fn per_ip(
         Response = http::Response<tollgate_tower::usage::UsageBody<String>>,
         Error = std::convert::Infallible,
     > + Clone,
-    Arc<common::TestLimiter>,
+    Arc<support::TestLimiter>,
 ) {
     let (limiter, _clock) = limiter([rule("per_ip", Algorithm::Gcra, 1, HOUR)]);
     let svc = RateLimitLayer::new(

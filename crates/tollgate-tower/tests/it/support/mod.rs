@@ -1,7 +1,6 @@
-//! Helpers shared by the integration tests.
-#![allow(dead_code, unreachable_pub)]
+//! Helpers shared by the integration tests, defined once.
 
-pub mod down;
+pub(crate) mod down;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -19,17 +18,17 @@ use tower::{Service, ServiceExt, service_fn};
 
 /// A rule with a long period, so nothing refills during a test on the real
 /// clock.
-pub fn rule(name: &str, algorithm: Algorithm, limit: u64, period: Duration) -> Rule {
+pub(crate) fn rule(name: &str, algorithm: Algorithm, limit: u64, period: Duration) -> Rule {
     RuleSpec::new(name, algorithm, limit, period)
         .build()
         .expect("valid rule")
 }
 
 /// The limiter of [`limiter`].
-pub type TestLimiter = Limiter<MemoryStore<FakeClock>>;
+pub(crate) type TestLimiter = Limiter<MemoryStore<FakeClock>>;
 
 /// A limiter over a memory store on a fake clock.
-pub fn limiter(rules: impl IntoIterator<Item = Rule>) -> (Arc<TestLimiter>, FakeClock) {
+pub(crate) fn limiter(rules: impl IntoIterator<Item = Rule>) -> (Arc<TestLimiter>, FakeClock) {
     let clock = FakeClock::new();
     let store = MemoryStore::builder().clock(clock.clone()).build();
     (
@@ -39,7 +38,7 @@ pub fn limiter(rules: impl IntoIterator<Item = Rule>) -> (Arc<TestLimiter>, Fake
 }
 
 /// An inner service answering 200 "ok", counting its calls.
-pub fn ok_service(
+pub(crate) fn ok_service(
     calls: Arc<AtomicUsize>,
 ) -> impl Service<Request<String>, Response = Response<String>, Error = Infallible, Future: Send>
 + Clone
@@ -54,7 +53,7 @@ pub fn ok_service(
 
 /// A response body these tests read as text: the inner service's
 /// `String`, or the layer's [`UsageBody`] around one.
-pub trait Text {
+pub(crate) trait Text {
     /// The text.
     fn text(self) -> String;
 }
@@ -72,7 +71,7 @@ impl<B: Text> Text for UsageBody<B> {
 }
 
 /// Sends `req` through a clone of `svc`.
-pub async fn send<S, B>(svc: &S, req: Request<String>) -> Response<String>
+pub(crate) async fn send<S, B>(svc: &S, req: Request<String>) -> Response<String>
 where
     S: Service<Request<String>, Response = Response<B>, Error = Infallible> + Clone,
     B: Text,
@@ -84,7 +83,7 @@ where
 }
 
 /// A GET of `path` from `peer`.
-pub fn get(path: &str, peer: &str) -> http::request::Builder {
+pub(crate) fn get(path: &str, peer: &str) -> http::request::Builder {
     let peer: SocketAddr = peer.parse().expect("peer address");
     Request::get(path).extension(PeerAddr(peer))
 }
@@ -92,14 +91,14 @@ pub fn get(path: &str, peer: &str) -> http::request::Builder {
 /// One member of a RateLimit / RateLimit-Policy list: its sf-string name and
 /// its integer parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub name: String,
-    pub params: BTreeMap<String, i64>,
+pub(crate) struct Member {
+    pub(crate) name: String,
+    pub(crate) params: BTreeMap<String, i64>,
 }
 
 /// Parses a header as an RFC 9651 structured-field List of sf-strings with
 /// integer parameters, panicking on anything else.
-pub fn members(value: &HeaderValue) -> Vec<Member> {
+pub(crate) fn members(value: &HeaderValue) -> Vec<Member> {
     let list: sfv::List = Parser::new(value.as_bytes())
         .parse()
         .unwrap_or_else(|e| panic!("{value:?} is not a structured-field list: {e}"));
@@ -129,7 +128,7 @@ pub fn members(value: &HeaderValue) -> Vec<Member> {
 }
 
 /// A member with these parameters.
-pub fn member(name: &str, params: &[(&str, i64)]) -> Member {
+pub(crate) fn member(name: &str, params: &[(&str, i64)]) -> Member {
     Member {
         name: name.to_owned(),
         params: params.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
@@ -137,12 +136,16 @@ pub fn member(name: &str, params: &[(&str, i64)]) -> Member {
 }
 
 /// Peeks (cost 0) at `key` under `rule`: what remains, consuming nothing.
-pub async fn peek<S: tollgate::Store>(limiter: &Limiter<S>, rule: &str, key: &str) -> Decision {
+pub(crate) async fn peek<S: tollgate::Store>(
+    limiter: &Limiter<S>,
+    rule: &str,
+    key: &str,
+) -> Decision {
     limiter.check(rule, key, 0).await.expect("peek")
 }
 
 /// The JSON body of a problem response.
-pub fn problem_body(response: &Response<String>) -> serde_json::Value {
+pub(crate) fn problem_body(response: &Response<String>) -> serde_json::Value {
     assert_eq!(
         response.headers()[http::header::CONTENT_TYPE],
         "application/problem+json"

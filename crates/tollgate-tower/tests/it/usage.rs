@@ -4,8 +4,6 @@
 //! when the body is dropped) and `concurrency` leases held while the body
 //! streams, renewed past their lease, released at its end.
 
-mod common;
-
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -13,7 +11,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{limiter, peek, rule};
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
@@ -23,6 +20,8 @@ use tollgate_tower::RateLimitLayer;
 use tollgate_tower::cost::ResponseCost;
 use tollgate_tower::usage::UsageBody;
 use tower::{Layer, Service, ServiceExt, service_fn};
+
+use crate::support::{limiter, peek, rule};
 
 const HOUR: Duration = Duration::from_secs(3600);
 

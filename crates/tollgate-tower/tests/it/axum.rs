@@ -3,8 +3,6 @@
 //! which tower's own per-clone RateLimit let 1500 requests through a limit
 //! of 5 (axum#2634).
 
-mod common;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +10,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
-use common::{member, members, rule};
 use http::HeaderValue;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,6 +17,8 @@ use tokio::sync::Barrier;
 use tokio::task::JoinHandle;
 use tollgate::{Algorithm, Limiter, MemoryStore};
 use tollgate_tower::RateLimitLayer;
+
+use crate::support::{member, members, rule};
 
 const CONNECTIONS: usize = 60;
 const LIMIT: u64 = 5;
