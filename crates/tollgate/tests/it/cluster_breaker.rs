@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use redis_harness::{RedisCluster, RedisServer};
 use tollgate::resilient::{OnError, ResilientLimiter};
 use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Algorithm, Limiter, Rule, RuleSpec};
+use tollgate::{Algorithm, Limiter};
+
+use crate::support::{HOUR, rule};
 
 /// Long enough that a healthy master always answers in time on a busy
 /// two-core machine; a frozen one costs this per check until its breaker
@@ -22,13 +24,7 @@ const TIMEOUT: Duration = Duration::from_millis(800);
 const THRESHOLD: u32 = 2;
 const PREFIX: &str = "cb";
 
-fn rule() -> Rule {
-    RuleSpec::new("r", Algorithm::FixedWindow, 2, Duration::from_secs(3600))
-        .build()
-        .expect("rule")
-}
-
-/// A key of `rule()` whose slot `master` serves.
+/// A key of rule `r` whose slot `master` serves.
 fn key_on(cluster: &RedisCluster, master: &RedisServer) -> String {
     (0..)
         .map(|n| format!("k{n}"))
@@ -45,7 +41,9 @@ async fn limiter(cluster: &RedisCluster) -> ResilientLimiter<RedisStore> {
     let store = RedisStore::connect(&cluster.store_url(), options)
         .await
         .expect("connect");
-    ResilientLimiter::builder(Limiter::new(store, [rule()]).expect("limiter"))
+    let limiter =
+        Limiter::new(store, [rule("r", Algorithm::FixedWindow, 2, HOUR)]).expect("limiter");
+    ResilientLimiter::builder(limiter)
         .timeout(TIMEOUT)
         .on_error(OnError::Allow)
         // Open for the whole test: no probe, whatever the machine's pace.

@@ -14,13 +14,9 @@ use tollgate::algorithm::{self, KeyState};
 use tollgate::store::KeyCheck;
 use tollgate::{Algorithm, Clock, FakeClock, MemoryStore, Rule, RuleSpec};
 
-const THREADS: usize = 8;
+use crate::support::{SECOND, rule};
 
-fn rule(name: &str, algorithm: Algorithm, limit: u64) -> Rule {
-    RuleSpec::new(name, algorithm, limit, Duration::from_secs(1))
-        .build()
-        .expect("valid rule")
-}
+const THREADS: usize = 8;
 
 fn store(clock: &FakeClock) -> MemoryStore<FakeClock> {
     MemoryStore::builder().clock(clock.clone()).build()
@@ -60,7 +56,7 @@ fn one_key_admits_exactly_the_capacity_under_contention() {
         for cost in [1, 2] {
             let clock = FakeClock::new();
             let store = store(&clock);
-            let rule = rule("hammer", algorithm, 101);
+            let rule = rule("hammer", algorithm, 101, SECOND);
             let mut shadow = KeyState::Empty;
             for (round, &step) in moves.iter().enumerate() {
                 clock.advance_micros(step);
@@ -133,10 +129,10 @@ fn gcra_never_over_admits_under_heavy_contention() {
 fn multi_rule_checks_consume_exactly_the_limits_under_contention() {
     let clock = FakeClock::new();
     let store = store(&clock);
-    let per_user = rule("per_user", Algorithm::Gcra, 60);
-    let per_ip = rule("per_ip", Algorithm::FixedWindow, 90);
-    let per_route = rule("per_route", Algorithm::SlidingLog, 75);
-    let per_tenant = rule("per_tenant", Algorithm::TokenBucket, 50);
+    let per_user = rule("per_user", Algorithm::Gcra, 60, SECOND);
+    let per_ip = rule("per_ip", Algorithm::FixedWindow, 90, SECOND);
+    let per_route = rule("per_route", Algorithm::SlidingLog, 75, SECOND);
+    let per_tenant = rule("per_tenant", Algorithm::TokenBucket, 50, SECOND);
     let pairs: [(&Rule, &[u8]); 4] = [
         (&per_user, b"alice"),
         (&per_ip, b"10.0.0.1"),
@@ -197,8 +193,8 @@ fn denied_multi_rule_checks_consume_nothing_under_contention() {
     for algorithm in Algorithm::RATES {
         let clock = FakeClock::new();
         let store = store(&clock);
-        let open = rule("open", algorithm, 40);
-        let shut = rule("shut", Algorithm::Gcra, 5);
+        let open = rule("open", algorithm, 40, SECOND);
+        let shut = rule("shut", Algorithm::Gcra, 5, SECOND);
         for _ in 0..5 {
             assert!(store.check_sync(&shut, b"ip", 1, None).allowed);
         }
@@ -301,7 +297,7 @@ fn racing_acquires_and_releases_never_deadlock() {
     use tollgate::ticket::{Ticket, TicketKind, TicketPair};
 
     let store = Arc::new(MemoryStore::new());
-    let cc = Arc::new(rule("cc", Algorithm::Concurrency, THREADS as u64));
+    let cc = Arc::new(rule("cc", Algorithm::Concurrency, THREADS as u64, SECOND));
     let (done, finished) = mpsc::channel();
     for _ in 0..THREADS {
         let (store, cc, done) = (Arc::clone(&store), Arc::clone(&cc), done.clone());

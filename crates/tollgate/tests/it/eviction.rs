@@ -6,15 +6,9 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, FakeClock, MemoryStore, Rule, RuleSpec};
+use tollgate::{Algorithm, FakeClock, MemoryStore};
 
-const HOUR: Duration = Duration::from_secs(3600);
-
-fn rule(name: &str, algorithm: Algorithm, limit: u64, period: Duration) -> Rule {
-    RuleSpec::new(name, algorithm, limit, period)
-        .build()
-        .expect("valid rule")
-}
+use crate::support::{HOUR, rule};
 
 fn key(prefix: &str, i: u32) -> Vec<u8> {
     format!("{prefix}-{i}").into_bytes()

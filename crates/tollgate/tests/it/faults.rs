@@ -14,6 +14,8 @@ use tollgate::resilient::{OnError, Refusal, ResilientLimiter, Verdict};
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{Algorithm, Limiter, Rule, RuleSpec, Store};
 
+use crate::support::{HOUR, rule};
+
 /// The store timeout every test uses.
 const TIMEOUT: Duration = Duration::from_millis(100);
 /// What a check may take beyond it (CI runs on two shared cores).
@@ -32,18 +34,12 @@ async fn connect(url: &str, prefix: &str) -> RedisStore {
     RedisStore::connect(url, options).await.expect("connect")
 }
 
-fn rule(name: &str, algorithm: Algorithm, limit: u64) -> Rule {
-    RuleSpec::new(name, algorithm, limit, Duration::from_secs(3600))
-        .build()
-        .expect("valid rule")
-}
-
 /// Three rules, one per policy, each with a limit of 4.
 fn three_rules() -> Vec<Rule> {
     vec![
-        rule("strict", Algorithm::FixedWindow, 4),
-        rule("open", Algorithm::Gcra, 4),
-        rule("fallback", Algorithm::SlidingWindow, 4),
+        rule("strict", Algorithm::FixedWindow, 4, HOUR),
+        rule("open", Algorithm::Gcra, 4, HOUR),
+        rule("fallback", Algorithm::SlidingWindow, 4, HOUR),
     ]
 }
 
@@ -478,8 +474,8 @@ async fn four_replicas_on_local(kill: bool) {
     let mut fleet = Vec::new();
     for _ in 0..4 {
         let store = connect(&redis.url(), "fleet").await;
-        let limiter =
-            Limiter::new(store, [rule("shared", Algorithm::FixedWindow, LIMIT)]).expect("limiter");
+        let limiter = Limiter::new(store, [rule("shared", Algorithm::FixedWindow, LIMIT, HOUR)])
+            .expect("limiter");
         fleet.push(Arc::new(
             ResilientLimiter::builder(limiter)
                 .timeout(TIMEOUT)
@@ -550,7 +546,7 @@ async fn a_dropped_limiter_stops_its_heartbeat() {
     let redis = RedisServer::start();
     let make = async || {
         let store = connect(&redis.url(), "drop").await;
-        let limiter = Limiter::new(store, [rule("r", Algorithm::Gcra, 5)]).expect("limiter");
+        let limiter = Limiter::new(store, [rule("r", Algorithm::Gcra, 5, HOUR)]).expect("limiter");
         ResilientLimiter::builder(limiter)
             .timeout(TIMEOUT)
             .heartbeat(HEARTBEAT)
@@ -767,7 +763,7 @@ async fn an_endless_reply_is_cut_off_not_buffered() {
         Err(sent)
     });
     let store = connect(&format!("redis://127.0.0.1:{port}"), "endless").await;
-    let r = rule("endless", Algorithm::Gcra, 4);
+    let r = rule("endless", Algorithm::Gcra, 4, HOUR);
     let started = Instant::now();
     let got = store.check(&r, b"k", 1, None).await;
     assert!(got.is_err(), "{got:?}");

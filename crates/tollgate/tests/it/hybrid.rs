@@ -16,6 +16,9 @@ use tollgate::store::hybrid::{HybridOptions, HybridStore};
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{Algorithm, FakeClock, Rule, RuleSpec, Store};
 
+use crate::support::redis::assert_no_key_without_ttl;
+use crate::support::{SECOND, rule};
+
 const REPLICAS: u32 = 5;
 
 async fn redis(server: &RedisServer) -> RedisStore {
@@ -55,11 +58,6 @@ fn script_calls(server: &RedisServer) -> u64 {
             calls.parse::<u64>().ok()
         })
         .sum()
-}
-
-fn assert_no_key_without_ttl(server: &RedisServer) {
-    let bare = server.keys_without_ttl();
-    assert!(bare.is_empty(), "keys without a TTL: {bare:?}");
 }
 
 struct Run {
@@ -122,12 +120,6 @@ async fn drive(
     }
 }
 
-fn rule(name: &str, algorithm: Algorithm) -> Rule {
-    RuleSpec::new(name, algorithm, 1000, Duration::from_secs(1))
-        .build()
-        .unwrap()
-}
-
 /// Five replicas, over 10,000 checks/s against 1,000/s: GCRA and token bucket
 /// admit burst + rate × elapsed (Redis time), fixed window the limit of
 /// each window the run covers, within ±0.5 %, and within the bound of
@@ -143,7 +135,7 @@ async fn a_fleet_under_ten_times_the_demand_admits_the_limit() {
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
     ] {
-        let rule = rule(&format!("heavy_{algorithm}"), algorithm);
+        let rule = rule(&format!("heavy_{algorithm}"), algorithm, 1000, SECOND);
         let period = rule.period_micros();
         let now = redis_time(&server);
         let (from, until) = if algorithm == Algorithm::FixedWindow {
@@ -232,7 +224,7 @@ async fn light_demand_is_all_admitted() {
     let server = RedisServer::start();
     let fleet = fleet(&server).await;
     for algorithm in Algorithm::RATES {
-        let rule = rule(&format!("light_{algorithm}"), algorithm);
+        let rule = rule(&format!("light_{algorithm}"), algorithm, 1000, SECOND);
         let until = redis_time(&server) + 2_500_000;
         // 5 replicas x 3 checks per 50 ms = 300 checks/s
         let run = drive(

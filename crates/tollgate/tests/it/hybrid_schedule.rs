@@ -13,12 +13,16 @@ use redis_harness::RedisServer;
 use tollgate::store::hybrid::{HybridOptions, HybridStore};
 use tollgate::store::memory::MemoryStore;
 use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Algorithm, FakeClock, Rule, RuleSpec, Store};
+use tollgate::{Algorithm, FakeClock, Rule, Store};
+
+use crate::support::rule;
 
 type Micros = u64;
 
 /// A minute: the period of every rule here.
 const PERIOD: Micros = 60_000_000;
+/// The same minute, as the rules take it.
+const MINUTE: Duration = Duration::from_micros(PERIOD);
 /// Where every fake clock starts: a window boundary (as the algorithms
 /// count windows from 0).
 const START: Micros = 1_000 * PERIOD;
@@ -88,17 +92,6 @@ async fn run(
     out
 }
 
-fn rule(algorithm: Algorithm, limit: u64) -> Rule {
-    RuleSpec::new(
-        format!("sched_{algorithm}"),
-        algorithm,
-        limit,
-        Duration::from_micros(PERIOD),
-    )
-    .build()
-    .unwrap()
-}
-
 fn options(replicas: u32, batch: u64, life: Duration) -> HybridOptions {
     HybridOptions {
         replicas,
@@ -160,7 +153,7 @@ async fn a_batch_above_the_limit_does_not_strand_the_window() {
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
     ] {
-        let rule = rule(algorithm, 50);
+        let rule = rule(&format!("sched_{algorithm}"), algorithm, 50, MINUTE);
         let options = options(2, 100, Duration::from_millis(100));
         let out = run(&redis, &rule, b"repro", &options, &spread(80, 1, 2)).await;
         let (h, m) = (Outcome::total(&out.hybrid), Outcome::total(&out.memory));
@@ -189,7 +182,7 @@ async fn an_expired_batch_goes_back_when_its_replica_next_checks() {
         .await
         .unwrap();
     for algorithm in Algorithm::RATES {
-        let rule = rule(algorithm, 50);
+        let rule = rule(&format!("sched_{algorithm}"), algorithm, 50, MINUTE);
         let options = options(2, 100, Duration::from_millis(100));
         let schedule: Vec<Step> = (0..30).map(|i| (i * 150_000, 0)).collect();
         let out = run(&redis, &rule, b"trickle", &options, &schedule).await;
@@ -221,7 +214,7 @@ async fn the_fleet_admits_within_the_bound_of_the_memory_store() {
     let mut worst: Vec<String> = Vec::new();
     let mut broken: Vec<String> = Vec::new();
     for algorithm in Algorithm::RATES {
-        let rule = rule(algorithm, limit);
+        let rule = rule(&format!("sched_{algorithm}"), algorithm, limit, MINUTE);
         for replicas in [2_u32, 3] {
             let r = u64::from(replicas);
             for batch in [5, 50, 100] {

@@ -7,15 +7,9 @@ use std::time::Duration;
 use tollgate::algorithm::GcraState;
 use tollgate::algorithm::gcra;
 use tollgate::store::KeyCheck;
-use tollgate::{Algorithm, Clock, FakeClock, MemoryStore, Rule, RuleSpec};
+use tollgate::{Algorithm, Clock, FakeClock, MemoryStore, Rule};
 
-fn rule(name: &str, algorithm: Algorithm, limit: u64, period: Duration) -> Rule {
-    RuleSpec::new(name, algorithm, limit, period)
-        .build()
-        .expect("valid rule")
-}
-
-const HOUR: Duration = Duration::from_secs(3600);
+use crate::support::{HOUR, rule};
 
 /// A million distinct keys, half GCRA and half sliding log, through a store
 /// capped at 10 000 keys and 5 000 log entries: the caps hold throughout,

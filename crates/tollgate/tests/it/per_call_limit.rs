@@ -7,21 +7,17 @@ use std::time::Duration;
 use redis_harness::RedisServer;
 use tollgate::store::hybrid::{HybridOptions, HybridStore};
 use tollgate::store::redis::{RedisOptions, RedisStore};
-use tollgate::{Algorithm, Check, Error, Limiter, MemoryStore, Rule, RuleSpec, Store};
+use tollgate::{Algorithm, Check, Error, Limiter, MemoryStore, Store};
 
-fn rule(name: &str, algorithm: Algorithm, limit: u64, secs: u64) -> Rule {
-    RuleSpec::new(name, algorithm, limit, Duration::from_secs(secs))
-        .build()
-        .expect("valid rule")
-}
+use crate::support::{HOUR, rule};
 
 async fn shares_the_counter<S: Store>(store: S) {
     let limiter = Limiter::new(
         store,
         [
-            rule("fw", Algorithm::FixedWindow, 100, 3600),
-            rule("sw", Algorithm::SlidingWindow, 100, 3600),
-            rule("g", Algorithm::Gcra, 100, 3600),
+            rule("fw", Algorithm::FixedWindow, 100, HOUR),
+            rule("sw", Algorithm::SlidingWindow, 100, HOUR),
+            rule("g", Algorithm::Gcra, 100, HOUR),
         ],
     )
     .expect("limiter");
@@ -31,7 +27,7 @@ async fn shares_the_counter<S: Store>(store: S) {
         ("fw", Algorithm::FixedWindow),
         ("sw", Algorithm::SlidingWindow),
     ] {
-        let three = rule(name, algorithm, 3, 3600);
+        let three = rule(name, algorithm, 3, HOUR);
         let check = [Check::new(name, "k").under(&three)];
         for left in [2, 1, 0] {
             let d = limiter.check_all(&check).await.expect("check");
@@ -46,7 +42,7 @@ async fn shares_the_counter<S: Store>(store: S) {
         let d = limiter.check(name, "k", 0).await.expect("peek");
         assert_eq!((d.limit, d.remaining), (100, 97), "{name}");
         // and a larger per-call limit admits past the rule's
-        let big = rule(name, algorithm, 1000, 3600);
+        let big = rule(name, algorithm, 1000, HOUR);
         let d = limiter
             .check_all(&[Check::new(name, "k").under(&big).cost(150)])
             .await
@@ -56,7 +52,7 @@ async fn shares_the_counter<S: Store>(store: S) {
     }
     // GCRA keeps a time, not a count: a per-call limit spaces its units at
     // its own rate.
-    let three = rule("g", Algorithm::Gcra, 3, 3600);
+    let three = rule("g", Algorithm::Gcra, 3, HOUR);
     let check = [Check::new("g", "k").under(&three)];
     for _ in 0..3 {
         assert!(limiter.check_all(&check).await.expect("check").allowed);
@@ -64,9 +60,12 @@ async fn shares_the_counter<S: Store>(store: S) {
     assert!(!limiter.check_all(&check).await.expect("check").allowed);
     // A per-call limit that would read the counter another way is refused.
     for (bad, why) in [
-        (rule("other", Algorithm::FixedWindow, 3, 3600), "name"),
-        (rule("fw", Algorithm::SlidingWindow, 3, 3600), "algorithm"),
-        (rule("fw", Algorithm::FixedWindow, 3, 60), "period"),
+        (rule("other", Algorithm::FixedWindow, 3, HOUR), "name"),
+        (rule("fw", Algorithm::SlidingWindow, 3, HOUR), "algorithm"),
+        (
+            rule("fw", Algorithm::FixedWindow, 3, Duration::from_secs(60)),
+            "period",
+        ),
     ] {
         let got = limiter
             .check_all(&[Check::new("fw", "k").under(&bad)])
@@ -113,10 +112,10 @@ async fn hybrid_per_call_limit_does_not_strand_leased_units() {
         .expect("connect");
     let limiter = Limiter::new(
         HybridStore::new(store, HybridOptions::default()),
-        [rule("fw", Algorithm::FixedWindow, 100, 3600)],
+        [rule("fw", Algorithm::FixedWindow, 100, HOUR)],
     )
     .expect("limiter");
-    let big = rule("fw", Algorithm::FixedWindow, 1000, 3600);
+    let big = rule("fw", Algorithm::FixedWindow, 1000, HOUR);
     let d = limiter
         .check_all(&[Check::new("fw", "k").under(&big)])
         .await

@@ -12,20 +12,15 @@ use tollgate::store::Settled;
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::ticket::Ticket;
 use tollgate::{
-    Algorithm, Check, FakeClock, KeyPattern, Limiter, MemoryStore, Overrides, Rule, RuleSpec,
-    RuntimeOverride, Store,
+    Algorithm, Check, FakeClock, KeyPattern, Limiter, MemoryStore, Overrides, RuntimeOverride,
+    Store,
 };
 
-const HOUR: Duration = Duration::from_secs(3600);
+use crate::support::{HOUR, rule};
+
 const DAY: Duration = Duration::from_secs(86_400);
 /// On a minute and an hour boundary.
 const T0: u64 = 1_764_000_000_000_000;
-
-fn rule(name: &str, algorithm: Algorithm, limit: u64, period: Duration) -> Rule {
-    RuleSpec::new(name, algorithm, limit, period)
-        .build()
-        .expect("valid rule")
-}
 
 /// GCRA `g`: 10 a second, key `vip` 1000 a second (burst 1000); fixed
 /// window `w`: 100 an hour, key `vip` 600 a minute.
