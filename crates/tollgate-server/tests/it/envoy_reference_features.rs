@@ -19,7 +19,7 @@ use envoy_types::pb::google::protobuf::{Struct, Value};
 
 use crate::support;
 use crate::support::reference::{
-    Seen, away_from_an_hour_edge, call_one, data, hit, no_limit, ok, over, start, unlimited,
+    away_from_an_hour_edge, call_one, data, hit, hour, no_limit, ok, over, start, unlimited,
 };
 use crate::support::rls::{Rls, code, desc, toml};
 
@@ -199,11 +199,6 @@ fn metadata_loads_matches_and_is_answered() {
     // a limit without metadata adds none
     let m = meta(&[("tenant", "acme"), ("region", "north")]);
     assert!(!m.fields.contains_key("metadata"), "{m:?}");
-}
-
-/// `n` per hour, no name, `left` remaining.
-fn hour(n: u32, left: u32) -> Seen {
-    ok(n, Unit::Hour, "", left)
 }
 
 // TestShareThreshold case 2 (its value_to_metric half) and case 7: with

@@ -12,17 +12,12 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use redis_harness::RedisServer;
 
 use crate::support::reference::{
-    Seen, away_from_an_hour_edge, hit, no_limit, ok, over, start, start_on,
+    Seen, away_from_an_hour_edge, hit, hour, no_limit, over, start, start_on,
 };
 use crate::support::rls::Rls;
 
 const CATALOG: &str = "catalog";
 const STORAGE: &str = "storage";
-
-/// `n` per hour, no name, `left` remaining.
-fn hour(n: u32, left: u32) -> Seen {
-    ok(n, Unit::Hour, "", left)
-}
 
 /// Each of `calls` in turn, in `domain`, runs one counter of `n` per hour
 /// down from `n - 1` to 0; then one more call of the last is over.

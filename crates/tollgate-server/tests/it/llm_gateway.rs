@@ -14,7 +14,7 @@ use redis_harness::RedisServer;
 
 use crate::support;
 use crate::support::model::ModelServer;
-use crate::support::{Tollgate, post_json, request};
+use crate::support::{Tollgate, remaining, request};
 
 /// The accounting rule's limit: never reached, so what it has counted is
 /// `ACCOUNT - remaining`.
@@ -55,17 +55,6 @@ limit = 8
 key = "header:x-team"
 "#
     )
-}
-
-/// What remains of `rule`/`key`, peeked (cost 0) through a replica's API.
-fn remaining(s: &Tollgate, rule: &str, key: &str) -> u64 {
-    let r = post_json(
-        s.api(),
-        "/v1/check",
-        &format!(r#"{{"rule":"{rule}","key":"{key}","cost":0}}"#),
-    );
-    assert!(matches!(r.status, 200 | 429), "peek: {}", r.text());
-    r.json()["remaining"].as_u64().expect("remaining")
 }
 
 /// The tokens Redis holds charged to `team`, once every settle is in.

@@ -7,7 +7,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use serde_json::json;
 
 use crate::support::rls::{Rls, desc};
-use crate::support::{Tollgate, get, post_json};
+use crate::support::{Tollgate, get, post_json, series};
 
 const RULES: &str = r#"
 [[rules]]
@@ -22,15 +22,6 @@ algorithm = "gcra"
 limit = 10
 period = "1h"
 "#;
-
-/// The value of the series `name{labels}` (0 when absent).
-fn series(metrics: &str, name: &str, labels: &str) -> f64 {
-    let head = format!("{name}{{{labels}}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&head))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
-}
 
 /// Checks `rule`/`key` at each cost in turn; answers the statuses.
 fn checks(s: &Tollgate, rule: &str, costs: &[u64]) -> Vec<u16> {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::support;
 use crate::support::usage_upstream::start_usage_upstream;
-use crate::support::{Tollgate, connect, dead_addr, get, post_json, request};
+use crate::support::{Tollgate, connect, dead_addr, get, remaining, request};
 
 const TPM: &str = r#"
 [[rules]]
@@ -37,18 +37,6 @@ fn serve(config: &str, upstream: SocketAddr) -> Tollgate {
             "127.0.0.1:0",
         ],
     )
-}
-
-/// What remains of `rule`/`key`, peeked through the HTTP API (a 429
-/// while the key is in debt).
-fn remaining(s: &Tollgate, rule: &str, key: &str) -> u64 {
-    let r = post_json(
-        s.api(),
-        "/v1/check",
-        &format!(r#"{{"rule":"{rule}","key":"{key}","cost":0}}"#),
-    );
-    assert!(matches!(r.status, 200 | 429), "peek: {}", r.text());
-    r.json()["remaining"].as_u64().expect("remaining")
 }
 
 /// Waits (up to 5 s) for `rule`/`key` to have `want` left: the proxy

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use tempfile::TempDir;
 
 use crate::support;
+use crate::support::{stderr, stdout};
 
 const HEADER: &str = "t_ms,rule,key,cost,allowed,remaining,retry_after_ms,reset_after_ms";
 
@@ -95,14 +96,6 @@ impl Run {
             .output()
             .expect("run tollgate")
     }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
 }
 
 /// Replays `input` rows (after the input header) and asserts the output

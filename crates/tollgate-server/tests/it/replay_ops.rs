@@ -5,6 +5,7 @@
 
 use std::process::{Command, Output};
 
+use crate::support::{stderr, stdout};
 use tempfile::TempDir;
 
 const HEADER: &str = "t_ms,rule,key,cost,allowed,remaining,retry_after_ms,reset_after_ms,op,debt";
@@ -52,14 +53,6 @@ impl Run {
             .output()
             .expect("run tollgate")
     }
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
 }
 
 /// Replays rows under the header `t_ms,rule,key,cost,op,ttl_ms` and

@@ -7,7 +7,7 @@
 
 use redis_harness::RedisServer;
 
-use crate::support::{self, Tollgate, get, post_json, ratelimit_members};
+use crate::support::{self, Tollgate, get, post, post_json, ratelimit_members};
 
 const RULES: &str = r#"
 [[rules]]
@@ -254,10 +254,6 @@ on_error = "allow"
         assert!(metrics.contains(want), "{want} not in\n{metrics}");
     }
     redis.resume();
-}
-
-fn post(s: &Tollgate, path: &str, body: &serde_json::Value) -> support::Resp {
-    post_json(s.api(), path, &body.to_string())
 }
 
 /// Reserve, settle above and below the estimate, cancel, twice; each

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{Tollgate, get, post_json};
+use crate::support::{Tollgate, get, post_json, series};
 
 const RULES: &str = r#"
 [[rules]]
@@ -27,15 +27,6 @@ fn post(s: &Tollgate, path: &str, body: &Value) -> Value {
     let r = post_json(s.api(), path, &body.to_string());
     assert_eq!(r.status, 200, "{path}: {}", r.text());
     r.json()
-}
-
-/// The value of the series `name{labels}` (0 when absent).
-fn series(metrics: &str, name: &str, labels: &str) -> f64 {
-    let head = format!("{name}{{{labels}}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&head))
-        .map_or(0.0, |v| v.trim().parse().expect("a number"))
 }
 
 #[test]

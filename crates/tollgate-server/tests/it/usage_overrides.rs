@@ -6,7 +6,7 @@
 use redis_harness::RedisServer;
 use serde_json::json;
 
-use crate::support::{self, Tollgate, post_json};
+use crate::support::{Tollgate, post};
 
 /// 10 a day for most keys, 1000 a day for `vip`: a day-long period, so
 /// the test's own time moves nothing by a unit.
@@ -21,10 +21,6 @@ period = "24h"
   key = "vip"
   limit = 1000
 "#;
-
-fn post(s: &Tollgate, path: &str, body: &serde_json::Value) -> support::Resp {
-    post_json(s.api(), path, &body.to_string())
-}
 
 fn settles_under_the_override(s: &Tollgate) {
     let reserve = |cost: u64| {

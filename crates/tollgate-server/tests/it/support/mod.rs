@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -678,4 +678,41 @@ pub fn output_within(mut cmd: Command, input: &[u8], limit: Duration) -> std::pr
     });
     let _ = writer.join();
     out
+}
+
+/// A process's stdout, which must be UTF-8.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
+}
+
+/// A process's stderr, which must be UTF-8.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
+}
+
+/// POSTs `body` as JSON to `path` of `s`'s HTTP API.
+pub fn post(s: &Tollgate, path: &str, body: &serde_json::Value) -> Resp {
+    post_json(s.api(), path, &body.to_string())
+}
+
+/// What remains of `rule`/`key`, peeked (cost 0) through `s`'s HTTP API
+/// (a 429 while the key is in debt).
+pub fn remaining(s: &Tollgate, rule: &str, key: &str) -> u64 {
+    let r = post_json(
+        s.api(),
+        "/v1/check",
+        &format!(r#"{{"rule":"{rule}","key":"{key}","cost":0}}"#),
+    );
+    assert!(matches!(r.status, 200 | 429), "peek: {}", r.text());
+    r.json()["remaining"].as_u64().expect("remaining")
+}
+
+/// The value of the series `name{labels}` in a `/metrics` text (0 when
+/// absent).
+pub fn series(metrics: &str, name: &str, labels: &str) -> f64 {
+    let head = format!("{name}{{{labels}}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&head))
+        .map_or(0.0, |v| v.trim().parse().expect("a number"))
 }

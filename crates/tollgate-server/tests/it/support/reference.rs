@@ -95,6 +95,11 @@ pub fn over(requests_per_unit: u32, unit: Unit, name: &str) -> Seen {
     }
 }
 
+/// `n` per hour, no name, `left` remaining.
+pub fn hour(n: u32, left: u32) -> Seen {
+    ok(n, Unit::Hour, "", left)
+}
+
 /// What `s` shows.
 pub fn seen(s: &DescriptorStatus) -> Seen {
     Seen {
