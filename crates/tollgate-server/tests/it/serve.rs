@@ -1,6 +1,6 @@
 //! `tollgate serve` as a process: one log line per front door, SIGTERM and
 //! SIGINT drain in-flight requests and exit 0, SIGHUP reloads the config
-//! (tests/reload.rs has the rest), SIGUSR1 and SIGUSR2 are logged and
+//! (reload.rs has the rest), SIGUSR1 and SIGUSR2 are logged and
 //! ignored, and a busy port, a bad
 //! config or an unsupported flag exit non-zero with a clear message.
 
