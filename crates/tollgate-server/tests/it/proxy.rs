@@ -340,8 +340,8 @@ fn a_long_header_key_is_counted_under_its_digest() {
             "limit = 2\nperiod = \"1h\"",
         ),
     );
-    let long = "k".repeat(tollgate::MAX_KEY_LEN + 1);
-    let other = format!("{}j", "k".repeat(tollgate::MAX_KEY_LEN));
+    let long = "k".repeat(tollgate::limits::MAX_KEY_LEN + 1);
+    let other = format!("{}j", "k".repeat(tollgate::limits::MAX_KEY_LEN));
     let statuses: Vec<u16> = [&long, &long, &long, &other]
         .iter()
         .map(|value| request(s.proxy(), "GET", "/", &[("X-Api-Key", value)], b"").status)

@@ -513,19 +513,19 @@ fn bad_rows_name_the_line() {
 
 #[test]
 fn key_over_the_size_limit_is_an_error() {
-    let long = "k".repeat(tollgate::MAX_KEY_LEN + 1);
+    let long = "k".repeat(tollgate::limits::MAX_KEY_LEN + 1);
     let err = failing(&format!("t_ms,rule,key,cost\n0,fw,ok,1\n0,fw,{long},1\n"));
     assert!(
         err.contains(&format!(
             "trace.csv:3: key is {} bytes, longer than the limit of {} bytes",
-            tollgate::MAX_KEY_LEN + 1,
-            tollgate::MAX_KEY_LEN
+            tollgate::limits::MAX_KEY_LEN + 1,
+            tollgate::limits::MAX_KEY_LEN
         )),
         "{err}"
     );
     // exactly at the limit is fine
     let run = Run::new();
-    let at_limit = "k".repeat(tollgate::MAX_KEY_LEN);
+    let at_limit = "k".repeat(tollgate::limits::MAX_KEY_LEN);
     let out = run.replay(&format!("t_ms,rule,key,cost\n0,fw,{at_limit},1\n"), &[]);
     assert!(out.status.success(), "{}", stderr(&out));
 }

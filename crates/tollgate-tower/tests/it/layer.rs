@@ -392,8 +392,8 @@ async fn a_key_over_the_size_limit_is_counted_under_its_digest() {
     let svc = RateLimitLayer::new(limiter, [("per_key", key("header:x-api-key"))])
         .expect("layer")
         .layer(ok_service(Arc::default()));
-    let long = "k".repeat(tollgate::MAX_KEY_LEN + 1);
-    let other = format!("{}j", "k".repeat(tollgate::MAX_KEY_LEN));
+    let long = "k".repeat(tollgate::limits::MAX_KEY_LEN + 1);
+    let other = format!("{}j", "k".repeat(tollgate::limits::MAX_KEY_LEN));
     let mut statuses = Vec::new();
     for value in [&long, &long, &long, &other] {
         let r = send(

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
+use tollgate::limits::MAX_KEY_LEN;
 use tollgate::{
-    Algorithm, Check, Error, FakeClock, Limiter, MAX_KEY_LEN, MemoryStore, RuleSpec, TokioClock,
-    WaitError,
+    Algorithm, Check, Error, FakeClock, Limiter, MemoryStore, RuleSpec, TokioClock, WaitError,
 };
 
 fn gcra(name: &str, limit: u64, period: Duration) -> tollgate::Rule {
@@ -156,7 +156,7 @@ async fn explicit_times_past_max_time_are_refused() {
         .build()
         .unwrap();
     let limiter = Limiter::new(store, [rule]).unwrap();
-    let late = tollgate::MAX_TIME + 1;
+    let late = tollgate::time::MAX_TIME + 1;
     assert_eq!(
         limiter.check_at("fw", "k", 1, Some(late)).await,
         Err(Error::TimeOutOfRange { at: late })
@@ -168,7 +168,7 @@ async fn explicit_times_past_max_time_are_refused() {
         Err(Error::TimeOutOfRange { at: u64::MAX })
     );
     let d = limiter
-        .check_at("fw", "k", 1, Some(tollgate::MAX_TIME))
+        .check_at("fw", "k", 1, Some(tollgate::time::MAX_TIME))
         .await
         .unwrap();
     assert!(d.allowed);
