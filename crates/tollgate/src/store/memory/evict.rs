@@ -13,7 +13,7 @@
 //! fingerprint) made the keys that survived one eviction rank last in every
 //! later one, so in a shard full of exhausted keys each newly exhausted key
 //! (an abuser's) was the first to get its quota back: 65% of them against
-//! 8–20% of older ones (`tests/eviction.rs`).
+//! 8–20% of older ones (`tests/it/eviction.rs`).
 
 use super::fingerprint::EMPTY;
 use super::fingerprint::Fp;
