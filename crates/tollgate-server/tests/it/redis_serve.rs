@@ -210,7 +210,7 @@ fn a_silent_store_is_answered_by_each_rules_policy() {
         );
     }
     assert!(
-        s.log().contains("circuit breaker open"),
+        s.logs("circuit breaker open"),
         "the opening is logged:\n{}",
         s.log()
     );

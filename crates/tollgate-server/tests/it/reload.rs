@@ -246,7 +246,7 @@ fn sighup_alone_reloads() {
     wait_rules(&s, "generation 1", |r| {
         limit_of(r, "pair_a") == Some(10_000_001)
     });
-    assert!(s.log().contains("config reloaded (SIGHUP)"));
+    assert!(s.logs("config reloaded (SIGHUP)"), "{}", s.log());
 }
 
 #[test]
@@ -300,7 +300,7 @@ fn a_bad_file_changes_nothing_and_shows() {
         metrics.contains(&format!("tollgate_config_info{{version=\"{version}\"}} 1")),
         "{metrics}"
     );
-    assert!(s.log().contains("refused; still serving version"));
+    assert!(s.logs("refused; still serving version"), "{}", s.log());
     // A SIGHUP tries again, and fails again.
     s.signal("HUP");
     wait_rules(&s, "the second error", |_| {

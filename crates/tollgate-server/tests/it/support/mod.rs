@@ -188,6 +188,21 @@ impl Tollgate {
         self.log.lock().expect("log lock").clone()
     }
 
+    /// Whether it logs `line` (a part of one) within a minute: what the
+    /// server did may show in its answers before the reader thread has
+    /// read the log line that says so, so a test waits for the line
+    /// instead of reading the log once.
+    pub fn logs(&self, line: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.log().contains(line) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
