@@ -194,7 +194,7 @@ impl Tollgate {
     /// instead of reading the log once.
     pub fn logs(&self, line: &str) -> bool {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.log().contains(line) {
+        while !self.log.lock().expect("log lock").contains(line) {
             if Instant::now() > deadline {
                 return false;
             }
