@@ -37,7 +37,8 @@ import helm_python as helm
 import kubernetes_validate
 import yaml
 
-from chart_cases import NEGATIVE, VALUE_SETS
+sys.dont_write_bytecode = True  # no __pycache__ left in deploy/
+from chart_cases import NEGATIVE, VALUE_SETS  # noqa: E402
 
 DEPLOY = Path(__file__).resolve().parent
 ROOT = DEPLOY.parent
