@@ -33,7 +33,6 @@ VALUE_SETS = [
             "url": "redis://redis-master:6379",
             "store": {"on_error": "local", "replicas": 2},
             "secret_files": REDIS_PASSWORD_FILE,
-            "password": "file",
         },
     },
     {
@@ -48,7 +47,7 @@ VALUE_SETS = [
                 "secrets/tls/tls.crt": ("tollgate-redis-tls", "tls.crt"),
                 "secrets/tls/tls.key": ("tollgate-redis-tls", "tls.key"),
             },
-            "password": "env",
+            "env_secrets": {"TOLLGATE_REDIS_PASSWORD": ("tollgate-redis", "password")},
             "toml_contains": ['server_name = "redis.cache.svc"'],
         },
     },
@@ -61,7 +60,6 @@ VALUE_SETS = [
             "url": "redis+sentinel://redis-node-0.redis-headless:26379,"
             "redis-node-1.redis-headless:26379,redis-node-2.redis-headless:26379/mymaster",
             "secret_files": REDIS_PASSWORD_FILE,
-            "password": "file",
         },
     },
     {
@@ -73,6 +71,18 @@ VALUE_SETS = [
             "url": "redis+cluster://redis-cluster-0.redis-cluster-headless:6379,"
             "redis-cluster-1.redis-cluster-headless:6379,redis-cluster-2.redis-cluster-headless:6379",
             "store": {"timeout": "100ms", "replicas": 3},
+        },
+    },
+    {
+        # The whole URL from a Secret (it may carry credentials): env
+        # TOLLGATE_STORE, which wins over the URL the ConfigMap names.
+        "name": "url-secret",
+        "values": {"store": {"kind": "redis", "urlSecret": {"name": "tollgate-redis-url"}}},
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "url": "redis://redis:6379",
+            "env_secrets": {"TOLLGATE_STORE": ("tollgate-redis-url", "url")},
         },
     },
     {
@@ -140,7 +150,6 @@ VALUE_SETS = [
             "url": "redis://redis-master:6379",
             "store": {"replicas": 3},
             "secret_files": {**REDIS_PASSWORD_FILE, "secrets/admin/oncall": ("tollgate-admin", "token")},
-            "password": "file",
             "toml_contains": ['readiness = "store"', "[[rules.overrides]]", 'key = "enterprise:*"', "near_limit_ratio = 0.9"],
             "pod": {
                 "topologySpreadConstraints": [
@@ -165,7 +174,6 @@ VALUE_SETS = [
             "rollout": True,
             "url": "redis://redis-master:6379",
             "secret_files": REDIS_PASSWORD_FILE,
-            "password": "file",
         },
     },
     {

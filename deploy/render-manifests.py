@@ -64,7 +64,7 @@ def render(values, name="tollgate", namespace="default"):
 
 def documents(rendered):
     """The Kubernetes objects of a render, as (source, text, object) in
-    KIND_ORDER; empty templates and NOTES.txt left out."""
+    KIND_ORDER (other kinds last); empty templates and NOTES.txt left out."""
     docs = []
     for source, text in sorted(rendered.items()):
         if source.endswith("NOTES.txt"):
@@ -73,7 +73,8 @@ def documents(rendered):
             obj = yaml.safe_load(part)
             if obj:
                 docs.append((source, part.strip("\n") + "\n", obj))
-    docs.sort(key=lambda d: (KIND_ORDER.index(d[2]["kind"]), d[2]["metadata"]["name"]))
+    rank = {kind: i for i, kind in enumerate(KIND_ORDER)}
+    docs.sort(key=lambda d: (rank.get(d[2]["kind"], len(rank)), d[2]["metadata"]["name"]))
     return docs
 
 
