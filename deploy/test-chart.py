@@ -483,6 +483,46 @@ def check_rollout(chart, fail):
     fail.check(checksum(10) == checksum(10, "x"), "checksum/config changed with no config change")
 
 
+def check_readme(fail):
+    """The chart's README documents every value of values.yaml and no other
+    (a row's `.port` after `store.redis.host` is `store.redis.port`), and
+    its links resolve."""
+    readme = (RENDER.CHART / "README.md").read_text()
+    table = readme[readme.index("## Values") :]
+    documented = set()
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        full = None
+        for token in re.findall(r"`([^`]+)`", line.split(" | ")[0]):
+            if token.startswith(".") and full:
+                token = full.rsplit(".", 1)[0] + token
+            documented.add(token)
+            full = token
+
+    def leaves(values, prefix=""):
+        for k, v in values.items():
+            path = prefix + k
+            if isinstance(v, dict) and v and path not in documented:
+                yield from leaves(v, path + ".")
+            else:
+                yield path
+
+    values = yaml.safe_load((RENDER.CHART / "values.yaml").read_text())
+    known = set(leaves(values))
+    for path in sorted(known):
+        parents = {path.rsplit(".", i)[0] for i in range(path.count(".") + 1)}
+        fail.check(parents & documented, f"README.md: value {path} is not in the table")
+    for path in sorted(documented - known):
+        fail.check(False, f"README.md: the table names {path}, which values.yaml has not")
+    links = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "doc_links.py"), str(RENDER.CHART / "README.md")],
+        capture_output=True,
+        text=True,
+    )
+    fail.check(links.returncode == 0, f"README.md links: {links.stdout}{links.stderr}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -530,6 +570,7 @@ def main():
         check_negative(chart, fail)
         check_rollout(chart, fail)
     check_flags(binary, flags, fail)
+    check_readme(fail)
     stale = subprocess.run(
         [sys.executable, str(DEPLOY / "render-manifests.py"), "--check"],
         capture_output=True,
