@@ -196,9 +196,17 @@ def check_pod(name, dep, fail):
     for e in c.get("env", []):
         fail.check(
             not e["name"].startswith("TOLLGATE_")
+            or e == {"name": "TOLLGATE_HTTP", "value": ""}
             or ("value" not in e and "secretKeyRef" in e.get("valueFrom", {})),
             f"{name}: env {e['name']} not from a Secret: {e}",
         )
+    # The image sets TOLLGATE_HTTP=0.0.0.0:8080: without the HTTP door the
+    # pod must blank it, or the API opens anyway.
+    blanked = {"name": "TOLLGATE_HTTP", "value": ""} in c.get("env", [])
+    fail.check(
+        blanked == ("--http" not in args),
+        f"{name}: TOLLGATE_HTTP blanked: {blanked}, --http given: {'--http' in args}",
+    )
     return c
 
 
