@@ -147,6 +147,7 @@ VALUE_SETS = [
             "pdb": True,
             "monitor": True,
             "doors": ["http", "admin"],
+            "service_types": {"http": "LoadBalancer", "admin": "ClusterIP", "ops": "ClusterIP"},
             "url": "redis://redis-master:6379",
             "store": {"replicas": 3},
             "secret_files": {**REDIS_PASSWORD_FILE, "secrets/admin/oncall": ("tollgate-admin", "token")},

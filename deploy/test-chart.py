@@ -302,6 +302,9 @@ def check_doors(name, want, docs, c, fail):
         )
         got = services["grpc"]["spec"].get("clusterIP")
         fail.check(got == want.get("grpc_cluster_ip"), f"{name}: gRPC clusterIP {got}")
+    for door, kind in want.get("service_types", {}).items():
+        got = services.get(door, {}).get("spec", {}).get("type")
+        fail.check(got == kind, f"{name}: Service {door} type {got}, want {kind}")
 
 
 def check_config(name, want, docs, c, notes, fail):
