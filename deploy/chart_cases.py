@@ -7,6 +7,13 @@ refuse, with a piece of the message that says what to change.
 """
 
 REDIS_PASSWORD_FILE = {"secrets/redis-password": ("tollgate-redis", "redis-password")}
+SELECTOR = {"app.kubernetes.io/instance": "tollgate", "app.kubernetes.io/name": "tollgate"}
+
+
+def limit(key, unit, n):
+    """An Envoy descriptor with its rate limit."""
+    return {"key": key, "rate_limit": {"unit": unit, "requests_per_unit": n}}
+
 
 VALUE_SETS = [
     {
@@ -69,7 +76,8 @@ VALUE_SETS = [
             "replicas": 3,
             "pdb": True,
             "url": "redis+cluster://redis-cluster-0.redis-cluster-headless:6379,"
-            "redis-cluster-1.redis-cluster-headless:6379,redis-cluster-2.redis-cluster-headless:6379",
+            "redis-cluster-1.redis-cluster-headless:6379,"
+            "redis-cluster-2.redis-cluster-headless:6379",
             "store": {"timeout": "100ms", "replicas": 3},
         },
     },
@@ -92,7 +100,13 @@ VALUE_SETS = [
             "replicas": 4,
             "pdb": True,
             "url": "redis://redis-master:6379",
-            "store": {"hybrid": True, "hybrid_batch": 50, "hybrid_lease": "200ms", "max_keys": 200000, "replicas": 4},
+            "store": {
+                "hybrid": True,
+                "hybrid_batch": 50,
+                "hybrid_lease": "200ms",
+                "max_keys": 200000,
+                "replicas": 4,
+            },
         },
     },
     {
@@ -115,12 +129,17 @@ VALUE_SETS = [
             "envoy": {
                 "mergeDomains": True,
                 "configs": {
-                    "edge-a": {"domain": "edge", "descriptors": [{"key": "a", "rate_limit": {"unit": "second", "requests_per_unit": 5}}]},
-                    "edge-b": {"domain": "edge", "descriptors": [{"key": "b", "rate_limit": {"unit": "minute", "requests_per_unit": 50}}]},
+                    "edge-a": {"domain": "edge", "descriptors": [limit("a", "second", 5)]},
+                    "edge-b": {"domain": "edge", "descriptors": [limit("b", "minute", 50)]},
                 },
             },
         },
-        "expect": {"replicas": 1, "doors": ["http", "grpc"], "envoy": ["edge-a", "edge-b"], "url": "memory"},
+        "expect": {
+            "replicas": 1,
+            "doors": ["http", "grpc"],
+            "envoy": ["edge-a", "edge-b"],
+            "url": "memory",
+        },
     },
     {
         "name": "proxy",
@@ -146,16 +165,26 @@ VALUE_SETS = [
             "hpa": (3, 12),
             "pdb": True,
             "monitor": True,
+            # ops.readiness: store, and no Redis answers in the test.
+            "ready": False,
             "doors": ["http", "admin"],
             "service_types": {"http": "LoadBalancer", "admin": "ClusterIP", "ops": "ClusterIP"},
             "url": "redis://redis-master:6379",
             "store": {"replicas": 3},
-            "secret_files": {**REDIS_PASSWORD_FILE, "secrets/admin/oncall": ("tollgate-admin", "token")},
-            "toml_contains": ['readiness = "store"', "[[rules.overrides]]", 'key = "enterprise:*"', "near_limit_ratio = 0.9"],
+            "secret_files": {
+                **REDIS_PASSWORD_FILE,
+                "secrets/admin/oncall": ("tollgate-admin", "token"),
+            },
+            "toml_contains": [
+                'readiness = "store"',
+                "[[rules.overrides]]",
+                'key = "enterprise:*"',
+                "near_limit_ratio = 0.9",
+            ],
             "pod": {
                 "topologySpreadConstraints": [
                     {
-                        "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "tollgate", "app.kubernetes.io/name": "tollgate"}},
+                        "labelSelector": {"matchLabels": SELECTOR},
                         "maxSkew": 1,
                         "topologyKey": topology,
                         "whenUnsatisfiable": "ScheduleAnyway",
@@ -182,7 +211,8 @@ VALUE_SETS = [
         "name": "raw-toml",
         "values": {
             "config": {
-                "toml": '[store]\nurl = "memory"\n\n[[rules]]\nname = "raw"\nalgorithm = "fixed_window"\nlimit = 7\nperiod = "1m"\n'
+                "toml": '[store]\nurl = "memory"\n\n[[rules]]\nname = "raw"\n'
+                'algorithm = "fixed_window"\nlimit = 7\nperiod = "1m"\n'
             }
         },
         "expect": {"replicas": 1, "url": "memory", "toml_contains": ['name = "raw"', "limit = 7"]},
@@ -193,16 +223,29 @@ NEGATIVE = [
     {
         "name": "memory store on 3 replicas",
         "values": {"replicaCount": 3},
-        "error": "store.kind=memory keeps each pod's counters apart: 3 pods would admit 3 times every limit",
+        "error": "store.kind=memory keeps each pod's counters apart: "
+        "3 pods would admit 3 times every limit",
     },
     {
         "name": "memory store autoscaled",
         "values": {"autoscaling": {"enabled": True}},
         "error": "store.memory.allowReplicas=true",
     },
-    {"name": "unknown store kind", "values": {"store": {"kind": "etcd"}}, "error": "at '/store/kind': value must be one of"},
-    {"name": "misspelt value", "values": {"replicas": 2}, "error": "additional properties 'replicas' not allowed"},
-    {"name": "bad duration", "values": {"store": {"timeout": "50"}}, "error": "at '/store/timeout'"},
+    {
+        "name": "unknown store kind",
+        "values": {"store": {"kind": "etcd"}},
+        "error": "at '/store/kind': value must be one of",
+    },
+    {
+        "name": "misspelt value",
+        "values": {"replicas": 2},
+        "error": "additional properties 'replicas' not allowed",
+    },
+    {
+        "name": "bad duration",
+        "values": {"store": {"timeout": "50"}},
+        "error": "at '/store/timeout'",
+    },
     {
         "name": "hybrid on memory",
         "values": {"store": {"hybrid": {"enabled": True}}},
@@ -225,27 +268,55 @@ NEGATIVE = [
     },
     {
         "name": "client cert without key",
-        "values": {"store": {"kind": "redis", "tls": {"enabled": True, "existingSecret": "t", "certKey": "tls.crt"}}},
+        "values": {
+            "store": {
+                "kind": "redis",
+                "tls": {"enabled": True, "existingSecret": "t", "certKey": "tls.crt"},
+            }
+        },
         "error": "store.tls.certKey and store.tls.keyKey go together",
     },
-    {"name": "cluster without nodes", "values": {"store": {"kind": "cluster", "cluster": {"nodes": []}}}, "error": "store.kind=cluster needs store.cluster.nodes"},
-    {"name": "no door", "values": {"doors": {"http": {"enabled": False}}}, "error": "no front door"},
+    {
+        "name": "cluster without nodes",
+        "values": {"store": {"kind": "cluster", "cluster": {"nodes": []}}},
+        "error": "store.kind=cluster needs store.cluster.nodes",
+    },
+    {
+        "name": "no door",
+        "values": {"doors": {"http": {"enabled": False}}},
+        "error": "no front door",
+    },
     {
         "name": "proxy without upstream",
         "values": {"doors": {"proxy": {"enabled": True}}},
         "error": "doors.proxy.enabled needs doors.proxy.upstream",
     },
-    {"name": "gRPC without Envoy files", "values": {"doors": {"grpc": {"enabled": True}}}, "error": "doors.grpc.enabled needs envoy.configs"},
+    {
+        "name": "gRPC without Envoy files",
+        "values": {"doors": {"grpc": {"enabled": True}}},
+        "error": "doors.grpc.enabled needs envoy.configs",
+    },
     {
         "name": "Envoy files without gRPC",
         "values": {"envoy": {"configs": {"edge": "domain: edge\n"}}},
         "error": "envoy.configs are served by the gRPC door",
     },
-    {"name": "admin without tokens", "values": {"doors": {"admin": {"enabled": True}}}, "error": "doors.admin.enabled needs doors.admin.tokens"},
-    {"name": "no rules", "values": {"config": {"rules": []}}, "error": "config.rules is empty"},
+    {
+        "name": "admin without tokens",
+        "values": {"doors": {"admin": {"enabled": True}}},
+        "error": "doors.admin.enabled needs doors.admin.tokens",
+    },
+    {
+        "name": "no rules",
+        "values": {"config": {"rules": []}},
+        "error": "config.rules is empty",
+    },
     {
         "name": "autoscaling max below min",
-        "values": {"store": {"kind": "redis"}, "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}},
+        "values": {
+            "store": {"kind": "redis"},
+            "autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2},
+        },
         "error": "autoscaling.maxReplicas is below autoscaling.minReplicas",
     },
 ]

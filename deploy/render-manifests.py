@@ -88,7 +88,8 @@ def manifest(file):
         f"# change the chart or the example and run the script again.\n"
         f"#   kubectl apply -n NAMESPACE -f deploy/kubernetes/{file}\n"
     )
-    body = [f"---\n# Source: {src}\n{text}" for src, text, _ in documents(render(load_values(example)))]
+    docs = documents(render(load_values(example)))
+    body = [f"---\n# Source: {src}\n{text}" for src, text, _ in docs]
     return head + "".join(body)
 
 

@@ -8,11 +8,14 @@ kubernetes-validate, strict: an unknown field fails) of the oldest and the
 newest Kubernetes the chart targets, reads the objects for what matters
 (security context, probes, the config mount, Secrets referenced and never
 inlined, replicas, PDB, HPA, a Service per door), and runs the real
-binary's `tollgate validate` on the ConfigMap's TOML and Envoy files, laid
-out as in the pod. Then bad values must fail with a message naming the
-value (chart_cases.NEGATIVE), every flag the chart passes must be one
-`tollgate serve --help` lists, and the plain manifests in deploy/kubernetes/
-must be what deploy/render-manifests.py renders now.
+binary on the pod's files laid out as the kubelet would (chart_run.py):
+`tollgate validate` on the ConfigMap's TOML and Envoy files, then `tollgate
+serve` with the pod's own arguments and environment on loopback ports,
+whose probes, doors and SIGTERM must behave. Then bad values must fail with
+a message naming the value (chart_cases.NEGATIVE), every flag the chart
+passes must be one `tollgate serve --help` lists, the chart's README must
+document every value, and the plain manifests in deploy/kubernetes/ must be
+what deploy/render-manifests.py renders now.
 
     cargo build -p tollgate-server
     python3 deploy/test-chart.py [--tollgate PATH]
@@ -40,6 +43,15 @@ import yaml
 
 sys.dont_write_bytecode = True  # no __pycache__ left in deploy/
 from chart_cases import NEGATIVE, VALUE_SETS  # noqa: E402
+from chart_run import (  # noqa: E402
+    CONFIG_DIR,
+    Pod,
+    check_flags,
+    make_certs,
+    projected_items,
+    run_serve,
+    run_validate,
+)
 
 DEPLOY = Path(__file__).resolve().parent
 ROOT = DEPLOY.parent
@@ -49,20 +61,7 @@ KUBE_VERSIONS = ["1.30.0", "1.37.0"]
 # Operator's ServiceMonitor): kubernetes-validate has none, so the test
 # reads them instead (check_objects).
 NOT_IN_SCHEMAS = {"ServiceMonitor"}
-# Config keys the binary gains in issue 38 from other parts of the work
-# (INTERFACE38.md): a set whose TOML uses one fails `validate` until they
-# are merged, and its failure says so.
-NEW_KEYS = {
-    "password_file": "[store] password_file",
-    "[store.tls]": "[store.tls]",
-    "token_file": "[[admin.tokens]] token_file",
-    "[ops]": "[ops] readiness",
-}
-NEW_FLAGS = {"--ops"}
-CONFIG_DIR = "/etc/tollgate"
 PORTS = {"http": 8080, "grpc": 8081, "proxy": 8082, "admin": 9091, "ops": 9090}
-DUMMY_PASSWORD = "chart-test-password-9f3a"
-DUMMY_TOKEN = "chart-test-admin-token-6c1d2e0b"
 
 
 def load_render_module():
@@ -112,17 +111,6 @@ def flag_value(args, flag):
     return args[args.index(flag) + 1] if flag in args else None
 
 
-def projected_items(dep):
-    """The config volume's files: path -> (source kind, object name, key)."""
-    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
-    out = {}
-    for source in volumes["config"]["projected"]["sources"]:
-        [(kind, ref)] = source.items()
-        for item in ref["items"]:
-            out[item["path"]] = (kind, ref["name"], item["key"])
-    return out
-
-
 def validate_schemas(docs, fail, name):
     """Every object against every KUBE_VERSIONS schema; returns the count."""
     count = 0
@@ -134,7 +122,8 @@ def validate_schemas(docs, fail, name):
                 kubernetes_validate.validate(obj, version, strict=True)
             except kubernetes_validate.ValidationError as e:
                 where = "/".join(str(p) for p in e.path)
-                fail.check(False, f"{name}: {source} {obj['kind']} on {version}: {where}: {e.message}")
+                what = f"{source} {obj['kind']} on {version}: {where}: {e.message}"
+                fail.check(False, f"{name}: {what}")
             except kubernetes_validate.SchemaNotFoundError as e:
                 fail.check(False, f"{name}: {source}: {e.message}")
         count += 1
@@ -382,88 +371,6 @@ def check_config(name, want, docs, c, notes, fail):
     )
 
 
-def run_validate(binary, name, docs, c, certs, fail):
-    """`tollgate validate` on the ConfigMap's files laid out as in the pod
-    (CONFIG_DIR under a temporary root, the Secrets' files filled with
-    dummies); returns (accepted, the NEW_KEYS the TOML uses)."""
-    [dep] = by_kind(docs, "Deployment")
-    [cm] = by_kind(docs, "ConfigMap")
-    items = projected_items(dep)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "etc" / "tollgate"
-
-        def relocate(text):
-            return text.replace(f"{CONFIG_DIR}/", f"{root}/")
-
-        for path, (kind, _, key) in items.items():
-            target = root / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if kind == "configMap":
-                target.write_text(relocate(cm["data"][key]))
-            elif path.startswith("secrets/tls/"):
-                target.write_bytes((certs / target.name).read_bytes())
-            elif path.startswith("secrets/admin/"):
-                target.write_text(DUMMY_TOKEN + "\n")
-            else:
-                target.write_text(DUMMY_PASSWORD + "\n")
-        args = c["args"]
-        cmd = [str(binary), "validate", "--config", relocate(flag_value(args, "--config"))]
-        for i, a in enumerate(args):
-            if a == "--envoy-config":
-                cmd += ["--envoy-config", relocate(args[i + 1])]
-        if "--envoy-merge-domains" in args:
-            cmd.append("--envoy-merge-domains")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOLLGATE_")}
-        if any(e["name"] == "TOLLGATE_REDIS_PASSWORD" for e in c.get("env", [])):
-            env["TOLLGATE_REDIS_PASSWORD"] = DUMMY_PASSWORD
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-    out = (done.stdout + done.stderr).strip()
-    new = [what for key, what in NEW_KEYS.items() if key in cm["data"]["tollgate.toml"]]
-    hint = (
-        f"\n  (this set uses {', '.join(new)}: keys other parts of issue 38 add to the "
-        "binary; merge them, rebuild, rerun)"
-        if new
-        else ""
-    )
-    fail.check(done.returncode == 0, f"{name}: tollgate validate exit {done.returncode}:\n{out}{hint}")
-    fail.check(
-        DUMMY_PASSWORD not in out and DUMMY_TOKEN not in out, f"{name}: validate printed a secret"
-    )
-    return done.returncode == 0, new
-
-
-def make_certs(tmp):
-    """A CA and a client certificate it signed, for the TLS sets."""
-    d = Path(tmp)
-
-    def openssl(*a):
-        subprocess.run(["openssl", *a], check=True, capture_output=True, cwd=d)
-
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=chart-test-ca")
-    openssl("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=tollgate")
-    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "tls.crt", "-days", "2")
-    return d
-
-
-def check_flags(binary, flags, fail):
-    """Every flag the chart passes to serve is one serve lists."""
-    done = subprocess.run(
-        [str(binary), "serve", "--help"], capture_output=True, text=True, timeout=60
-    )
-    fail.check(done.returncode == 0, f"tollgate serve --help exit {done.returncode}")
-    known = set(re.findall(r"(--[a-z][a-z0-9-]*)", done.stdout))
-    for flag in sorted(flags - known):
-        hint = " (added by another part of issue 38: merge it, rebuild, rerun)"
-        fail.check(
-            False,
-            f"the chart passes {flag}, which `tollgate serve --help` does not list"
-            + (hint if flag in NEW_FLAGS else ""),
-        )
-
-
 def check_negative(chart, fail):
     """Bad values fail the render with a message naming what to change."""
     for case in NEGATIVE:
@@ -550,13 +457,18 @@ def main():
     fail.check(app == version, f"Chart.yaml appVersion {app}, workspace version {version}")
     lint = helm.lint(str(RENDER.CHART), strict=True, kube_version="v" + KUBE_VERSIONS[0])
     fail.check(
-        not lint["errors"] and all(m["severity"] < 2 for m in lint["messages"]), f"helm lint: {lint}"
+        not lint["errors"] and all(m["severity"] < 2 for m in lint["messages"]),
+        f"helm lint: {lint}",
     )
 
     validated = read_only = 0
     flags = set()
     pending = {}
-    with tempfile.TemporaryDirectory() as tmp, helm.Chart.load(str(RENDER.CHART)) as chart:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        tempfile.TemporaryDirectory() as logs,
+        helm.Chart.load(str(RENDER.CHART)) as chart,
+    ):
         certs = make_certs(tmp)
         for case in VALUE_SETS:
             name, want = case["name"], case["expect"]
@@ -572,12 +484,18 @@ def main():
             check_doors(name, want, docs, c, fail)
             check_config(name, want, docs, c, notes, fail)
             flags.update(a for a in c["args"] if a.startswith("--"))
-            ok, new = run_validate(binary, name, docs, c, certs, fail)
-            if new:
-                pending[name] = new
+            pod = Pod(docs)
+            with tempfile.TemporaryDirectory() as files:
+                pod.lay_out(files, certs)
+                valid = run_validate(binary, name, pod, fail)
+                served = run_serve(binary, name, pod, want.get("ready", True), fail, logs)
+            if pod.new_parts():
+                pending[name] = pod.new_parts()
             status = "ok" if len(fail.items) == before else "FAILED"
-            accepted = "accepted" if ok else "refused"
-            print(f"{name:<22} {len(docs)} objects, tollgate validate {accepted}: {status}")
+            print(
+                f"{name:<22} {len(docs)} objects, validate {'accepted' if valid else 'refused'}, "
+                f"serve {'ok' if served else 'failed'}: {status}"
+            )
         check_negative(chart, fail)
         check_rollout(chart, fail)
     check_flags(binary, flags, fail)
@@ -595,9 +513,9 @@ def main():
         f"schema-checked (a CRD); {len(NEGATIVE)} bad value sets refused; "
         f"{time.monotonic() - started:.1f} s"
     )
-    if pending:
+    if pending and fail.items:
         print(
-            "sets using config keys new in issue 38: "
+            "sets using what other parts of issue 38 add to the binary: "
             + "; ".join(f"{k} ({', '.join(v)})" for k, v in pending.items())
         )
     if fail.items:
