@@ -249,8 +249,14 @@ def make_certs(tmp):
     openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
             "-subj", "/CN=chart-test-ca")
     openssl("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=tollgate")
+    # Version 3 with a client's extensions: webpki refuses a version 1
+    # certificate, which x509 -req writes without an extension file.
+    (d / "client.ext").write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
+        "extendedKeyUsage=clientAuth\nsubjectAltName=DNS:tollgate\n"
+    )
     openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "tls.crt", "-days", "2")
+            "-CAcreateserial", "-extfile", "client.ext", "-out", "tls.crt", "-days", "2")
     return d
 
 
