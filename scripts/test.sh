@@ -25,6 +25,11 @@ TOLLGATE_REDIS_SERVER=valkey cargo test -p tollgate --all-features --test it -- 
 # a live `tollgate serve` held to crates/tollgate-server/openapi.json by
 # schemathesis (docs/http-api.md#openapi)
 bash scripts/api-fuzz.sh
+# the Helm chart rendered by Helm v4 for its value sets, every object
+# checked against the Kubernetes schemas, its config by `tollgate validate`,
+# deploy/kubernetes/ up to date (deploy/test-chart.py)
+cargo build -p tollgate-server
+python3 deploy/test-chart.py
 # every parser of outside input under libFuzzer (fuzz/; docs/testing.md,
 # "Fuzzing"): TOLLGATE_FUZZ_SECONDS per target, 0 to run the seeds only
 bash scripts/fuzz.sh "${TOLLGATE_FUZZ_SECONDS:-20}"
