@@ -11,7 +11,7 @@
 //! | `tollgate_circuit_breaker_open` | gauge | `node` (Redis Cluster masters only) | 1 while the breaker is open (checks skip the store), else 0; labelled as above |
 //! | `tollgate_live_replicas` | gauge | | replicas sharing the store, from the heartbeat (`[store] replicas` before the first one) |
 //! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
-//! | `tollgate_store_up` | gauge | | 1 while the store answers, 0 when not (`/readyz` and a probe every second for a shared store, [`crate::doors::ops::STORE_PROBE_EVERY`]; always 1 for the memory store) |
+//! | `tollgate_store_up` | gauge | | 1 while the store answers, 0 when not (a probe every second for a shared store, [`crate::doors::ops::STORE_PROBE_EVERY`], and each `/readyz` under `[ops] readiness = "store"`; always 1 for the memory store) |
 //! | `tollgate_upstream_errors_total` | counter | `kind` (`connect`, `timeout`, `other`) | proxied requests the upstream failed (502 / 504) |
 //! | `tollgate_config_reloads_total` | counter | `outcome` (`ok`, `error`) | config reloads ([`crate::reload`]) |
 //! | `tollgate_config_info` | gauge | `version` | 1 for the config version serving (one series, written by the API) |

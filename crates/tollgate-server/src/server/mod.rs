@@ -343,7 +343,8 @@ fn upkeep(
             tokio::select! {
                 _ = every.tick() => {
                     let gate = Arc::clone(&live.load().gate);
-                    // The answer is in the gauge; `/readyz` probes anew.
+                    // Noted in `health`: `/readyz` reports it (under
+                    // readiness `serving`) and the gauge shows it.
                     let _ = health.probe(&gate).await;
                     if once {
                         break;

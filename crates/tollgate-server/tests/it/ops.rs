@@ -1,9 +1,10 @@
 //! The probes (docs/operations.md, "Probes"): `/readyz` stays ready while
 //! the store is down and the failure policy answers (the store's state in
 //! the body and in `tollgate_store_up`), `[ops] readiness = "store"` makes
-//! it a 503 (applied by a reload), SIGTERM makes it `draining`; the ops
-//! listener answers `/healthz`, `/readyz` and `/metrics` on a gRPC-only
-//! serve without `--config` and on a proxy-only serve, and 404 elsewhere.
+//! it a 503 (applied by a reload), SIGTERM makes it `draining`, a frozen
+//! store never makes it wait; the ops listener answers `/healthz`,
+//! `/readyz` and `/metrics` on a gRPC-only serve without `--config` and on
+//! a proxy-only serve, and 404 elsewhere.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -152,6 +153,26 @@ fn a_store_outage_leaves_a_replica_ready_that_answers_by_its_policy() {
     let up = |r: &Resp| r.status == 200 && r.json()["store"] == "up";
     readyz_until(ops, up, |_| {});
     metric_until(ops, "tollgate_store_up 1");
+}
+
+/// A frozen Redis and a store timeout longer than any probe's: `/readyz`
+/// answers at once from the last probe (`serving` never waits on the
+/// store); asking the store itself would hold it for a minute, past the
+/// test client's 30 s read timeout.
+#[test]
+fn readyz_never_waits_on_a_frozen_store() {
+    let redis = RedisServer::start();
+    let config =
+        config(&redis.url(), "serving").replace("timeout = \"100ms\"", "timeout = \"60s\"");
+    assert!(config.contains("timeout = \"60s\""));
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0", "--ops", "127.0.0.1:0"]);
+    metric_until(s.ops(), "tollgate_store_up 1");
+    redis.pause();
+    for addr in [s.ops(), s.api()] {
+        let r = get(addr, "/readyz");
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    redis.resume();
 }
 
 const YAML: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n";

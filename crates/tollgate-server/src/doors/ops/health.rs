@@ -2,6 +2,8 @@
 //! server is draining after SIGTERM, and the store's state as the last
 //! probe found it, kept in `tollgate_store_up`.
 
+use std::sync::Mutex;
+use std::sync::PoisonError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -21,6 +23,9 @@ pub const STORE_PROBE_EVERY: Duration = Duration::from_secs(1);
 pub struct Health {
     /// Set once shutdown began: `/readyz` answers 503 from then on.
     draining: AtomicBool,
+    /// What the last probe found: `None` before the first, else why the
+    /// store did not answer, if it did not.
+    store: Mutex<Option<Result<(), String>>>,
 }
 
 impl Health {
@@ -43,16 +48,29 @@ impl Health {
     }
 
     /// Asks whether `gate`'s store answers ([`Gate::ready`]: at once from
-    /// an open breaker, else a `PING` within the store timeout) and sets
-    /// `tollgate_store_up` to what it found. Both `/readyz` and the
-    /// periodic probe come here, so the gauge and the last body agree.
+    /// an open breaker, else a `PING` within the store timeout), and
+    /// notes what it found, in `tollgate_store_up` too. `/readyz` and the
+    /// periodic probe both come here, so the gauge and the bodies agree.
     ///
     /// # Errors
     /// Why the store does not answer.
     pub async fn probe(&self, gate: &Gate) -> Result<(), String> {
         let result = gate.ready().await;
         let up = if result.is_ok() { 1.0 } else { 0.0 };
+        // Under the lock: the gauge and the state change together.
+        let mut last = self.store.lock().unwrap_or_else(PoisonError::into_inner);
         ::metrics::gauge!(crate::metrics::STORE_UP).set(up);
+        *last = Some(result.clone());
         result
+    }
+
+    /// What the last probe found, without asking the store again (`None`
+    /// before the first probe).
+    #[must_use]
+    pub fn last(&self) -> Option<Result<(), String>> {
+        self.store
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
