@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// `tollgate`: a rate limiter whose counters survive across replicas.
 #[derive(Debug, Parser)]
@@ -11,6 +11,35 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// Parses the process's arguments as [`Parser::parse`] does (exiting
+    /// with clap's message on a bad command line), except that an
+    /// environment variable set to the empty string counts as unset: a
+    /// container cannot unset a variable its image sets (`TOLLGATE_HTTP`
+    /// in ours), only override it, and a templated value left empty
+    /// should fall back to the config, not fail (docs/cli.md).
+    #[must_use]
+    pub fn parse_args() -> Self {
+        let matches = Self::command_env_aware().get_matches();
+        Self::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+
+    /// The command line's definition with each empty environment
+    /// variable dropped (see [`Cli::parse_args`]).
+    #[must_use]
+    pub fn command_env_aware() -> clap::Command {
+        Self::command().mut_subcommand("serve", |serve| {
+            serve.mut_args(|arg| {
+                let empty = arg
+                    .get_env()
+                    .and_then(std::env::var_os)
+                    .is_some_and(|v| v.is_empty());
+                if empty { arg.env(None) } else { arg }
+            })
+        })
+    }
 }
 
 /// The subcommands.
@@ -32,33 +61,48 @@ pub enum Command {
 }
 
 /// `tollgate serve [--config FILE] [--store URL] [--http ADDR] [--grpc ADDR]
-/// [--proxy ADDR --upstream URL] [--envoy-config FILE.yaml ... [--envoy-merge-domains]]`.
+/// [--proxy ADDR --upstream URL] [--admin ADDR] [--ops ADDR]
+/// [--envoy-config FILE.yaml ... [--envoy-merge-domains]]`. Each address
+/// flag, `--config` and `--store` fall back to an environment variable
+/// (`TOLLGATE_HTTP`, ...): a flag wins over its variable, which wins over
+/// the config file.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// The TOML config file (rules, `[store]`, `[http]`, `[proxy]`);
     /// optional with `--grpc`.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "TOLLGATE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// The store; overrides `[store] url`.
-    #[arg(long, value_name = "URL")]
+    /// The store; overrides `[store] url`. Its variable's value is not
+    /// shown in `--help` (a Redis URL may hold a password).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TOLLGATE_STORE",
+        hide_env_values = true
+    )]
     pub store: Option<String>,
     /// Serve the HTTP API on this IP:PORT; overrides `[http] listen`.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_HTTP")]
     pub http: Option<String>,
     /// Serve the admin API (docs/admin.md) on this IP:PORT; overrides
     /// `[admin] listen`. Off unless given.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_ADMIN")]
     pub admin: Option<String>,
+    /// Serve the ops listener (`/healthz`, `/readyz`, `/metrics`;
+    /// docs/operations.md) on this IP:PORT, whatever doors are served;
+    /// overrides `[ops] listen`. Off unless given.
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_OPS")]
+    pub ops: Option<String>,
     /// Serve the Envoy rate limit service (gRPC `ShouldRateLimit`) on this
     /// IP:PORT, with the limits of the `--envoy-config` files.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_GRPC")]
     pub grpc: Option<String>,
     /// Serve the reverse proxy on this IP:PORT; overrides `[proxy] listen`.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", env = "TOLLGATE_PROXY")]
     pub proxy: Option<String>,
     /// Where the proxy forwards admitted requests (http://host:port[/base]);
     /// overrides `[proxy] upstream`.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
     pub upstream: Option<String>,
     /// envoyproxy/ratelimit YAML files (one domain each) for `--grpc`.
     #[arg(long = "envoy-config", value_name = "FILE.yaml")]

@@ -143,7 +143,8 @@ impl Gate {
         &self.limiter
     }
 
-    /// Whether the store answers, as `/readyz` says it: always for the
+    /// Whether the store answers, as `/readyz` and `tollgate_store_up` say
+    /// it (through [`crate::doors::ops::Health::probe`]): always for the
     /// memory store; for Redis, not while the circuit breaker is open,
     /// else a `PING` within the store timeout.
     ///

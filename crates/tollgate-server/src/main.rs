@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tollgate_server::cli::{Cli, Command, ServeArgs};
@@ -24,7 +23,7 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     match cli.command {
         Command::Serve(args) => match run_serve(&args) {
             Ok(()) => ExitCode::SUCCESS,
@@ -115,6 +114,9 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         let mut listeners = Listeners::default();
         for (door, &addr) in plan.listen.iter() {
             listeners.set(door, Some(bind(addr, door.name()).await?));
+        }
+        if let Some(addr) = plan.ops {
+            listeners.set_ops(Some(bind(addr, "ops listener").await?));
         }
         let reload_args = args.clone();
         let source = Source {

@@ -11,13 +11,14 @@
 //! | `tollgate_circuit_breaker_open` | gauge | `node` (Redis Cluster masters only) | 1 while the breaker is open (checks skip the store), else 0; labelled as above |
 //! | `tollgate_live_replicas` | gauge | | replicas sharing the store, from the heartbeat (`[store] replicas` before the first one) |
 //! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
+//! | `tollgate_store_up` | gauge | | 1 while the store answers, 0 when not (a probe every second for a shared store, [`crate::doors::ops::STORE_PROBE_EVERY`], and each `/readyz` under `[ops] readiness = "store"`; always 1 for the memory store) |
 //! | `tollgate_upstream_errors_total` | counter | `kind` (`connect`, `timeout`, `other`) | proxied requests the upstream failed (502 / 504) |
 //! | `tollgate_config_reloads_total` | counter | `outcome` (`ok`, `error`) | config reloads ([`crate::reload`]) |
 //! | `tollgate_config_info` | gauge | `version` | 1 for the config version serving (one series, written by the API) |
 //! | `tollgate_config_loaded_timestamp_seconds` | gauge | | when the serving config was loaded |
 //!
 //! The library's [`tollgate::resilient::ResilientLimiter`] records all but
-//! the memory-store and upstream series; the names are its
+//! the memory-store, store-up and upstream series; the names are its
 //! [`tollgate::resilient::metric`] constants.
 //!
 //! Rule labels come from the config only (an unknown rule is refused
@@ -44,6 +45,10 @@ pub const BREAKER_OPEN: &str = metric::BREAKER_OPEN;
 pub const LIVE_REPLICAS: &str = metric::LIVE_REPLICAS;
 /// `tollgate_memory_store_keys`.
 pub const MEMORY_KEYS: &str = "tollgate_memory_store_keys";
+
+/// `tollgate_store_up`: 1 while the store answers, 0 when not
+/// ([`crate::doors::ops::Health::probe`]).
+pub const STORE_UP: &str = "tollgate_store_up";
 
 /// `tollgate_upstream_errors_total{kind}`.
 pub const UPSTREAM_ERRORS: &str = "tollgate_upstream_errors_total";
@@ -136,6 +141,10 @@ fn describe() {
         "Replicas sharing the store, as learned from the heartbeat."
     );
     metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
+    metrics::describe_gauge!(
+        STORE_UP,
+        "1 while the store answers (as /readyz reports it), 0 when it does not."
+    );
     metrics::describe_counter!(
         crate::config::RELOADS,
         "Config reloads by outcome (error: refused, the old config still serves)."

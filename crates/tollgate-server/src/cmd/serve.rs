@@ -13,9 +13,11 @@ use crate::doors::{ByDoor, Door, Plan};
 use crate::store_url::StoreUrl;
 
 /// Lays the flags over the config file. Each door is served at its flag's
-/// address (`--http`, `--proxy`, `--grpc`, `--admin`), else at the one
-/// the config file names for it (`[http] listen`, ...); when no front
-/// door is named at all, the HTTP API at 127.0.0.1:8080. The Envoy rate
+/// address (`--http`, `--proxy`, `--grpc`, `--admin`; clap has already
+/// put each unset flag's environment variable in its place), else at the
+/// one the config file names for it (`[http] listen`, ...); when no front
+/// door is named at all, the HTTP API at 127.0.0.1:8080. The ops listener
+/// likewise (`--ops`, `[ops] listen`), off unless named. The Envoy rate
 /// limit service takes the limits of every `--envoy-config` file; with
 /// `--grpc`, `--config` is optional. Each door served must be ready
 /// ([`Door::ready_in`]: the proxy needs an upstream).
@@ -80,10 +82,15 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
         listen.set(Door::Api, Some(DEFAULT_HTTP_LISTEN));
     }
     crate::doors::check(&config, &listen)?;
+    let ops = match &args.ops {
+        Some(s) => Some(parse_listen(s).map_err(|e| format!("--ops: {e}"))?),
+        None => config.ops.listen,
+    };
     Ok(Plan {
         config,
         envoy: Arc::new(envoy),
         listen,
+        ops,
     })
 }
 

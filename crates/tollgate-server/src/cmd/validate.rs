@@ -214,6 +214,16 @@ pub fn summary(config: &Config, envoy: &EnvoyLimits, file: &str) -> String {
     if !parts.is_empty() {
         let _ = writeln!(out, "proxy: {}", parts.join(", "));
     }
+    let ops = &config.ops;
+    if ops.listen.is_some() || ops.readiness != crate::config::Readiness::default() {
+        let listen = ops.listen.map(|l| format!("listen {l}, "));
+        let _ = writeln!(
+            out,
+            "ops: {}readiness {}",
+            listen.unwrap_or_default(),
+            ops.readiness.as_str()
+        );
+    }
     for rc in &config.rules {
         let r = &rc.rule;
         let _ = write!(

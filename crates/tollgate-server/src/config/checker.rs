@@ -100,7 +100,7 @@ impl Config {
 }
 
 const ROOT_FIELDS: &[&str] = &[
-    "store", "rules", "http", "proxy", "envoy", "metrics", "admin",
+    "store", "rules", "http", "proxy", "envoy", "metrics", "admin", "ops",
 ];
 const STORE_FIELDS: &[&str] = &[
     "url",
@@ -362,6 +362,16 @@ impl<'a> Checker<'a> {
                 }
             },
         };
+        let ops = match root.get("ops") {
+            None => Some(OpsConfig::default()),
+            Some(value) => match value.get_ref() {
+                DeValue::Table(t) => self.ops(t),
+                _ => {
+                    self.wrong_type(value, "ops", "a table ([ops])");
+                    None
+                }
+            },
+        };
         Some(Config {
             store: store?,
             rules: rules?,
@@ -370,6 +380,7 @@ impl<'a> Checker<'a> {
             envoy_settings: envoy_settings?,
             metrics: metrics?,
             admin: admin?,
+            ops: ops?,
         })
     }
 

@@ -35,8 +35,10 @@
 //! The folder: `model.rs` (the sections' types and defaults),
 //! `checker.rs` (the field-by-field check, [`Config::load`] and
 //! [`Config::parse`]), `chunked.rs` (the same check a `[[rules]]` table
-//! at a time, so a large file's whole TOML tree is never held), `rules.rs` (the `[[rules]]` entries), `envoy.rs` and `metrics.rs` (the
-//! `[envoy]` and `[metrics]` tables), `syntax.rs` (TOML syntax errors placed on their
+//! at a time, so a large file's whole TOML tree is never held),
+//! `rules.rs` (the `[[rules]]` entries), `envoy.rs`, `metrics.rs`,
+//! `admin.rs` and `ops.rs` (the `[envoy]`, `[metrics]`, `[admin]` and
+//! `[ops]` tables), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
 //! config holds and the proxy forwards to); `file.rs` reads a config file
 //! (TOML or Envoy YAML) and says what its problems are; `version.rs`
@@ -51,6 +53,7 @@ mod envoy;
 pub mod file;
 mod metrics;
 mod model;
+mod ops;
 mod overrides;
 mod rules;
 mod status;

@@ -223,6 +223,55 @@ impl std::fmt::Debug for AdminToken {
     }
 }
 
+/// `[ops] readiness`: what `/readyz` waits for (docs/operations.md,
+/// "Probes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Readiness {
+    /// `"serving"` (the default): ready while serving and not draining,
+    /// whatever the store's state (the failure policy answers for it).
+    #[default]
+    Serving,
+    /// `"store"`: also not ready while the store does not answer.
+    Store,
+}
+
+impl Readiness {
+    /// Its name in the config file.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Readiness::Serving => "serving",
+            Readiness::Store => "store",
+        }
+    }
+}
+
+impl std::str::FromStr for Readiness {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "serving" => Ok(Readiness::Serving),
+            "store" => Ok(Readiness::Store),
+            _ => Err(format!(
+                "unknown readiness {s:?}; expected serving or store"
+            )),
+        }
+    }
+}
+
+/// `[ops]`: the ops listener (health, readiness, metrics) and what
+/// readiness means.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpsConfig {
+    /// `listen`: where the ops listener is served (`--ops` overrides
+    /// it); off unless one of the two names an address.
+    pub listen: Option<SocketAddr>,
+    /// `readiness`: what `/readyz` waits for, on the ops listener and the
+    /// HTTP API alike (default `serving`).
+    pub readiness: Readiness,
+}
+
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -240,6 +289,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// `[admin]`: the admin API (docs/admin.md).
     pub admin: AdminConfig,
+    /// `[ops]`: the ops listener and readiness (docs/operations.md).
+    pub ops: OpsConfig,
 }
 
 /// `[envoy]`: what the reference service takes from its environment
@@ -311,6 +362,7 @@ impl Config {
             envoy_settings: EnvoySettings::default(),
             metrics: MetricsConfig::default(),
             admin: AdminConfig::default(),
+            ops: OpsConfig::default(),
         }
     }
 

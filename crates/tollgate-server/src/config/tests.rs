@@ -549,3 +549,49 @@ fn admin_tokens_are_long_visible_and_distinct() {
         "{e:?}"
     );
 }
+
+/// `[ops]`: `listen` and `readiness` (default `serving`), each problem on
+/// its line, unknown fields refused as in every table.
+#[test]
+fn ops_table_listen_and_readiness() {
+    let rule = "[[rules]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n";
+    let config = Config::parse(rule, "t.toml").expect("no [ops]");
+    assert_eq!(config.ops, OpsConfig::default());
+    assert_eq!(config.ops.readiness, Readiness::Serving);
+    assert_eq!(config.ops.listen, None);
+    let src = format!("[ops]\nlisten = \"127.0.0.1:9090\"\nreadiness = \"store\"\n{rule}");
+    let config = Config::parse(&src, "t.toml").expect("good [ops]");
+    assert_eq!(config.ops.readiness, Readiness::Store);
+    assert_eq!(
+        config.ops.listen,
+        Some("127.0.0.1:9090".parse().expect("addr"))
+    );
+    for (bad, want) in [
+        (
+            "readiness = \"always\"",
+            "ops.readiness: unknown readiness \"always\"; expected serving or store",
+        ),
+        (
+            "readiness = true",
+            "ops.readiness: expected a string, found boolean",
+        ),
+        (
+            "listen = \"example.com:9090\"",
+            "ops.listen: \"example.com:9090\" is not an IP:PORT",
+        ),
+        (
+            "port = 9090",
+            "ops.port: unknown field; expected one of listen, readiness",
+        ),
+    ] {
+        let got = errors(&format!("{rule}\n[ops]\n{bad}\n"));
+        assert_eq!(got.len(), 1, "{bad}: {got:?}");
+        assert!(got[0].starts_with("t.toml:8: "), "{bad}: {got:?}");
+        assert!(got[0].contains(want), "{bad}: {got:?}");
+    }
+    let got = errors(&format!("ops = 1\n{rule}"));
+    assert_eq!(
+        got,
+        ["t.toml:1: ops: expected a table ([ops]), found integer"]
+    );
+}

@@ -13,6 +13,7 @@ use tollgate_http::headers::HeaderOptions;
 use super::api::Api;
 use super::envoy::headers::ResponseHeaders;
 use super::envoy::service::EnvoyService;
+use super::ops::{Health, Probes};
 use super::proxy::{Proxy, upstream_of};
 use super::{ByDoor, Door, Plan};
 use crate::config::{ConfigInfo, EnvoyHeaders, ReloadStatus};
@@ -25,7 +26,7 @@ use crate::store::AnyStore;
 pub(crate) struct Generation {
     /// The rules and policies.
     pub(crate) gate: Arc<Gate>,
-    /// The HTTP API.
+    /// The HTTP API; its probes are the ops listener's too.
     pub(crate) api: Arc<Api>,
     /// The reverse proxy, when it is served.
     pub(crate) proxy: Option<Arc<Proxy>>,
@@ -49,6 +50,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: PrometheusHandle,
     /// The last reload's problem.
     pub(crate) status: Arc<ReloadStatus>,
+    /// Draining, and the store probe (the probes of every generation).
+    pub(crate) health: Arc<Health>,
 }
 
 impl Generation {
@@ -75,6 +78,10 @@ impl Generation {
             previous.map(|p| &*p.gate),
         )?);
         let info = Arc::new(info);
+        // `[ops] readiness` is read per generation: a reload changes it.
+        let probes = Probes::new(Arc::clone(&gate), shared.metrics.clone())
+            .with_config(Arc::clone(&info), Arc::clone(&shared.status))
+            .with_health(Arc::clone(&shared.health), config.ops.readiness);
         let api = Api::new(
             Arc::clone(&gate),
             HeaderOptions {
@@ -82,7 +89,7 @@ impl Generation {
             },
             shared.metrics.clone(),
         )
-        .with_config(Arc::clone(&info), Arc::clone(&shared.status));
+        .with_probes(probes);
         let proxy = if shared.served.get(Door::Proxy).is_some() {
             let upstream = upstream_of(config)?.clone();
             let mut proxy = Proxy::new(Arc::clone(&gate), config, upstream)?;

@@ -1,8 +1,10 @@
 //! The doors `tollgate serve` opens, each in its own folder: [`api`] (the
 //! HTTP JSON API), [`proxy`] (the reverse proxy), [`envoy`] (the Envoy
-//! rate limit service) and [`admin`] (the admin API). [`json`] is what
-//! the two JSON doors (API and admin) share: the body reader and the
-//! answers.
+//! rate limit service) and [`admin`] (the admin API); beside them the ops
+//! listener, [`ops`] (health, readiness, metrics: not a [`Door`], it
+//! decides nothing), whose probes the HTTP API answers with too. [`json`]
+//! is what the JSON doors (API, admin, ops) share: the body reader and
+//! the answers.
 //!
 //! This file is the one list of them: [`Door`] names each door and says
 //! what it needs, [`ByDoor`] holds one value per door (an address, a
@@ -20,6 +22,7 @@ pub mod api;
 pub mod envoy;
 mod generation;
 pub mod json;
+pub mod ops;
 pub mod proxy;
 
 pub(crate) use generation::{Generation, Shared};
@@ -205,6 +208,10 @@ pub struct Plan {
     pub envoy: Arc<envoy::limits::EnvoyLimits>,
     /// Each served door's address.
     pub listen: ByDoor<SocketAddr>,
+    /// The ops listener's address (`--ops`, `[ops] listen`), when served:
+    /// not a [`Door`], since it decides nothing and serves whatever doors
+    /// do (docs/operations.md, "Probes").
+    pub ops: Option<SocketAddr>,
 }
 
 impl Plan {

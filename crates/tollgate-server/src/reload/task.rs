@@ -4,7 +4,8 @@
 //! the same store and publishes it in one atomic swap. A config that does not load or build
 //! changes nothing: the old doors keep serving, and the error is logged,
 //! counted and shown (`/v1/rules`, `/readyz`). Settings read only at start
-//! (listener addresses, how the store is opened, the proxy's send timeout)
+//! (listener addresses, the ops listener's included, how the store is
+//! opened, the proxy's send timeout)
 //! keep their running values; a change to them is reported the same way,
 //! and the rest of the new config applies.
 
@@ -148,6 +149,14 @@ fn keep_fixed(running: &Plan, new: &mut Plan) -> Vec<String> {
             ));
         }
     }
+    if running.ops != new.ops {
+        changed.push(format!(
+            "the ops listener's address changed from {} to {} (listener addresses are bound \
+             at start)",
+            show(running.ops),
+            show(new.ops)
+        ));
+    }
     let was = &running.config;
     let (store, s) = (&was.store, &mut new.config.store);
     if store.url != s.url {
@@ -193,6 +202,9 @@ fn keep_fixed(running: &Plan, new: &mut Plan) -> Vec<String> {
     }
     new.config.http.listen = was.http.listen;
     new.config.proxy.listen = was.proxy.listen;
+    // `[ops] readiness` is not kept: it applies from the next `/readyz`.
+    new.config.ops.listen = was.ops.listen;
     new.listen = running.listen.clone();
+    new.ops = running.ops;
     changed
 }

@@ -1,7 +1,8 @@
-//! Opening each door ([`open`]): its line in the log, and the future that
-//! serves it until shutdown, taking for each request (each gRPC call) the
-//! [`Generation`] current when it starts, so it decides on one config's
-//! rules alone while a reload swaps the next one in.
+//! Opening each door ([`open`]) and the ops listener ([`open_ops`]): its
+//! line in the log, and the future that serves it until shutdown, taking
+//! for each request (each gRPC call) the [`Generation`] current when it
+//! starts, so it decides on one config's rules alone while a reload swaps
+//! the next one in.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -19,7 +20,7 @@ use tonic_health::server::{HealthReporter, HealthService};
 use super::{GRPC_BODY_TIMEOUT, MAX_GRPC_MESSAGE, SEND_TIMEOUT, grpc, serve_with, stopped};
 use crate::doors::envoy::grpc::{Current, RateLimitServer};
 use crate::doors::proxy::ProxyBody;
-use crate::doors::{Door, Generation, admin};
+use crate::doors::{Door, Generation, admin, ops};
 
 /// A door being served: it ends once drained after shutdown.
 pub(super) type Serving = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -168,6 +169,36 @@ async fn open_envoy(
         GRPC_BODY_TIMEOUT,
     );
     Ok(Box::pin(grpc::serve_grpc(listener, server, health, stop)))
+}
+
+/// Opens the ops listener on `listener`: `/healthz`, `/readyz` and
+/// `/metrics` with the probes of the generation current at each request,
+/// until `stop` (which `serve` sends once the doors have drained).
+///
+/// # Errors
+/// A listener without an address.
+pub(super) fn open_ops(
+    listener: TcpListener,
+    live: &Arc<ArcSwap<Generation>>,
+    stop: watch::Receiver<bool>,
+) -> Result<Serving, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!("ops listening on http://{addr} (/healthz, /readyz, /metrics)");
+    let live = Arc::clone(live);
+    Ok(Box::pin(serve_with(
+        listener,
+        "ops listener",
+        SEND_TIMEOUT,
+        stopped(stop),
+        move |_peer| {
+            let live = Arc::clone(&live);
+            service_fn(move |req: Request<Incoming>| {
+                // Once per request: its readiness setting and config.
+                let api = Arc::clone(&live.load().api);
+                async move { Ok::<_, Infallible>(ops::handle(api.probes(), req).await) }
+            })
+        },
+    )))
 }
 
 /// The answer of a proxy door without a proxy (never made: see its use).

@@ -33,9 +33,10 @@
 //! The folder: this file serves ([`run`], [`run_reloading`]): it opens
 //! the store, builds the first generation of doors ([`crate::doors`]),
 //! spawns one task per door and the upkeep (the reload task of
-//! [`crate::reload`], the metrics upkeep), and serves an HTTP/1.1 door's
-//! connections ([`serve_with`]); `doors.rs` opens each door (its log line,
-//! its service over the generation current at each request);
+//! [`crate::reload`], the metrics upkeep, the store probe), and serves an
+//! HTTP/1.1 door's connections ([`serve_with`]); `doors.rs` opens each
+//! door and the ops listener (its log line, its service over the
+//! generation current at each request);
 //! `acceptor.rs` accepts connections under the cap; `watchdog.rs` is the
 //! per-connection watchdog and what it watches; `grpc.rs` serves the gRPC
 //! door's connections.
@@ -58,7 +59,8 @@ use tokio::task::JoinSet;
 use arc_swap::ArcSwap;
 
 use crate::config::{Config, ConfigInfo, ReloadStatus, record_loaded, rfc3339, version_of_text};
-use crate::doors::{ByDoor, Generation, Plan, Shared};
+use crate::doors::ops::{Health, STORE_PROBE_EVERY};
+use crate::doors::{ByDoor, Door, Generation, Plan, Shared};
 use crate::inline::Inline;
 use crate::reload::{Reloader, Source};
 use crate::store::open_store;
@@ -119,10 +121,42 @@ pub const MAX_GRPC_HEADER_LIST: u32 = 64 * 1024;
 /// by it (the store's own timeout bounds that).
 pub const GRPC_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The doors' listeners, already bound, door by door; at least one front
-/// door ([`Door::is_front`](crate::doors::Door::is_front)):
+/// The listeners to serve, already bound: the doors', door by door (at
+/// least one front door, [`Door::is_front`]), and the ops listener's, if
+/// any (docs/operations.md, "Probes"):
 /// `Listeners::default().with(Door::Api, listener)`.
-pub type Listeners = ByDoor<TcpListener>;
+#[derive(Debug, Default)]
+pub struct Listeners {
+    doors: ByDoor<TcpListener>,
+    ops: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// `self` with `listener` for `door`.
+    #[must_use]
+    pub fn with(mut self, door: Door, listener: TcpListener) -> Self {
+        self.set(door, Some(listener));
+        self
+    }
+
+    /// Sets (or, with `None`, clears) `door`'s listener.
+    pub fn set(&mut self, door: Door, listener: Option<TcpListener>) {
+        self.doors.set(door, listener);
+    }
+
+    /// `self` with `listener` for the ops listener (`/healthz`, `/readyz`,
+    /// `/metrics`).
+    #[must_use]
+    pub fn with_ops(mut self, listener: TcpListener) -> Self {
+        self.ops = Some(listener);
+        self
+    }
+
+    /// Sets (or, with `None`, clears) the ops listener.
+    pub fn set_ops(&mut self, listener: Option<TcpListener>) {
+        self.ops = listener;
+    }
+}
 
 /// Serves the doors on `listeners` with `config` until `shutdown`
 /// resolves; then stops accepting, lets in-flight requests finish (up to
@@ -140,16 +174,21 @@ pub async fn run(
 ) -> Result<(), String> {
     let info = ConfigInfo::now(version_of_text(&format!("{config:?}")));
     let mut listen = ByDoor::default();
-    for (door, listener) in listeners.iter() {
+    for (door, listener) in listeners.doors.iter() {
         listen.set(
             door,
             Some(listener.local_addr().map_err(|e| e.to_string())?),
         );
     }
+    let ops = match &listeners.ops {
+        Some(l) => Some(l.local_addr().map_err(|e| e.to_string())?),
+        None => None,
+    };
     let plan = Plan {
         config,
         envoy: Arc::default(),
         listen,
+        ops,
     };
     serve(listeners, shutdown, plan, info, None).await
 }
@@ -175,7 +214,7 @@ pub async fn run_reloading(
 
 /// Opens the store, builds the first generation of doors, opens each
 /// door, then serves them, one task per door, beside the upkeep tasks,
-/// until `shutdown`.
+/// until `shutdown`; the ops listener until every door has drained.
 async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -183,6 +222,10 @@ async fn serve(
     info: ConfigInfo,
     reload: Option<Source>,
 ) -> Result<(), String> {
+    let Listeners {
+        doors: listeners,
+        ops,
+    } = listeners;
     crate::doors::check(&plan.config, &listeners)?;
     // The recorder first, so the gate's zero series land in it.
     let metrics = crate::metrics::handle();
@@ -193,6 +236,7 @@ async fn serve(
         served: listeners.map(|_, _| ()),
         metrics,
         status: Arc::new(ReloadStatus::new()),
+        health: Arc::new(Health::new()),
     };
     record_loaded(&info);
     tracing::info!(
@@ -211,17 +255,29 @@ async fn serve(
     }
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    // The ops listener stops only once the doors have drained: a probe
+    // meanwhile reads `draining`, not a refused connection.
+    let (ops_stop_tx, ops_stop_rx) = watch::channel(false);
+    // The ops listener opens first, so its address is in the log before
+    // the doors' (which tests and scripts wait for).
+    let ops = ops
+        .map(|listener| doors::open_ops(listener, &live, ops_stop_rx))
+        .transpose()?;
     // Every door opens (and logs where) before any is served: one that
     // cannot open (the admin API without a token) stops the start.
     let mut opened = Vec::new();
     for (door, listener) in listeners.into_values() {
         opened.push(doors::open(door, listener, &first, &live, stop_rx.clone()).await?);
     }
+    let health = Arc::clone(&shared.health);
     tokio::spawn(async move {
         shutdown.await;
+        // Before the doors stop accepting: from here `/readyz` is a 503.
+        health.start_draining();
         let _ = stop_tx.send(true);
     });
     upkeep(reload, &live, &shared, &stop_rx);
+    let ops = ops.map(tokio::spawn);
     let mut serving = JoinSet::new();
     for door in opened {
         serving.spawn(door);
@@ -233,11 +289,18 @@ async fn serve(
             tracing::error!("a front door failed: {e}");
         }
     }
+    let _ = ops_stop_tx.send(true);
+    if let Some(Err(e)) = match ops {
+        Some(ops) => Some(ops.await),
+        None => None,
+    } {
+        tracing::error!("the ops listener failed: {e}");
+    }
     Ok(())
 }
 
 /// Spawns the tasks beside the doors, until `stop`: the reload task (with
-/// a `source`), and the metrics upkeep.
+/// a `source`), the metrics upkeep and the store probe.
 fn upkeep(
     source: Option<Source>,
     live: &Arc<ArcSwap<Generation>>,
@@ -256,12 +319,37 @@ fn upkeep(
     // a scrape runs it, but a server nobody scrapes must not grow (measured:
     // ~20 bytes per check without this).
     let recorder = shared.metrics.clone();
-    let mut stop = stop.clone();
+    let mut until = stop.clone();
     tokio::spawn(async move {
         let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
         loop {
             tokio::select! {
                 _ = every.tick() => recorder.run_upkeep(),
+                _ = until.changed() => break,
+            }
+        }
+    });
+    // `tollgate_store_up` stays current with nobody calling `/readyz`:
+    // once for an in-process store (it always answers), else every
+    // STORE_PROBE_EVERY.
+    let health = Arc::clone(&shared.health);
+    let once = tollgate::Store::in_process(&*shared.store);
+    let live = Arc::clone(live);
+    let mut stop = stop.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(STORE_PROBE_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {
+                    let gate = Arc::clone(&live.load().gate);
+                    // Noted in `health`: `/readyz` reports it (under
+                    // readiness `serving`) and the gauge shows it.
+                    let _ = health.probe(&gate).await;
+                    if once {
+                        break;
+                    }
+                }
                 _ = stop.changed() => break,
             }
         }

@@ -51,7 +51,7 @@ pub async fn open_store(
         {
             tracing::warn!(
                 "store {url} unreachable at start ({e}); serving anyway: checks get the \
-                 failure policy until it answers (/readyz says 503 meanwhile)"
+                 failure policy until it answers (/readyz and tollgate_store_up say it is down)"
             );
             let lazy = RedisOptions {
                 lazy: true,

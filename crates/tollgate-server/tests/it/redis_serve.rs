@@ -10,9 +10,15 @@ use crate::support::{
     self, Tollgate, get, half_closed, post_json, request, serve_output, start_upstream,
 };
 
+/// These tests hold `/readyz` to the store: `[ops] readiness = "store"`
+/// (the default, `serving`, stays ready while the policy answers:
+/// ops.rs).
 fn config(url: &str) -> String {
     format!(
         r#"
+[ops]
+readiness = "store"
+
 [store]
 url = "{url}"
 timeout = "100ms"

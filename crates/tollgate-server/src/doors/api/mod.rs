@@ -47,13 +47,12 @@ use std::sync::Arc;
 
 use tollgate::resilient::Refusal;
 
-use crate::config::{ConfigInfo, ReloadStatus, config_info_lines};
+use crate::config::{ConfigInfo, ReloadStatus};
 use crate::gate::Gate;
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 use tollgate::{Check, DecidedBy, Decision, Error};
@@ -68,7 +67,10 @@ mod usage;
 pub use super::json::{ApiBody, BODY_TIMEOUT, MAX_BODY, read_body};
 pub use json_read::MAX_CHECKS;
 
-use super::json::{bytes_response, error, is_json, json_response, method_not_allowed};
+use super::json::{
+    bytes_response, error, get_only, head_only, is_json, json_response, method_not_allowed,
+};
+use super::ops::Probes;
 use json_read::{CheckRequest, Pair, parse_check};
 use json_write::{Decided, Tail, answer_body};
 
@@ -115,9 +117,9 @@ pub struct Api {
     pub metrics: PrometheusHandle,
     /// Each rule's `RateLimit-Policy` value for one-rule answers.
     policies: Arc<PolicyCache>,
-    /// The serving config's version and load time, and the last reload's
-    /// problem (`serve`; docs/operations.md).
-    config: Option<(Arc<ConfigInfo>, Arc<ReloadStatus>)>,
+    /// `/healthz`, `/readyz` and `/metrics`, as the ops listener answers
+    /// them.
+    probes: Probes,
 }
 
 impl Api {
@@ -126,12 +128,13 @@ impl Api {
     #[must_use]
     pub fn new(gate: Arc<Gate>, headers: HeaderOptions, metrics: PrometheusHandle) -> Self {
         let policies = Arc::new(PolicyCache::new(gate.rules().len()));
+        let probes = Probes::new(Arc::clone(&gate), metrics.clone());
         Self {
             gate,
             headers,
             metrics,
             policies,
-            config: None,
+            probes,
         }
     }
 
@@ -140,16 +143,22 @@ impl Api {
     /// `/metrics`.
     #[must_use]
     pub fn with_config(mut self, info: Arc<ConfigInfo>, status: Arc<ReloadStatus>) -> Self {
-        self.config = Some((info, status));
+        self.probes = self.probes.with_config(info, status);
         self
     }
 
-    /// The config's version, load time and last reload problem, into
-    /// `body` (nothing without [`Api::with_config`]).
-    fn describe_config(&self, body: &mut Value) {
-        if let (Some((info, status)), Value::Object(map)) = (&self.config, body) {
-            status.describe(info, map);
-        }
+    /// The same API answering `/healthz`, `/readyz` and `/metrics` with
+    /// `probes` (`serve` gives the ops listener the same ones).
+    #[must_use]
+    pub fn with_probes(mut self, probes: Probes) -> Self {
+        self.probes = probes;
+        self
+    }
+
+    /// What answers `/healthz`, `/readyz` and `/metrics`.
+    #[must_use]
+    pub fn probes(&self) -> &Probes {
+        &self.probes
     }
 
     /// Answers one request. Never fails: every problem is an HTTP answer.
@@ -174,24 +183,9 @@ impl Api {
             "/v1/rules" => get_only(&req, "/v1/rules", || {
                 json_response(StatusCode::OK, &rules_json(self))
             }),
-            "/healthz" => get_only(&req, "/healthz", || {
-                json_response(StatusCode::OK, &json!({ "status": "ok" }))
-            }),
-            "/readyz" => {
-                if is_get(req.method()) {
-                    // A refused reload leaves the replica serving its old
-                    // config: still ready (docs/operations.md).
-                    let (status, mut body) = match self.gate.ready().await {
-                        Ok(()) => (StatusCode::OK, json!({ "status": "ready" })),
-                        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": e })),
-                    };
-                    self.describe_config(&mut body);
-                    json_response(status, &body)
-                } else {
-                    method_not_allowed(req.method(), "/readyz", "GET, HEAD")
-                }
-            }
-            "/metrics" => get_only(&req, "/metrics", || self.render_metrics()),
+            "/healthz" => self.probes.healthz(&req),
+            "/readyz" => self.probes.readyz(&req).await,
+            "/metrics" => self.probes.metrics(&req),
             "/openapi.json" => get_only(&req, "/openapi.json", || {
                 bytes_response(StatusCode::OK, OPENAPI.as_bytes().to_vec())
             }),
@@ -203,38 +197,7 @@ impl Api {
                 ),
             ),
         };
-        // hyper writes `Content-Length` from the body's exact size itself;
-        // only a HEAD answer, whose body goes, needs the field set here.
-        if head {
-            if !res.headers().contains_key(CONTENT_LENGTH) {
-                let len = res.body().size_hint().exact().unwrap_or(0);
-                res.headers_mut()
-                    .insert(CONTENT_LENGTH, HeaderValue::from(len));
-            }
-            *res.body_mut() = Full::default();
-        }
-        res
-    }
-
-    fn render_metrics(&self) -> Response<ApiBody> {
-        if let Some(keys) = self.gate.memory_keys() {
-            #[allow(clippy::cast_precision_loss)] // a key count far below 2^52
-            ::metrics::gauge!(crate::metrics::MEMORY_KEYS).set(keys as f64);
-        }
-        // reservations and leases whose time ran out: expired, off the gauges
-        self.gate.limiter().sweep_open();
-        let utilization = self.gate.limiter().take_utilization();
-        self.metrics.run_upkeep();
-        let mut text = self.metrics.render();
-        text.push_str(&crate::metrics::utilization_lines(&utilization));
-        if let Some((info, _)) = &self.config {
-            text.push_str(&config_info_lines(info));
-        }
-        let mut res = Response::new(Full::new(Bytes::from(text)));
-        res.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-        );
+        head_only(head, &mut res);
         res
     }
 
@@ -363,23 +326,6 @@ fn refused(e: Refusal) -> Response<ApiBody> {
     }
 }
 
-fn is_get(method: &Method) -> bool {
-    method == Method::GET || method == Method::HEAD
-}
-
-/// `answer()` for GET and HEAD, 405 otherwise.
-fn get_only<B>(
-    req: &Request<B>,
-    path: &str,
-    answer: impl FnOnce() -> Response<ApiBody>,
-) -> Response<ApiBody> {
-    if is_get(req.method()) {
-        answer()
-    } else {
-        method_not_allowed(req.method(), path, "GET, HEAD")
-    }
-}
-
 fn rules_json(api: &Api) -> Value {
     let rules: Vec<Value> = api
         .gate
@@ -398,7 +344,7 @@ fn rules_json(api: &Api) -> Value {
         })
         .collect();
     let mut body = json!({ "rules": rules });
-    api.describe_config(&mut body);
+    api.probes.describe_config(&mut body);
     body
 }
 

@@ -2,8 +2,9 @@
 //! `{"error"}` answers every failure is.
 
 use bytes::Bytes;
-use http::header::{ALLOW, CONTENT_TYPE};
+use http::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderValue, Method, Response, StatusCode};
+use http_body::Body as _;
 use http_body_util::Full;
 use serde_json::{Value, json};
 
@@ -44,4 +45,38 @@ pub(crate) fn method_not_allowed(
     res.headers_mut()
         .insert(ALLOW, HeaderValue::from_static(allow));
     res
+}
+
+/// Whether `method` reads (`GET`, or `HEAD` for the headers alone).
+pub(crate) fn is_get(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+/// `answer()` for GET and HEAD, 405 otherwise.
+pub(crate) fn get_only<B>(
+    req: &http::Request<B>,
+    path: &str,
+    answer: impl FnOnce() -> Response<ApiBody>,
+) -> Response<ApiBody> {
+    if is_get(req.method()) {
+        answer()
+    } else {
+        method_not_allowed(req.method(), path, "GET, HEAD")
+    }
+}
+
+/// Makes `res` the answer to a `HEAD` when `head`: its `Content-Length`
+/// kept, its body gone. hyper writes `Content-Length` from the body's
+/// exact size itself; only a HEAD answer, whose body goes, needs the
+/// field set here.
+pub(crate) fn head_only(head: bool, res: &mut Response<ApiBody>) {
+    if !head {
+        return;
+    }
+    if !res.headers().contains_key(CONTENT_LENGTH) {
+        let len = res.body().size_hint().exact().unwrap_or(0);
+        res.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    *res.body_mut() = Full::default();
 }
