@@ -39,6 +39,8 @@ mod redis_batches;
 mod redis_connection;
 #[cfg(feature = "redis")]
 mod redis_store;
+#[cfg(feature = "redis-tls")]
+mod redis_tls;
 #[cfg(feature = "redis")]
 mod redis_topologies;
 #[cfg(feature = "redis")]
