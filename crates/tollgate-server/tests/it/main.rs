@@ -48,6 +48,7 @@ mod replay_ops;
 mod replay_plot;
 mod replay_redis;
 mod run_in_process;
+mod secrets;
 mod serve;
 mod usage_http;
 mod usage_metrics;

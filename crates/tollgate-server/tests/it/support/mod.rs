@@ -58,9 +58,19 @@ pub fn config_file(config: &str) -> (tempfile::TempDir, PathBuf) {
 /// `tollgate serve --config <config> <args>` run to its exit (for the
 /// ways it refuses to start).
 pub fn serve_output(config: &str, args: &[&str]) -> std::process::Output {
+    serve_output_with_env(config, args, &[])
+}
+
+/// [`serve_output`] with `env` set for the process.
+pub fn serve_output_with_env(
+    config: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let (_dir, path) = config_file(config);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     cmd.arg("serve").arg("--config").arg(&path).args(args);
+    cmd.envs(env.iter().copied());
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -88,6 +98,11 @@ impl Tollgate {
     /// log lines of the front doors the args name (the HTTP API when no
     /// `--proxy` is given, or when `--http` is).
     pub fn start(config: &str, args: &[&str]) -> Tollgate {
+        Tollgate::start_with_env(config, args, &[])
+    }
+
+    /// [`Tollgate::start`] with `env` set for the process.
+    pub fn start_with_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Tollgate {
         // Every hourly fixed window a test counts in (memory or Redis, one
         // clock) stays whole for the test's first minute.
         redis_harness::clear_of_window_edge(Duration::from_secs(3600), Duration::from_secs(60));
@@ -95,6 +110,7 @@ impl Tollgate {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
         cmd.arg("serve").arg("--config").arg(&path).args(args);
         cmd.env("RUST_LOG", "info");
+        cmd.envs(env.iter().copied());
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -60,9 +60,9 @@ impl fmt::Debug for RedisTls {
 }
 
 /// What a PEM parse failure was, without quoting the text.
-fn pem_problem(e: &pem::Error, wanted: &str) -> String {
+fn pem_problem(e: &pem::Error, wanted: &str, expected: &str) -> String {
     match e {
-        pem::Error::NoItemsFound => format!("no {wanted} found (PEM expected)"),
+        pem::Error::NoItemsFound => format!("no {wanted} found ({expected} expected)"),
         pem::Error::MissingSectionEnd { .. } => "a PEM block has no END line".to_owned(),
         pem::Error::IllegalSectionStart { .. } => "a malformed PEM BEGIN line".to_owned(),
         pem::Error::Base64Decode(_) => "bad base64 inside a PEM block".to_owned(),
@@ -75,9 +75,9 @@ fn pem_problem(e: &pem::Error, wanted: &str) -> String {
 fn certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| pem_problem(&e, "certificate"))?;
+        .map_err(|e| pem_problem(&e, "certificate", "PEM"))?;
     if certs.is_empty() {
-        return Err(pem_problem(&pem::Error::NoItemsFound, "certificate"));
+        return Err(pem_problem(&pem::Error::NoItemsFound, "certificate", "PEM"));
     }
     Ok(certs)
 }
@@ -123,7 +123,7 @@ impl RedisTls {
     /// piece of the key).
     pub fn with_client_key_pem(mut self, pem: &[u8]) -> Result<Self, String> {
         let key = PrivateKeyDer::from_pem_slice(pem)
-            .map_err(|e| pem_problem(&e, "private key (PKCS#8, PKCS#1 or SEC1)"))?;
+            .map_err(|e| pem_problem(&e, "private key", "PKCS#8, PKCS#1 or SEC1 PEM"))?;
         self.key = Some(Key(key));
         Ok(self)
     }
