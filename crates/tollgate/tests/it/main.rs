@@ -33,6 +33,8 @@ mod memory_store;
 #[cfg(feature = "redis")]
 mod per_call_limit;
 mod properties;
+#[cfg(all(feature = "redis", feature = "conformance"))]
+mod redis_acl;
 #[cfg(feature = "redis")]
 mod redis_batches;
 #[cfg(feature = "redis")]
