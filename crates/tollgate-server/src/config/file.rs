@@ -48,7 +48,7 @@ pub fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
     file.take(max + 1).read_to_end(&mut bytes).map_err(cannot)?;
     if bytes.len() as u64 > max {
-        let size = if max % (1024 * 1024) == 0 {
+        let size = if max.is_multiple_of(1024 * 1024) {
             format!("{} MiB", max / (1024 * 1024))
         } else {
             format!("{} KiB", max / 1024)

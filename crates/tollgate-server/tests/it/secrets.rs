@@ -117,7 +117,8 @@ fn a_password_file_reaches_redis_and_is_never_shown() {
 
 /// `TOLLGATE_REDIS_PASSWORD` (one trailing newline trimmed) reaches the
 /// server too; a wrong one stops `serve` with Redis's refusal and not the
-/// password; with a URL password as well, the error names both sources.
+/// password; a URL's password is not shown either, and with the variable
+/// as well, the error names both sources.
 #[test]
 fn the_password_from_the_environment_reaches_redis_and_errors_hide_it() {
     let redis = with_password();
@@ -147,6 +148,16 @@ fn the_password_from_the_environment_reaches_redis_and_errors_hide_it() {
         redis.addr(),
         rule()
     );
+    // A URL's password is used and shown nowhere either.
+    let out = validate(&in_url);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains(PASSWORD), "{}", text(&out));
+    let s = Tollgate::start(&in_url, &["--http", "127.0.0.1:0"]);
+    assert!(admitted(&s, "bob"));
+    let rules = get(s.api(), "/v1/rules").text();
+    assert!(!rules.contains(PASSWORD), "{rules}");
+    assert!(!s.log().contains(PASSWORD), "{}", s.log());
+    drop(s);
     let out = serve_output_with_env(
         &in_url,
         &["--http", "127.0.0.1:0"],

@@ -50,13 +50,15 @@ impl Tls {
     /// The settings do not make a TLS client (see [`RedisTls::check`]),
     /// or TLS is not built in.
     pub(in crate::store::redis) fn new(settings: &RedisTls) -> Result<Self, StoreError> {
-        let config = settings.client_config().map_err(protocol)?;
+        #[cfg(feature = "redis-tls")]
+        let connector =
+            tokio_rustls::TlsConnector::from(settings.client_config().map_err(protocol)?);
         #[cfg(not(feature = "redis-tls"))]
-        let () = config;
+        settings.client_config().map_err(protocol)?;
         Ok(Self {
             settings: settings.clone(),
             #[cfg(feature = "redis-tls")]
-            connector: tokio_rustls::TlsConnector::from(config),
+            connector,
         })
     }
 }
