@@ -124,7 +124,7 @@ fn the_password_from_the_environment_reaches_redis_and_errors_hide_it() {
     let redis = with_password();
     let config = format!("[store]\nurl = \"{}\"\n\n{}", redis.url(), rule());
     let s = Tollgate::start_with_env(
-        &config,
+        Some(&config),
         &["--http", "127.0.0.1:0"],
         &[("TOLLGATE_REDIS_PASSWORD", &format!("{PASSWORD}\n"))],
     );
@@ -362,7 +362,7 @@ fn admin_tokens_from_files_open_the_admin_api() {
     assert!(!text(&out).contains(TOKEN), "{}", text(&out));
     let env_path = env_file.display().to_string();
     let s = Tollgate::start_with_env(
-        &config,
+        Some(&config),
         &["--http", "127.0.0.1:0", "--admin", "127.0.0.1:0"],
         &[("TOLLGATE_ADMIN_TOKEN_FILE", &env_path)],
     );

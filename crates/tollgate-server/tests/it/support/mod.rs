@@ -98,17 +98,23 @@ impl Tollgate {
     /// log lines of the front doors the args name (the HTTP API when no
     /// `--proxy` is given, or when `--http` is).
     pub fn start(config: &str, args: &[&str]) -> Tollgate {
-        Tollgate::start_with_env(config, args, &[])
+        Self::start_with_env(Some(config), args, &[])
     }
 
-    /// [`Tollgate::start`] with `env` set for the process.
-    pub fn start_with_env(config: &str, args: &[&str], env: &[(&str, &str)]) -> Tollgate {
+    /// [`Tollgate::start`] with the environment variables `env` set
+    /// (`TOLLGATE_HTTP`, ...: a door named by its variable counts as
+    /// named by its flag); with no `config`, no `--config` is passed.
+    pub fn start_with_env(config: Option<&str>, args: &[&str], env: &[(&str, &str)]) -> Tollgate {
         // Every hourly fixed window a test counts in (memory or Redis, one
         // clock) stays whole for the test's first minute.
         redis_harness::clear_of_window_edge(Duration::from_secs(3600), Duration::from_secs(60));
-        let (dir, path) = config_file(config);
+        let (dir, path) = config_file(config.unwrap_or_default());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
-        cmd.arg("serve").arg("--config").arg(&path).args(args);
+        cmd.arg("serve");
+        if config.is_some() {
+            cmd.arg("--config").arg(&path);
+        }
+        cmd.args(args);
         cmd.env("RUST_LOG", "info");
         cmd.envs(env.iter().copied());
         let mut child = cmd
@@ -129,9 +135,12 @@ impl Tollgate {
                 let _ = tx.send(line);
             }
         });
-        let wants_proxy = args.contains(&"--proxy");
-        let wants_grpc = args.contains(&"--grpc");
-        let wants_http = args.contains(&"--http") || !(wants_proxy || wants_grpc);
+        let named = |flag: &str, var: &str| {
+            args.contains(&flag) || env.iter().any(|(k, v)| *k == var && !v.is_empty())
+        };
+        let wants_proxy = named("--proxy", "TOLLGATE_PROXY");
+        let wants_grpc = named("--grpc", "TOLLGATE_GRPC");
+        let wants_http = named("--http", "TOLLGATE_HTTP") || !(wants_proxy || wants_grpc);
         let mut server = Tollgate {
             child,
             http: None,
