@@ -42,12 +42,15 @@
 //! ```
 //!
 //! [`RedisCluster`] and [`SentinelSetup`] add topologies with failover
-//! helpers; [`slot_of`] computes a key's cluster hash slot.
+//! helpers; [`slot_of`] computes a key's cluster hash slot;
+//! [`RedisServer::start_tls`] serves TLS too, with a throwaway CA and
+//! certificates [`TestPki`] makes with the `openssl` program.
 
 mod cluster;
 mod resp;
 mod sentinel;
 mod server;
+mod tls;
 mod util;
 
 use std::time::Duration;
@@ -56,6 +59,7 @@ pub use cluster::{RedisCluster, SLOTS, slot_of};
 pub use resp::Reply;
 pub use sentinel::{MASTER_NAME, SentinelSetup};
 pub use server::RedisServer;
+pub use tls::TestPki;
 pub use util::{Flavour, clear_of_window_edge, flavour};
 
 /// How a failover is triggered.

@@ -71,6 +71,8 @@ pub struct RedisServer {
     child: Mutex<Option<Child>>,
     paused: AtomicBool,
     dir: TempDir,
+    /// The TLS port, when started by [`RedisServer::start_tls`].
+    pub(crate) tls_port: Option<u16>,
 }
 
 fn quoted(path: &Path) -> String {
@@ -198,6 +200,7 @@ impl RedisServer {
             child: Mutex::new(None),
             paused: AtomicBool::new(false),
             dir,
+            tls_port: None,
         };
         for _ in 0..PORT_ATTEMPTS {
             server.port = free_port(with_bus);
@@ -349,6 +352,22 @@ impl RedisServer {
     #[must_use]
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS port of a server [`start_tls`](Self::start_tls) started.
+    ///
+    /// # Panics
+    /// The server takes no TLS connections.
+    #[must_use]
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port
+            .expect("redis-harness: this server was not started with start_tls")
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` (see [`tls_port`](Self::tls_port)).
+    #[must_use]
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port())
     }
 
     /// The server's temp dir (its `dir`, config file and log live here).

@@ -113,6 +113,38 @@ fn with_upstream(mut config: Config, args: &ValidateArgs) -> Result<Config, Conf
     Ok(config)
 }
 
+/// How the store is reached beyond its URL: where the password comes from
+/// (never what it is), the user, the TLS files and name.
+fn store_access(store: &crate::config::StoreConfig) -> Vec<String> {
+    let mut parts = Vec::new();
+    if let Some(user) = &store.username {
+        parts.push(format!("user {user}"));
+    }
+    if let Some(password) = &store.password {
+        parts.push(format!("password from {}", password.source()));
+    }
+    if let Some(tls) = &store.tls {
+        let mut named = Vec::new();
+        for (what, file) in [
+            ("ca", &tls.ca_file),
+            ("client certificate", &tls.cert_file),
+            ("client key", &tls.key_file),
+        ] {
+            if let Some(file) = file {
+                named.push(format!("{what} {}", file.display()));
+            }
+        }
+        if let Some(name) = &tls.server_name {
+            named.push(format!("server_name {name}"));
+        }
+        if named.is_empty() {
+            named.push("the system's CA roots".to_owned());
+        }
+        parts.push(format!("tls: {}", named.join(", ")));
+    }
+    parts
+}
+
 /// The files `validate` checked, as its summary line names them: the
 /// config file, else the Envoy files.
 #[must_use]
@@ -161,6 +193,10 @@ pub fn summary(config: &Config, envoy: &EnvoyLimits, file: &str) -> String {
     }
     if !fleet.is_empty() {
         let _ = writeln!(out, "store: {}", fleet.join(", "));
+    }
+    let access = store_access(store);
+    if !access.is_empty() {
+        let _ = writeln!(out, "store: {}", access.join(", "));
     }
     let http = &config.http;
     if http.listen.is_some() || http.legacy_headers {

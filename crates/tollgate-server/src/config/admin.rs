@@ -1,13 +1,17 @@
 //! The `[admin]` table: the admin API's listener and its named bearer
-//! tokens (docs/config.md, "[admin]"; docs/admin.md).
+//! tokens, written in the file (`token`) or read from one (`token_file`,
+//! at load) (docs/config.md, "[admin]"; docs/admin.md).
+
+use std::path::Path;
 
 use toml::de::{DeTable, DeValue};
 
 use super::checker::{Checker, join};
 use super::model::{AdminConfig, AdminToken};
+use super::secret::read_secret_file;
 
 const ADMIN_FIELDS: &[&str] = &["listen", "tokens"];
-const TOKEN_FIELDS: &[&str] = &["name", "token"];
+const TOKEN_FIELDS: &[&str] = &["name", "token", "token_file"];
 
 /// What is wrong with an admin token, if anything: it must be at least 16
 /// characters, all visible ASCII (no spaces: it travels in an
@@ -49,13 +53,12 @@ impl Checker<'_> {
                 self.unknown_fields(o, &path, TOKEN_FIELDS);
                 let header = item.span();
                 self.required(o, &header, &path, "name");
-                self.required(o, &header, &path, "token");
-                let (Some((name, name_span)), Some((token, token_span))) = (
-                    self.string(o, &path, "name"),
-                    self.string(o, &path, "token"),
-                ) else {
+                let (Some((name, name_span)), Some((token, token_span, from))) =
+                    (self.string(o, &path, "name"), self.token(o, &header, &path))
+                else {
                     continue;
                 };
+                let token = token.as_str();
                 if name.is_empty() || name == "env" {
                     self.error(
                         &name_span,
@@ -69,15 +72,19 @@ impl Checker<'_> {
                         format!("{name:?} names another token already"),
                     );
                 } else if let Some(problem) = token_problem(token) {
-                    self.error(&token_span, format!("{path}.token"), problem);
+                    self.error(
+                        &token_span,
+                        format!("{path}.{}", from.0),
+                        format!("{}{problem}", from.1),
+                    );
                 } else if let Some(other) = admin.tokens.iter().find(|t| t.token == token) {
                     // (the audit log names the caller by its token)
                     self.error(
                         &token_span,
-                        format!("{path}.token"),
+                        format!("{path}.{}", from.0),
                         format!(
-                            "the same token as {:?}: each name needs its own",
-                            other.name
+                            "{}the same token as {:?}: each name needs its own",
+                            from.1, other.name
                         ),
                     );
                 } else {
@@ -89,5 +96,53 @@ impl Checker<'_> {
             }
         }
         (self.errors.len() == before).then_some(admin)
+    }
+
+    /// An entry's token: `token`, or the content of `token_file` (exactly
+    /// one of them), its span, the field it came from and, for a file, the
+    /// `PATH: ` its problems start with. Never in a message.
+    fn token(
+        &mut self,
+        o: &DeTable<'_>,
+        header: &std::ops::Range<usize>,
+        path: &str,
+    ) -> Option<(String, std::ops::Range<usize>, (&'static str, String))> {
+        match (o.contains_key("token"), o.contains_key("token_file")) {
+            (false, false) => {
+                self.error(
+                    header,
+                    format!("{path}.token"),
+                    "missing required field (or token_file)",
+                );
+                None
+            }
+            (true, true) => {
+                let span = o
+                    .get("token_file")
+                    .map(toml::Spanned::span)
+                    .unwrap_or_default();
+                self.error(
+                    &span,
+                    format!("{path}.token_file"),
+                    "give token or token_file, not both",
+                );
+                None
+            }
+            (true, false) => {
+                let (token, span) = self.string(o, path, "token")?;
+                Some((token.to_owned(), span, ("token", String::new())))
+            }
+            (false, true) => {
+                let (file, span) = self.string(o, path, "token_file")?;
+                let shown = Path::new(file).display().to_string();
+                match read_secret_file(Path::new(file)) {
+                    Ok(token) => Some((token, span, ("token_file", format!("{shown}: ")))),
+                    Err(e) => {
+                        self.error(&span, format!("{path}.token_file"), format!("{shown}: {e}"));
+                        None
+                    }
+                }
+            }
+        }
     }
 }

@@ -102,18 +102,6 @@ impl Config {
 const ROOT_FIELDS: &[&str] = &[
     "store", "rules", "http", "proxy", "envoy", "metrics", "admin", "ops",
 ];
-const STORE_FIELDS: &[&str] = &[
-    "url",
-    "timeout",
-    "on_error",
-    "prefix",
-    "max_keys",
-    "replicas",
-    "heartbeat",
-    "hybrid",
-    "hybrid_batch",
-    "hybrid_lease",
-];
 const HTTP_FIELDS: &[&str] = &["listen", "legacy_headers"];
 const PROXY_FIELDS: &[&str] = &[
     "listen",
@@ -384,82 +372,6 @@ impl<'a> Checker<'a> {
         })
     }
 
-    fn store(&mut self, t: &DeTable<'_>) -> Option<StoreConfig> {
-        let path = "store";
-        let before = self.errors.len();
-        self.unknown_fields(t, path, STORE_FIELDS);
-        let mut store = StoreConfig::default();
-        if let Some((s, span)) = self.string(t, path, "url") {
-            match s.parse() {
-                Ok(url) => store.url = url,
-                Err(e) => self.error(&span, "store.url", e),
-            }
-        }
-        if let Some((s, span)) = self.string(t, path, "timeout") {
-            match tollgate::time::parse_duration(s) {
-                Ok(d) if d.is_zero() => {
-                    self.error(&span, "store.timeout", "timeout must be at least 1ms");
-                }
-                Ok(d) => store.timeout = d,
-                Err(e) => self.error(&span, "store.timeout", e),
-            }
-        }
-        if let Some((s, span)) = self.string(t, path, "on_error") {
-            match s.parse() {
-                Ok(p) => store.on_error = p,
-                Err(e) => self.error(&span, "store.on_error", e),
-            }
-        }
-        if let Some((s, span)) = self.string(t, path, "prefix") {
-            match check_prefix(s) {
-                Ok(()) => s.clone_into(&mut store.prefix),
-                Err(e) => self.error(&span, "store.prefix", e),
-            }
-        }
-        if let Some((n, span)) = self.positive(t, path, "max_keys") {
-            match usize::try_from(n) {
-                Ok(n) => store.max_keys = n,
-                Err(_) => self.error(&span, "store.max_keys", "max_keys is too large"),
-            }
-        }
-        if let Some((n, _)) = self.positive(t, path, "replicas") {
-            store.replicas = n;
-        }
-        if let Some((s, span)) = self.string(t, path, "heartbeat") {
-            match tollgate::time::parse_duration(s) {
-                Ok(d) if d < Duration::from_millis(10) => {
-                    self.error(&span, "store.heartbeat", "heartbeat must be at least 10ms");
-                }
-                Ok(d) => store.heartbeat = d,
-                Err(e) => self.error(&span, "store.heartbeat", e),
-            }
-        }
-        let hybrid = self.boolean(t, path, "hybrid");
-        let batch = self.positive(t, path, "hybrid_batch").map(|(n, _)| n);
-        // `hybrid_lease` is a batch's life (HybridOptions::batch_life): the
-        // key keeps the name users already write.
-        let batch_life = self.duration(t, path, "hybrid_lease");
-        let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
-        if hybrid == Some(true) {
-            if store.url.is_memory() {
-                let why = "hybrid = true needs a Redis url in [store] (the hybrid store takes batches from Redis)";
-                self.error(&span("hybrid"), "store.hybrid", why);
-            }
-            store.hybrid = Some(tollgate::store::hybrid::HybridOptions {
-                replicas: u32::try_from(store.replicas).unwrap_or(u32::MAX),
-                batch,
-                batch_life,
-                max_keys: store.max_keys,
-            });
-        } else if let Some(k) = ["hybrid_batch", "hybrid_lease"]
-            .into_iter()
-            .find(|k| t.contains_key(*k))
-        {
-            self.error(&span(k), join(path, k), format!("{k} needs hybrid = true"));
-        }
-        (self.errors.len() == before).then_some(store)
-    }
-
     /// The value of `key` in `table` as a boolean; reports a wrong type.
     pub(super) fn boolean(&mut self, table: &DeTable<'_>, path: &str, key: &str) -> Option<bool> {
         let value = table.get(key)?;
@@ -603,25 +515,4 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
     s.parse().map_err(|_| {
         format!("{s:?} is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")")
     })
-}
-
-fn check_prefix(prefix: &str) -> Result<(), String> {
-    if prefix.is_empty() {
-        return Err("prefix must not be empty".to_owned());
-    }
-    if prefix.len() > MAX_PREFIX_LEN {
-        return Err(format!(
-            "prefix is {} bytes, longer than {MAX_PREFIX_LEN}",
-            prefix.len()
-        ));
-    }
-    if let Some(c) = prefix
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-')))
-    {
-        return Err(format!(
-            "prefix {prefix:?} contains {c:?}; only A-Z a-z 0-9 _ . : - are allowed"
-        ));
-    }
-    Ok(())
 }

@@ -25,6 +25,15 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 /// cannot be opened, is not a regular file, or holds more than
 /// [`MAX_FILE_BYTES`].
 pub fn read(path: &Path) -> Result<Vec<u8>, String> {
+    read_limited(path, MAX_FILE_BYTES)
+}
+
+/// The bytes of the file at `path`, a regular file of at most `max` bytes
+/// (a config, a secret, a certificate): [`read`] with another limit.
+///
+/// # Errors
+/// As [`read`]; the message never quotes the file's content.
+pub fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     let cannot = |e: std::io::Error| format!("cannot read: {e}");
     // Looked at before opening: opening a FIFO for reading blocks until a
     // writer comes. The open itself does not block either (a file swapped
@@ -37,20 +46,20 @@ pub fn read(path: &Path) -> Result<Vec<u8>, String> {
         return Err(not_regular());
     }
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(cannot)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(format!(
-            "the file is larger than {} MiB",
-            MAX_FILE_BYTES / (1024 * 1024)
-        ));
+    file.take(max + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > max {
+        let size = if max.is_multiple_of(1024 * 1024) {
+            format!("{} MiB", max / (1024 * 1024))
+        } else {
+            format!("{} KiB", max / 1024)
+        };
+        return Err(format!("the file is larger than {size}"));
     }
     Ok(bytes)
 }
 
 fn not_regular() -> String {
-    "cannot read: not a regular file (a config must be a file, not a pipe, device or directory)"
+    "cannot read: not a regular file (it must be a file, not a pipe, device or directory)"
         .to_owned()
 }
 

@@ -32,7 +32,9 @@
 //! );
 //! ```
 //!
-//! The folder: `model.rs` (the sections' types and defaults),
+//! The folder: `model.rs` (the sections' types and defaults), `store.rs`
+//! (the `[store]` table, `[store.tls]` and the password file),
+//! `secret.rs` (reading secret files; [`secret::Secret`]),
 //! `checker.rs` (the field-by-field check, [`Config::load`] and
 //! [`Config::parse`]), `chunked.rs` (the same check a `[[rules]]` table
 //! at a time, so a large file's whole TOML tree is never held),
@@ -56,7 +58,9 @@ mod model;
 mod ops;
 mod overrides;
 mod rules;
+pub mod secret;
 mod status;
+mod store;
 mod syntax;
 pub mod upstream;
 mod version;

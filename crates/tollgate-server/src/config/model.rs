@@ -1,11 +1,13 @@
 //! What a validated config is: the sections' types and their defaults.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tollgate::Rule;
 
 use crate::cidr::Cidr;
+use crate::config::secret::Secret;
 use crate::config::upstream::Upstream;
 use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
@@ -65,6 +67,32 @@ pub struct StoreConfig {
     /// batch's life, `HybridOptions::batch_life`); `None` when off. See
     /// `docs/hybrid.md`.
     pub hybrid: Option<tollgate::store::hybrid::HybridOptions>,
+    /// `password_file`: the Redis password, read from the file at load
+    /// (one trailing newline trimmed); `None` when not set. The URL then
+    /// carries none, and `TOLLGATE_REDIS_PASSWORD` must not be set either
+    /// (`crate::store::open_store` joins them).
+    pub password: Option<Secret>,
+    /// `username`: the Redis ACL user, when the URL names none.
+    pub username: Option<String>,
+    /// `[store.tls]`: how a `rediss://` store is secured.
+    pub tls: Option<StoreTls>,
+}
+
+/// `[store.tls]`: the files as named (read at load) and the TLS settings
+/// they make.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreTls {
+    /// `ca_file`: the CA certificates to trust instead of the system's.
+    pub ca_file: Option<PathBuf>,
+    /// `cert_file`: the client certificate (chain), PEM.
+    pub cert_file: Option<PathBuf>,
+    /// `key_file`: its private key, PEM.
+    pub key_file: Option<PathBuf>,
+    /// `server_name`: the name the server's certificate is verified
+    /// against instead of the URL's host.
+    pub server_name: Option<String>,
+    /// What the store is opened with (its `Debug` shows no key).
+    pub settings: tollgate::store::redis::RedisTls,
 }
 
 impl Default for StoreConfig {
@@ -78,6 +106,9 @@ impl Default for StoreConfig {
             replicas: 1,
             heartbeat: DEFAULT_HEARTBEAT,
             hybrid: None,
+            password: None,
+            username: None,
+            tls: None,
         }
     }
 }

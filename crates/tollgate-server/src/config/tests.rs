@@ -136,7 +136,7 @@ on_error = 1
         "t.toml:3: store.timeout: timeout must be at least 1ms",
         "t.toml:4: store.on_error: unknown on_error \"maybe\"; expected allow, deny or local",
         "t.toml:5: store.prefix: prefix \"{x}\" contains '{'; only A-Z a-z 0-9 _ . : - are allowed",
-        "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease",
+        "t.toml:6: store.colour: unknown field; expected one of url, timeout, on_error, prefix, max_keys, replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease, password_file, username, tls",
         "t.toml:9: rules[0].name: name \"a b\" contains ' '; only A-Z a-z 0-9 _ . - are allowed",
         "t.toml:10: rules[0].algorithm: unknown algorithm \"leaky\"; expected one of gcra, token_bucket, fixed_window, sliding_window, sliding_log, concurrency",
         "t.toml:11: rules[0].limit: limit must be at least 1, got -3",

@@ -170,6 +170,10 @@ fn keep_fixed(running: &Plan, new: &mut Plan) -> Vec<String> {
         ("timeout", store.timeout != s.timeout),
         ("max_keys", store.max_keys != s.max_keys),
         ("hybrid", store.hybrid != s.hybrid),
+        // what the file holds, compared: a rotated password needs a restart
+        ("password_file", store.password != s.password),
+        ("username", store.username != s.username),
+        ("tls", store.tls != s.tls),
     ] {
         if differs {
             changed.push(format!(
@@ -182,6 +186,9 @@ fn keep_fixed(running: &Plan, new: &mut Plan) -> Vec<String> {
     s.timeout = store.timeout;
     s.max_keys = store.max_keys;
     s.hybrid = store.hybrid.clone();
+    s.password = store.password.clone();
+    s.username = store.username.clone();
+    s.tls = store.tls.clone();
     if was.proxy.send_timeout != new.config.proxy.send_timeout {
         changed.push(
             "[proxy] send_timeout changed (the proxy's connections are set up with it at start)"

@@ -8,6 +8,7 @@ use tollgate::store::hybrid::HybridStore;
 use tollgate::store::redis::{RedisOptions, RedisStore};
 use tollgate::{MemoryStore, StoreErrorKind};
 
+use super::credentials::{PASSWORD_ENV, with_credentials};
 use crate::config::StoreConfig;
 use crate::store_url::StoreUrl;
 
@@ -18,14 +19,22 @@ use crate::store_url::StoreUrl;
 /// A server that answers and refuses (a wrong password or database) is an
 /// error either way.
 ///
+/// The password and user come from the URL, `[store] password_file`,
+/// `[store] username` and [`PASSWORD_ENV`] (see
+/// [`with_credentials`](super::credentials::with_credentials)); TLS from
+/// `[store.tls]`.
+///
 /// # Errors
-/// The store cannot be reached (without `start_unreachable`) or refuses the
-/// connection; the message names the URL (password hidden).
+/// The credentials given twice or for no Redis; the store cannot be
+/// reached (without `start_unreachable`) or refuses the connection (a
+/// wrong password, a certificate refused); the message names the URL
+/// (password hidden) and never a secret.
 pub async fn open_store(
     url: &StoreUrl,
     store: &StoreConfig,
     start_unreachable: bool,
 ) -> Result<AnyStore, String> {
+    let target = with_credentials(url, store, std::env::var_os(PASSWORD_ENV))?;
     if url.is_memory() && store.hybrid.is_some() {
         return Err("store.hybrid needs a Redis store URL, not memory".to_owned());
     }
@@ -38,9 +47,10 @@ pub async fn open_store(
     let options = RedisOptions {
         prefix: store.prefix.clone(),
         timeout: store.timeout,
+        tls: store.tls.as_ref().map(|t| t.settings.clone()),
         ..RedisOptions::default()
     };
-    let redis = match RedisStore::connect_to(url, options.clone()).await {
+    let redis = match RedisStore::connect_to(&target, options.clone()).await {
         Ok(redis) => redis,
         Err(e)
             if start_unreachable
@@ -57,7 +67,7 @@ pub async fn open_store(
                 lazy: true,
                 ..options
             };
-            RedisStore::connect_to(url, lazy)
+            RedisStore::connect_to(&target, lazy)
                 .await
                 .map_err(|e| format!("store {url}: {e}"))?
         }

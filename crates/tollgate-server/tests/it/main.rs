@@ -49,6 +49,7 @@ mod replay_ops;
 mod replay_plot;
 mod replay_redis;
 mod run_in_process;
+mod secrets;
 mod serve;
 mod serve_env;
 mod usage_http;

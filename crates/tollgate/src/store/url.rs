@@ -143,6 +143,37 @@ impl StoreUrl {
     pub fn is_memory(&self) -> bool {
         matches!(self, StoreUrl::Memory)
     }
+
+    /// The credentials of a Redis URL; `None` for `memory`.
+    #[must_use]
+    pub fn credentials(&self) -> Option<&Credentials> {
+        match self {
+            StoreUrl::Memory => None,
+            StoreUrl::Redis { credentials, .. }
+            | StoreUrl::Cluster { credentials, .. }
+            | StoreUrl::Sentinel { credentials, .. } => Some(credentials),
+        }
+    }
+
+    /// The credentials of a Redis URL, to set a password or user that
+    /// came from elsewhere (a file, the environment) without writing it
+    /// into a URL string; `None` for `memory`.
+    ///
+    /// ```
+    /// use tollgate::store::StoreUrl;
+    ///
+    /// let mut url: StoreUrl = "redis://cache:6379".parse().unwrap();
+    /// url.credentials_mut().unwrap().password = Some("from-a-file".to_owned());
+    /// assert_eq!(url.to_string(), "redis://:***@cache:6379/0");
+    /// ```
+    pub fn credentials_mut(&mut self) -> Option<&mut Credentials> {
+        match self {
+            StoreUrl::Memory => None,
+            StoreUrl::Redis { credentials, .. }
+            | StoreUrl::Cluster { credentials, .. }
+            | StoreUrl::Sentinel { credentials, .. } => Some(credentials),
+        }
+    }
 }
 
 const EXPECTED: &str = "expected \"memory\", redis://[user:pass@]host:port[/db], rediss://…, \

@@ -33,12 +33,16 @@ mod memory_store;
 #[cfg(feature = "redis")]
 mod per_call_limit;
 mod properties;
+#[cfg(all(feature = "redis", feature = "conformance"))]
+mod redis_acl;
 #[cfg(feature = "redis")]
 mod redis_batches;
 #[cfg(feature = "redis")]
 mod redis_connection;
 #[cfg(feature = "redis")]
 mod redis_store;
+#[cfg(feature = "redis-tls")]
+mod redis_tls;
 #[cfg(feature = "redis")]
 mod redis_topologies;
 #[cfg(feature = "redis")]

@@ -1,16 +1,22 @@
 //! Who may call the admin API: named bearer tokens (`[[admin.tokens]]`,
-//! and `TOLLGATE_ADMIN_TOKEN` as the token named `env`), compared in
-//! constant time; and the rule that a listener beyond loopback needs one.
+//! and `TOLLGATE_ADMIN_TOKEN`, or the file `TOLLGATE_ADMIN_TOKEN_FILE`
+//! names, as the token named `env`), compared in constant time; and the
+//! rule that a listener beyond loopback needs one.
 
 use std::net::SocketAddr;
+use std::path::Path;
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 
+use crate::config::secret::read_secret_file;
 use crate::config::{AdminToken, token_problem};
 
 /// The environment variable whose value is a token named `env`.
 pub const TOKEN_ENV: &str = "TOLLGATE_ADMIN_TOKEN";
+/// The environment variable naming a file whose content is the token named
+/// `env` (a mounted Secret), instead of [`TOKEN_ENV`].
+pub const TOKEN_FILE_ENV: &str = "TOLLGATE_ADMIN_TOKEN_FILE";
 
 /// The tokens a request may carry.
 #[derive(Debug, Clone)]
@@ -25,16 +31,47 @@ impl Tokens {
     /// included, or with spaces: see [`token_problem`]), or equal to one of
     /// them: the message `serve` stops with.
     pub fn new(config: &[AdminToken], env: Option<String>) -> Result<Self, String> {
+        Self::named(config, env, TOKEN_ENV)
+    }
+
+    /// The config's tokens, plus `env` from the environment: the value of
+    /// [`TOKEN_ENV`] (`token`), or the content of the file [`TOKEN_FILE_ENV`]
+    /// names (`token_file`), one trailing newline trimmed.
+    ///
+    /// # Errors
+    /// Both variables set; the file missing, unreadable, empty or too
+    /// large; then as [`Tokens::new`], the file named. No message holds a
+    /// token.
+    pub fn from_env(
+        config: &[AdminToken],
+        token: Option<String>,
+        token_file: Option<&Path>,
+    ) -> Result<Self, String> {
+        match (token, token_file) {
+            (Some(_), Some(_)) => Err(format!(
+                "{TOKEN_ENV} and {TOKEN_FILE_ENV} are both set: keep one"
+            )),
+            (token, None) => Self::new(config, token),
+            (None, Some(file)) => {
+                let source = format!("{TOKEN_FILE_ENV} ({})", file.display());
+                let token = read_secret_file(file).map_err(|e| format!("{source}: {e}"))?;
+                Self::named(config, Some(token), &source)
+            }
+        }
+    }
+
+    /// [`Tokens::new`], messages naming the environment token's `source`.
+    fn named(config: &[AdminToken], env: Option<String>, source: &str) -> Result<Self, String> {
         let mut all = config.to_vec();
         if let Some(token) = env {
             if let Some(problem) = token_problem(&token) {
                 return Err(format!(
-                    "{TOKEN_ENV}: {problem} (unset it for no token from the environment)"
+                    "{source}: {problem} (unset it for no token from the environment)"
                 ));
             }
             if let Some(same) = config.iter().find(|t| t.token == token) {
                 return Err(format!(
-                    "{TOKEN_ENV} is the token of [[admin.tokens]] {:?}: each name needs its own",
+                    "{source} is the token of [[admin.tokens]] {:?}: each name needs its own",
                     same.name
                 ));
             }
@@ -191,5 +228,32 @@ mod tests {
         let e = Tokens::new(&config, Some("0123456789abcdef".into())).expect_err("same");
         assert!(e.contains("\"oncall\""), "{e}");
         assert!(Tokens::new(&config, Some("0123456789abcdeg".into())).is_ok());
+    }
+
+    /// `TOLLGATE_ADMIN_TOKEN_FILE` gives the `env` token from a file (one
+    /// newline trimmed), held to the same rules; its problems name the
+    /// variable and the file, never the content; both variables at once
+    /// are refused.
+    #[test]
+    fn the_environment_token_comes_from_a_file_too() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "fedcba9876543210\n").expect("write");
+        let tokens = Tokens::from_env(&[], None, Some(&file)).expect("a token file");
+        let mut h = HeaderMap::new();
+        h.insert(AUTHORIZATION, "Bearer fedcba9876543210".parse().unwrap());
+        assert_eq!(tokens.caller(&h), Some("env"));
+        let e =
+            Tokens::from_env(&[], Some("fedcba9876543210".into()), Some(&file)).expect_err("both");
+        assert!(e.contains(TOKEN_ENV) && e.contains(TOKEN_FILE_ENV), "{e}");
+        std::fs::write(&file, "short-secret\n").expect("write");
+        let e = Tokens::from_env(&[], None, Some(&file)).expect_err("short");
+        assert!(
+            e.starts_with(TOKEN_FILE_ENV) && e.contains("at least 16"),
+            "{e}"
+        );
+        assert!(!e.contains("short-secret"), "{e}");
+        let e = Tokens::from_env(&[], None, Some(&dir.path().join("gone"))).expect_err("gone");
+        assert!(e.contains("gone") && e.contains("cannot read"), "{e}");
     }
 }

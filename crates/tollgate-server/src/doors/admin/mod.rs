@@ -34,7 +34,7 @@ use crate::gate::Gate;
 mod auth;
 mod top;
 
-pub use auth::{TOKEN_ENV, Tokens};
+pub use auth::{TOKEN_ENV, TOKEN_FILE_ENV, Tokens};
 
 /// Where every admin path starts.
 const PREFIX: &str = "/admin/v1/";
@@ -223,18 +223,24 @@ fn at_most_a_year(n: Option<u64>, name: &str) -> Result<Option<u64>, Response<Ap
 }
 
 /// The admin API for `listener`: its tokens from `config` and
-/// [`TOKEN_ENV`], refused beyond loopback without one, a warning at start
+/// [`TOKEN_ENV`] or [`TOKEN_FILE_ENV`], refused beyond loopback without one, a warning at start
 /// when open on loopback. Logs where it listens.
 ///
 /// # Errors
-/// A listener beyond loopback without a token, or a bad [`TOKEN_ENV`].
+/// A listener beyond loopback without a token, or a bad [`TOKEN_ENV`] or
+/// [`TOKEN_FILE_ENV`].
 pub fn open(
     listener: tokio::net::TcpListener,
     config: &crate::config::Config,
     current: GateSource,
 ) -> Result<(tokio::net::TcpListener, Arc<Admin>), String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let tokens = Tokens::new(&config.admin.tokens, std::env::var(TOKEN_ENV).ok())?;
+    let token_file = std::env::var_os(TOKEN_FILE_ENV).map(std::path::PathBuf::from);
+    let tokens = Tokens::from_env(
+        &config.admin.tokens,
+        std::env::var(TOKEN_ENV).ok(),
+        token_file.as_deref(),
+    )?;
     tokens.check_listener(addr)?;
     if tokens.is_empty() {
         tracing::warn!(

@@ -58,9 +58,19 @@ pub fn config_file(config: &str) -> (tempfile::TempDir, PathBuf) {
 /// `tollgate serve --config <config> <args>` run to its exit (for the
 /// ways it refuses to start).
 pub fn serve_output(config: &str, args: &[&str]) -> std::process::Output {
+    serve_output_with_env(config, args, &[])
+}
+
+/// [`serve_output`] with `env` set for the process.
+pub fn serve_output_with_env(
+    config: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let (_dir, path) = config_file(config);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tollgate"));
     cmd.arg("serve").arg("--config").arg(&path).args(args);
+    cmd.envs(env.iter().copied());
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

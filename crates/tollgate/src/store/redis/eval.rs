@@ -20,13 +20,12 @@ impl RedisStore {
         self.query_raw(cmd).await.map_err(|e| store_error(&e))
     }
 
-    /// Runs `cmd` over a redis-rs connection (TLS or Cluster).
+    /// Runs `cmd` over a redis-rs connection (Cluster).
     pub(super) async fn query_raw<T: redis::FromRedisValue>(
         &self,
         cmd: &Cmd,
     ) -> Result<T, RedisError> {
         match &self.inner.backend {
-            Backend::Standalone(c) => cmd.query_async(&mut c.clone()).await,
             Backend::Cluster { client, conn, .. } => {
                 let c = conn
                     .get_or_try_init(|| client.get_async_connection())

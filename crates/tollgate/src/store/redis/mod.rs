@@ -14,13 +14,12 @@
 //! * **Keys**: `{prefix}:{<rule>:<key>}:<algorithm>` (see [`keys`]); long
 //!   keys hashed.
 //! * **Connections**: one connection per node carries every concurrent
-//!   check, pipelined. Standalone and Sentinel over plain TCP use
+//!   check, pipelined. Standalone (over TCP or TLS) and Sentinel use
 //!   tollgate's own connection (`conn/`: commands encoded straight into
 //!   one write buffer, one `write` per batch, replies parsed in order: an
 //!   eighth of redis-rs's client instructions per check; concurrent single
 //!   checks batched into one script run, which costs Redis well under half
-//!   as much per check); Cluster and TLS
-//!   (`rediss://`) use redis-rs. Reconnection is automatic; a check that
+//!   as much per check); Cluster uses redis-rs. Reconnection is automatic; a check that
 //!   may have run is never sent twice.
 //!
 //! ```no_run
@@ -51,15 +50,16 @@ mod reserve;
 mod resp;
 mod scripts;
 mod slots;
+mod tls;
 
 /// The RESP reply parser, for the fuzz targets (`fuzz/`): not an API.
 #[doc(hidden)]
 pub use self::resp::fuzzing as resp_fuzzing;
+pub use self::tls::RedisTls;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
@@ -94,6 +94,10 @@ pub struct RedisOptions {
     /// [`StoreErrorKind::Unavailable`] (the failure policy answers) until
     /// the server answers; a bad password then shows in every check's error.
     pub lazy: bool,
+    /// TLS settings of a `rediss://` URL (CA, client certificate, server
+    /// name); `None`: the system's CA roots and the URL's host. Any other
+    /// URL refuses them.
+    pub tls: Option<RedisTls>,
 }
 
 impl Default for RedisOptions {
@@ -103,16 +107,15 @@ impl Default for RedisOptions {
             timeout: Duration::from_secs(1),
             explicit_time_ttl_margin: Duration::from_secs(600),
             lazy: false,
+            tls: None,
         }
     }
 }
 
 enum Backend {
-    /// Standalone or Sentinel over plain TCP: tollgate's own pipelined
+    /// Standalone (TCP or TLS) or Sentinel: tollgate's own pipelined
     /// connection (see `conn/`).
     Lean(Conn),
-    /// Standalone over TLS (`rediss://`): redis-rs.
-    Standalone(ConnectionManager),
     /// Cluster: redis-rs, connected on first use when lazy (and again after
     /// a failed first attempt).
     Cluster {

@@ -2,23 +2,23 @@
 //! picks the connection.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 
-use super::conn::{self, Conn};
+use super::conn::{self, Conn, Tls};
 use super::scripts::Scripts;
 use super::{Backend, Inner, RedisOptions, RedisStore, protocol, store_error};
 use crate::error::StoreError;
-use crate::store::url::StoreUrl;
+use crate::store::url::{Credentials, StoreUrl};
 
 impl RedisStore {
     /// Connects to the Redis named by a store URL (docs/cli.md, "Store URLs").
     ///
     /// # Errors
-    /// A bad URL or prefix, the `memory` URL, or `rediss://` without the
-    /// `redis-tls` feature ([`StoreErrorKind::Protocol`](crate::StoreErrorKind::Protocol)); no server
+    /// A bad URL or prefix, the `memory` URL, `rediss://` without the
+    /// `redis-tls` feature, TLS settings that make no client or with a URL
+    /// that is not `rediss://`, a certificate refused either way
+    /// ([`StoreErrorKind::Protocol`](crate::StoreErrorKind::Protocol)); no server
     /// reachable ([`StoreErrorKind::Unavailable`](crate::StoreErrorKind::Unavailable) / `Timeout`).
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self, StoreError> {
         let url: StoreUrl = url.parse().map_err(protocol)?;
@@ -59,44 +59,43 @@ impl RedisStore {
                 node,
                 db,
             } => {
-                if *tls && !cfg!(feature = "redis-tls") {
-                    return Err(protocol(
-                        "rediss:// needs tollgate built with the redis-tls feature",
-                    ));
-                }
-                #[cfg(feature = "redis-tls")]
-                if *tls {
-                    // rustls needs a process-wide crypto provider; a second
-                    // install (another store, or the application's) is fine.
-                    let _ = rustls::crypto::ring::default_provider().install_default();
-                }
-                if !*tls {
-                    let config = conn::Config {
-                        target: conn::Target::Direct(node.clone()),
-                        credentials: credentials.clone(),
-                        db: *db,
-                        timeout: t,
-                    };
-                    Backend::Lean(Conn::connect(config, checks.clone(), options.lazy).await?)
-                } else {
-                    let client = redis::Client::open(node.client_url(*tls, credentials, *db))
-                        .map_err(|e| store_error(&e))?;
-                    let config = ConnectionManagerConfig::new()
-                        .set_connection_timeout(Some(t))
-                        .set_response_timeout(Some(t))
-                        .set_number_of_retries(2)
-                        .set_max_delay(Duration::from_secs(1));
-                    let manager = if options.lazy {
-                        ConnectionManager::new_lazy_with_config(client, config)
-                    } else {
-                        ConnectionManager::new_with_config(client, config).await
-                    };
-                    Backend::Standalone(manager.map_err(|e| store_error(&e))?)
-                }
+                let tls = match (*tls, &options.tls) {
+                    (true, settings) => Some(Tls::new(&settings.clone().unwrap_or_default())?),
+                    (false, Some(_)) => {
+                        return Err(protocol(
+                            "TLS settings need a rediss:// URL (this one is redis://)",
+                        ));
+                    }
+                    (false, None) => None,
+                };
+                let config = conn::Config {
+                    target: conn::Target::Direct(node.clone()),
+                    credentials: credentials.clone(),
+                    db: *db,
+                    timeout: t,
+                    tls,
+                };
+                Backend::Lean(Conn::connect(config, checks.clone(), options.lazy).await?)
             }
             StoreUrl::Cluster { credentials, nodes } => {
-                let nodes = nodes.iter().map(|n| n.client_url(false, credentials, 0));
-                let client = ClusterClient::builder(nodes)
+                if options.tls.is_some() {
+                    return Err(protocol(
+                        "TLS settings need a rediss:// URL (a cluster URL has no TLS form)",
+                    ));
+                }
+                // The credentials go to the builder, not into the nodes'
+                // URLs: no string holding the password is made.
+                let nodes = nodes
+                    .iter()
+                    .map(|n| n.client_url(false, &Credentials::default(), 0));
+                let mut builder = ClusterClient::builder(nodes);
+                if let Some(user) = &credentials.username {
+                    builder = builder.username(user);
+                }
+                if let Some(password) = &credentials.password {
+                    builder = builder.password(password);
+                }
+                let client = builder
                     .connection_timeout(t)
                     .response_timeout(t)
                     .retries(3)
@@ -121,6 +120,11 @@ impl RedisStore {
                 nodes,
                 master,
             } => {
+                if options.tls.is_some() {
+                    return Err(protocol(
+                        "TLS settings need a rediss:// URL (a sentinel URL has no TLS form)",
+                    ));
+                }
                 let config = conn::Config {
                     target: conn::Target::Sentinel {
                         sentinels: nodes.clone(),
@@ -129,6 +133,7 @@ impl RedisStore {
                     credentials: credentials.clone(),
                     db: 0,
                     timeout: t,
+                    tls: None,
                 };
                 Backend::Lean(Conn::connect(config, checks.clone(), options.lazy).await?)
             }

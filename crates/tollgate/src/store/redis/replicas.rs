@@ -86,7 +86,7 @@ impl RedisStore {
                     }
                 }
             }
-            Backend::Standalone(_) | Backend::Cluster { .. } => {
+            Backend::Cluster { .. } => {
                 let build = |verb: &str, body: &str| {
                     let mut cmd = redis::cmd(verb);
                     cmd.arg(body).arg(1).arg(&key).arg(id).arg(ttl_ms);

@@ -11,8 +11,8 @@
 //! on `Function not found` (a restart, a failover, `FUNCTION FLUSH`) the
 //! connection loads the library and calls again; where Redis has no
 //! functions (before 7) or refuses them, `EVALSHA` of the script; on
-//! `NOSCRIPT`, `EVAL`, which also caches the script again. Cluster and TLS
-//! (redis-rs) run scripts. See docs/redis-store.md, "Functions".
+//! `NOSCRIPT`, `EVAL`, which also caches the script again. Cluster
+//! (redis-rs) runs scripts. See docs/redis-store.md, "Functions".
 //!
 //! Concurrent single checks share one run in batch mode (see `conn/` and
 //! [`Scripts::write_checks`]).

@@ -1,13 +1,14 @@
 //! A TCP connection to a node, and one request/reply exchange on a fresh
-//! connection, each bounded by a timeout.
+//! connection (plain or TLS), each bounded by a timeout.
 
 use std::io;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::super::resp::{self, Reply};
+use super::stream::tls_refusal;
 use super::{io_error, protocol};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::HostPort;
@@ -31,8 +32,8 @@ pub(super) async fn tcp(node: &HostPort, timeout: Duration) -> Result<TcpStream,
 }
 
 /// Writes `request` (`n` commands) and reads their `n` replies.
-pub(super) async fn exchange(
-    stream: &mut TcpStream,
+pub(super) async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     node: &HostPort,
     request: &[u8],
     n: usize,
@@ -40,6 +41,8 @@ pub(super) async fn exchange(
 ) -> Result<Vec<Reply>, StoreError> {
     let run = async {
         stream.write_all(request).await?;
+        // TLS: the records still in the session go out (a no-op on TCP).
+        stream.flush().await?;
         let mut buf = Vec::with_capacity(512);
         let mut replies = Vec::with_capacity(n);
         let mut at = 0;
@@ -64,10 +67,13 @@ pub(super) async fn exchange(
     };
     match tokio::time::timeout(timeout, run).await {
         Ok(Ok(replies)) => Ok(replies),
-        Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
-            Err(protocol(format!("{node} answered garbage: {e}")))
-        }
-        Ok(Err(e)) => Err(io_error(&node.to_string(), &e)),
+        Ok(Err(e)) => Err(tls_refusal(node, &e).unwrap_or_else(|| {
+            if e.kind() == io::ErrorKind::InvalidData {
+                protocol(format!("{node} answered garbage: {e}"))
+            } else {
+                io_error(&node.to_string(), &e)
+            }
+        })),
         Err(_) => Err(StoreError::new(
             StoreErrorKind::Timeout,
             format!("{node}: no answer within {timeout:?}"),

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Sleep;
 
 use super::super::resp::{self, Ints, Reply};
@@ -20,6 +19,7 @@ use super::super::scripts::Via;
 use super::batch::{member_reply, width};
 use super::handshake::{Opened, open};
 use super::sentinel::{Announce, watch};
+use super::stream::Stream;
 use super::{
     DONE, KEEP_BUFFER, Link, MAX_BACKOFF, MAX_BATCH, MAX_COMMANDS_OUT, MAX_REPLY, MIN_BACKOFF,
     Part, Queued, READ_BUFFER, Shared, Slot, State, Target, io_error, io_now, protocol,
@@ -61,7 +61,7 @@ pub(super) enum Phase {
     /// No connection.
     Idle,
     Connecting(Pin<Box<dyn Future<Output = Result<Opened, StoreError>> + Send>>),
-    Up(TcpStream),
+    Up(Stream),
 }
 
 /// The task that owns the socket.
@@ -312,6 +312,12 @@ impl Driver {
                 Poll::Ready(Ok(n)) => self.wpos += n,
                 Poll::Ready(Err(e)) => return Err(io_error("writing to the server", &e)),
             }
+        }
+        // TLS: the records a write left in the session go out (a no-op on
+        // TCP); pending, the socket wakes the driver, whose next poll
+        // comes back here.
+        if let Poll::Ready(Err(e)) = Pin::new(&mut *stream).poll_flush(cx) {
+            return Err(io_error("writing to the server", &e));
         }
         self.wbuf.clear();
         self.wpos = 0;

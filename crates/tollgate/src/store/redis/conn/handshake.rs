@@ -1,17 +1,17 @@
 //! Opening a connection to the node to use: the direct node, or the
-//! master a Sentinel names, with the handshake (AUTH, SELECT, role check).
-
-use tokio::net::TcpStream;
+//! master a Sentinel names, with the handshake (TLS when configured, AUTH,
+//! SELECT, role check).
 
 use super::super::resp::{self, Reply, Value};
 use super::dial::{exchange, tcp};
 use super::sentinel::master_of;
+use super::stream::{Stream, secure};
 use super::{Config, Target, protocol, server_error, unavailable};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::store::url::HostPort;
 
 /// A new connection and the node it is to.
-pub(super) type Opened = (TcpStream, HostPort);
+pub(super) type Opened = (Stream, HostPort);
 
 /// Opens a connection as `config` says: to the server, or to the master the
 /// first answering sentinel names (a replica refuses).
@@ -58,14 +58,16 @@ pub(super) async fn open(
     }
 }
 
-/// Connects to a data node: `AUTH`, `SELECT`, with `check_role` a `ROLE`
-/// that must say master, and a `PING`, in one round trip.
+/// Connects to a data node: TLS when configured, then `AUTH`, `SELECT`,
+/// with `check_role` a `ROLE` that must say master, and a `PING`, in one
+/// round trip.
 pub(super) async fn handshake(
     node: &HostPort,
     config: &Config,
     check_role: bool,
-) -> Result<TcpStream, StoreError> {
-    let mut stream = tcp(node, config.timeout).await?;
+) -> Result<Stream, StoreError> {
+    let tcp = tcp(node, config.timeout).await?;
+    let mut stream = secure(tcp, node, config.tls.as_ref(), config.timeout).await?;
     let mut request = Vec::new();
     let mut steps = Vec::new();
     if let Some(password) = &config.credentials.password {

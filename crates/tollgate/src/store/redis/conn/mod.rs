@@ -1,6 +1,5 @@
-//! tollgate's own pipelined connection, for standalone Redis and for the
-//! master Sentinel names, over plain TCP (Cluster and TLS go through
-//! redis-rs).
+//! tollgate's own pipelined connection, for standalone Redis (over TCP or
+//! TLS) and for the master Sentinel names (Cluster goes through redis-rs).
 //!
 //! A general client pays, per command, for a command object, an encoder, a
 //! channel message, a oneshot, a generic `Value` tree and its conversion;
@@ -79,9 +78,11 @@ mod dial;
 mod driver;
 mod handshake;
 mod sentinel;
+mod stream;
 
 use driver::Driver;
 use handshake::open;
+pub(super) use stream::Tls;
 
 /// The first wait after a failed connection attempt.
 const MIN_BACKOFF: Duration = Duration::from_millis(10);
@@ -136,6 +137,9 @@ pub(super) struct Config {
     pub(super) credentials: Credentials,
     /// `SELECT` this database on connect, unless 0.
     pub(super) db: u32,
+    /// TLS to data nodes (`rediss://`); sentinels are spoken to in the
+    /// clear.
+    pub(super) tls: Option<Tls>,
     /// Longest wait for a reply, and for each step of a connection.
     pub(super) timeout: Duration,
 }

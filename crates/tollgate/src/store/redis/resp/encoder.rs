@@ -5,7 +5,7 @@ use super::super::keys;
 use crate::rule::Rule;
 
 /// Where the arguments of a command go: a RESP write buffer, or a redis-rs
-/// `Cmd` (Cluster and TLS connections).
+/// `Cmd` (Cluster connections).
 pub(in crate::store::redis) trait Args {
     /// One argument, as bytes.
     fn bytes(&mut self, b: &[u8]);
