@@ -205,4 +205,9 @@ log "building $tag (builder $builder, runtime $runtime)"
   --build-arg "REVISION=$revision" \
   --build-arg "SOURCE=$source_url" \
   "${extra[@]}" . >&2
+# Each build whose sources changed leaves its builder stage behind (about
+# 100 MB of layers: the sources and the unstripped binary); the cache mounts
+# keep what makes the next build fast. Only this Containerfile's unused
+# builder images are removed.
+"${podman[@]}" image prune -f --filter label=io.tollgate.stage=builder >/dev/null
 echo "$tag"

@@ -25,6 +25,9 @@ TOLLGATE_REDIS_SERVER=valkey cargo test -p tollgate --all-features --test it -- 
 # a live `tollgate serve` held to crates/tollgate-server/openapi.json by
 # schemathesis (docs/http-api.md#openapi)
 bash scripts/api-fuzz.sh
+# the container image built and run under podman as Kubernetes runs it,
+# and the systemd unit verified (docs/container.md#the-test)
+bash deploy/test-image.sh
 # every parser of outside input under libFuzzer (fuzz/; docs/testing.md,
 # "Fuzzing"): TOLLGATE_FUZZ_SECONDS per target, 0 to run the seeds only
 bash scripts/fuzz.sh "${TOLLGATE_FUZZ_SECONDS:-20}"
