@@ -4,33 +4,21 @@
 # laid out as a ConfigMap volume, a read-only root, a non-root user. Checks
 # a decision and a 429, /healthz, the uid, a reload when the ConfigMap's
 # `..data` symlink is swapped, and that SIGTERM drains and exits 0; then
-# the image's own default config, and the systemd unit's command lines
-# against the binary in the image (docs/container.md, docs/systemd.md).
+# the image's own default config, and the systemd unit against the binary in the image (docs/container.md,
+# docs/systemd.md).
 #
 #   deploy/test-image.sh [build-image.sh arguments]
 #   TOLLGATE_IMAGE=localhost/tollgate:0.1.0 deploy/test-image.sh   # test a built image
 #
 # Every wait is bounded polling with a deadline; no check depends on how
 # long anything takes. Containers and files are removed on exit.
+# The unit's own checks are deploy/systemd/test-unit.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Podman on these machines: runc, cgroupfs and explicit ulimits
-# (crun and the default ulimits are refused).
-read -r -a podman <<<"podman ${PODMAN_GLOBAL_FLAGS---runtime runc --cgroup-manager=cgroupfs}"
-read -r -a limits <<<"${PODMAN_RUN_ULIMITS---ulimit nofile=1024:1024 --ulimit nproc=1024:1024}"
-
+# shellcheck source=deploy/test-lib.sh
+. deploy/test-lib.sh
 started=$SECONDS
-fail() {
-  echo "test-image.sh: FAIL: $*" >&2
-  exit 1
-}
-pass() { echo "test-image.sh: ok: $*"; }
-# expect WHAT GOT WANT
-expect() {
-  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
-  pass "$1: $2"
-}
 
 work="$(mktemp -d /tmp/tollgate-image-test.XXXXXX)"
 names=()
@@ -76,15 +64,6 @@ try:
     print(next(r["limit"] for r in rules if r["name"] == "per_key"))
 except Exception:
     print("")' || true
-}
-
-# wait_for COMMAND...: runs COMMAND until it succeeds, for 60 s at most.
-wait_for() {
-  local deadline=$((SECONDS + 60))
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.2
-  done
 }
 
 # run_server NAME HOST-PORT [podman run args...] -- [container args...]
@@ -199,47 +178,7 @@ expect "label org.opencontainers.image.version" \
 expect "no shell in the image" \
   "$("${podman[@]}" run --rm "${limits[@]}" --entrypoint /bin/sh "$image" -c true >/dev/null 2>&1 && echo found || echo none)" none
 
-# The systemd unit: its ExecStart is a command line `tollgate` accepts,
-# and its config path holds a config `validate` accepts (the image's
-# default config sits at the same /etc/tollgate/tollgate.toml).
-unit=deploy/systemd/tollgate.service
-exec_start="$(sed -n 's/^ExecStart=//p' "$unit")"
-read -r -a argv <<<"$exec_start"
-expect "the unit's binary" "${argv[0]}" /usr/local/bin/tollgate
-expect "the unit's ExecStart parses (serve ... --help)" \
-  "$("${podman[@]}" run --rm "${limits[@]}" "$image" "${argv[@]:1}" --help >/dev/null 2>&1 && echo yes || echo no)" yes
-unit_config=""
-for i in "${!argv[@]}"; do
-  if [ "${argv[$i]}" = --config ]; then unit_config="${argv[$((i + 1))]}"; fi
-done
-expect "the unit's config path" "$unit_config" /etc/tollgate/tollgate.toml
-expect "validate on the unit's config path" \
-  "$("${podman[@]}" run --rm "${limits[@]}" "$image" validate --config "$unit_config" >/dev/null 2>&1 && echo valid || echo invalid)" valid
-if command -v systemd-analyze >/dev/null 2>&1; then
-  # `verify` also checks that every Exec binary exists; it runs on a root
-  # holding the unit, the image's binary, kill and the host's system units.
-  vroot="$work/verify-root"
-  mkdir -p "$vroot/etc/systemd/system" "$vroot/usr/local/bin" "$vroot/usr/bin" "$vroot/usr/lib/systemd"
-  ln -s usr/bin "$vroot/bin"
-  mounted="$("${podman[@]}" image mount "$image")"
-  cp "$mounted/usr/local/bin/tollgate" "$vroot/usr/local/bin/"
-  "${podman[@]}" image unmount "$image" >/dev/null
-  cp "$(type -P kill)" "$vroot/usr/bin/kill"
-  cp -a /usr/lib/systemd/system "$vroot/usr/lib/systemd/"
-  cp "$unit" "$vroot/etc/systemd/system/"
-  # It prints every problem (an unknown key, a bad value) and still
-  # exits 0: any output is a failure.
-  verified="$(systemd-analyze verify --root="$vroot" tollgate.service 2>&1)" || true
-  expect "systemd-analyze verify $unit (no output)" "$verified" ""
-  # The hardening holds: systemd's exposure score (0 best, 10 worst; 1.2
-  # when written) stays under 2.0.
-  exposure="$(systemd-analyze security --offline=true --root="$vroot" tollgate.service 2>&1 \
-    | sed -n 's/.*Overall exposure level for tollgate.service: \([0-9.]*\).*/\1/p')"
-  python3 -c 'import sys; sys.exit(0 if float(sys.argv[1] or 99) < 2.0 else 1)' "$exposure" \
-    || fail "systemd-analyze security: exposure '$exposure', want under 2.0"
-  pass "systemd-analyze security: exposure $exposure"
-else
-  echo "test-image.sh: systemd-analyze missing: the unit is not verified"
-fi
+# The systemd unit, against this image's binary.
+bash deploy/systemd/test-unit.sh "$image"
 
 echo "test-image.sh: all checks passed in $(("${SECONDS}" - started)) s"
