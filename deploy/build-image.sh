@@ -93,6 +93,7 @@ host_triple="$(rustc -vV 2>/dev/null | sed -n 's/^host: //p')"
 rust_version="$(rustc -vV 2>/dev/null | sed -n 's/^release: //p')"
 local_builder="localhost/tollgate-base-builder:bookworm-rust-${rust_version:-none}"
 local_runtime="localhost/tollgate-base-runtime:bookworm"
+build_cache="localhost/tollgate-build-cache:latest"
 
 # The builder base: debootstrap's minimal bookworm, the C toolchain a build
 # script may need (mimalloc and ring compile C), and the host's toolchain.
@@ -195,19 +196,21 @@ if [ -n "$host_ca" ] && [ -f "$host_ca" ]; then
 fi
 
 log "building $tag (builder $builder, runtime $runtime)"
+build=("${podman[@]}" build "${ulimits[@]}" --network host
+  "${volumes[@]}" -f deploy/Containerfile
+  --build-arg "BUILDER_IMAGE=$builder"
+  --build-arg "RUNTIME_IMAGE=$runtime"
+  --build-arg "VERSION=$version"
+  --build-arg "REVISION=$revision"
+  --build-arg "SOURCE=$source_url")
 # --network host: the builder fetches crates from crates.io; a private
 # network namespace adds nothing to a build and needs more of the host.
-"${podman[@]}" build "${ulimits[@]}" --network host \
-  "${volumes[@]}" -f deploy/Containerfile -t "$tag" \
-  --build-arg "BUILDER_IMAGE=$builder" \
-  --build-arg "RUNTIME_IMAGE=$runtime" \
-  --build-arg "VERSION=$version" \
-  --build-arg "REVISION=$revision" \
-  --build-arg "SOURCE=$source_url" \
-  "${extra[@]}" . >&2
-# Each build whose sources changed leaves its builder stage behind (about
-# 100 MB of layers: the sources and the unstripped binary); the cache mounts
-# keep what makes the next build fast. Only this Containerfile's unused
-# builder images are removed.
+# The builder stage first, tagged: its layers are the next build's cache
+# (the sources are compared by content, so a fresh clone of the same tree
+# rebuilds nothing), and the stages of earlier builds, untagged now, are
+# removed (about 100 MB each: the sources and the unstripped binary). The
+# cache mounts keep the crates and the target directory either way.
+"${build[@]}" --target builder -t "$build_cache" "${extra[@]}" . >&2
+"${build[@]}" -t "$tag" "${extra[@]}" . >&2
 "${podman[@]}" image prune -f --filter label=io.tollgate.stage=builder >/dev/null
 echo "$tag"
