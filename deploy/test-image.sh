@@ -67,6 +67,8 @@ except Exception:
 }
 
 # run_server NAME HOST-PORT [podman run args...] -- [container args...]
+# Read-only with no writable /tmp either (podman mounts tmpfs there by
+# default; Kubernetes' readOnlyRootFilesystem does not).
 run_server() {
   local name="$1" port="$2" opts=()
   shift 2
@@ -76,7 +78,7 @@ run_server() {
   done
   shift
   names+=("$name")
-  "${podman[@]}" run -d --name "$name" "${limits[@]}" --read-only \
+  "${podman[@]}" run -d --name "$name" "${limits[@]}" --read-only --read-only-tmpfs=false \
     -p "127.0.0.1:$port:8080" "${opts[@]}" "$image" "$@" >/dev/null
 }
 
