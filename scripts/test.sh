@@ -30,6 +30,9 @@ bash scripts/api-fuzz.sh
 # deploy/kubernetes/ up to date (deploy/test-chart.py)
 cargo build -p tollgate-server
 python3 deploy/test-chart.py
+# the container image built and run under podman as Kubernetes runs it,
+# and the systemd unit verified (docs/container.md#the-test)
+bash deploy/test-image.sh
 # every parser of outside input under libFuzzer (fuzz/; docs/testing.md,
 # "Fuzzing"): TOLLGATE_FUZZ_SECONDS per target, 0 to run the seeds only
 bash scripts/fuzz.sh "${TOLLGATE_FUZZ_SECONDS:-20}"
