@@ -71,6 +71,7 @@ except Exception:
 # default; Kubernetes' readOnlyRootFilesystem does not).
 run_server() {
   local name="$1" port="$2" opts=()
+  ops_port="$(free_port)"
   shift 2
   while [ "$1" != "--" ]; do
     opts+=("$1")
@@ -79,7 +80,7 @@ run_server() {
   shift
   names+=("$name")
   "${podman[@]}" run -d --name "$name" "${limits[@]}" --read-only --read-only-tmpfs=false \
-    -p "127.0.0.1:$port:8080" "${opts[@]}" "$image" "$@" >/dev/null
+    -p "127.0.0.1:$port:8080" -p "127.0.0.1:$ops_port:9090" "${opts[@]}" "$image" "$@" >/dev/null
 }
 
 healthy() { [ "$(curl_status "$base/healthz")" = 200 ]; }
@@ -93,14 +94,11 @@ config="$work/config"
 write_config() {
   local dir="$config/$1" limit="$2"
   mkdir -p "$dir"
-  # [http] listen: until `serve` reads TOLLGATE_HTTP (the image's
-  # default), the file names the all-interfaces address itself.
+  # No listen address: the image's TOLLGATE_HTTP and TOLLGATE_OPS put
+  # the HTTP API and the ops listener on all interfaces.
   cat >"$dir/tollgate.toml" <<EOF
 [store]
 url = "memory"
-
-[http]
-listen = "0.0.0.0:8080"
 
 [[rules]]
 name = "per_key"
@@ -127,8 +125,15 @@ wait_for healthy \
 pass "serving from the mounted ConfigMap-style directory on $base"
 
 expect "GET /healthz body" "$(cat "$work/body")" '{"status":"ok"}'
-# OPS CHECK: once `serve --ops` exists (TOLLGATE_OPS=0.0.0.0:9090 in the
-# image), publish 9090 in run_server and check /healthz and /readyz there.
+# the ops listener (the image's TOLLGATE_OPS): what Kubernetes probes
+ops="http://127.0.0.1:$ops_port"
+expect "ops GET /healthz" "$(curl_status "$ops/healthz")" 200
+expect "ops GET /readyz: status and store" "$(curl -sS -m 10 "$ops/readyz" |
+  python3 -c 'import json, sys; b = json.load(sys.stdin); print(b.get("status"), b.get("store"))' 2>&1)" "ready up"
+curl -sS -m 10 "$ops/metrics" | grep -q '^tollgate_store_up 1' \
+  || fail "ops GET /metrics has no 'tollgate_store_up 1': $(curl -sS -m 10 "$ops/metrics" | head -c 400)"
+pass "ops GET /metrics: tollgate_store_up 1"
+expect "ops GET /v1/check (not an ops path)" "$(curl_status "$ops/v1/check")" 404
 
 expect "the container's user (podman inspect)" \
   "$("${podman[@]}" inspect "$name" --format '{{.Config.User}}')" "65532:65532"
