@@ -25,6 +25,9 @@ TOLLGATE_REDIS_SERVER=valkey cargo test -p tollgate --all-features --test it -- 
 # a live `tollgate serve` held to crates/tollgate-server/openapi.json by
 # schemathesis (docs/http-api.md#openapi)
 bash scripts/api-fuzz.sh
+# the published crates package (verify build included) and install:
+# `cargo install --path crates/tollgate-server` gives a working tollgate
+bash scripts/package-check.sh
 # every parser of outside input under libFuzzer (fuzz/; docs/testing.md,
 # "Fuzzing"): TOLLGATE_FUZZ_SECONDS per target, 0 to run the seeds only
 bash scripts/fuzz.sh "${TOLLGATE_FUZZ_SECONDS:-20}"
