@@ -13,7 +13,9 @@
 # Usage: bench/grpc-instructions.sh [SCENARIO=open-hot] [EACH=50] [CONC=64] [BIN]
 #   SCENARIO: open-hot | open-10k | closed-hot (domain bench or bench_closed,
 #             one key or 10k keys)
-#   BIN:      the tollgate binary (default target/release/tollgate, built here)
+#   BIN:      the tollgate binary (default target/release/tollgate, built here;
+#             target/profiling/tollgate, from `cargo build --profile profiling`,
+#             has the line tables callgrind_annotate attributes lines with)
 # Env: BENCH_KEEP=DIR keeps the callgrind output (callgrind_annotate reads it).
 set -euo pipefail
 scenario=${1:-open-hot} each=${2:-50} conc=${3:-64} bin=${4:-}

@@ -12,7 +12,9 @@
 #   KIND: check-open | check-closed (the rules of bench/http/rules.toml,
 #         POST /v1/check) | charge-open (POST /v1/charge of the open rule) | healthz | proxy (GET / through the proxy to
 #         nginx, keyed by x-key among KEYS keys)
-#   BIN:  the tollgate binary (default target/release/tollgate, built here)
+#   BIN:  the tollgate binary (default target/release/tollgate, built here;
+#         target/profiling/tollgate, from `cargo build --profile profiling`,
+#         has the line tables callgrind_annotate attributes lines with)
 # Env:  STORE=redis: the checks go to a redis-server started here (its own
 #       instructions are not counted: bench/lua-instructions.sh counts them)
 set -euo pipefail

@@ -104,7 +104,7 @@ estimate = 1
 seed("config_toml", '[admin]\ntokens = [{ name = "ops", token = "0123456789abcdef0123" }]\n')
 
 # Envoy YAML: the example and the reference cases.
-seed("envoy_yaml", example("examples/envoy-ratelimit.yaml"))
+seed("envoy_yaml", example("examples/envoy/edge-ratelimit.yaml"))
 data = os.path.join(REPO, "crates/tollgate-server/tests/data/envoy_reference")
 for name in ["basic.yaml", "wildcard.yaml", "share_threshold.yaml", "metadata.yaml",
              "replaces_self.yaml", "quota_mode.yaml", "bad_yaml.yaml", "non_map_list.yaml"]:
@@ -145,7 +145,7 @@ def framed(m):
 
 
 import re
-yaml = example("examples/envoy-ratelimit.yaml").decode()
+yaml = example("examples/envoy/edge-ratelimit.yaml").decode()
 domain = re.search(r"^domain:\s*(\S+)", yaml, re.M).group(1)
 keys = re.findall(r"key:\s*(\S+)", yaml)
 k0 = keys[0] if keys else "generic_key"

@@ -33,6 +33,9 @@ python3 deploy/test-chart.py
 # the container image built and run under podman as Kubernetes runs it,
 # and the systemd unit verified (docs/container.md#the-test)
 bash deploy/test-image.sh
+# the published crates package (verify build included) and install:
+# `cargo install --path crates/tollgate-server` gives a working tollgate
+bash scripts/package-check.sh
 # every parser of outside input under libFuzzer (fuzz/; docs/testing.md,
 # "Fuzzing"): TOLLGATE_FUZZ_SECONDS per target, 0 to run the seeds only
 bash scripts/fuzz.sh "${TOLLGATE_FUZZ_SECONDS:-20}"

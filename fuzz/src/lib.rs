@@ -69,7 +69,7 @@ estimate = 1000
 "#;
 
 /// The Envoy limits the gRPC target decides by (the example file).
-pub const ENVOY_YAML: &str = include_str!("../../examples/envoy-ratelimit.yaml");
+pub const ENVOY_YAML: &str = include_str!("../../examples/envoy/edge-ratelimit.yaml");
 
 /// [`CONFIG`], parsed.
 ///

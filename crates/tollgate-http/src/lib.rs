@@ -72,3 +72,9 @@ pub mod headers;
 pub mod key;
 pub mod response;
 pub mod usage;
+
+// The README (the crate's page on crates.io) runs as a doc test, so its
+// example keeps compiling and its assertions keep holding.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -119,3 +119,9 @@ pub use service::RateLimit;
 // What the layer is configured with and answers, from the decision path.
 pub use tollgate_http::decide::{BuildError, HttpVerdict, HttpVerdictFuture};
 pub use tollgate_http::{cidr, cost, extract, headers, key, usage};
+
+// The README (the crate's page on crates.io) runs as a doc test, so its
+// example keeps compiling and its assertions keep holding.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

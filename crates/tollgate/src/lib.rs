@@ -66,3 +66,9 @@ pub use rule::{Algorithm, Rule, RuleError, RuleSpec};
 pub use store::Store;
 pub use store::memory::{MemoryStore, MemoryStoreBuilder};
 pub use time::{Clock, FakeClock, Micros, MonotonicClock, TokioClock};
+
+// The README (the crate's page on crates.io) runs as a doc test, so its
+// example keeps compiling and its assertions keep holding.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

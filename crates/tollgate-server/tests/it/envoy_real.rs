@@ -2,45 +2,41 @@
 //! it) in front of an upstream that reports usage, its HTTP rate limit
 //! filter calling the real tollgate binary: the LLM-gateway flow of
 //! docs/llm-tokens.md ("With Envoy"), shown to work with Envoy itself and
-//! not only with our own gRPC client. The request phase peeks (`hits_addend:
-//! {number: 0}`); the response phase (`apply_on_stream_done: true`) sends
-//! the upstream's `x-usage-tokens` as `hits_addend`, which a `charge: true`
-//! limit records in full. What was recorded is read from tollgate's side
-//! (the HTTP API's `/v1/charge` of cost 0 reports a key's debt).
+//! not only with our own gRPC client. Envoy runs the bootstrap the
+//! repository ships, `examples/envoy/llm-tokens.yaml`, with only its
+//! addresses changed (`support::envoy_bootstrap`). The request phase peeks
+//! (`hits_addend: {number: 0}`); the response phase
+//! (`apply_on_stream_done: true`) sends the upstream's `x-usage-tokens` as
+//! `hits_addend`, which a `charge: true` limit records in full. What was
+//! recorded is read from tollgate's side (the HTTP API's `/v1/charge` of
+//! cost 0 reports a key's debt).
 
 use std::time::{Duration, Instant};
 
 use redis_harness::RedisServer;
 
 use crate::support;
-use crate::support::envoy::{Envoy, away_from_a_window_edge, envoy_binary, rate_limited_bootstrap};
+use crate::support::envoy::{Envoy, away_from_a_window_edge, envoy_binary};
+use crate::support::envoy_bootstrap::Example;
 use crate::support::model::ModelServer;
 use crate::support::rls::{Rls, toml};
 
+/// examples/envoy/llm-tokens-ratelimit.yaml's domain and descriptor, with
+/// a limit a few requests pass: 100 an hour, a fixed window.
 const AI: &str = "\
 domain: ai
 descriptors:
-  - key: tokens
+  - key: team
     rate_limit:
       unit: hour
       requests_per_unit: 100
       charge: true
 ";
 
-/// The route's rate limits: the same descriptor (`tokens` = the request's
-/// `x-team`) peeked on the request and charged the upstream's usage when
-/// the stream is done.
-const RATE_LIMITS: &str = r#"                    - actions:
-                      - request_headers: {header_name: x-team, descriptor_key: tokens}
-                      hits_addend: {number: 0}
-                    - actions:
-                      - request_headers: {header_name: x-team, descriptor_key: tokens}
-                      hits_addend: {format: "%RESPONSE_HEADER(x-usage-tokens)%"}
-                      apply_on_stream_done: true"#;
-
-/// (debt, remaining) of `team`'s tokens, read from tollgate.
+/// (debt, remaining) of `team`'s tokens, read from tollgate (the
+/// example's descriptor is `team` = the request's `x-team`).
 fn tokens(rls: &Rls, team: &str) -> (u64, u64) {
-    let body = format!(r#"{{"rule":"envoy.ai.tokens","key":"tokens={team}","cost":0}}"#);
+    let body = format!(r#"{{"rule":"envoy.ai.team","key":"team={team}","cost":0}}"#);
     let r = support::post_json(rls.server.api(), "/v1/charge", &body);
     assert_eq!(r.status, 200, "{}", r.text());
     let j = r.json();
@@ -101,12 +97,11 @@ fn real_envoy_over_redis_records_the_sum_of_usage_in_redis() {
 fn the_usage_flow(store: &str) {
     let rls = Rls::start_with(&toml(store), AI, &["--http", "127.0.0.1:0"]);
     let upstream = ModelServer::start();
-    let envoy = Envoy::start(&rate_limited_bootstrap(
-        upstream.addr,
-        rls.server.grpc(),
-        "ai",
-        RATE_LIMITS,
-    ));
+    let envoy = Envoy::start(
+        &Example::load("llm-tokens.yaml")
+            .for_test(upstream.addr, rls.server.grpc())
+            .text(),
+    );
     // Each request is peeked (admitted while not over), served, and its
     // usage charged in full afterwards: the total recorded is the sum of
     // the usage, the last one far past the limit.

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use crate::support;
 use crate::support::Resp;
-use crate::support::envoy::{Bootstrap, Envoy, Shared, away_from_a_window_edge, envoy_binary};
+use crate::support::envoy::{Envoy, Shared, away_from_a_window_edge, envoy_binary};
+use crate::support::envoy_bootstrap::Bootstrap;
 use crate::support::model::ModelServer;
 use crate::support::rls::{Rls, toml};
 

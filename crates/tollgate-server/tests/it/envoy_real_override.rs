@@ -18,7 +18,8 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::r#type::v3::RateLimitUnit;
 
 use crate::support;
-use crate::support::envoy::{Bootstrap, Envoy, away_from_a_window_edge, envoy_binary};
+use crate::support::envoy::{Envoy, away_from_a_window_edge, envoy_binary};
+use crate::support::envoy_bootstrap::Bootstrap;
 use crate::support::model::ModelServer;
 use crate::support::recorder::Recorder;
 use crate::support::rls::{Rls, toml};

@@ -12,6 +12,7 @@ mod support;
 
 mod admin;
 mod envoy;
+mod envoy_examples;
 mod envoy_files;
 mod envoy_h2;
 mod envoy_metadata;

@@ -476,6 +476,28 @@ fn the_example_config_validates() {
     }
 }
 
+/// The crate's README (its crates.io page) shows a config a newcomer
+/// copies: it must validate as it is.
+#[test]
+fn the_config_in_the_crates_readme_validates() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("read README.md");
+    let config = readme
+        .split_once("```toml\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .expect("a ```toml block in README.md");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("tollgate.toml"), config).expect("write config");
+    let out = run_in(dir.path(), &["validate", "--config", "tollgate.toml"]);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.starts_with("tollgate.toml: OK, 1 rule"),
+        "{}",
+        out.stdout
+    );
+}
+
 #[test]
 fn unreadable_and_garbage_files_fail_without_panicking() {
     let dir = tempfile::tempdir().expect("tempdir");
