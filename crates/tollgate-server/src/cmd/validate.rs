@@ -8,6 +8,7 @@ use crate::config::upstream::Upstream;
 use crate::config::{Config, ConfigError, ConfigErrors, format_duration};
 use crate::doors::Door;
 use crate::doors::envoy::limits::EnvoyLimits;
+use crate::store::{PASSWORD_ENV, with_credentials};
 use crate::terminal::Escaped;
 
 /// Why `validate` failed: the config's problems and the Envoy config
@@ -60,7 +61,9 @@ pub fn run(args: &ValidateArgs) -> Result<(Config, EnvoyLimits), ValidateError> 
                 .is_ok_and(|c| c.envoy_settings.merge_domains);
         EnvoyLimits::load_with(&args.envoy_config, &taken, merge)
     };
-    let loaded = loaded.and_then(|config| with_upstream(config, args));
+    let loaded = loaded
+        .and_then(|config| with_upstream(config, args))
+        .and_then(|config| with_store_access(config, args));
     match (loaded, envoy) {
         (Ok(config), Ok(limits)) => Ok((config, limits)),
         (config, envoy) => {
@@ -113,6 +116,33 @@ fn with_upstream(mut config: Config, args: &ValidateArgs) -> Result<Config, Conf
     Ok(config)
 }
 
+/// `config` held to what `serve` checks when it opens the store: the
+/// password from one place only, the environment's
+/// (`TOLLGATE_REDIS_PASSWORD`) included, and `[store]` access settings
+/// only for a store that takes them. So `validate` fails where `serve`
+/// would, in the same environment.
+fn with_store_access(config: Config, args: &ValidateArgs) -> Result<Config, ConfigErrors> {
+    match with_credentials(
+        &config.store.url,
+        &config.store,
+        std::env::var_os(PASSWORD_ENV),
+    ) {
+        Ok(_) => Ok(config),
+        Err(message) => Err(ConfigErrors {
+            errors: vec![ConfigError {
+                file: args
+                    .config
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                line: None,
+                field: Some("store".to_owned()),
+                message,
+            }],
+        }),
+    }
+}
+
 /// How the store is reached beyond its URL: where the password comes from
 /// (never what it is), the user, the TLS files and name.
 fn store_access(store: &crate::config::StoreConfig) -> Vec<String> {
@@ -122,6 +152,8 @@ fn store_access(store: &crate::config::StoreConfig) -> Vec<String> {
     }
     if let Some(password) = &store.password {
         parts.push(format!("password from {}", password.source()));
+    } else if store.url.credentials().is_some() && std::env::var_os(PASSWORD_ENV).is_some() {
+        parts.push(format!("password from {PASSWORD_ENV}"));
     }
     if let Some(tls) = &store.tls {
         let mut named = Vec::new();

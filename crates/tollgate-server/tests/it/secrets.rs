@@ -422,3 +422,55 @@ fn debug_of_the_config_hides_every_secret() {
         "the source is shown"
     );
 }
+
+/// `validate` holds the config to what `serve` checks when it opens the
+/// store, in the same environment: a password in `password_file` and in
+/// `TOLLGATE_REDIS_PASSWORD` is refused by both, naming the two sources
+/// and neither value; the variable alone is named as the source.
+#[test]
+fn validate_refuses_a_password_from_the_file_and_the_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = secret_file(dir.path(), "pw", PASSWORD);
+    let env_password = "env-only-secret-value";
+    let run = |config: &str| {
+        let (_dir, path) = support::config_file(config);
+        std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("validate")
+            .arg("--config")
+            .arg(&path)
+            .env("TOLLGATE_REDIS_PASSWORD", env_password)
+            .output()
+            .expect("run validate")
+    };
+    let rule = "[[rules]]\nname = \"r\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n";
+    let both = run(&format!(
+        "[store]\nurl = \"redis://h:1\"\npassword_file = \"{}\"\n\n{rule}",
+        file.display()
+    ));
+    let shown = text(&both);
+    assert!(!both.status.success(), "{shown}");
+    assert!(
+        shown.contains("the Redis password is given twice, by [store] password_file")
+            && shown.contains("TOLLGATE_REDIS_PASSWORD"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains(PASSWORD) && !shown.contains(env_password),
+        "{shown}"
+    );
+
+    let env_only = run(&format!("[store]\nurl = \"redis://h:1\"\n\n{rule}"));
+    let shown = text(&env_only);
+    assert!(env_only.status.success(), "{shown}");
+    assert!(
+        shown.contains("store: password from TOLLGATE_REDIS_PASSWORD"),
+        "{shown}"
+    );
+    assert!(!shown.contains(env_password), "{shown}");
+
+    // the memory store takes no password: the variable is not named
+    let memory = run(&format!("[store]\nurl = \"memory\"\n\n{rule}"));
+    let shown = text(&memory);
+    assert!(memory.status.success(), "{shown}");
+    assert!(!shown.contains("TOLLGATE_REDIS_PASSWORD"), "{shown}");
+}
