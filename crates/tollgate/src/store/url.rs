@@ -194,16 +194,26 @@ impl FromStr for StoreUrl {
             ));
         };
         let fail = |why: String| format!("store URL {:?}: {why}", redact(s));
+        // user:password runs to the last `@`: a password may hold `/`, `?`
+        // or `#` unencoded (base64 ones do), and no host, database or
+        // master name holds an `@`.
+        let (userinfo, rest) = match rest.rfind('@') {
+            Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+            None => (None, rest),
+        };
         if rest.contains(['?', '#']) {
             return Err(fail(
                 "query strings and fragments are not supported".to_owned(),
             ));
         }
-        let (authority, path) = match rest.find('/') {
+        let (hosts, path) = match rest.find('/') {
             Some(i) => (&rest[..i], Some(&rest[i + 1..])),
             None => (rest, None),
         };
-        let (credentials, hosts) = split_userinfo(authority).map_err(&fail)?;
+        let credentials = match userinfo {
+            Some(userinfo) => parse_userinfo(userinfo).map_err(&fail)?,
+            None => Credentials::default(),
+        };
         match scheme {
             "redis" | "rediss" => {
                 let nodes = parse_hosts(hosts, DEFAULT_REDIS_PORT).map_err(&fail)?;
@@ -267,31 +277,31 @@ impl FromStr for StoreUrl {
     }
 }
 
-/// The URL with any password replaced by `***`, for error messages.
+/// The URL with any password replaced by `***`, for error messages:
+/// all between `://` (or the start, in a URL without it) and the last
+/// `@` but a user name, so a password that breaks the URL's syntax is
+/// hidden too.
 fn redact(s: &str) -> String {
-    let Some((scheme, rest)) = s.split_once("://") else {
+    let (scheme, rest) = match s.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, s),
+    };
+    let Some(at) = rest.rfind('@') else {
         return s.to_owned();
     };
-    let end = rest.find('/').unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let user = userinfo.split_once(':').map(|(u, _)| format!("{u}:***"));
-            format!(
-                "{scheme}://{}{}",
-                user.unwrap_or_else(|| userinfo.to_owned()),
-                &rest[at..]
-            )
-        }
-        None => s.to_owned(),
+    let userinfo = match (scheme, rest[..at].split_once(':')) {
+        (Some(_), Some((user, _))) if !user.contains('/') => format!("{user}:***"),
+        (Some(_), None) => rest[..at].to_owned(),
+        _ => "***".to_owned(),
+    };
+    match scheme {
+        Some(scheme) => format!("{scheme}://{userinfo}{}", &rest[at..]),
+        None => format!("{userinfo}{}", &rest[at..]),
     }
 }
 
-fn split_userinfo(authority: &str) -> Result<(Credentials, &str), String> {
-    let Some(at) = authority.rfind('@') else {
-        return Ok((Credentials::default(), authority));
-    };
-    let (userinfo, hosts) = (&authority[..at], &authority[at + 1..]);
+/// The credentials of a URL's `user:password` (or `user`), decoded.
+fn parse_userinfo(userinfo: &str) -> Result<Credentials, String> {
     let (user, pass) = match userinfo.split_once(':') {
         Some((u, p)) => (u, Some(p)),
         None => (userinfo, None),
@@ -308,7 +318,7 @@ fn split_userinfo(authority: &str) -> Result<(Credentials, &str), String> {
     if credentials.is_empty() {
         return Err("empty user:password before \"@\"".to_owned());
     }
-    Ok((credentials, hosts))
+    Ok(credentials)
 }
 
 fn percent_decode(s: &str) -> Result<String, String> {
@@ -531,6 +541,50 @@ mod tests {
             .parse::<StoreUrl>()
             .expect_err("port 0");
         assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    /// A password with `/`, `?`, `#` or `@` unencoded (a base64 one) is
+    /// still the password: the URL parses, and neither its display nor
+    /// any error, a URL without `://` included, shows a piece of it.
+    #[test]
+    fn a_password_that_breaks_url_syntax_is_parsed_and_never_shown() {
+        for (url, password, shown) in [
+            (
+                "redis://:abc/DEF+ghSECRET=@redis:6379",
+                "abc/DEF+ghSECRET=",
+                "redis://:***@redis:6379/0",
+            ),
+            (
+                "redis://user:ab?c#d@SECRET@h:1/2",
+                "ab?c#d@SECRET",
+                "redis://user:***@h:1/2",
+            ),
+            (
+                "redis+sentinel://:x/y/SECRET@s1,s2/mymaster",
+                "x/y/SECRET",
+                "redis+sentinel://:***@s1:26379,s2:26379/mymaster",
+            ),
+        ] {
+            let parsed = parse(url);
+            assert_eq!(
+                parsed.credentials().and_then(|c| c.password.as_deref()),
+                Some(password),
+                "{url}"
+            );
+            assert_eq!(parsed.to_string(), shown, "{url}");
+        }
+        for bad in [
+            "redis://:abc/SECRET@redis:0",
+            "redis://user:ab/SECRET@h:x",
+            "redis://:ab/SECRET@",
+            "redis:/:SECRET@h:1",
+            "redis//user:SECRET@h:1",
+            "redis://:a/SECRET@h:1/db?x=1",
+            "bogus://u:a/SECRET@h",
+        ] {
+            let err = bad.parse::<StoreUrl>().expect_err(bad);
+            assert!(!err.contains("SECRET"), "{bad}: {err}");
+        }
     }
 
     #[test]
