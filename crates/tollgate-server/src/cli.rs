@@ -30,15 +30,17 @@ impl Cli {
     /// variable dropped (see [`Cli::parse_args`]).
     #[must_use]
     pub fn command_env_aware() -> clap::Command {
-        Self::command().mut_subcommand("serve", |serve| {
-            serve.mut_args(|arg| {
-                let empty = arg
-                    .get_env()
-                    .and_then(std::env::var_os)
-                    .is_some_and(|v| v.is_empty());
-                if empty { arg.env(None) } else { arg }
-            })
-        })
+        let drop_empty = |arg: clap::Arg| {
+            let empty = arg
+                .get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|v| v.is_empty());
+            if empty { arg.env(None) } else { arg }
+        };
+        // validate reads serve's variables, so it judges what serve runs
+        Self::command()
+            .mut_subcommand("serve", |serve| serve.mut_args(drop_empty))
+            .mut_subcommand("validate", |validate| validate.mut_args(drop_empty))
     }
 }
 
@@ -102,7 +104,12 @@ pub struct ServeArgs {
     pub proxy: Option<String>,
     /// Where the proxy forwards admitted requests (http://host:port[/base]);
     /// overrides `[proxy] upstream`.
-    #[arg(long, value_name = "URL", env = "TOLLGATE_UPSTREAM")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TOLLGATE_UPSTREAM",
+        hide_env_values = true
+    )]
     pub upstream: Option<String>,
     /// envoyproxy/ratelimit YAML files (one domain each) for `--grpc`.
     #[arg(long = "envoy-config", value_name = "FILE.yaml")]
@@ -145,9 +152,23 @@ pub struct ValidateArgs {
     /// `serve --envoy-merge-domains` does.
     #[arg(long = "envoy-merge-domains")]
     pub envoy_merge_domains: bool,
+    /// The store, as `serve --store URL` gives it (overrides `[store]
+    /// url`): the store's access settings are checked against it.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TOLLGATE_STORE",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
     /// The reverse proxy's upstream, as `serve --upstream URL` gives it
     /// (overrides `[proxy] upstream`): a `[proxy] listen` needs one.
-    #[arg(long, value_name = "URL")]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TOLLGATE_UPSTREAM",
+        hide_env_values = true
+    )]
     pub upstream: Option<String>,
 }
 

@@ -9,6 +9,7 @@ use crate::config::{Config, ConfigError, ConfigErrors, format_duration};
 use crate::doors::Door;
 use crate::doors::envoy::limits::EnvoyLimits;
 use crate::store::{PASSWORD_ENV, with_credentials};
+use crate::store_url::StoreUrl;
 use crate::terminal::Escaped;
 
 /// Why `validate` failed: the config's problems and the Envoy config
@@ -62,7 +63,7 @@ pub fn run(args: &ValidateArgs) -> Result<(Config, EnvoyLimits), ValidateError> 
         EnvoyLimits::load_with(&args.envoy_config, &taken, merge)
     };
     let loaded = loaded
-        .and_then(|config| with_upstream(config, args))
+        .and_then(|config| with_flags(config, args))
         .and_then(|config| with_store_access(config, args));
     match (loaded, envoy) {
         (Ok(config), Ok(limits)) => Ok((config, limits)),
@@ -85,10 +86,12 @@ pub fn run(args: &ValidateArgs) -> Result<(Config, EnvoyLimits), ValidateError> 
     }
 }
 
-/// `config` with `--upstream` applied, held to `serve`'s rule that a
+/// `config` with `--store` and `--upstream` (or their variables,
+/// `TOLLGATE_STORE` and `TOLLGATE_UPSTREAM`) applied as `serve` applies
+/// them, held to `serve`'s rule that a
 /// reverse proxy (`[proxy] listen`) needs an upstream, so that what
 /// `validate` accepts `serve` and a reload accept too.
-fn with_upstream(mut config: Config, args: &ValidateArgs) -> Result<Config, ConfigErrors> {
+fn with_flags(mut config: Config, args: &ValidateArgs) -> Result<Config, ConfigErrors> {
     let file = args
         .config
         .as_ref()
@@ -102,6 +105,9 @@ fn with_upstream(mut config: Config, args: &ValidateArgs) -> Result<Config, Conf
             message,
         }],
     };
+    if let Some(url) = &args.store {
+        config.store.url = url.parse::<StoreUrl>().map_err(|e| problem("--store", e))?;
+    }
     if let Some(url) = &args.upstream {
         config.proxy.upstream = Some(
             url.parse::<Upstream>()

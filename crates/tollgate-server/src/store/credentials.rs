@@ -27,19 +27,6 @@ pub fn with_credentials(
     store: &StoreConfig,
     env: Option<OsString>,
 ) -> Result<StoreUrl, String> {
-    let env = env
-        .map(|value| {
-            let value = value
-                .into_string()
-                .map_err(|_| format!("{PASSWORD_ENV} is not UTF-8"))?;
-            match trim_newline(&value) {
-                "" => Err(format!(
-                    "{PASSWORD_ENV} is set but empty (unset it for no password from the environment)"
-                )),
-                v => Ok(Secret::new(v.to_owned(), PASSWORD_ENV.to_owned())),
-            }
-        })
-        .transpose()?;
     let mut joined = url.clone();
     let Some(credentials) = joined.credentials_mut() else {
         // `memory`: the environment may be shared with Redis replicas
@@ -53,6 +40,21 @@ pub fn with_credentials(
         }
         return Ok(joined);
     };
+    // read only for a Redis store: a memory store's environment may carry
+    // a fleet-wide (or empty) value meant for Redis replicas
+    let env = env
+        .map(|value| {
+            let value = value
+                .into_string()
+                .map_err(|_| format!("{PASSWORD_ENV} is not UTF-8"))?;
+            match trim_newline(&value) {
+                "" => Err(format!(
+                    "{PASSWORD_ENV} is set but empty (unset it for no password from the environment)"
+                )),
+                v => Ok(Secret::new(v.to_owned(), PASSWORD_ENV.to_owned())),
+            }
+        })
+        .transpose()?;
     if store.tls.is_some() && !matches!(url, StoreUrl::Redis { tls: true, .. }) {
         return Err(format!(
             "[store.tls] is for a rediss:// url (TLS); the store url is {url}"
@@ -146,6 +148,25 @@ mod tests {
         // a user in the url, the password from the file: the ACL case
         let joined = with_credentials(&url("redis://app@h:1"), &from_file(), None).expect("acl");
         assert_eq!(password(&joined), Some(PW));
+    }
+
+    /// The variable is read for a Redis store only: on the memory store a
+    /// value (or an empty one, as a chart's template may leave) is no
+    /// error; on Redis an empty one is.
+    #[test]
+    fn the_variable_is_read_for_a_redis_store_only() {
+        for env in [OsString::from(""), OsString::from(PW)] {
+            let joined = with_credentials(&url("memory"), &StoreConfig::default(), Some(env))
+                .expect("memory takes the variable as not its business");
+            assert_eq!(joined.to_string(), "memory");
+        }
+        let err = with_credentials(
+            &url("redis://h:1"),
+            &StoreConfig::default(),
+            Some(OsString::from("")),
+        )
+        .expect_err("empty on Redis");
+        assert!(err.contains("set but empty"), "{err}");
     }
 
     #[test]

@@ -474,3 +474,59 @@ fn validate_refuses_a_password_from_the_file_and_the_environment() {
     assert!(memory.status.success(), "{shown}");
     assert!(!shown.contains("TOLLGATE_REDIS_PASSWORD"), "{shown}");
 }
+
+/// `validate` reads serve's `TOLLGATE_STORE` and `TOLLGATE_UPSTREAM` (and
+/// takes `--store`), so a config whose store URL or upstream comes from
+/// the environment (a systemd unit's `ExecReload` runs validate first)
+/// passes where `serve` would run it, and an empty variable counts as
+/// unset as it does for `serve`.
+#[test]
+fn validate_takes_the_store_and_upstream_from_serves_variables() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = secret_file(dir.path(), "pw", PASSWORD);
+    let config = format!(
+        "[store]\npassword_file = \"{}\"\n\n[proxy]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[rules]]\nname = \"r\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n",
+        file.display()
+    );
+    let (_cfg, path) = support::config_file(&config);
+    let run = |env: &[(&str, &str)], args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .arg("validate")
+            .arg("--config")
+            .arg(&path)
+            .args(args)
+            .env_remove("TOLLGATE_STORE")
+            .env_remove("TOLLGATE_UPSTREAM")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run validate");
+        (out.status.success(), text(&out))
+    };
+    let (ok, shown) = run(
+        &[
+            ("TOLLGATE_STORE", "redis://127.0.0.1:1"),
+            ("TOLLGATE_UPSTREAM", "http://127.0.0.1:9"),
+        ],
+        &[],
+    );
+    assert!(ok, "{shown}");
+    assert!(shown.contains("store: redis://127.0.0.1:1/0"), "{shown}");
+    let (ok, shown) = run(
+        &[("TOLLGATE_UPSTREAM", "http://127.0.0.1:9")],
+        &["--store", "redis://h:2"],
+    );
+    assert!(ok && shown.contains("store: redis://h:2/0"), "{shown}");
+    // without them: the memory store takes no password file, and the
+    // proxy has no upstream; empty variables are unset
+    let (ok, shown) = run(&[("TOLLGATE_STORE", ""), ("TOLLGATE_UPSTREAM", "")], &[]);
+    assert!(!ok && shown.contains("needs an upstream"), "{shown}");
+    let (ok, shown) = run(
+        &[("TOLLGATE_STORE", "")],
+        &["--upstream", "http://127.0.0.1:9"],
+    );
+    assert!(!ok && shown.contains("are for a Redis store"), "{shown}");
+    // a store URL's password is not shown by validate's errors either
+    let (ok, shown) = run(&[("TOLLGATE_STORE", "redis://:a/SECRET@h:0")], &[]);
+    assert!(!ok && !shown.contains("SECRET"), "{shown}");
+}
