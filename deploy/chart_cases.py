@@ -165,10 +165,11 @@ VALUE_SETS = [
             "hpa": (3, 12),
             "pdb": True,
             "monitor": True,
-            # ops.readiness: store, and no Redis answers in the test.
-            "ready": False,
+            # Ready with no Redis answering: one Redis failing must not
+            # take every pod out of its Services at once (ops.readiness).
             "doors": ["http", "admin"],
-            "service_types": {"http": "LoadBalancer", "admin": "ClusterIP", "ops": "ClusterIP"},
+            # The HTTP API has no authentication: never a public load balancer.
+            "service_types": {"http": "ClusterIP", "admin": "ClusterIP", "ops": "ClusterIP"},
             "url": "redis://redis-master:6379",
             "store": {"replicas": 3},
             "secret_files": {
@@ -176,7 +177,6 @@ VALUE_SETS = [
                 "secrets/admin/oncall": ("tollgate-admin", "token"),
             },
             "toml_contains": [
-                'readiness = "store"',
                 "[[rules.overrides]]",
                 'key = "enterprise:*"',
                 "near_limit_ratio = 0.9",
@@ -192,6 +192,20 @@ VALUE_SETS = [
                     for topology in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
                 ]
             },
+        },
+    },
+    {
+        # The opt-in: readiness follows the store, and no Redis answers here.
+        "name": "readiness-store",
+        "example": "redis.yaml",
+        "values": {"ops": {"readiness": "store"}},
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "ready": False,
+            "url": "redis://redis-master:6379",
+            "secret_files": REDIS_PASSWORD_FILE,
+            "toml_contains": ['readiness = "store"'],
         },
     },
     {
