@@ -401,6 +401,64 @@ def check_rollout(chart, fail):
     fail.check(checksum(10) == checksum(10, "x"), "checksum/config changed with no config change")
 
 
+def check_start_settings(chart, fail):
+    """What serve reads only at start (the store, [admin], listeners) rolls
+    the pods when changed; what it reloads (rules) leaves them alone."""
+
+    def deployment(**over):
+        rule = {"name": "r", "algorithm": "gcra", "limit": 10, "period": "1s"}
+        values = deep_merge(
+            {"store": {"kind": "redis", "redis": {"host": "redis-a"}}, "config": {"rules": [rule]}},
+            over,
+        )
+        docs = RENDER.documents(chart.render(values=values, name="tollgate", namespace="default"))
+        [dep] = by_kind(docs, "Deployment")
+        return dep
+
+    def template(**over):
+        return deployment(**over)["spec"]["template"]
+
+    base = template()
+    rule = {"name": "r", "algorithm": "gcra", "limit": 11, "period": "1s"}
+    fail.check(
+        deployment(config={"rules": [rule]}) == deployment(),
+        "a rule's change changed the Deployment: it should reload, not roll",
+    )
+    fail.check(
+        template(replicaCount=3) == base, "scaling changed the pod template: it should not roll"
+    )
+    fail.check(
+        template(store={"onError": "deny"}) == base,
+        "store.onError changed the pod template: serve reloads it",
+    )
+    rolls = {
+        "store.redis.host": {"store": {"redis": {"host": "redis-b"}}},
+        "store.prefix": {"store": {"prefix": "other"}},
+        "store.timeout": {"store": {"timeout": "80ms"}},
+        "store.username": {"store": {"username": "app"}},
+        "store.tls.serverName": {"store": {"tls": {"enabled": True, "serverName": "r.example"}}},
+    }
+    for what, over in rolls.items():
+        fail.check(template(**over) != base, f"{what} changed, and the pod template did not")
+    raw = '[store]\nurl = "redis://{}:6379"\n[[rules]]\nname = "r"\nlimit = {}\n'
+    fail.check(
+        template(config={"toml": raw.format("redis-c", 1)})
+        != template(config={"toml": raw.format("redis-d", 1)}),
+        "config.toml's [store] url changed, and the pod template did not",
+    )
+    fail.check(
+        template(config={"toml": raw.format("redis-c", 1)})
+        == template(config={"toml": raw.format("redis-c", 2)}),
+        "config.toml's rule changed the pod template: it should reload, not roll",
+    )
+    proxy = {"enabled": True, "upstream": "http://b:80"}
+    timeout = proxy | {"settings": {"send_timeout": "5s"}}
+    fail.check(
+        template(doors={"proxy": proxy}) != template(doors={"proxy": timeout}),
+        "[proxy] send_timeout changed, and the pod template did not",
+    )
+
+
 def check_readme(fail):
     """The chart's README documents every value of values.yaml and no other
     (a row's `.port` after `store.redis.host` is `store.redis.port`), and
@@ -498,6 +556,7 @@ def main():
             )
         check_negative(chart, fail)
         check_rollout(chart, fail)
+        check_start_settings(chart, fail)
     check_flags(binary, flags, fail)
     check_readme(fail)
     stale = subprocess.run(
