@@ -59,6 +59,15 @@ VALUE_SETS = [
         },
     },
     {
+        # A TLS Secret with no key left to mount: no source at all (one
+        # without items would project every key, tls.key too).
+        "name": "tls-no-files",
+        "values": {
+            "store": {"kind": "redis", "tls": {"enabled": True, "existingSecret": "tls", "caKey": ""}}
+        },
+        "expect": {"replicas": 2, "pdb": True, "url": "rediss://redis:6379", "toml_lacks": ["[store.tls]"]},
+    },
+    {
         "name": "sentinel",
         "example": "sentinel.yaml",
         "expect": {

@@ -315,7 +315,16 @@ def check_config(name, want, docs, c, notes, fail):
         )
     for check in want.get("toml_contains", []):
         fail.check(check in text, f"{name}: the TOML lacks {check!r}:\n{text}")
+    for check in want.get("toml_lacks", []):
+        fail.check(check not in text, f"{name}: the TOML has {check!r}:\n{text}")
 
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    for source in volumes["config"]["projected"]["sources"]:
+        for kind, ref in source.items():
+            fail.check(
+                ref.get("items"),
+                f"{name}: the {kind} {ref.get('name')} is projected without items: every key",
+            )
     items = projected_items(dep)
     fail.check(
         items.get("tollgate.toml") == ("configMap", cm["metadata"]["name"], "tollgate.toml"),

@@ -90,7 +90,7 @@ hybrid_lease = {{ toJson . }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if and $s.tls.enabled (or $s.tls.existingSecret $s.tls.serverName) }}
+{{- if and $s.tls.enabled (or (and $s.tls.existingSecret (or $s.tls.caKey $s.tls.certKey)) $s.tls.serverName) }}
 
 [store.tls]
 {{- if and $s.tls.existingSecret $s.tls.caKey }}
