@@ -68,6 +68,63 @@ VALUE_SETS = [
         "expect": {"replicas": 2, "pdb": True, "url": "rediss://redis:6379", "toml_lacks": ["[store.tls]"]},
     },
     {
+        # Secret names and keys that YAML would read as numbers or a
+        # boolean unless quoted (the API server wants strings).
+        "name": "numeric-secret-names",
+        "values": {
+            "store": {
+                "kind": "redis",
+                "password": {"existingSecret": "1234", "key": "5678"},
+                "urlSecret": {"name": "1e3", "key": "true"},
+                "tls": {
+                    "enabled": True,
+                    "existingSecret": "2024",
+                    "caKey": "1",
+                    "certKey": "2",
+                    "keyKey": "0x3",
+                },
+            },
+            "doors": {
+                "admin": {
+                    "enabled": True,
+                    "tokens": [{"name": "oncall", "existingSecret": "42", "key": "0777"}],
+                }
+            },
+            "serviceAccount": {"name": "1001"},
+            "priorityClassName": "1000",
+        },
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "doors": ["http", "admin"],
+            "url": "rediss://redis:6379",
+            "secret_files": {
+                "secrets/redis-password": ("1234", "5678"),
+                "secrets/tls/ca.crt": ("2024", "1"),
+                "secrets/tls/tls.crt": ("2024", "2"),
+                "secrets/tls/tls.key": ("2024", "0x3"),
+                "secrets/admin/oncall": ("42", "0777"),
+            },
+            "env_secrets": {"TOLLGATE_STORE": ("1e3", "true")},
+            "pod": {"serviceAccountName": "1001", "priorityClassName": "1000"},
+        },
+    },
+    {
+        "name": "numeric-env-secret",
+        "values": {
+            "store": {
+                "kind": "redis",
+                "password": {"existingSecret": "123", "key": "1.5", "mountAs": "env"},
+            }
+        },
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "url": "redis://redis:6379",
+            "env_secrets": {"TOLLGATE_REDIS_PASSWORD": ("123", "1.5")},
+        },
+    },
+    {
         "name": "sentinel",
         "example": "sentinel.yaml",
         "expect": {
