@@ -342,6 +342,26 @@ NEGATIVE = [
         "error": "apply to Redis stores, not store.kind=memory",
     },
     {
+        # The ConfigMap is no place for a secret: a password belongs in a Secret.
+        "name": "password in store.url",
+        "values": {"store": {"kind": "redis", "url": "redis://app:hunter2@r:6379/0"}},
+        "error": "store.url carries a password",
+    },
+    {
+        "name": "password alone in a Sentinel store.url",
+        "values": {"store": {"kind": "sentinel", "url": "redis+sentinel://:p@ss/w@s:26379/m"}},
+        "error": "store.password.existingSecret",
+    },
+    {
+        "name": "password in config.toml's url",
+        "values": {
+            "config": {
+                "toml": '[store]\nurl = "redis+cluster://u:pw@c:6379"\n\n[[rules]]\nname = "r"\n'
+            }
+        },
+        "error": "config.toml's [store] url carries a password",
+    },
+    {
         "name": "TLS on sentinel",
         "values": {"store": {"kind": "sentinel", "tls": {"enabled": True}}},
         "error": "store.tls is for standalone Redis (rediss://), not store.kind=sentinel",

@@ -100,6 +100,17 @@ rules across several values.
 {{- if not (has $s.kind (list "memory" "redis" "sentinel" "cluster")) }}
 {{- fail (printf "store.kind %q is not a store: use memory, redis, sentinel or cluster" $s.kind) }}
 {{- end }}
+{{- /* user:password@ (the userinfo runs to the last @, as serve reads it) */}}
+{{- $secretHow := "put the password in a Secret: store.password.existingSecret (store.username names the ACL user), or the whole URL in store.urlSecret" }}
+{{- if regexMatch "://.*:.*@" $s.url }}
+{{- fail (printf "store.url carries a password (user:password@), which would be written into the ConfigMap: %s" $secretHow) }}
+{{- end }}
+{{- with .Values.config.toml }}
+{{- $url := (fromToml .).store | default dict | dig "url" "" }}
+{{- if and (kindIs "string" $url) (regexMatch "://.*:.*@" $url) }}
+{{- fail (printf "config.toml's [store] url carries a password (user:password@), which would be written into the ConfigMap: set store.password.existingSecret and write password_file = %q in [store], or put the whole URL in store.urlSecret" (include "tollgate.passwordFile" $)) }}
+{{- end }}
+{{- end }}
 {{- $pods := int64 (include "tollgate.maxPods" .) }}
 {{- if and (eq $s.kind "memory") (gt $pods 1) (not $s.memory.allowReplicas) }}
 {{- fail (printf "store.kind=memory keeps each pod's counters apart: %d pods would admit %d times every limit. Use a Redis store (store.kind=redis, sentinel or cluster), or set store.memory.allowReplicas=true to accept it" $pods $pods) }}
