@@ -407,6 +407,34 @@ NEGATIVE = [
         "error": "doors.admin.enabled needs doors.admin.tokens",
     },
     {
+        # Two files at one path in the projected volume: the API server
+        # refuses the Deployment ("conflicting duplicate paths").
+        "name": "admin token names twice",
+        "values": {
+            "doors": {
+                "admin": {
+                    "enabled": True,
+                    "tokens": [
+                        {"name": "oncall", "existingSecret": "a", "key": "token"},
+                        {"name": "oncall", "existingSecret": "b", "key": "token"},
+                    ],
+                }
+            }
+        },
+        "error": 'doors.admin.tokens: the name "oncall" is given twice',
+    },
+    {
+        # The second listener cannot bind: the pod crash-loops.
+        "name": "a door on the ops port",
+        "values": {"doors": {"http": {"port": 9090}}},
+        "error": "doors.http.port and ops.port are both 9090",
+    },
+    {
+        "name": "two doors on one port",
+        "values": {"doors": {"proxy": {"enabled": True, "upstream": "http://b:80", "port": 8080}}},
+        "error": "doors.http.port and doors.proxy.port are both 8080",
+    },
+    {
         "name": "no rules",
         "values": {"config": {"rules": []}},
         "error": "config.rules is empty",

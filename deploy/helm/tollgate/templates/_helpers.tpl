@@ -157,9 +157,28 @@ rules across several values.
 {{- if and $d.admin.enabled (not $d.admin.tokens) }}
 {{- fail "doors.admin.enabled needs doors.admin.tokens: the admin API refuses to listen beyond loopback without a token" }}
 {{- end }}
+{{- $names := list }}
 {{- range $d.admin.tokens }}
 {{- if not (and .name .existingSecret .key) }}
 {{- fail "each doors.admin.tokens entry needs name, existingSecret and key" }}
+{{- end }}
+{{- /* each name is a file's path in the projected volume */}}
+{{- if has .name $names }}
+{{- fail (printf "doors.admin.tokens: the name %q is given twice; each token needs its own (it names its file and, in the audit log, its holder)" .name) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- /* one listener per port, or the pod crash-loops: address in use */}}
+{{- $taken := dict }}
+{{- range $door := list "http" "grpc" "proxy" "admin" "ops" }}
+{{- $v := ternary $.Values.ops (get $d $door) (eq $door "ops") }}
+{{- if or (eq $door "ops") $v.enabled }}
+{{- $port := toString (int64 $v.port) }}
+{{- $value := ternary "ops.port" (printf "doors.%s.port" $door) (eq $door "ops") }}
+{{- with get $taken $port }}
+{{- fail (printf "%s and %s are both %s: each enabled door and the ops listener need a port of their own" . $value $port) }}
+{{- end }}
+{{- $_ := set $taken $port $value }}
 {{- end }}
 {{- end }}
 {{- if and .Values.autoscaling.enabled (lt (int64 .Values.autoscaling.maxReplicas) (int64 .Values.autoscaling.minReplicas)) }}
