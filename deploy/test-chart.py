@@ -508,6 +508,27 @@ def check_readme(fail):
     fail.check(links.returncode == 0, f"README.md links: {links.stdout}{links.stderr}")
 
 
+def check_manifests(fail):
+    """The plain manifests name no image only the machine that built it
+    has (localhost/), and their header says to replace the one they name."""
+    for file in RENDER.MANIFESTS:
+        text = (RENDER.OUT / file).read_text()
+        head = text.split("\n---\n", 1)[0]
+        images = re.findall(r"^ +image: \"?([^\"\s]+)", text, re.M)
+        fail.check(images, f"deploy/kubernetes/{file}: no image")
+        for image in images:
+            repo = image.rsplit(":", 1)[0]
+            fail.check(
+                not image.startswith("localhost/"),
+                f"deploy/kubernetes/{file}: image {image} exists only where it was built",
+            )
+            fail.check(
+                repo in head and "build-image.sh" in head,
+                f"deploy/kubernetes/{file}: the header does not say to push the image "
+                f"deploy/build-image.sh builds and replace {repo}:\n{head}",
+            )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
@@ -574,6 +595,7 @@ def main():
         text=True,
     )
     fail.check(stale.returncode == 0, f"deploy/kubernetes/ is stale:\n{stale.stdout}{stale.stderr}")
+    check_manifests(fail)
 
     print(
         f"{len(VALUE_SETS)} value sets: {validated} objects valid for Kubernetes "
