@@ -32,6 +32,12 @@ VALUE_SETS = [
         "expect": {"replicas": 3, "url": "memory", "pdb": True, "memory_warning": True},
     },
     {
+        # A rolling update chosen explicitly: taken as written.
+        "name": "memory-rolling-update",
+        "values": {"updateStrategy": {"type": "RollingUpdate"}},
+        "expect": {"replicas": 1, "url": "memory", "strategy": {"type": "RollingUpdate"}},
+    },
+    {
         "name": "redis",
         "example": "redis.yaml",
         "expect": {

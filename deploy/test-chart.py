@@ -61,6 +61,8 @@ KUBE_VERSIONS = ["1.30.0", "1.37.0"]
 # Operator's ServiceMonitor): kubernetes-validate has none, so the test
 # reads them instead (check_objects).
 NOT_IN_SCHEMAS = {"ServiceMonitor"}
+RECREATE = {"type": "Recreate"}
+ROLLING = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 PORTS = {"http": 8080, "grpc": 8081, "proxy": 8082, "admin": 9091, "ops": 9090}
 
 
@@ -205,6 +207,10 @@ def check_objects(name, want, docs, fail):
     fail.check(not by_kind(docs, "Secret"), f"{name}: the chart rendered a Secret")
     got = dep["spec"].get("replicas")
     fail.check(got == want.get("replicas"), f"{name}: replicas {got}, want {want.get('replicas')}")
+    # A memory store's rollout must not run two pods with their own counters.
+    strategy = want.get("strategy") or (RECREATE if want.get("url") == "memory" else ROLLING)
+    got = dep["spec"].get("strategy")
+    fail.check(got == strategy, f"{name}: strategy {got}, want {strategy}")
     pdbs = by_kind(docs, "PodDisruptionBudget")
     fail.check(len(pdbs) == int(bool(want.get("pdb"))), f"{name}: {len(pdbs)} PDBs")
     for pdb in pdbs:
