@@ -69,9 +69,17 @@ VALUE_SETS = [
         # without items would project every key, tls.key too).
         "name": "tls-no-files",
         "values": {
-            "store": {"kind": "redis", "tls": {"enabled": True, "existingSecret": "tls", "caKey": ""}}
+            "store": {
+                "kind": "redis",
+                "tls": {"enabled": True, "existingSecret": "tls", "caKey": ""},
+            }
         },
-        "expect": {"replicas": 2, "pdb": True, "url": "rediss://redis:6379", "toml_lacks": ["[store.tls]"]},
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "url": "rediss://redis:6379",
+            "toml_lacks": ["[store.tls]"],
+        },
     },
     {
         # Secret names and keys that YAML would read as numbers or a

@@ -12,10 +12,12 @@ binary on the pod's files laid out as the kubelet would (chart_run.py):
 `tollgate validate` on the ConfigMap's TOML and Envoy files, then `tollgate
 serve` with the pod's own arguments and environment on loopback ports,
 whose probes, doors and SIGTERM must behave. Then bad values must fail with
-a message naming the value (chart_cases.NEGATIVE), every flag the chart
-passes must be one `tollgate serve --help` lists, the chart's README must
-document every value, and the plain manifests in deploy/kubernetes/ must be
-what deploy/render-manifests.py renders now.
+a message naming the value (chart_cases.NEGATIVE), a change to a setting
+serve reads only at start must change the pod template (a rollout) while a
+rule's must not, every flag the chart passes must be one `tollgate serve
+--help` lists, the chart's README must document every value, and the plain
+manifests in deploy/kubernetes/ must be what deploy/render-manifests.py
+renders now, with no image only the building machine has.
 
     cargo build -p tollgate-server
     python3 deploy/test-chart.py [--tollgate PATH]
