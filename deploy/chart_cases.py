@@ -32,6 +32,12 @@ VALUE_SETS = [
         "expect": {"replicas": 3, "url": "memory", "pdb": True, "memory_warning": True},
     },
     {
+        # A rolling update chosen explicitly: taken as written.
+        "name": "memory-rolling-update",
+        "values": {"updateStrategy": {"type": "RollingUpdate"}},
+        "expect": {"replicas": 1, "url": "memory", "strategy": {"type": "RollingUpdate"}},
+    },
+    {
         "name": "redis",
         "example": "redis.yaml",
         "expect": {
@@ -56,6 +62,80 @@ VALUE_SETS = [
             },
             "env_secrets": {"TOLLGATE_REDIS_PASSWORD": ("tollgate-redis", "password")},
             "toml_contains": ['server_name = "redis.cache.svc"'],
+        },
+    },
+    {
+        # A TLS Secret with no key left to mount: no source at all (one
+        # without items would project every key, tls.key too).
+        "name": "tls-no-files",
+        "values": {
+            "store": {
+                "kind": "redis",
+                "tls": {"enabled": True, "existingSecret": "tls", "caKey": ""},
+            }
+        },
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "url": "rediss://redis:6379",
+            "toml_lacks": ["[store.tls]"],
+        },
+    },
+    {
+        # Secret names and keys that YAML would read as numbers or a
+        # boolean unless quoted (the API server wants strings).
+        "name": "numeric-secret-names",
+        "values": {
+            "store": {
+                "kind": "redis",
+                "password": {"existingSecret": "1234", "key": "5678"},
+                "urlSecret": {"name": "1e3", "key": "true"},
+                "tls": {
+                    "enabled": True,
+                    "existingSecret": "2024",
+                    "caKey": "1",
+                    "certKey": "2",
+                    "keyKey": "0x3",
+                },
+            },
+            "doors": {
+                "admin": {
+                    "enabled": True,
+                    "tokens": [{"name": "oncall", "existingSecret": "42", "key": "0777"}],
+                }
+            },
+            "serviceAccount": {"name": "1001"},
+            "priorityClassName": "1000",
+        },
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "doors": ["http", "admin"],
+            "url": "rediss://redis:6379",
+            "secret_files": {
+                "secrets/redis-password": ("1234", "5678"),
+                "secrets/tls/ca.crt": ("2024", "1"),
+                "secrets/tls/tls.crt": ("2024", "2"),
+                "secrets/tls/tls.key": ("2024", "0x3"),
+                "secrets/admin/oncall": ("42", "0777"),
+            },
+            "env_secrets": {"TOLLGATE_STORE": ("1e3", "true")},
+            "pod": {"serviceAccountName": "1001", "priorityClassName": "1000"},
+        },
+    },
+    {
+        "name": "numeric-env-secret",
+        "values": {
+            "store": {
+                "kind": "redis",
+                "password": {"existingSecret": "123", "key": "1.5", "mountAs": "env"},
+            }
+        },
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "url": "redis://redis:6379",
+            "env_secrets": {"TOLLGATE_REDIS_PASSWORD": ("123", "1.5")},
         },
     },
     {
@@ -165,10 +245,11 @@ VALUE_SETS = [
             "hpa": (3, 12),
             "pdb": True,
             "monitor": True,
-            # ops.readiness: store, and no Redis answers in the test.
-            "ready": False,
+            # Ready with no Redis answering: one Redis failing must not
+            # take every pod out of its Services at once (ops.readiness).
             "doors": ["http", "admin"],
-            "service_types": {"http": "LoadBalancer", "admin": "ClusterIP", "ops": "ClusterIP"},
+            # The HTTP API has no authentication: never a public load balancer.
+            "service_types": {"http": "ClusterIP", "admin": "ClusterIP", "ops": "ClusterIP"},
             "url": "redis://redis-master:6379",
             "store": {"replicas": 3},
             "secret_files": {
@@ -176,7 +257,6 @@ VALUE_SETS = [
                 "secrets/admin/oncall": ("tollgate-admin", "token"),
             },
             "toml_contains": [
-                'readiness = "store"',
                 "[[rules.overrides]]",
                 'key = "enterprise:*"',
                 "near_limit_ratio = 0.9",
@@ -192,6 +272,20 @@ VALUE_SETS = [
                     for topology in ("topology.kubernetes.io/zone", "kubernetes.io/hostname")
                 ]
             },
+        },
+    },
+    {
+        # The opt-in: readiness follows the store, and no Redis answers here.
+        "name": "readiness-store",
+        "example": "redis.yaml",
+        "values": {"ops": {"readiness": "store"}},
+        "expect": {
+            "replicas": 2,
+            "pdb": True,
+            "ready": False,
+            "url": "redis://redis-master:6379",
+            "secret_files": REDIS_PASSWORD_FILE,
+            "toml_contains": ['readiness = "store"'],
         },
     },
     {
@@ -262,6 +356,26 @@ NEGATIVE = [
         "error": "apply to Redis stores, not store.kind=memory",
     },
     {
+        # The ConfigMap is no place for a secret: a password belongs in a Secret.
+        "name": "password in store.url",
+        "values": {"store": {"kind": "redis", "url": "redis://app:hunter2@r:6379/0"}},
+        "error": "store.url carries a password",
+    },
+    {
+        "name": "password alone in a Sentinel store.url",
+        "values": {"store": {"kind": "sentinel", "url": "redis+sentinel://:p@ss/w@s:26379/m"}},
+        "error": "store.password.existingSecret",
+    },
+    {
+        "name": "password in config.toml's url",
+        "values": {
+            "config": {
+                "toml": '[store]\nurl = "redis+cluster://u:pw@c:6379"\n\n[[rules]]\nname = "r"\n'
+            }
+        },
+        "error": "config.toml's [store] url carries a password",
+    },
+    {
         "name": "TLS on sentinel",
         "values": {"store": {"kind": "sentinel", "tls": {"enabled": True}}},
         "error": "store.tls is for standalone Redis (rediss://), not store.kind=sentinel",
@@ -305,6 +419,34 @@ NEGATIVE = [
         "name": "admin without tokens",
         "values": {"doors": {"admin": {"enabled": True}}},
         "error": "doors.admin.enabled needs doors.admin.tokens",
+    },
+    {
+        # Two files at one path in the projected volume: the API server
+        # refuses the Deployment ("conflicting duplicate paths").
+        "name": "admin token names twice",
+        "values": {
+            "doors": {
+                "admin": {
+                    "enabled": True,
+                    "tokens": [
+                        {"name": "oncall", "existingSecret": "a", "key": "token"},
+                        {"name": "oncall", "existingSecret": "b", "key": "token"},
+                    ],
+                }
+            }
+        },
+        "error": 'doors.admin.tokens: the name "oncall" is given twice',
+    },
+    {
+        # The second listener cannot bind: the pod crash-loops.
+        "name": "a door on the ops port",
+        "values": {"doors": {"http": {"port": 9090}}},
+        "error": "doors.http.port and ops.port are both 9090",
+    },
+    {
+        "name": "two doors on one port",
+        "values": {"doors": {"proxy": {"enabled": True, "upstream": "http://b:80", "port": 8080}}},
+        "error": "doors.http.port and doors.proxy.port are both 8080",
     },
     {
         "name": "no rules",

@@ -103,7 +103,7 @@ def projected_items(dep):
     out = {}
     for source in volumes["config"]["projected"]["sources"]:
         [(kind, ref)] = source.items()
-        for item in ref["items"]:
+        for item in ref.get("items") or []:
             out[item["path"]] = (kind, ref["name"], item["key"])
     return out
 

@@ -12,10 +12,12 @@ binary on the pod's files laid out as the kubelet would (chart_run.py):
 `tollgate validate` on the ConfigMap's TOML and Envoy files, then `tollgate
 serve` with the pod's own arguments and environment on loopback ports,
 whose probes, doors and SIGTERM must behave. Then bad values must fail with
-a message naming the value (chart_cases.NEGATIVE), every flag the chart
-passes must be one `tollgate serve --help` lists, the chart's README must
-document every value, and the plain manifests in deploy/kubernetes/ must be
-what deploy/render-manifests.py renders now.
+a message naming the value (chart_cases.NEGATIVE), a change to a setting
+serve reads only at start must change the pod template (a rollout) while a
+rule's must not, every flag the chart passes must be one `tollgate serve
+--help` lists, the chart's README must document every value, and the plain
+manifests in deploy/kubernetes/ must be what deploy/render-manifests.py
+renders now, with no image only the building machine has.
 
     cargo build -p tollgate-server
     python3 deploy/test-chart.py [--tollgate PATH]
@@ -61,6 +63,8 @@ KUBE_VERSIONS = ["1.30.0", "1.37.0"]
 # Operator's ServiceMonitor): kubernetes-validate has none, so the test
 # reads them instead (check_objects).
 NOT_IN_SCHEMAS = {"ServiceMonitor"}
+RECREATE = {"type": "Recreate"}
+ROLLING = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
 PORTS = {"http": 8080, "grpc": 8081, "proxy": 8082, "admin": 9091, "ops": 9090}
 
 
@@ -205,6 +209,10 @@ def check_objects(name, want, docs, fail):
     fail.check(not by_kind(docs, "Secret"), f"{name}: the chart rendered a Secret")
     got = dep["spec"].get("replicas")
     fail.check(got == want.get("replicas"), f"{name}: replicas {got}, want {want.get('replicas')}")
+    # A memory store's rollout must not run two pods with their own counters.
+    strategy = want.get("strategy") or (RECREATE if want.get("url") == "memory" else ROLLING)
+    got = dep["spec"].get("strategy")
+    fail.check(got == strategy, f"{name}: strategy {got}, want {strategy}")
     pdbs = by_kind(docs, "PodDisruptionBudget")
     fail.check(len(pdbs) == int(bool(want.get("pdb"))), f"{name}: {len(pdbs)} PDBs")
     for pdb in pdbs:
@@ -315,7 +323,16 @@ def check_config(name, want, docs, c, notes, fail):
         )
     for check in want.get("toml_contains", []):
         fail.check(check in text, f"{name}: the TOML lacks {check!r}:\n{text}")
+    for check in want.get("toml_lacks", []):
+        fail.check(check not in text, f"{name}: the TOML has {check!r}:\n{text}")
 
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    for source in volumes["config"]["projected"]["sources"]:
+        for kind, ref in source.items():
+            fail.check(
+                ref.get("items"),
+                f"{name}: the {kind} {ref.get('name')} is projected without items: every key",
+            )
     items = projected_items(dep)
     fail.check(
         items.get("tollgate.toml") == ("configMap", cm["metadata"]["name"], "tollgate.toml"),
@@ -401,6 +418,64 @@ def check_rollout(chart, fail):
     fail.check(checksum(10) == checksum(10, "x"), "checksum/config changed with no config change")
 
 
+def check_start_settings(chart, fail):
+    """What serve reads only at start (the store, [admin], listeners) rolls
+    the pods when changed; what it reloads (rules) leaves them alone."""
+
+    def deployment(**over):
+        rule = {"name": "r", "algorithm": "gcra", "limit": 10, "period": "1s"}
+        values = deep_merge(
+            {"store": {"kind": "redis", "redis": {"host": "redis-a"}}, "config": {"rules": [rule]}},
+            over,
+        )
+        docs = RENDER.documents(chart.render(values=values, name="tollgate", namespace="default"))
+        [dep] = by_kind(docs, "Deployment")
+        return dep
+
+    def template(**over):
+        return deployment(**over)["spec"]["template"]
+
+    base = template()
+    rule = {"name": "r", "algorithm": "gcra", "limit": 11, "period": "1s"}
+    fail.check(
+        deployment(config={"rules": [rule]}) == deployment(),
+        "a rule's change changed the Deployment: it should reload, not roll",
+    )
+    fail.check(
+        template(replicaCount=3) == base, "scaling changed the pod template: it should not roll"
+    )
+    fail.check(
+        template(store={"onError": "deny"}) == base,
+        "store.onError changed the pod template: serve reloads it",
+    )
+    rolls = {
+        "store.redis.host": {"store": {"redis": {"host": "redis-b"}}},
+        "store.prefix": {"store": {"prefix": "other"}},
+        "store.timeout": {"store": {"timeout": "80ms"}},
+        "store.username": {"store": {"username": "app"}},
+        "store.tls.serverName": {"store": {"tls": {"enabled": True, "serverName": "r.example"}}},
+    }
+    for what, over in rolls.items():
+        fail.check(template(**over) != base, f"{what} changed, and the pod template did not")
+    raw = '[store]\nurl = "redis://{}:6379"\n[[rules]]\nname = "r"\nlimit = {}\n'
+    fail.check(
+        template(config={"toml": raw.format("redis-c", 1)})
+        != template(config={"toml": raw.format("redis-d", 1)}),
+        "config.toml's [store] url changed, and the pod template did not",
+    )
+    fail.check(
+        template(config={"toml": raw.format("redis-c", 1)})
+        == template(config={"toml": raw.format("redis-c", 2)}),
+        "config.toml's rule changed the pod template: it should reload, not roll",
+    )
+    proxy = {"enabled": True, "upstream": "http://b:80"}
+    timeout = proxy | {"settings": {"send_timeout": "5s"}}
+    fail.check(
+        template(doors={"proxy": proxy}) != template(doors={"proxy": timeout}),
+        "[proxy] send_timeout changed, and the pod template did not",
+    )
+
+
 def check_readme(fail):
     """The chart's README documents every value of values.yaml and no other
     (a row's `.port` after `store.redis.host` is `store.redis.port`), and
@@ -439,6 +514,27 @@ def check_readme(fail):
         text=True,
     )
     fail.check(links.returncode == 0, f"README.md links: {links.stdout}{links.stderr}")
+
+
+def check_manifests(fail):
+    """The plain manifests name no image only the machine that built it
+    has (localhost/), and their header says to replace the one they name."""
+    for file in RENDER.MANIFESTS:
+        text = (RENDER.OUT / file).read_text()
+        head = text.split("\n---\n", 1)[0]
+        images = re.findall(r"^ +image: \"?([^\"\s]+)", text, re.M)
+        fail.check(images, f"deploy/kubernetes/{file}: no image")
+        for image in images:
+            repo = image.rsplit(":", 1)[0]
+            fail.check(
+                not image.startswith("localhost/"),
+                f"deploy/kubernetes/{file}: image {image} exists only where it was built",
+            )
+            fail.check(
+                repo in head and "build-image.sh" in head,
+                f"deploy/kubernetes/{file}: the header does not say to push the image "
+                f"deploy/build-image.sh builds and replace {repo}:\n{head}",
+            )
 
 
 def main():
@@ -498,6 +594,7 @@ def main():
             )
         check_negative(chart, fail)
         check_rollout(chart, fail)
+        check_start_settings(chart, fail)
     check_flags(binary, flags, fail)
     check_readme(fail)
     stale = subprocess.run(
@@ -506,6 +603,7 @@ def main():
         text=True,
     )
     fail.check(stale.returncode == 0, f"deploy/kubernetes/ is stale:\n{stale.stdout}{stale.stderr}")
+    check_manifests(fail)
 
     print(
         f"{len(VALUE_SETS)} value sets: {validated} objects valid for Kubernetes "

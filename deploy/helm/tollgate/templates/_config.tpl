@@ -90,7 +90,7 @@ hybrid_lease = {{ toJson . }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- if and $s.tls.enabled (or $s.tls.existingSecret $s.tls.serverName) }}
+{{- if and $s.tls.enabled (or (and $s.tls.existingSecret (or $s.tls.caKey $s.tls.certKey)) $s.tls.serverName) }}
 
 [store.tls]
 {{- if and $s.tls.existingSecret $s.tls.caKey }}
@@ -147,4 +147,23 @@ token_file = {{ printf "%s/%s" (include "tollgate.adminTokenDir" $) .name | toJs
 {{- include "tollgate.tomlBody" (dict "path" "rules" "map" .) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+What serve reads only at start, from the TOML as the pods get it (rendered
+or config.toml): [store] but what reloads (on_error, heartbeat, replicas:
+scaling must not roll the pods), [admin], each listen address and [proxy]
+send_timeout (docs/operations.md#reloading). The Deployment hashes it into
+an annotation, so a change to one of them rolls the pods instead of
+leaving them on the old store while reporting "needs a restart".
+*/}}
+{{- define "tollgate.startSettings" -}}
+{{- $c := include "tollgate.configToml" . | fromToml }}
+{{- $fixed := dict "store" (omit ($c.store | default dict) "on_error" "heartbeat" "replicas") }}
+{{- $_ := set $fixed "admin" ($c.admin | default dict) }}
+{{- range $table := list "http" "ops" "proxy" }}
+{{- $_ := set $fixed $table (pick (get $c $table | default dict) "listen" "send_timeout") }}
+{{- end }}
+{{- with $c.Error }}{{ $_ := set $fixed "error" . }}{{ end }}
+{{- toJson $fixed }}
 {{- end }}

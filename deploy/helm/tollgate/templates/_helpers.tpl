@@ -100,6 +100,17 @@ rules across several values.
 {{- if not (has $s.kind (list "memory" "redis" "sentinel" "cluster")) }}
 {{- fail (printf "store.kind %q is not a store: use memory, redis, sentinel or cluster" $s.kind) }}
 {{- end }}
+{{- /* user:password@ (the userinfo runs to the last @, as serve reads it) */}}
+{{- $secretHow := "put the password in a Secret: store.password.existingSecret (store.username names the ACL user), or the whole URL in store.urlSecret" }}
+{{- if regexMatch "://.*:.*@" $s.url }}
+{{- fail (printf "store.url carries a password (user:password@), which would be written into the ConfigMap: %s" $secretHow) }}
+{{- end }}
+{{- with .Values.config.toml }}
+{{- $url := (fromToml .).store | default dict | dig "url" "" }}
+{{- if and (kindIs "string" $url) (regexMatch "://.*:.*@" $url) }}
+{{- fail (printf "config.toml's [store] url carries a password (user:password@), which would be written into the ConfigMap: set store.password.existingSecret and write password_file = %q in [store], or put the whole URL in store.urlSecret" (include "tollgate.passwordFile" $)) }}
+{{- end }}
+{{- end }}
 {{- $pods := int64 (include "tollgate.maxPods" .) }}
 {{- if and (eq $s.kind "memory") (gt $pods 1) (not $s.memory.allowReplicas) }}
 {{- fail (printf "store.kind=memory keeps each pod's counters apart: %d pods would admit %d times every limit. Use a Redis store (store.kind=redis, sentinel or cluster), or set store.memory.allowReplicas=true to accept it" $pods $pods) }}
@@ -146,9 +157,28 @@ rules across several values.
 {{- if and $d.admin.enabled (not $d.admin.tokens) }}
 {{- fail "doors.admin.enabled needs doors.admin.tokens: the admin API refuses to listen beyond loopback without a token" }}
 {{- end }}
+{{- $names := list }}
 {{- range $d.admin.tokens }}
 {{- if not (and .name .existingSecret .key) }}
 {{- fail "each doors.admin.tokens entry needs name, existingSecret and key" }}
+{{- end }}
+{{- /* each name is a file's path in the projected volume */}}
+{{- if has .name $names }}
+{{- fail (printf "doors.admin.tokens: the name %q is given twice; each token needs its own (it names its file and, in the audit log, its holder)" .name) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- /* one listener per port, or the pod crash-loops: address in use */}}
+{{- $taken := dict }}
+{{- range $door := list "http" "grpc" "proxy" "admin" "ops" }}
+{{- $v := ternary $.Values.ops (get $d $door) (eq $door "ops") }}
+{{- if or (eq $door "ops") $v.enabled }}
+{{- $port := toString (int64 $v.port) }}
+{{- $value := ternary "ops.port" (printf "doors.%s.port" $door) (eq $door "ops") }}
+{{- with get $taken $port }}
+{{- fail (printf "%s and %s are both %s: each enabled door and the ops listener need a port of their own" . $value $port) }}
+{{- end }}
+{{- $_ := set $taken $port $value }}
 {{- end }}
 {{- end }}
 {{- if and .Values.autoscaling.enabled (lt (int64 .Values.autoscaling.maxReplicas) (int64 .Values.autoscaling.minReplicas)) }}
