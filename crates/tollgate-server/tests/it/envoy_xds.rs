@@ -17,7 +17,7 @@ use envoy_types::pb::ratelimit::config::ratelimit::v3::{
     RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
 };
 use tollgate_server::cmd::validate::envoy_summary;
-use tollgate_server::doors::envoy::limits::EnvoyLimits;
+use tollgate_server::doors::envoy::limits::{EnvoyLimits, Unit};
 use yaml_rust2::{Yaml, YamlLoader};
 
 const FIXTURES: &[&str] = &[
@@ -194,7 +194,7 @@ fn every_field_the_message_carries_means_the_same() {
     let gold = by_path["all-fields.route_r1.tier_gold"];
     assert!(gold.quota_mode && gold.detailed_metric && !gold.shadow_mode);
     assert_eq!(gold.name, "weekly");
-    assert_eq!(gold.unit.map(|u| u.seconds()), Some(7 * 86_400));
+    assert_eq!(gold.unit, Some(Unit::Week));
     let metadata = limits.metadata(gold).expect("metadata");
     let field = |k: &str| metadata.fields[k].kind.clone();
     assert_eq!(field("flag"), Some(Kind::StringValue("true".into())));
@@ -204,10 +204,10 @@ fn every_field_the_message_carries_means_the_same() {
     let silver = by_path["all-fields.route_r1.tier_silver"];
     assert!(silver.shadow_mode);
     assert_eq!(silver.replaces, ["weekly"]);
-    assert_eq!(silver.unit.map(|u| u.seconds()), Some(30 * 86_400));
+    assert_eq!(silver.unit, Some(Unit::Month));
     let bronze = by_path["all-fields.route_r1.tier_bronze"];
     assert_eq!((bronze.requests_per_unit, bronze.rule), (0, None));
-    assert_eq!(bronze.unit.map(|u| u.seconds()), Some(365 * 86_400));
+    assert_eq!(bronze.unit, Some(Unit::Year));
     let any = by_path["all-fields.route_r1.tier"];
     assert!(any.unlimited && any.unit.is_none());
     assert_eq!(
