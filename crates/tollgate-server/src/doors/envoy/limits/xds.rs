@@ -253,3 +253,67 @@ fn value(v: &ProtoValue) -> Yaml {
         Some(Kind::ListValue(l)) => node(Value::Seq(l.values.iter().map(value).collect())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_field_is_renamed_by_its_own_descriptor_not_a_prefix_of_its_index() {
+        let chains = HashMap::from([
+            ("descriptors[1]".to_owned(), "a=1".to_owned()),
+            ("descriptors[10]".to_owned(), "b".to_owned()),
+            (
+                "descriptors[10].descriptors[0]".to_owned(),
+                "b > c".to_owned(),
+            ),
+        ]);
+        assert_eq!(rename("descriptors[10].key", &chains), "descriptor b, key");
+        assert_eq!(
+            rename("descriptors[10].descriptors[0].rate_limit.unit", &chains),
+            "descriptor b > c, rate_limit.unit"
+        );
+        assert_eq!(rename("descriptors[1]", &chains), "descriptor a=1");
+        assert_eq!(rename("domain", &chains), "domain");
+    }
+
+    #[test]
+    fn metadata_numbers_keep_every_bit() {
+        let numbers = [1e300, 3.0, -0.0, 0.1, 2f64.powi(60) + 2048.0, 5e-324];
+        let fields = numbers
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let v = ProtoValue {
+                    kind: Some(Kind::NumberValue(n)),
+                };
+                (format!("n{i}"), v)
+            })
+            .collect();
+        let metadata = Struct { fields };
+        let descriptor = RateLimitDescriptor {
+            key: "k".into(),
+            metadata: Some(metadata.clone()),
+            rate_limit: Some(RateLimitPolicy {
+                unit: RateLimitUnit::Second.into(),
+                requests_per_unit: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let resource = RateLimitConfig {
+            name: String::new(),
+            domain: "d".into(),
+            descriptors: vec![descriptor],
+        };
+        let limits = EnvoyLimits::from_xds(&[resource], &[], false).expect("valid");
+        let limit = limits.limits().next().expect("a limit");
+        let got = limits.metadata(limit).expect("metadata");
+        for (i, n) in numbers.iter().enumerate() {
+            let Some(Kind::NumberValue(m)) = got.fields[&format!("n{i}")].kind else {
+                panic!("n{i} is not a number: {got:?}");
+            };
+            assert_eq!(m.to_bits(), n.to_bits(), "{n}");
+        }
+    }
+}
