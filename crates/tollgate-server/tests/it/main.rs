@@ -29,6 +29,7 @@ mod envoy_reference_wildcards;
 mod envoy_settings;
 mod envoy_usage;
 mod envoy_wildcards;
+mod envoy_xds;
 mod fleet_inflight;
 mod fleet_processes;
 mod fleet_proxy;

@@ -11,6 +11,14 @@ use crate::config::file::{ConfigError, ConfigErrors};
 
 const ROOT_FIELDS: &[&str] = &["domain", "descriptors"];
 
+/// A top-level `name` is not in the reference's schema but in Envoy
+/// Gateway's rendered configs and `egctl x config envoy-ratelimit` output
+/// (the xDS resource's name); the reference accepts it, as it accepts any
+/// of its keys at any level, and ignores it. So does this loader, after
+/// checking it is a string; it is left out of the "expected one of" list,
+/// as it means nothing here.
+const IGNORED_ROOT_FIELD: &str = "name";
+
 impl Loader {
     /// Checks one file's text and adds its domain.
     pub(super) fn file(&mut self, file: &str, text: &str) {
@@ -25,7 +33,9 @@ impl Loader {
         self.errors[start..].sort_by_key(|e| e.line.unwrap_or(0));
     }
 
-    fn root(&mut self, root: Option<&Yaml>) {
+    /// Checks one file's (or xDS resource's) top mapping and adds its
+    /// domain.
+    pub(super) fn root(&mut self, root: Option<&Yaml>) {
         let empty = Yaml {
             line: 1,
             value: Rc::new(Value::Null),
@@ -41,6 +51,7 @@ impl Loader {
             });
             return;
         }
+        let root = &self.without_name(root);
         let Some(fields) = self.fields(
             root,
             "",
@@ -95,6 +106,27 @@ impl Loader {
         self.descriptors(fields.get("descriptors"), "descriptors", &parent, &mut top);
         if let Some(domain) = domain {
             self.out.domains.insert(domain, top);
+        }
+    }
+}
+
+impl Loader {
+    /// `root` without its `name` entries, each checked to be a string.
+    fn without_name(&mut self, root: &Yaml) -> Yaml {
+        let Value::Map(entries) = &*root.value else {
+            return root.clone();
+        };
+        let mut kept = Vec::with_capacity(entries.len());
+        for (key, value) in entries {
+            if matches!(&*key.value, Value::Scalar { text, .. } if text == IGNORED_ROOT_FIELD) {
+                let _ = self.string(value, IGNORED_ROOT_FIELD);
+            } else {
+                kept.push((key.clone(), value.clone()));
+            }
+        }
+        Yaml {
+            line: root.line,
+            value: Rc::new(Value::Map(kept)),
         }
     }
 }

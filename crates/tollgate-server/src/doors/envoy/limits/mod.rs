@@ -59,8 +59,9 @@
 //! typed field readers), `files.rs` (each file's domain, and
 //! [`EnvoyLimits::load`]/[`EnvoyLimits::parse`]), `descriptors.rs` (the
 //! descriptor trees), `rate_limit.rs` (each limit and its rule);
-//! `naming.rs` ([`store_key`] and the generated rule names); the tests are
-//! in `tests/`.
+//! `naming.rs` ([`store_key`] and the generated rule names); `xds.rs`
+//! ([`EnvoyLimits::from_xds`]: the same limits from xDS `RateLimitConfig`
+//! resources, through the same checks); the tests are in `tests/`.
 
 mod descriptors;
 mod files;
@@ -72,6 +73,7 @@ mod overrides;
 mod rate_limit;
 mod scalars;
 mod tree;
+mod xds;
 mod yaml;
 
 pub use naming::store_key;

@@ -376,3 +376,24 @@ fn errors_from_every_file_are_collected_in_file_order() {
              c.yaml:1: domain: config file cannot have empty domain"
     );
 }
+
+/// Envoy Gateway's rendered configs and `egctl x config envoy-ratelimit`
+/// put the xDS resource's `name` at the top; the reference ignores it, and
+/// so does the loader once it has checked it is a string.
+#[test]
+fn a_top_level_name_is_accepted_and_ignored() {
+    let named = ok(
+        "name: first-listener\ndomain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n",
+    );
+    assert_eq!(named.domains(), ["d"]);
+    let paths: Vec<&str> = named.limits().map(|l| l.path.as_str()).collect();
+    assert_eq!(paths, ["d.k"]);
+    assert_eq!(
+        error("name: [a, b]\ndomain: d\n"),
+        (
+            1,
+            "name".to_owned(),
+            "expected a string, found a list".to_owned()
+        )
+    );
+}
