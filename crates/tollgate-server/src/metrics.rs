@@ -24,6 +24,10 @@
 //! Rule labels come from the config only (an unknown rule is refused
 //! before anything is recorded), so label sets stay bounded.
 
+pub mod catalog;
+pub mod process;
+pub mod text;
+
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -53,6 +57,36 @@ pub const STORE_UP: &str = "tollgate_store_up";
 /// `tollgate_upstream_errors_total{kind}`.
 pub const UPSTREAM_ERRORS: &str = "tollgate_upstream_errors_total";
 
+/// `tollgate_envoy_unknown_domain_requests_total` (the Envoy door's,
+/// named here so the catalog need not import a door).
+pub const ENVOY_UNKNOWN_DOMAIN: &str = "tollgate_envoy_unknown_domain_requests_total";
+/// `tollgate_envoy_descriptors_total{key, outcome}`.
+pub const ENVOY_DESCRIPTORS: &str = "tollgate_envoy_descriptors_total";
+/// `tollgate_envoy_metric_keys_folded_total`.
+pub const ENVOY_FOLDED: &str = "tollgate_envoy_metric_keys_folded_total";
+
+/// `tollgate_build_info{version}`: always 1.
+pub const BUILD_INFO: &str = "tollgate_build_info";
+
+/// `tollgate_decision_latency_seconds{door}`: the time a door took to
+/// decide a request.
+pub const DECISION_LATENCY: &str = "tollgate_decision_latency_seconds";
+
+/// The help of [`metric::UTILIZATION`].
+pub const UTILIZATION_HELP: &str = "The highest share of its capacity any key of the rule used \
+     at a decision since the previous scrape.";
+
+/// The `tollgate_build_info` line: the version built, the target it runs on.
+#[must_use]
+pub fn build_info_line() -> String {
+    format!(
+        "{BUILD_INFO}{{version=\"{}\",os=\"{}\",arch=\"{}\"}} 1\n",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+    )
+}
+
 /// The `tollgate_utilization_ratio{rule}` series of the rules serving now,
 /// rendered here rather than kept as gauges of the recorder: a gauge
 /// cannot be removed from it, and a rule a reload removed must not keep a
@@ -61,10 +95,7 @@ pub const UPSTREAM_ERRORS: &str = "tollgate_upstream_errors_total";
 pub fn utilization_lines(shares: &[(String, f64)]) -> String {
     use std::fmt::Write as _;
     let name = metric::UTILIZATION;
-    let mut out = format!(
-        "# HELP {name} The highest share of its capacity any key of the rule used \
-         at a decision since the previous scrape.\n# TYPE {name} gauge\n"
-    );
+    let mut out = format!("# HELP {name} {UTILIZATION_HELP}\n# TYPE {name} gauge\n");
     for (rule, share) in shares {
         let _ = writeln!(out, "{name}{{rule=\"{}\"}} {share}", label_value(rule));
     }
@@ -101,69 +132,11 @@ pub fn handle() -> PrometheusHandle {
                     // this handle renders what it has (nothing), which is
                     // still valid Prometheus text.
                     let _ = metrics::set_global_recorder(recorder);
-                    describe();
+                    catalog::describe();
                     handle
                 }
                 Err(_) => PrometheusBuilder::new().build_recorder().handle(),
             }
         })
         .clone()
-}
-
-fn describe() {
-    metrics::describe_counter!(
-        CHECKS,
-        "Checks by rule and outcome (one per rule of a multi-rule check)."
-    );
-    metrics::describe_histogram!(
-        STORE_LATENCY,
-        metrics::Unit::Seconds,
-        "Time the store took to answer a check."
-    );
-    metrics::describe_counter!(
-        STORE_ERRORS,
-        "Store calls that failed (or were skipped by the open circuit breaker), by kind."
-    );
-    metrics::describe_counter!(
-        FAILURE_POLICY,
-        "Checks answered by the failure policy because the store failed."
-    );
-    metrics::describe_counter!(
-        BREAKER_OPENED,
-        "Times the circuit breaker opened after repeated store failures."
-    );
-    metrics::describe_gauge!(
-        BREAKER_OPEN,
-        "1 while the circuit breaker is open (checks skip the store), else 0."
-    );
-    metrics::describe_gauge!(
-        LIVE_REPLICAS,
-        "Replicas sharing the store, as learned from the heartbeat."
-    );
-    metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
-    metrics::describe_gauge!(
-        STORE_UP,
-        "1 while the store answers (as /readyz reports it), 0 when it does not."
-    );
-    metrics::describe_counter!(
-        crate::config::RELOADS,
-        "Config reloads by outcome (error: refused, the old config still serves)."
-    );
-    metrics::describe_gauge!(
-        crate::config::LOADED_AT,
-        metrics::Unit::Seconds,
-        "When the serving config was loaded (Unix time)."
-    );
-    metrics::describe_gauge!(
-        metric::RESERVATIONS_OPEN,
-        "Reservations this replica made that are neither settled nor cancelled through it, their ttl not over."
-    );
-    metrics::describe_gauge!(
-        metric::LEASES_HELD,
-        "Leases this replica took that are neither released through it nor ended by themselves."
-    );
-    metrics::describe_counter!(
-        UPSTREAM_ERRORS,
-        "Proxied requests the upstream failed: no connection (502), an error (502) or no answer in time (504)."
-    );
 }
