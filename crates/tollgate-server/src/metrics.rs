@@ -72,6 +72,34 @@ pub const BUILD_INFO: &str = "tollgate_build_info";
 /// decide a request.
 pub const DECISION_LATENCY: &str = "tollgate_decision_latency_seconds";
 
+/// A door that records [`DECISION_LATENCY`], its `door` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// The HTTP API (`POST /v1/check`).
+    Api,
+    /// The reverse proxy.
+    Proxy,
+    /// Envoy's `ShouldRateLimit`.
+    Envoy,
+}
+
+/// The [`DECISION_LATENCY`] series of `door`, registered at first use and
+/// kept: a call records into it without building a key or allocating
+/// (the recorder's lock-free bucket takes a new block once per 64
+/// samples). Made at the door's start, so the series is there, at 0,
+/// before the first request; install the recorder ([`handle`]) first.
+#[must_use]
+pub fn decision_latency(door: Door) -> &'static metrics::Histogram {
+    static SERIES: [OnceLock<metrics::Histogram>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let label = match door {
+        Door::Api => "api",
+        Door::Proxy => "proxy",
+        Door::Envoy => "envoy",
+    };
+    SERIES[door as usize].get_or_init(|| metrics::histogram!(DECISION_LATENCY, "door" => label))
+}
+
 /// The help of [`metric::UTILIZATION`].
 pub const UTILIZATION_HELP: &str = "The highest share of its capacity any key of the rule used \
      at a decision since the previous scrape.";
@@ -109,7 +137,7 @@ fn label_value(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Store latency buckets, seconds: 100 µs to 1 s.
+/// Store and decision latency buckets, seconds: 100 µs to 1 s.
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
@@ -124,6 +152,12 @@ pub fn handle() -> PrometheusHandle {
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(STORE_LATENCY.to_owned()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(DECISION_LATENCY.to_owned()),
+                        LATENCY_BUCKETS,
+                    )
+                })
                 .map(PrometheusBuilder::build_recorder);
             match recorder {
                 Ok(recorder) => {

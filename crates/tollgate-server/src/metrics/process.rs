@@ -79,7 +79,12 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn every_process_series_is_read_on_linux() {
         let text = super::lines();
-        for name in [super::CPU, super::RESIDENT, super::OPEN_FDS, super::START_TIME] {
+        for name in [
+            super::CPU,
+            super::RESIDENT,
+            super::OPEN_FDS,
+            super::START_TIME,
+        ] {
             let line = text.lines().find(|l| l.starts_with(name)).expect(name);
             let value: f64 = line[name.len() + 1..].parse().unwrap();
             // CPU time may still read 0 in a young process

@@ -34,7 +34,9 @@ pub fn stable(text: &str) -> String {
             let mut words = rest.split(' ');
             current = words.next().unwrap_or_default().to_owned();
             let block = blocks.entry(current.clone()).or_default();
-            block.kind.get_or_insert_with(|| words.next().unwrap_or_default().to_owned());
+            block
+                .kind
+                .get_or_insert_with(|| words.next().unwrap_or_default().to_owned());
         } else if line.is_empty() || line.starts_with('#') {
         } else {
             let name = line.split(['{', ' ']).next().unwrap_or_default();
@@ -43,7 +45,11 @@ pub fn stable(text: &str) -> String {
             if !name.starts_with(current.as_str()) || current.is_empty() {
                 current = name.to_owned();
             }
-            blocks.entry(current.clone()).or_default().samples.push(line.to_owned());
+            blocks
+                .entry(current.clone())
+                .or_default()
+                .samples
+                .push(line.to_owned());
         }
     }
     for &(name, kind, _) in FAMILIES {

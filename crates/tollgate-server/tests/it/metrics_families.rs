@@ -1,13 +1,17 @@
 //! `/metrics` as a whole (docs/operations.md, "Metrics"): a fresh serve
 //! lists every family tollgate exports, each with `# HELP` and `# TYPE`,
 //! before any request; families come in name order, the same at every
-//! scrape; the build and the process are described.
+//! scrape; the build and the process are described; each door records
+//! its decision latency.
 
 use std::collections::BTreeSet;
 
 use tollgate_server::metrics::catalog::FAMILIES;
 
-use crate::support::{Tollgate, get, post_json};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+use crate::support::rls::{Rls, desc};
+use crate::support::{Tollgate, get, post_json, request, start_upstream};
 
 const CONFIG: &str = r#"
 [[rules]]
@@ -34,7 +38,10 @@ fn families(text: &str) -> Vec<String> {
         } else if !line.starts_with('#') && !line.is_empty() {
             let name = line.split(['{', ' ']).next().unwrap();
             let family = names.last().expect("a sample before any TYPE");
-            assert!(name.starts_with(family.as_str()), "{line:?} outside its family:\n{text}");
+            assert!(
+                name.starts_with(family.as_str()),
+                "{line:?} outside its family:\n{text}"
+            );
         }
         previous = line;
     }
@@ -47,7 +54,10 @@ fn a_fresh_serve_lists_every_family_with_help_and_type() {
     let text = get(s.api(), "/metrics").text();
     let names: BTreeSet<String> = families(&text).into_iter().collect();
     for (name, kind, _) in FAMILIES {
-        assert!(names.contains(*name), "{name} missing before any request:\n{text}");
+        assert!(
+            names.contains(*name),
+            "{name} missing before any request:\n{text}"
+        );
         assert!(
             text.contains(&format!("# TYPE {name} {}\n", kind.as_str())),
             "{name}:\n{text}"
@@ -118,6 +128,60 @@ fn build_info_and_process_series_are_exported() {
         let value: f64 = line[name.len() + 1..].parse().unwrap();
         assert!(value >= 0.0, "{line}");
     }
-    let fds = text.lines().find(|l| l.starts_with("process_open_fds ")).unwrap();
-    assert!(!fds.ends_with(" 0"), "a serving process holds sockets: {fds}");
+    let fds = text
+        .lines()
+        .find(|l| l.starts_with("process_open_fds "))
+        .unwrap();
+    assert!(
+        !fds.ends_with(" 0"),
+        "a serving process holds sockets: {fds}"
+    );
+}
+
+/// The `_count` of `tollgate_decision_latency_seconds{door}` in `text`.
+fn decisions(text: &str, door: &str) -> Option<u64> {
+    let prefix = format!("tollgate_decision_latency_seconds_count{{door=\"{door}\"}} ");
+    let line = text.lines().find(|l| l.starts_with(&prefix))?;
+    line[prefix.len()..].parse().ok()
+}
+
+#[test]
+fn every_door_records_its_decision_latency_from_zero() {
+    let up = start_upstream();
+    let upstream = format!("http://{}", up.addr);
+    let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n";
+    let config = format!("{CONFIG}key = \"client_ip\"\n");
+    let mut rls = Rls::start_with(
+        &config,
+        yaml,
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--proxy",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream,
+        ],
+    );
+    let s = &rls.server;
+    let before = get(s.api(), "/metrics").text();
+    for door in ["api", "proxy", "envoy"] {
+        assert_eq!(decisions(&before, door), Some(0), "{door}:\n{before}");
+    }
+    post_json(s.api(), "/v1/check", r#"{"rule":"per_user","key":"a"}"#);
+    assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 200);
+    let api = s.api();
+    rls.ok(RateLimitRequest {
+        domain: "d".to_owned(),
+        descriptors: vec![desc(&[("k", "v")])],
+        ..RateLimitRequest::default()
+    });
+    let after = get(api, "/metrics").text();
+    for door in ["api", "proxy", "envoy"] {
+        assert_eq!(decisions(&after, door), Some(1), "{door}:\n{after}");
+    }
+    assert!(
+        after.contains("# TYPE tollgate_decision_latency_seconds histogram\n"),
+        "{after}"
+    );
 }

@@ -94,6 +94,8 @@ impl RateLimitServer {
         max_decoding_message_size: usize,
         body_timeout: Duration,
     ) -> Self {
+        // the latency series at 0 from the start
+        let _ = crate::metrics::decision_latency(crate::metrics::Door::Envoy);
         Self(Arc::new(Shared {
             current,
             health: HealthServer::new(health).max_decoding_message_size(max_decoding_message_size),
@@ -149,7 +151,11 @@ impl RateLimitServer {
         };
         let request = RateLimitRequest::decode(message).map_err(decode_error)?;
         let service = (self.0.current)();
-        service.decide(&request).await
+        let started = std::time::Instant::now();
+        let answer = service.decide(&request).await;
+        crate::metrics::decision_latency(crate::metrics::Door::Envoy)
+            .record(started.elapsed().as_secs_f64());
+        answer
     }
 
     /// The health service (tonic-health's, under the same body bound), its
