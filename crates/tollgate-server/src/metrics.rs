@@ -16,6 +16,13 @@
 //! | `tollgate_config_reloads_total` | counter | `outcome` (`ok`, `error`) | config reloads ([`crate::reload`]) |
 //! | `tollgate_config_info` | gauge | `version` | 1 for the config version serving (one series, written by the API) |
 //! | `tollgate_config_loaded_timestamp_seconds` | gauge | | when the serving config was loaded |
+//! | `tollgate_decision_latency_seconds` | histogram | `door` (`api`, `proxy`, `envoy`) | time a door took to decide a request, store call included ([`decision_latency`]) |
+//! | `tollgate_build_info` | gauge | `version`, `os`, `arch` | always 1 |
+//! | `process_*` | | | CPU seconds, resident bytes, open fds, start time, from `/proc` at each scrape ([`process`]) |
+//!
+//! Every family, with its type and help, is in [`catalog::FAMILIES`];
+//! `/metrics` goes through [`text::stable`]: sorted, and each family
+//! listed with `# HELP` and `# TYPE` before its first series.
 //!
 //! The library's [`tollgate::resilient::ResilientLimiter`] records all but
 //! the memory-store, store-up and upstream series; the names are its
