@@ -95,7 +95,6 @@ pub enum Door {
 /// (the recorder's lock-free bucket takes a new block once per 64
 /// samples). Made at the door's start, so the series is there, at 0,
 /// before the first request; install the recorder ([`handle`]) first.
-#[must_use]
 pub fn decision_latency(door: Door) -> &'static metrics::Histogram {
     static SERIES: [OnceLock<metrics::Histogram>; 3] =
         [OnceLock::new(), OnceLock::new(), OnceLock::new()];
