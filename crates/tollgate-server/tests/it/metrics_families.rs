@@ -168,6 +168,16 @@ fn every_door_records_its_decision_latency_from_zero() {
     for door in ["api", "proxy", "envoy"] {
         assert_eq!(decisions(&before, door), Some(0), "{door}:\n{before}");
     }
+    // the doors' unlabelled (or bounded-label) counters, at 0 from the start
+    for series in [
+        "tollgate_envoy_unknown_domain_requests_total 0",
+        "tollgate_envoy_metric_keys_folded_total 0",
+        "tollgate_upstream_errors_total{kind=\"connect\"} 0",
+        "tollgate_upstream_errors_total{kind=\"timeout\"} 0",
+        "tollgate_upstream_errors_total{kind=\"other\"} 0",
+    ] {
+        assert!(before.lines().any(|l| l == series), "{series}:\n{before}");
+    }
     post_json(s.api(), "/v1/check", r#"{"rule":"per_user","key":"a"}"#);
     assert_eq!(request(s.proxy(), "GET", "/", &[], b"").status, 200);
     let api = s.api();

@@ -94,8 +94,10 @@ impl RateLimitServer {
         max_decoding_message_size: usize,
         body_timeout: Duration,
     ) -> Self {
-        // the latency series at 0 from the start
+        // the latency series and the unlabelled counters at 0 from the start
         let _ = crate::metrics::decision_latency(crate::metrics::Door::Envoy);
+        ::metrics::counter!(super::unknown::UNKNOWN_DOMAIN).increment(0);
+        ::metrics::counter!(super::detailed::FOLDED).increment(0);
         Self(Arc::new(Shared {
             current,
             health: HealthServer::new(health).max_decoding_message_size(max_decoding_message_size),

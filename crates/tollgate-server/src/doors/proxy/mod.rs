@@ -133,8 +133,11 @@ impl Proxy {
     /// An `ipv6_prefix` the extractor refuses, or a rule the gate does not
     /// hold.
     pub fn new(gate: Arc<Gate>, config: &Config, upstream: Upstream) -> Result<Self, String> {
-        // the latency series at 0 from the start
+        // the latency series and the upstream errors at 0 from the start
         let _ = crate::metrics::decision_latency(crate::metrics::Door::Proxy);
+        for kind in ["connect", "timeout", "other"] {
+            ::metrics::counter!(crate::metrics::UPSTREAM_ERRORS, "kind" => kind).increment(0);
+        }
         let client_ip = ClientIpConfig::new()
             .with_trusted_proxies(config.proxy.trusted_proxies.iter().copied())
             .with_ipv6_prefix(config.proxy.ipv6_prefix)?;
