@@ -16,6 +16,13 @@
 //! | `tollgate_config_reloads_total` | counter | `outcome` (`ok`, `error`) | config reloads ([`crate::reload`]) |
 //! | `tollgate_config_info` | gauge | `version` | 1 for the config version serving (one series, written by the API) |
 //! | `tollgate_config_loaded_timestamp_seconds` | gauge | | when the serving config was loaded |
+//! | `tollgate_decision_latency_seconds` | histogram | `door` (`api`, `proxy`, `envoy`) | time a door took to decide a request, store call included ([`decision_latency`]) |
+//! | `tollgate_build_info` | gauge | `version`, `os`, `arch` | always 1 |
+//! | `process_*` | | | CPU seconds, resident bytes, open fds, start time, from `/proc` at each scrape ([`process`]) |
+//!
+//! Every family, with its type and help, is in [`catalog::FAMILIES`];
+//! `/metrics` goes through [`text::stable`]: sorted, and each family
+//! listed with `# HELP` and `# TYPE` before its first series.
 //!
 //! The library's [`tollgate::resilient::ResilientLimiter`] records all but
 //! the memory-store, store-up and upstream series; the names are its
@@ -23,6 +30,10 @@
 //!
 //! Rule labels come from the config only (an unknown rule is refused
 //! before anything is recorded), so label sets stay bounded.
+
+pub mod catalog;
+pub mod process;
+pub mod text;
 
 use std::sync::OnceLock;
 
@@ -53,6 +64,63 @@ pub const STORE_UP: &str = "tollgate_store_up";
 /// `tollgate_upstream_errors_total{kind}`.
 pub const UPSTREAM_ERRORS: &str = "tollgate_upstream_errors_total";
 
+/// `tollgate_envoy_unknown_domain_requests_total` (the Envoy door's,
+/// named here so the catalog need not import a door).
+pub const ENVOY_UNKNOWN_DOMAIN: &str = "tollgate_envoy_unknown_domain_requests_total";
+/// `tollgate_envoy_descriptors_total{key, outcome}`.
+pub const ENVOY_DESCRIPTORS: &str = "tollgate_envoy_descriptors_total";
+/// `tollgate_envoy_metric_keys_folded_total`.
+pub const ENVOY_FOLDED: &str = "tollgate_envoy_metric_keys_folded_total";
+
+/// `tollgate_build_info{version}`: always 1.
+pub const BUILD_INFO: &str = "tollgate_build_info";
+
+/// `tollgate_decision_latency_seconds{door}`: the time a door took to
+/// decide a request.
+pub const DECISION_LATENCY: &str = "tollgate_decision_latency_seconds";
+
+/// A door that records [`DECISION_LATENCY`], its `door` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// The HTTP API (`POST /v1/check`).
+    Api,
+    /// The reverse proxy.
+    Proxy,
+    /// Envoy's `ShouldRateLimit`.
+    Envoy,
+}
+
+/// The [`DECISION_LATENCY`] series of `door`, registered at first use and
+/// kept: a call records into it without building a key or allocating
+/// (the recorder's lock-free bucket takes a new block once per 64
+/// samples). Made at the door's start, so the series is there, at 0,
+/// before the first request; install the recorder ([`handle`]) first.
+pub fn decision_latency(door: Door) -> &'static metrics::Histogram {
+    static SERIES: [OnceLock<metrics::Histogram>; 3] =
+        [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+    let label = match door {
+        Door::Api => "api",
+        Door::Proxy => "proxy",
+        Door::Envoy => "envoy",
+    };
+    SERIES[door as usize].get_or_init(|| metrics::histogram!(DECISION_LATENCY, "door" => label))
+}
+
+/// The help of [`metric::UTILIZATION`].
+pub const UTILIZATION_HELP: &str = "The highest share of its capacity any key of the rule used \
+     at a decision since the previous scrape.";
+
+/// The `tollgate_build_info` line: the version built, the target it runs on.
+#[must_use]
+pub fn build_info_line() -> String {
+    format!(
+        "{BUILD_INFO}{{version=\"{}\",os=\"{}\",arch=\"{}\"}} 1\n",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+    )
+}
+
 /// The `tollgate_utilization_ratio{rule}` series of the rules serving now,
 /// rendered here rather than kept as gauges of the recorder: a gauge
 /// cannot be removed from it, and a rule a reload removed must not keep a
@@ -61,10 +129,7 @@ pub const UPSTREAM_ERRORS: &str = "tollgate_upstream_errors_total";
 pub fn utilization_lines(shares: &[(String, f64)]) -> String {
     use std::fmt::Write as _;
     let name = metric::UTILIZATION;
-    let mut out = format!(
-        "# HELP {name} The highest share of its capacity any key of the rule used \
-         at a decision since the previous scrape.\n# TYPE {name} gauge\n"
-    );
+    let mut out = format!("# HELP {name} {UTILIZATION_HELP}\n# TYPE {name} gauge\n");
     for (rule, share) in shares {
         let _ = writeln!(out, "{name}{{rule=\"{}\"}} {share}", label_value(rule));
     }
@@ -78,7 +143,7 @@ fn label_value(s: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// Store latency buckets, seconds: 100 µs to 1 s.
+/// Store and decision latency buckets, seconds: 100 µs to 1 s.
 const LATENCY_BUCKETS: &[f64] = &[
     0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
@@ -93,6 +158,12 @@ pub fn handle() -> PrometheusHandle {
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full(STORE_LATENCY.to_owned()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(DECISION_LATENCY.to_owned()),
+                        LATENCY_BUCKETS,
+                    )
+                })
                 .map(PrometheusBuilder::build_recorder);
             match recorder {
                 Ok(recorder) => {
@@ -101,69 +172,11 @@ pub fn handle() -> PrometheusHandle {
                     // this handle renders what it has (nothing), which is
                     // still valid Prometheus text.
                     let _ = metrics::set_global_recorder(recorder);
-                    describe();
+                    catalog::describe();
                     handle
                 }
                 Err(_) => PrometheusBuilder::new().build_recorder().handle(),
             }
         })
         .clone()
-}
-
-fn describe() {
-    metrics::describe_counter!(
-        CHECKS,
-        "Checks by rule and outcome (one per rule of a multi-rule check)."
-    );
-    metrics::describe_histogram!(
-        STORE_LATENCY,
-        metrics::Unit::Seconds,
-        "Time the store took to answer a check."
-    );
-    metrics::describe_counter!(
-        STORE_ERRORS,
-        "Store calls that failed (or were skipped by the open circuit breaker), by kind."
-    );
-    metrics::describe_counter!(
-        FAILURE_POLICY,
-        "Checks answered by the failure policy because the store failed."
-    );
-    metrics::describe_counter!(
-        BREAKER_OPENED,
-        "Times the circuit breaker opened after repeated store failures."
-    );
-    metrics::describe_gauge!(
-        BREAKER_OPEN,
-        "1 while the circuit breaker is open (checks skip the store), else 0."
-    );
-    metrics::describe_gauge!(
-        LIVE_REPLICAS,
-        "Replicas sharing the store, as learned from the heartbeat."
-    );
-    metrics::describe_gauge!(MEMORY_KEYS, "Keys held by the in-memory store.");
-    metrics::describe_gauge!(
-        STORE_UP,
-        "1 while the store answers (as /readyz reports it), 0 when it does not."
-    );
-    metrics::describe_counter!(
-        crate::config::RELOADS,
-        "Config reloads by outcome (error: refused, the old config still serves)."
-    );
-    metrics::describe_gauge!(
-        crate::config::LOADED_AT,
-        metrics::Unit::Seconds,
-        "When the serving config was loaded (Unix time)."
-    );
-    metrics::describe_gauge!(
-        metric::RESERVATIONS_OPEN,
-        "Reservations this replica made that are neither settled nor cancelled through it, their ttl not over."
-    );
-    metrics::describe_gauge!(
-        metric::LEASES_HELD,
-        "Leases this replica took that are neither released through it nor ended by themselves."
-    );
-    metrics::describe_counter!(
-        UPSTREAM_ERRORS,
-        "Proxied requests the upstream failed: no connection (502), an error (502) or no answer in time (504)."
-    );
 }

@@ -74,7 +74,8 @@ pub use model::*;
 pub use file::{ConfigError, ConfigErrors};
 pub(crate) use status::record_loaded;
 pub use status::{
-    CONFIG_INFO, ConfigInfo, LOADED_AT, RELOADS, ReloadError, ReloadStatus, config_info_lines,
+    CONFIG_INFO, CONFIG_INFO_HELP, ConfigInfo, LOADED_AT, RELOADS, ReloadError, ReloadStatus,
+    config_info_lines,
 };
 pub use version::{rfc3339, version_of_files, version_of_text};
 

@@ -40,6 +40,9 @@ pub const RELOADS: &str = "tollgate_config_reloads_total";
 /// facade, whose series cannot be removed: every reload would leave one
 /// behind.
 pub const CONFIG_INFO: &str = "tollgate_config_info";
+/// The help of [`CONFIG_INFO`].
+pub const CONFIG_INFO_HELP: &str =
+    "The config version serving (a content hash of its files), always 1.";
 /// Gauge `tollgate_config_loaded_timestamp_seconds`: when the serving
 /// config was loaded (Unix time).
 pub const LOADED_AT: &str = "tollgate_config_loaded_timestamp_seconds";
@@ -124,7 +127,7 @@ pub(crate) fn record_loaded(info: &ConfigInfo) {
 #[must_use]
 pub fn config_info_lines(info: &ConfigInfo) -> String {
     format!(
-        "# HELP {CONFIG_INFO} The config version serving (a content hash of its files), always 1.\n\
+        "# HELP {CONFIG_INFO} {CONFIG_INFO_HELP}\n\
          # TYPE {CONFIG_INFO} gauge\n{CONFIG_INFO}{{version=\"{}\"}} 1\n",
         info.version
     )

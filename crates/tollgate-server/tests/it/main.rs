@@ -37,6 +37,7 @@ mod hostile_files;
 mod http_api;
 mod hybrid_serve;
 mod llm_gateway;
+mod metrics_families;
 mod near_limit;
 mod openapi;
 mod ops;

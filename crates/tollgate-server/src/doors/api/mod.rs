@@ -128,6 +128,8 @@ impl Api {
     #[must_use]
     pub fn new(gate: Arc<Gate>, headers: HeaderOptions, metrics: PrometheusHandle) -> Self {
         let policies = Arc::new(PolicyCache::new(gate.rules().len()));
+        // the latency series at 0 from the start
+        let _ = crate::metrics::decision_latency(crate::metrics::Door::Api);
         let probes = Probes::new(Arc::clone(&gate), metrics.clone());
         Self {
             gate,
@@ -214,12 +216,15 @@ impl Api {
             Ok(p) => p,
             Err(res) => return *res,
         };
+        let started = std::time::Instant::now();
         let result = if let [pair] = parsed.pairs.as_slice() {
             let one = Check::new(&pair.rule, pair.key.as_bytes()).cost(pair.cost);
             self.gate.check_all(std::slice::from_ref(&one)).await
         } else {
             self.gate.check_all(&checks_of(&parsed)).await
         };
+        crate::metrics::decision_latency(crate::metrics::Door::Api)
+            .record(started.elapsed().as_secs_f64());
         match result {
             Ok(verdict) => answer(
                 self,

@@ -15,10 +15,10 @@ use crate::doors::envoy::limits::EnvoyLimits;
 
 /// Counter, labels `key`, `outcome` (`within_limit`, `over_limit`,
 /// `shadow_mode`): one per descriptor whose limit names runtime values.
-pub const DESCRIPTORS: &str = "tollgate_envoy_descriptors_total";
+pub const DESCRIPTORS: &str = crate::metrics::ENVOY_DESCRIPTORS;
 /// Counter: descriptors counted under `key="_other"` because
 /// [`MAX_METRIC_KEYS`] keys were already in use.
-pub const FOLDED: &str = "tollgate_envoy_metric_keys_folded_total";
+pub const FOLDED: &str = crate::metrics::ENVOY_FOLDED;
 /// The most distinct `key` labels one server records.
 pub const MAX_METRIC_KEYS: usize = 1_000;
 /// The label keys past the cap are counted under.

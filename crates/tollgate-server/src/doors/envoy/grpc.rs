@@ -94,6 +94,10 @@ impl RateLimitServer {
         max_decoding_message_size: usize,
         body_timeout: Duration,
     ) -> Self {
+        // the latency series and the unlabelled counters at 0 from the start
+        let _ = crate::metrics::decision_latency(crate::metrics::Door::Envoy);
+        ::metrics::counter!(super::unknown::UNKNOWN_DOMAIN).increment(0);
+        ::metrics::counter!(super::detailed::FOLDED).increment(0);
         Self(Arc::new(Shared {
             current,
             health: HealthServer::new(health).max_decoding_message_size(max_decoding_message_size),
@@ -149,7 +153,11 @@ impl RateLimitServer {
         };
         let request = RateLimitRequest::decode(message).map_err(decode_error)?;
         let service = (self.0.current)();
-        service.decide(&request).await
+        let started = std::time::Instant::now();
+        let answer = service.decide(&request).await;
+        crate::metrics::decision_latency(crate::metrics::Door::Envoy)
+            .record(started.elapsed().as_secs_f64());
+        answer
     }
 
     /// The health service (tonic-health's, under the same body bound), its

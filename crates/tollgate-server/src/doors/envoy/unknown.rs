@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 /// Counter: requests whose domain no Envoy config defines (answered `OK`,
 /// unlimited). No label: the domain comes from the request.
-pub const UNKNOWN_DOMAIN: &str = "tollgate_envoy_unknown_domain_requests_total";
+pub const UNKNOWN_DOMAIN: &str = crate::metrics::ENVOY_UNKNOWN_DOMAIN;
 /// The most distinct unknown domains logged by name; past it one more
 /// warning says that further ones are only counted. Domains come from
 /// Envoy's config, but a client reaching the gRPC port could send any.

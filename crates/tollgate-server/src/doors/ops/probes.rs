@@ -132,8 +132,11 @@ impl Probes {
         }
     }
 
-    /// `/metrics`: the recorder's series, then those rendered at each
-    /// scrape (the memory store's keys, utilization, the config version).
+    /// `/metrics`: the recorder's series and those rendered at each
+    /// scrape (the memory store's keys, utilization, the config version,
+    /// build info, the process), sorted by family, every family of
+    /// [`crate::metrics::catalog::FAMILIES`] listed even before its first
+    /// series ([`crate::metrics::text::stable`]).
     pub(crate) fn metrics<B>(&self, req: &Request<B>) -> Response<ApiBody> {
         get_only(req, "/metrics", || self.render_metrics())
     }
@@ -152,6 +155,10 @@ impl Probes {
         if let Some((info, _)) = &self.config {
             text.push_str(&config_info_lines(info));
         }
+        text.push_str(&crate::metrics::build_info_line());
+        text.push_str(&crate::metrics::process::lines());
+        // sorted, every family listed with its help from the first scrape
+        let text = crate::metrics::text::stable(&text);
         let mut res = Response::new(Full::new(Bytes::from(text)));
         res.headers_mut().insert(
             CONTENT_TYPE,

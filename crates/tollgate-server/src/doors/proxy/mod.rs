@@ -133,6 +133,11 @@ impl Proxy {
     /// An `ipv6_prefix` the extractor refuses, or a rule the gate does not
     /// hold.
     pub fn new(gate: Arc<Gate>, config: &Config, upstream: Upstream) -> Result<Self, String> {
+        // the latency series and the upstream errors at 0 from the start
+        let _ = crate::metrics::decision_latency(crate::metrics::Door::Proxy);
+        for kind in ["connect", "timeout", "other"] {
+            ::metrics::counter!(crate::metrics::UPSTREAM_ERRORS, "kind" => kind).increment(0);
+        }
         let client_ip = ClientIpConfig::new()
             .with_trusted_proxies(config.proxy.trusted_proxies.iter().copied())
             .with_ipv6_prefix(config.proxy.ipv6_prefix)?;
@@ -230,6 +235,7 @@ impl Proxy {
             // Every rule skipped (on_missing_key = "skip"): nothing to check.
             return self.forward(req, peer, &HeaderMap::new(), None).await;
         }
+        let started = std::time::Instant::now();
         let admission = self
             .keys
             .admit(
@@ -240,6 +246,8 @@ impl Proxy {
                 self.reservation_ttl,
             )
             .await;
+        crate::metrics::decision_latency(crate::metrics::Door::Proxy)
+            .record(started.elapsed().as_secs_f64());
         match admission.verdict.into_headers() {
             Ok(extra) => self.forward(req, peer, &extra, admission.hold).await,
             Err(refusal) => refusal.map(full),
