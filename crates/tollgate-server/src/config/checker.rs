@@ -369,6 +369,7 @@ impl<'a> Checker<'a> {
             metrics: metrics?,
             admin: admin?,
             ops: ops?,
+            tracing: TracingConfig::default(),
         })
     }
 

@@ -212,6 +212,10 @@ pub struct MetricsConfig {
     /// previous epoch of this length (default
     /// [`tollgate::top::DEFAULT_TOP_DENIED_EPOCH`]; at least 1 ms).
     pub top_denied_epoch: Duration,
+    /// `reference_names`: also export the Envoy reference service's
+    /// Prometheus names (`ratelimit_service_*`, docs/metrics.md; on by
+    /// default in the compatibility entry).
+    pub reference_names: bool,
 }
 
 // Validated: never NaN, so equality is an equivalence.
@@ -223,6 +227,7 @@ impl Default for MetricsConfig {
             near_limit_ratio: tollgate::resilient::DEFAULT_NEAR_LIMIT_RATIO,
             top_denied_capacity: tollgate::top::DEFAULT_TOP_DENIED_CAPACITY,
             top_denied_epoch: tollgate::top::DEFAULT_TOP_DENIED_EPOCH,
+            reference_names: false,
         }
     }
 }
@@ -322,6 +327,8 @@ pub struct Config {
     pub admin: AdminConfig,
     /// `[ops]`: the ops listener and readiness (docs/operations.md).
     pub ops: OpsConfig,
+    /// `[tracing]`: OpenTelemetry spans over OTLP (docs/tracing.md).
+    pub tracing: TracingConfig,
 }
 
 /// `[envoy]`: what the reference service takes from its environment
@@ -347,6 +354,107 @@ pub struct EnvoySettings {
     /// `response_dynamic_metadata` (its `RESPONSE_DYNAMIC_METADATA`):
     /// answers carry dynamic metadata (docs/envoy.md, "Metadata").
     pub response_dynamic_metadata: bool,
+    /// `[envoy.xds]`: the Envoy limits come from an ADS server instead of
+    /// `--envoy-config` files (docs/xds.md); the two never combine.
+    pub xds: Option<XdsSettings>,
+}
+
+/// `[envoy.xds]`: where and how the Envoy limits are subscribed to over
+/// ADS state-of-the-world (the reference's `CONFIG_TYPE=GRPC_XDS_SOTW`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdsSettings {
+    /// `server`: the ADS server, `host:port` or `http(s)://host:port`
+    /// (the reference's `CONFIG_GRPC_XDS_SERVER_URL`).
+    pub server: String,
+    /// `node_id` (its `CONFIG_GRPC_XDS_NODE_ID`): the node the server
+    /// keys its snapshot by.
+    pub node_id: String,
+    /// `node_metadata`: string pairs sent in the node's metadata (its
+    /// `CONFIG_GRPC_XDS_NODE_METADATA`).
+    pub node_metadata: Vec<(String, String)>,
+    /// `[envoy.xds.tls]`: TLS to the server; `None`: plaintext.
+    pub tls: Option<XdsTls>,
+    /// `initial_backoff` (its `XDS_CLIENT_BACKOFF_INITIAL_INTERVAL`).
+    pub initial_backoff: Duration,
+    /// `max_backoff` (its `XDS_CLIENT_BACKOFF_MAX_INTERVAL`).
+    pub max_backoff: Duration,
+    /// `max_message_bytes` (its `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`): the
+    /// largest response accepted.
+    pub max_message_bytes: usize,
+    /// `start_without_config` (its `FORCE_START_WITHOUT_INITIAL_CONFIG`):
+    /// serve before the first config arrives, answering
+    /// `ShouldRateLimit` with an error until then.
+    pub start_without_config: bool,
+}
+
+/// `[envoy.xds.tls]`: files read at start (the reference's
+/// `CONFIG_GRPC_XDS_SERVER_TLS_*`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct XdsTls {
+    /// `ca_file`: PEM roots the server's certificate must chain to
+    /// (added to the system's).
+    pub ca_file: Option<PathBuf>,
+    /// `cert_file`: the client certificate, for mTLS (with `key_file`).
+    pub cert_file: Option<PathBuf>,
+    /// `key_file`: the client certificate's key.
+    pub key_file: Option<PathBuf>,
+    /// `server_name`: the name the server's certificate must carry
+    /// (default: the host of `server`; its `CONFIG_GRPC_XDS_SERVER_TLS_SAN`).
+    pub server_name: Option<String>,
+}
+
+/// `[tracing]`: OpenTelemetry spans exported over OTLP (docs/tracing.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracingConfig {
+    /// `enabled` (default false; `OTEL_SDK_DISABLED`, the reference's
+    /// `TRACING_ENABLED`): off, nothing is built and spans cost nothing.
+    pub enabled: bool,
+    /// `endpoint` (`OTEL_EXPORTER_OTLP_ENDPOINT` /
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`); `None`: the protocol's
+    /// default (`http://localhost:4317` for gRPC, `:4318` for HTTP).
+    pub endpoint: Option<String>,
+    /// `protocol`: `grpc` or `http/protobuf` (`OTEL_EXPORTER_OTLP_PROTOCOL`,
+    /// the reference's `TRACING_EXPORTER_PROTOCOL`).
+    pub protocol: OtlpProtocol,
+    /// `headers` sent with each export (`OTEL_EXPORTER_OTLP_HEADERS`).
+    pub headers: Vec<(String, String)>,
+    /// `service_name` (`OTEL_SERVICE_NAME`, the reference's
+    /// `TRACING_SERVICE_NAME`; default `tollgate`).
+    pub service_name: String,
+    /// Further resource attributes (`OTEL_RESOURCE_ATTRIBUTES`, the
+    /// reference's `TRACING_SERVICE_NAMESPACE`, `..._INSTANCE_ID`).
+    pub resource: Vec<(String, String)>,
+    /// `sampling_ratio` in [0, 1] of root traces kept; a caller's sampled
+    /// flag is followed (parent-based; `OTEL_TRACES_SAMPLER_ARG`, the
+    /// reference's `TRACING_SAMPLING_RATE`; default 1).
+    pub sampling_ratio: f64,
+}
+
+// Validated: the ratio is never NaN, so equality is an equivalence.
+impl Eq for TracingConfig {}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            endpoint: None,
+            protocol: OtlpProtocol::Grpc,
+            headers: Vec::new(),
+            service_name: "tollgate".to_owned(),
+            resource: Vec::new(),
+            sampling_ratio: 1.0,
+        }
+    }
+}
+
+/// How spans travel to the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OtlpProtocol {
+    /// OTLP over gRPC (port 4317).
+    #[default]
+    Grpc,
+    /// OTLP as protobuf over HTTP (port 4318, `/v1/traces`).
+    HttpProtobuf,
 }
 
 /// `[envoy] response_headers`: the headers added to Envoy's responses
@@ -375,6 +483,7 @@ impl Default for EnvoySettings {
             reset_header: "RateLimit-Reset".to_owned(),
             quota_mode: false,
             response_dynamic_metadata: false,
+            xds: None,
         }
     }
 }
@@ -394,6 +503,7 @@ impl Config {
             metrics: MetricsConfig::default(),
             admin: AdminConfig::default(),
             ops: OpsConfig::default(),
+            tracing: TracingConfig::default(),
         }
     }
 
