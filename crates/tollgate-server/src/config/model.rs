@@ -354,6 +354,12 @@ pub struct EnvoySettings {
     /// `response_dynamic_metadata` (its `RESPONSE_DYNAMIC_METADATA`):
     /// answers carry dynamic metadata (docs/envoy.md, "Metadata").
     pub response_dynamic_metadata: bool,
+    /// `count_own_cost`: a descriptor's own `hits_addend` above 0 is
+    /// counted in full even past the limit, answering `OVER_LIMIT` when it
+    /// takes the count past it, as the reference counts (Envoy Gateway's
+    /// request and response costs; docs/envoy.md). Default false: such a
+    /// cost is a check, consuming only if it fits.
+    pub count_own_cost: bool,
     /// `[envoy.xds]`: the Envoy limits come from an ADS server instead of
     /// `--envoy-config` files (docs/xds.md); the two never combine.
     pub xds: Option<XdsSettings>,
@@ -483,6 +489,7 @@ impl Default for EnvoySettings {
             reset_header: "RateLimit-Reset".to_owned(),
             quota_mode: false,
             response_dynamic_metadata: false,
+            count_own_cost: false,
             xds: None,
         }
     }
