@@ -425,7 +425,7 @@ fn metrics_near_limit_ratio() {
              top_denied_capacity, top_denied_epoch",
             "t.toml:11: envoy.near_limit_ratio: unknown field; expected one of merge_domains, \
              response_headers, limit_header, remaining_header, reset_header, quota_mode, \
-             response_dynamic_metadata",
+             response_dynamic_metadata, count_own_cost",
         ]
     );
     for (bad, why) in [
