@@ -14,6 +14,7 @@ mod admin;
 mod envoy;
 mod envoy_examples;
 mod envoy_files;
+mod envoy_gateway;
 mod envoy_h2;
 mod envoy_metadata;
 mod envoy_metric_keys;
