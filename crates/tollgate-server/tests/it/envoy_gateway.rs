@@ -39,7 +39,10 @@ fn a_rule_chain_of_header_matches_and_a_cidr_counts_as_the_reference() {
     let mut p = Parity::start("", &[&fixture("header-and-cidr-matches.yaml")]);
     let five = lim(5, Unit::Second);
     for _ in 0..7 {
-        p.call(request(LISTENER, vec![entries(&header_and_cidr())]), &[five]);
+        p.call(
+            request(LISTENER, vec![entries(&header_and_cidr())]),
+            &[five],
+        );
     }
     // Envoy sends no descriptor when a header does not match; a shorter
     // chain (or the route alone) ends on a node without a limit.
@@ -53,9 +56,15 @@ fn a_rule_chain_of_header_matches_and_a_cidr_counts_as_the_reference() {
     // The next second is a new window.
     p.at(T0 + 1);
     for _ in 0..6 {
-        p.call(request(LISTENER, vec![entries(&header_and_cidr())]), &[five]);
+        p.call(
+            request(LISTENER, vec![entries(&header_and_cidr())]),
+            &[five],
+        );
     }
-    let (code, _) = p.call(request(LISTENER, vec![entries(&header_and_cidr())]), &[five]);
+    let (code, _) = p.call(
+        request(LISTENER, vec![entries(&header_and_cidr())]),
+        &[five],
+    );
     assert_eq!(code, Code::OverLimit);
 }
 
@@ -64,7 +73,10 @@ fn a_shadow_rule_counts_and_reports_but_never_limits() {
     let mut p = Parity::start("", &[&fixture("global-shadow-mode.yaml")]);
     let five = shadow(5, Unit::Second);
     for i in 0..8 {
-        let (code, s) = p.call(request(LISTENER, vec![entries(&header_and_cidr())]), &[five]);
+        let (code, s) = p.call(
+            request(LISTENER, vec![entries(&header_and_cidr())]),
+            &[five],
+        );
         assert_eq!(code, Code::Ok);
         assert_eq!(s[0].remaining, 4u32.saturating_sub(i));
     }
@@ -192,7 +204,9 @@ const ROUTE: &str = "httproute/default/units/rule/0/match/0/www_example_com";
 const GATEWAY: &str = "default/eg/http";
 
 /// Rule `n` of `all-units.yaml`'s route (no match: `rule-N-match--1`).
-fn unit_rule(n: usize) -> envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
+fn unit_rule(
+    n: usize,
+) -> envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor {
     let key = format!("rule-{n}-match--1");
     entries(&[(ROUTE, ROUTE), (&key, &key)])
 }
@@ -209,7 +223,10 @@ fn every_unit_counts_to_its_limit_and_resets_at_its_window_end() {
         let end = (p.time.now() / seconds(*unit) + 1) * seconds(*unit);
         p.at(end);
         let (code, s) = p.call(request(GATEWAY, vec![unit_rule(n)]), &[l]);
-        assert_eq!((code, s[0].remaining), (Code::Ok, u32::try_from(n).expect("small") + 1));
+        assert_eq!(
+            (code, s[0].remaining),
+            (Code::Ok, u32::try_from(n).expect("small") + 1)
+        );
     }
 }
 

@@ -15,6 +15,7 @@ mod envoy;
 mod envoy_examples;
 mod envoy_files;
 mod envoy_gateway;
+mod envoy_gateway_costs;
 mod envoy_h2;
 mod envoy_metadata;
 mod envoy_metric_keys;

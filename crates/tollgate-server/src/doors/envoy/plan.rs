@@ -187,7 +187,11 @@ struct Cost {
 /// The plan of a descriptor that found `limit` in the config.
 fn configured<'a>(
     limit: Option<&'a Limit>,
-    Cost { cost, negative, own }: Cost,
+    Cost {
+        cost,
+        negative,
+        own,
+    }: Cost,
     entries: &[(&[u8], &[u8])],
     replaced: &HashSet<&str>,
     first_rule: usize,

@@ -233,8 +233,11 @@ impl EnvoyService {
         // only when a zero limit or an own cost already denies the
         // request).
         let read_only = zero_enforced || own_over;
-        let (enforced, checks) =
-            self.checks(&plans, |i, p| !quota[i] && p.is(Op::Check, false), read_only);
+        let (enforced, checks) = self.checks(
+            &plans,
+            |i, p| !quota[i] && p.is(Op::Check, false),
+            read_only,
+        );
         let mut admitted = !read_only;
         if !enforced.is_empty() {
             match self.gate.check_all(&checks).await {
@@ -248,7 +251,8 @@ impl EnvoyService {
                         // check is over when its cost would not fit (as
                         // the reference, which counts it, answers).
                         if !guessed {
-                            let fits = d.allowed && (!read_only || d.remaining >= cost_of(&plans[i]));
+                            let fits =
+                                d.allowed && (!read_only || d.remaining >= cost_of(&plans[i]));
                             statuses[i] = status(&plans[i], d, fits);
                             decided[i] = Some(*by);
                         }
@@ -454,7 +458,11 @@ impl EnvoyService {
                     .zip(&verdict.charged)
                     .zip(verdict.decided_by.iter())
                     .map(|((&i, c), by)| {
-                        (i, status(&plans[i], &c.decision, !own || c.debt == 0), Some(*by))
+                        (
+                            i,
+                            status(&plans[i], &c.decision, !own || c.debt == 0),
+                            Some(*by),
+                        )
                     })
                     .collect();
             }

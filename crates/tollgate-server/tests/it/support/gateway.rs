@@ -300,8 +300,17 @@ impl Reference {
     /// The reference's answer at Unix second `now` to `req`, whose
     /// descriptors find `limits` in the config (a descriptor's own `limit`
     /// replaces its entry, enforced, as the reference's `GetLimit` has it).
-    pub fn answer(&mut self, now: u64, req: &RateLimitRequest, limits: &[Option<Lim>]) -> (Code, Vec<Seen>) {
-        assert_eq!(req.descriptors.len(), limits.len(), "a limit per descriptor");
+    pub fn answer(
+        &mut self,
+        now: u64,
+        req: &RateLimitRequest,
+        limits: &[Option<Lim>],
+    ) -> (Code, Vec<Seen>) {
+        assert_eq!(
+            req.descriptors.len(),
+            limits.len(),
+            "a limit per descriptor"
+        );
         let mut overall = Code::Ok;
         let statuses = req
             .descriptors
@@ -392,7 +401,13 @@ impl Parity {
     pub fn call(&mut self, req: RateLimitRequest, limits: &[Option<Lim>]) -> (Code, Vec<Seen>) {
         let want = self.reference.answer(self.time.now(), &req, limits);
         let got = seen(&self.rls.ok(req.clone()));
-        assert_eq!(got, want, "at {} ({}): {req:?}", self.time.now(), utc(self.time.now()));
+        assert_eq!(
+            got,
+            want,
+            "at {} ({}): {req:?}",
+            self.time.now(),
+            utc(self.time.now())
+        );
         got
     }
 
