@@ -16,6 +16,7 @@ mod envoy_examples;
 mod envoy_files;
 mod envoy_gateway;
 mod envoy_gateway_costs;
+mod envoy_gateway_real;
 mod envoy_h2;
 mod envoy_metadata;
 mod envoy_metric_keys;
