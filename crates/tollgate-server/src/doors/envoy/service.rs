@@ -22,6 +22,11 @@
 //!   even past the limit, and `OK` whatever the key's state; it is recorded
 //!   even when the request's checks deny, and after they decided (so the
 //!   checks see the state before this call's charges);
+//! * under `[envoy] count_own_cost`, a descriptor's own `hits_addend` above
+//!   0 (no `charge: true`): charged in full before the checks, as the
+//!   reference counts it, and `OVER_LIMIT` when the count after it passes
+//!   the limit; an enforced one over denies the request, whose checks
+//!   then only read (docs/envoy.md, "Counting own costs");
 //! * `is_negative_hits`: its cost given back (a refund: the units counted
 //!   last first, never past empty/full), after the charges; `OK`;
 //! * a `quota_mode` limit (or every one under `[envoy] quota_mode`):
