@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 
 use crate::support::gateway::{
-    Parity, T0, costing, entries, fixture, lim, request, seconds, shadow,
+    Parity, T0, costing, entries, fixture, lim, request, seconds, seen, shadow,
 };
 
 const LISTENER: &str = "first-listener";
@@ -189,6 +189,58 @@ fn month_and_year_rules_reset_where_the_reference_divides_time() {
     let year_end = (T0 / seconds(Unit::Year) + 1) * seconds(Unit::Year);
     p.at(year_end);
     p.call(request(LISTENER, vec![rule("second-route")]), &[year]);
+}
+
+#[test]
+fn query_parameter_matches_chain_as_header_matches_do() {
+    let mut p = Parity::start("", &[&fixture("query-parameters-match.yaml")]);
+    let five = lim(5, Unit::Second);
+    let both = entries(&[
+        ("first-route", "first-route"),
+        ("rule-0-match-0", "rule-0-match-0"),
+        ("rule-0-match-1", "rule-0-match-1"),
+    ]);
+    for _ in 0..7 {
+        p.call(request(LISTENER, vec![both.clone()]), &[five]);
+    }
+}
+
+#[test]
+fn two_method_rules_of_a_route_are_one_call_of_two_descriptors() {
+    // `method-match.yaml`: a GET matches rule 0 (5 a second) and rule 1
+    // (50 a second); Envoy sends both descriptors in one call.
+    let mut p = Parity::start("", &[&fixture("method-match.yaml")]);
+    let (five, fifty) = (lim(5, Unit::Second), lim(50, Unit::Second));
+    let rule = |k| entries(&[("first-route", "first-route"), (k, k)]);
+    let call = || request(LISTENER, vec![rule("rule-0-method"), rule("rule-1-method")]);
+    for _ in 0..5 {
+        p.call(call(), &[five, fifty]);
+    }
+    // Rule 0 is over: the request is denied and, in tollgate, its other
+    // check consumes nothing (docs/envoy.md, "Deciding": the reference
+    // counts it, and would say 44).
+    let (code, s) = seen(&p.rls.ok(call()));
+    assert_eq!(code, Code::OverLimit);
+    assert_eq!((s[0].code, s[0].remaining), (Code::OverLimit, 0));
+    assert_eq!((s[1].code, s[1].remaining), (Code::Ok, 45));
+    // A new second: the reference's counts and tollgate's agree again.
+    p.at(T0 + 1);
+    for _ in 0..5 {
+        p.call(call(), &[five, fifty]);
+    }
+    // Rule 1 alone (a request rule 0 does not match, e.g. another method).
+    p.call(request(LISTENER, vec![rule("rule-1-method")]), &[fifty]);
+}
+
+#[test]
+fn path_rules_count_apart() {
+    let mut p = Parity::start("", &[&fixture("path-match.yaml")]);
+    let five = lim(5, Unit::Second);
+    let rule = |k| entries(&[("first-route", "first-route"), (k, k)]);
+    for _ in 0..6 {
+        p.call(request(LISTENER, vec![rule("rule-0-path")]), &[five]);
+    }
+    p.call(request(LISTENER, vec![rule("rule-1-path")]), &[five]);
 }
 
 const UNITS: [Unit; 7] = [

@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 
 use crate::support::gateway::{
-    Lim, Parity, T0, costing, entries, lim, overridden, request, seen, shadow,
+    Lim, Parity, T0, costing, entries, lim, overridden, quota, request, seen, shadow,
 };
 
 const LISTENER: &str = "first-listener";
@@ -98,6 +98,7 @@ const TEN: Option<Lim> = Some(Lim {
     rpu: 10,
     unit: Unit::Minute,
     shadow: false,
+    quota: false,
 });
 
 #[test]
@@ -287,4 +288,55 @@ fn a_call_mixing_an_own_cost_over_its_limit_and_a_check_counts_only_the_cost() {
     assert_eq!((s[1].code, s[1].remaining), (Code::Ok, 10));
     let again = seen(&p.rls.ok(request(LISTENER, vec![matched("res-cost")])));
     assert_eq!(again.1[0].remaining, 9);
+}
+
+/// Envoy AI Gateway's token limits: the same shapes with `quota_mode:
+/// true` on the rule's node (the second producer of these configs).
+const AI_QUOTAS: &str = r#"
+name: default/aigw/http
+domain: default/aigw/http
+descriptors:
+  - key: backend-a
+    value: backend-a
+    descriptors:
+      - key: rule-0-match--1
+        value: rule-0-match--1
+        rate_limit: {requests_per_unit: 10, unit: HOUR}
+        quota_mode: true
+  - key: backend-b
+    value: backend-b
+    descriptors:
+      - key: rule-0-match--1
+        value: rule-0-match--1
+        rate_limit: {requests_per_unit: 20, unit: HOUR}
+        quota_mode: true
+"#;
+
+// TestServiceQuotaModeOnlySomeOverTheLimit / ...AllOverTheLimit
+// (test/service/ratelimit_test.go): a request is over only when every
+// quota descriptor is; each is counted as its cost says.
+#[test]
+fn quota_descriptors_with_own_costs_fail_the_request_only_all_together() {
+    let mut p = Parity::start(COUNT_OWN, &[AI_QUOTAS]);
+    let domain = "default/aigw/http";
+    let (a, b) = (quota(10, Unit::Hour), quota(20, Unit::Hour));
+    let call = |x, y| {
+        request(
+            domain,
+            vec![
+                costing(no_match("backend-a"), x),
+                costing(no_match("backend-b"), y),
+            ],
+        )
+    };
+    p.call(call(0, 0), &[a, b]);
+    // backend-a's usage passes its limit: OVER_LIMIT in its status, but
+    // backend-b passes, so the request does.
+    let (code, s) = p.call(call(12, 5), &[a, b]);
+    assert_eq!((code, s[0].code), (Code::Ok, Code::OverLimit));
+    p.call(call(0, 0), &[a, b]);
+    // Both over: the request is.
+    let (code, _) = p.call(call(1, 16), &[a, b]);
+    assert_eq!(code, Code::OverLimit);
+    p.call(call(0, 0), &[a, b]);
 }

@@ -208,12 +208,14 @@ pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimit
     }
 }
 
-/// A limit the config gives a descriptor: per unit, and in shadow mode.
+/// A limit the config gives a descriptor: per unit, in shadow mode, in
+/// quota mode.
 #[derive(Debug, Clone, Copy)]
 pub struct Lim {
     pub rpu: u32,
     pub unit: Unit,
     pub shadow: bool,
+    pub quota: bool,
 }
 
 /// `rpu` per `unit`, enforced.
@@ -222,6 +224,17 @@ pub fn lim(rpu: u32, unit: Unit) -> Option<Lim> {
         rpu,
         unit,
         shadow: false,
+        quota: false,
+    })
+}
+
+/// `rpu` per `unit`, in quota mode.
+pub fn quota(rpu: u32, unit: Unit) -> Option<Lim> {
+    Some(Lim {
+        rpu,
+        unit,
+        shadow: false,
+        quota: true,
     })
 }
 
@@ -231,6 +244,7 @@ pub fn shadow(rpu: u32, unit: Unit) -> Option<Lim> {
         rpu,
         unit,
         shadow: true,
+        quota: false,
     })
 }
 
@@ -312,6 +326,8 @@ impl Reference {
             "a limit per descriptor"
         );
         let mut overall = Code::Ok;
+        // Quota descriptors: the request is over when all are.
+        let (mut quotas, mut quotas_over) = (0, 0);
         let statuses = req
             .descriptors
             .iter()
@@ -322,6 +338,7 @@ impl Reference {
                         rpu: o.requests_per_unit,
                         unit: Unit::try_from(o.unit).expect("unit"),
                         shadow: false,
+                        quota: false,
                     }),
                     None => *l,
                 };
@@ -349,7 +366,10 @@ impl Reference {
                     .or_default();
                 *count += hits;
                 let over = *count > u64::from(l.rpu);
-                if over && !l.shadow {
+                if l.quota {
+                    quotas += 1;
+                    quotas_over += usize::from(over);
+                } else if over && !l.shadow {
                     overall = Code::OverLimit;
                 }
                 Seen {
@@ -368,6 +388,9 @@ impl Reference {
                 }
             })
             .collect();
+        if quotas > 0 && quotas == quotas_over {
+            overall = Code::OverLimit;
+        }
         (overall, statuses)
     }
 }
