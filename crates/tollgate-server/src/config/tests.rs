@@ -595,3 +595,18 @@ fn ops_table_listen_and_readiness() {
         ["t.toml:1: ops: expected a table ([ops]), found integer"]
     );
 }
+
+#[test]
+fn envoy_count_own_cost() {
+    let rule = "[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
+    assert!(!parse("").expect("valid").envoy_settings.count_own_cost);
+    let on = parse("[envoy]\ncount_own_cost = true\n").expect("valid");
+    assert!(on.envoy_settings.count_own_cost);
+    let got = errors(&format!("[envoy]\ncount_own_cost = \"yes\"\n{rule}"));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("t.toml:2: envoy.count_own_cost: "),
+        "{got:?}"
+    );
+}
