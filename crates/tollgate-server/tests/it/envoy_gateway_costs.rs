@@ -10,12 +10,18 @@
 //! that arithmetic at a fake Unix second ([`Parity`]). Cases from the
 //! reference's own tests are marked with their names.
 
+use std::time::Duration;
+
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 
+use redis_harness::RedisServer;
+
+use crate::support::envoy::away_from_a_window_edge;
 use crate::support::gateway::{
     Lim, Parity, T0, costing, entries, lim, overridden, quota, request, seen, shadow,
 };
+use crate::support::rls::{Rls, toml};
 
 const LISTENER: &str = "first-listener";
 const COUNT_OWN: &str = "\n[envoy]\ncount_own_cost = true\n";
@@ -339,4 +345,25 @@ fn quota_descriptors_with_own_costs_fail_the_request_only_all_together() {
     let (code, _) = p.call(call(1, 16), &[a, b]);
     assert_eq!(code, Code::OverLimit);
     p.call(call(0, 0), &[a, b]);
+}
+
+#[test]
+fn own_costs_are_counted_past_the_limit_in_redis_too() {
+    // The Redis store counts an own cost through the same charge script
+    // (its clock is the Redis server's, so this one runs on real time,
+    // kept inside one minute, and leaves resets to the tests above).
+    away_from_a_window_edge(60, Duration::from_secs(20));
+    let redis = RedisServer::start();
+    let config = format!("{}{COUNT_OWN}", toml(&redis.url()));
+    let mut rls = Rls::start_with(&config, COSTS, &[]);
+    let mut call = |n| {
+        let (code, s) = seen(&rls.ok(request(LISTENER, vec![costing(no_match("req-cost"), n)])));
+        assert_eq!(code, s[0].code);
+        (code, s[0].remaining)
+    };
+    assert_eq!(call(0), (Code::Ok, 10));
+    assert_eq!(call(4), (Code::Ok, 6));
+    assert_eq!(call(7), (Code::OverLimit, 0));
+    assert_eq!(call(0), (Code::OverLimit, 0));
+    assert_eq!(call(3), (Code::OverLimit, 0));
 }
