@@ -15,6 +15,7 @@ const ENVOY_FIELDS: &[&str] = &[
     "reset_header",
     "quota_mode",
     "response_dynamic_metadata",
+    "count_own_cost",
 ];
 
 impl Checker<'_> {
@@ -50,6 +51,9 @@ impl Checker<'_> {
         }
         if let Some(b) = self.boolean(t, path, "response_dynamic_metadata") {
             envoy.response_dynamic_metadata = b;
+        }
+        if let Some(b) = self.boolean(t, path, "count_own_cost") {
+            envoy.count_own_cost = b;
         }
         for (key, slot) in [
             ("limit_header", &mut envoy.limit_header),

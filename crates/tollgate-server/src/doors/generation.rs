@@ -113,6 +113,7 @@ impl Generation {
         let mut envoy = EnvoyService::new(Arc::clone(&gate), Arc::clone(&plan.envoy))?
             .with_response_headers(headers)
             .with_quota_mode(settings.quota_mode)
+            .with_count_own_cost(settings.count_own_cost)
             .with_dynamic_metadata(settings.response_dynamic_metadata);
         if let Some(previous) = previous {
             envoy = envoy.keeping_metrics_of(&previous.envoy);

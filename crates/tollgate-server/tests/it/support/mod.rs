@@ -24,6 +24,7 @@ use hyper::{Request, Response};
 
 pub mod envoy;
 pub mod envoy_bootstrap;
+pub mod gateway;
 pub mod model;
 pub mod recorder;
 pub mod reference;
