@@ -24,6 +24,7 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod compat;
 pub mod config;
 pub mod doors;
 pub mod gate;
