@@ -11,16 +11,19 @@
 //! `[metrics]`, `[tracing]`, logging, health), `listen.rs` (the
 //! listeners and gRPC TLS), `tls.rs` (the gRPC port's rustls config,
 //! the certificate re-read on change), `http.rs` (the answers of the
-//! HTTP and debug ports).
+//! HTTP and debug ports), `json.rs` (`/json`'s protobuf JSON).
 
 use crate::config::Config;
 
 pub mod env;
+pub mod http;
+pub mod json;
 
 pub mod listen;
 pub mod redis;
 pub mod settings;
 pub mod source;
+pub mod tls;
 
 pub mod value;
 

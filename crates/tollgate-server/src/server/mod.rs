@@ -129,6 +129,32 @@ pub const GRPC_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Listeners {
     doors: ByDoor<TcpListener>,
     ops: Option<TcpListener>,
+    reference: Option<ReferencePorts>,
+    grpc_tls: Option<GrpcTls>,
+}
+
+/// The gRPC door's TLS acceptor (its `Debug` shows nothing of it).
+#[derive(Clone)]
+struct GrpcTls(tokio_rustls::TlsAcceptor);
+
+impl std::fmt::Debug for GrpcTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GrpcTls")
+    }
+}
+
+/// The reference's own HTTP and debug ports (the compatibility entry,
+/// docs/ratelimit-env.md), already bound: `/healthcheck` and `/json` on
+/// `http`, `/rlconfig` on `debug`. Served until the doors have drained,
+/// as the ops listener is.
+#[derive(Debug)]
+pub struct ReferencePorts {
+    /// `HOST:PORT`.
+    pub http: TcpListener,
+    /// `DEBUG_HOST:DEBUG_PORT`.
+    pub debug: TcpListener,
+    /// What `/healthcheck` waits for, and what it has seen.
+    pub state: Arc<crate::compat::http::ReferenceHttp>,
 }
 
 impl Listeners {
@@ -155,6 +181,16 @@ impl Listeners {
     /// Sets (or, with `None`, clears) the ops listener.
     pub fn set_ops(&mut self, listener: Option<TcpListener>) {
         self.ops = listener;
+    }
+
+    /// Sets the reference's HTTP and debug ports.
+    pub fn set_reference(&mut self, ports: ReferencePorts) {
+        self.reference = Some(ports);
+    }
+
+    /// Serves the gRPC door over TLS with `acceptor`.
+    pub fn set_grpc_tls(&mut self, acceptor: tokio_rustls::TlsAcceptor) {
+        self.grpc_tls = Some(GrpcTls(acceptor));
     }
 }
 
@@ -225,6 +261,8 @@ async fn serve(
     let Listeners {
         doors: listeners,
         ops,
+        reference,
+        grpc_tls,
     } = listeners;
     crate::doors::check(&plan.config, &listeners)?;
     // The recorder first, so the gate's zero series land in it.
@@ -260,14 +298,29 @@ async fn serve(
     let (ops_stop_tx, ops_stop_rx) = watch::channel(false);
     // The ops listener opens first, so its address is in the log before
     // the doors' (which tests and scripts wait for).
-    let ops = ops
-        .map(|listener| doors::open_ops(listener, &live, ops_stop_rx))
-        .transpose()?;
+    let mut ops: Vec<doors::Serving> = ops
+        .map(|listener| doors::open_ops(listener, &live, ops_stop_rx.clone()))
+        .transpose()?
+        .into_iter()
+        .collect();
+    if let Some(ports) = reference {
+        ops.extend(doors::open_reference(
+            ports,
+            &live,
+            &shared.health,
+            &ops_stop_rx,
+        )?);
+    }
+    drop(ops_stop_rx);
     // Every door opens (and logs where) before any is served: one that
     // cannot open (the admin API without a token) stops the start.
     let mut opened = Vec::new();
     for (door, listener) in listeners.into_values() {
-        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone()).await?);
+        let tls = grpc_tls
+            .clone()
+            .filter(|_| door == Door::Envoy)
+            .map(|t| t.0);
+        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone(), tls).await?);
     }
     let health = Arc::clone(&shared.health);
     tokio::spawn(async move {
@@ -277,7 +330,7 @@ async fn serve(
         let _ = stop_tx.send(true);
     });
     upkeep(reload, &live, &shared, &stop_rx);
-    let ops = ops.map(tokio::spawn);
+    let ops: Vec<_> = ops.into_iter().map(tokio::spawn).collect();
     let mut serving = JoinSet::new();
     for door in opened {
         serving.spawn(door);
@@ -290,11 +343,10 @@ async fn serve(
         }
     }
     let _ = ops_stop_tx.send(true);
-    if let Some(Err(e)) = match ops {
-        Some(ops) => Some(ops.await),
-        None => None,
-    } {
-        tracing::error!("the ops listener failed: {e}");
+    for listener in ops {
+        if let Err(e) = listener.await {
+            tracing::error!("the ops listener failed: {e}");
+        }
     }
     Ok(())
 }
