@@ -11,6 +11,8 @@
 mod support;
 
 mod admin;
+mod compat_entry;
+mod compat_refusals;
 mod envoy;
 mod envoy_examples;
 mod envoy_files;
