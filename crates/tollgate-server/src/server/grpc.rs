@@ -96,7 +96,7 @@ pub(super) async fn serve_grpc(
                                 tracing::debug!("{NAME}: TLS handshake from {peer}: {e}");
                             }
                             Err(_) => {
-                                tracing::debug!("{NAME}: TLS handshake from {peer}: timed out")
+                                tracing::debug!("{NAME}: TLS handshake from {peer}: timed out");
                             }
                         }
                     });
