@@ -116,7 +116,6 @@ fn run_ratelimit() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            tracing::error!("ratelimit: {e}");
             eprintln!("ratelimit: {e}");
             ExitCode::FAILURE
         }
