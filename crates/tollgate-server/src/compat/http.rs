@@ -7,9 +7,10 @@
 //! every component is healthy, else 500 with an empty body, whatever the
 //! method. Its components: Redis (healthy once it has answered since
 //! start; with `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`, while it answers),
-//! not draining (SIGTERM fails it at once, before the doors stop), and
-//! with `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` at least one domain
-//! loaded.
+//! not draining (SIGTERM fails it at once, before the doors stop), with
+//! `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` at least one domain loaded,
+//! and under xDS without `FORCE_START_WITHOUT_INITIAL_CONFIG` a first
+//! config applied.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -62,7 +63,8 @@ impl ReferenceHttp {
         } else {
             self.store_seen.load(Ordering::Acquire)
         };
-        store && (!self.rules.needs_config || !generation.plan.envoy.domains().is_empty())
+        let config = !self.rules.first_config || !generation.info.version.is_empty();
+        store && config && (!self.rules.needs_config || !generation.plan.envoy.domains().is_empty())
     }
 
     /// Answers one request of the HTTP port.

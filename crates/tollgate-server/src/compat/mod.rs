@@ -73,7 +73,8 @@ impl Reference {
         config.tracing = settings::tracing(env)?;
         // The ops listener serves /metrics at PROMETHEUS_ADDR.
         config.ops.listen = listen.metrics;
-        let health = settings::health(env)?;
+        let mut health = settings::health(env)?;
+        health.first_config = matches!(&source, LimitSource::Xds(x) if !x.start_without_config);
         Ok(Reference {
             config,
             source,
@@ -161,6 +162,14 @@ mod tests {
             Some("/certs/ca.crt".into())
         );
         assert!(matches!(r.source, LimitSource::Xds(_)));
+        assert!(
+            !r.health.first_config,
+            "force start: healthy before any config"
+        );
+        let mut without_force: Vec<(&str, &str)> = ENVOY_GATEWAY.to_vec();
+        without_force.retain(|(k, _)| *k != "FORCE_START_WITHOUT_INITIAL_CONFIG");
+        let waits = Reference::from_env(&Env::from_pairs(&without_force)).expect("starts");
+        assert!(waits.health.first_config);
         assert!(r.config.envoy_settings.count_own_cost);
         assert!(r.config.metrics.reference_names);
         assert!(r.config.tracing.enabled);
@@ -226,6 +235,7 @@ mod tests {
         ]))
         .expect("starts");
         assert!(matches!(r.source, LimitSource::Files(_)));
+        assert!(!r.health.first_config);
         assert_eq!(r.config.envoy_settings.xds, None);
         assert_eq!(r.listen.metrics, None);
         assert_eq!(r.ignored_line(), None);

@@ -22,6 +22,11 @@ pub struct HealthRules {
     /// `REDIS_HEALTH_CHECK_ACTIVE_CONNECTION`: Redis answering now, not
     /// only once since start.
     pub store_now: bool,
+    /// Under xDS without `FORCE_START_WITHOUT_INITIAL_CONFIG`: the
+    /// reference opens its ports only once the first config arrived;
+    /// here they open at once and `/healthcheck` fails until then (the
+    /// config version stays empty until the xDS client applies one).
+    pub first_config: bool,
 }
 
 /// `[envoy]` from the reference's limiting switches; `count_own_cost`
@@ -161,6 +166,7 @@ pub fn health(env: &Env) -> Result<HealthRules, Refusal> {
     Ok(HealthRules {
         needs_config: env.bool("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
         store_now: env.bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?,
+        first_config: false,
     })
 }
 
