@@ -82,7 +82,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether the program's name (argv[0]'s last component) is `ratelimit`.
+/// Whether the program's name (the last component of `argv[0]`) is `ratelimit`.
 fn invoked_as_ratelimit() -> bool {
     std::env::args_os()
         .next()

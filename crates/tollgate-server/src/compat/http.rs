@@ -1,5 +1,5 @@
 //! The answers of the reference's HTTP port ([`ReferenceHttp`]:
-//! `/healthcheck` and `/json`) and of its debug port ([`debug`]:
+//! `/healthcheck` and `/json`) and of its debug port (`debug`:
 //! `/rlconfig` and the `/` listing), over the generation current at each
 //! request.
 //!
