@@ -140,7 +140,10 @@ fn serve_reference(reference: &Reference) -> Result<(), String> {
         let mut listeners = Listeners::default();
         listeners.set(Door::Envoy, Some(bind(listen.grpc, "gRPC port").await?));
         if let Some(addr) = listen.metrics {
-            listeners.set_ops(Some(bind(addr, "Prometheus port").await?));
+            let bound = tollgate_server::compat::listen::bind_any(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr} for the Prometheus port: {e}"))?;
+            listeners.set_ops(Some(bound));
         }
         listeners.set_reference(ReferencePorts {
             http: bind(listen.http, "HTTP port").await?,

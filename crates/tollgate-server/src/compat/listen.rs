@@ -131,7 +131,9 @@ fn host_port(env: &Env, host_var: &str, port_var: &str, port: u16) -> Result<Soc
     resolve(&host, port).map_err(|why| Refusal::new(host_var, why))
 }
 
-/// A Go listen address: `host:port`, or `:port` for every address.
+/// A Go listen address: `host:port`, or `:port` for every address, IPv6
+/// and IPv4 (`[::]:port`; where IPv6 is off, the bind falls back to
+/// `0.0.0.0`: [`bind_any`]).
 fn go_addr(addr: &str) -> Result<SocketAddr, String> {
     let (host, port) = addr
         .rsplit_once(':')
@@ -140,7 +142,21 @@ fn go_addr(addr: &str) -> Result<SocketAddr, String> {
         .parse()
         .map_err(|_| format!("{addr:?}: {port:?} is not a port"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    resolve(if host.is_empty() { "0.0.0.0" } else { host }, port)
+    resolve(if host.is_empty() { "::" } else { host }, port)
+}
+
+/// Binds `addr`; `[::]:port` (every address) falls back to `0.0.0.0:port`
+/// where the host has no IPv6.
+///
+/// # Errors
+/// The bind's error, with the address.
+pub async fn bind_any(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Err(_) if addr.ip() == std::net::Ipv6Addr::UNSPECIFIED => {
+            tokio::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, addr.port())).await
+        }
+        bound => bound,
+    }
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
@@ -190,9 +206,9 @@ mod tests {
         assert_eq!(l.grpc, at("[::1]:10"));
         assert_eq!(l.debug.port(), 0);
         assert!(l.debug.ip().is_loopback());
-        assert_eq!(l.metrics, Some(at("0.0.0.0:19001")));
+        assert_eq!(l.metrics, Some(at("[::]:19001")));
         let l = listen(&Env::from_pairs(&[("USE_PROMETHEUS", "true")])).expect("default addr");
-        assert_eq!(l.metrics, Some(at("0.0.0.0:9090")));
+        assert_eq!(l.metrics, Some(at("[::]:9090")));
     }
 
     #[test]

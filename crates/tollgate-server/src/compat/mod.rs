@@ -174,10 +174,7 @@ mod tests {
         assert!(r.config.metrics.reference_names);
         assert!(r.config.tracing.enabled);
         assert_eq!(r.config.tracing.service_name, "envoy-ratelimit");
-        assert_eq!(
-            r.listen.metrics,
-            Some("0.0.0.0:19001".parse().expect("addr"))
-        );
+        assert_eq!(r.listen.metrics, Some("[::]:19001".parse().expect("addr")));
         assert_eq!(r.config.ops.listen, r.listen.metrics);
         assert_eq!(r.listen.grpc, "0.0.0.0:8081".parse().expect("addr"));
         let tls = r.grpc_tls.as_ref().expect("tls");
