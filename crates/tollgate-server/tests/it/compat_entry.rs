@@ -347,3 +347,22 @@ fn healthcheck_waits_for_a_domain_when_told() {
     assert_eq!(health.text(), "OK");
     assert_eq!(get(rl.debug, "/rlconfig").text(), EG_RLCONFIG);
 }
+
+#[test]
+fn envoy_gateways_xds_environment_is_healthy_before_any_config() {
+    // Envoy Gateway's own CONFIG_TYPE, with its force start: ready as soon
+    // as Redis answers, no config yet (the ADS server here refuses
+    // connections; the xds tests hold one that answers).
+    let redis = RedisServer::start();
+    let setup = Setup::new();
+    let rl = start(&setup.env(
+        &redis,
+        &[
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_URL", "127.0.0.1:1"),
+        ],
+    ));
+    assert_eq!(wait_health(&rl, 200).text(), "OK");
+    let rlconfig = get(rl.debug, "/rlconfig");
+    assert_eq!((rlconfig.status, rlconfig.text()), (200, String::new()));
+}
