@@ -1,4 +1,5 @@
-//! Opening each door ([`open`]) and the ops listener ([`open_ops`]): its
+//! Opening each door ([`open`]), the ops listener ([`open_ops`]) and the
+//! reference's HTTP and debug ports ([`open_reference`]): its
 //! line in the log, and the future that serves it until shutdown, taking
 //! for each request (each gRPC call) the [`Generation`] current when it
 //! starts, so it decides on one config's rules alone while a reload swaps

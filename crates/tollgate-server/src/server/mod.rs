@@ -35,11 +35,13 @@
 //! spawns one task per door and the upkeep (the reload task of
 //! [`crate::reload`], the metrics upkeep, the store probe), and serves an
 //! HTTP/1.1 door's connections ([`serve_with`]); `doors.rs` opens each
-//! door and the ops listener (its log line, its service over the
-//! generation current at each request);
+//! door, the ops listener and the compatibility entry's reference ports
+//! (its log line, its service over the generation current at each
+//! request);
 //! `acceptor.rs` accepts connections under the cap; `watchdog.rs` is the
 //! per-connection watchdog and what it watches; `grpc.rs` serves the gRPC
-//! door's connections.
+//! door's connections (over TLS when [`Listeners::set_grpc_tls`] gave an
+//! acceptor).
 
 use std::future::Future;
 use std::net::SocketAddr;
