@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
 
 use super::json;
 use super::settings::HealthRules;
@@ -31,12 +33,26 @@ pub const MAX_JSON_BODY: usize = 1024 * 1024;
 pub const DEBUG_LISTING: &str =
     "/rlconfig: print out the currently loaded configuration for debugging\n";
 
-/// The HTTP port's state across requests.
-#[derive(Debug)]
+/// The reference's `grpc.health.v1` service name, which mirrors
+/// `/healthcheck`.
+pub const GRPC_HEALTH_NAME: &str = "ratelimit";
+
+/// The HTTP port's state across requests, and the gRPC health reporter
+/// that mirrors it.
 pub struct ReferenceHttp {
     rules: HealthRules,
     /// Redis has answered once since start.
     store_seen: AtomicBool,
+    grpc_health: HealthReporter,
+}
+
+impl std::fmt::Debug for ReferenceHttp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceHttp")
+            .field("rules", &self.rules)
+            .field("store_seen", &self.store_seen)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReferenceHttp {
@@ -46,7 +62,28 @@ impl ReferenceHttp {
         Self {
             rules,
             store_seen: AtomicBool::new(false),
+            grpc_health: HealthReporter::new(),
         }
+    }
+
+    /// The `grpc.health.v1` reporter the gRPC port serves, whose
+    /// [`GRPC_HEALTH_NAME`] [`ReferenceHttp::mirror`] keeps current.
+    #[must_use]
+    pub fn grpc_health(&self) -> HealthReporter {
+        self.grpc_health.clone()
+    }
+
+    /// Sets the gRPC health of [`GRPC_HEALTH_NAME`] to what
+    /// `/healthcheck` answers now.
+    pub(crate) async fn mirror(&self, generation: &Generation, health: &Health) {
+        let status = if self.healthy(generation, health) {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        self.grpc_health
+            .set_service_status(GRPC_HEALTH_NAME, status)
+            .await;
     }
 
     /// Whether every component is healthy.

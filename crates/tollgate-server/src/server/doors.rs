@@ -16,11 +16,11 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_rustls::TlsAcceptor;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use super::{
-    GRPC_BODY_TIMEOUT, MAX_GRPC_MESSAGE, ReferencePorts, SEND_TIMEOUT, grpc, serve_with, stopped,
+    GRPC_BODY_TIMEOUT, GrpcOptions, MAX_GRPC_MESSAGE, ReferencePorts, SEND_TIMEOUT, grpc,
+    serve_with, stopped,
 };
 use crate::doors::envoy::grpc::{Current, RateLimitServer};
 use crate::doors::ops::Health;
@@ -34,7 +34,8 @@ pub(super) type Serving = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// (addresses, store, Envoy domains, admin tokens: read once at start),
 /// serving each request with the generation `live` holds, until `stop`.
 ///
-/// The gRPC door is served over TLS with `tls` when given.
+/// The gRPC door is served with `grpc`'s TLS and health reporter when
+/// given.
 ///
 /// # Errors
 /// The admin API refuses to open (beyond loopback without a token, a bad
@@ -45,14 +46,14 @@ pub(super) async fn open(
     first: &Generation,
     live: &Arc<ArcSwap<Generation>>,
     stop: watch::Receiver<bool>,
-    tls: Option<TlsAcceptor>,
+    grpc: GrpcOptions,
 ) -> Result<Serving, String> {
     let live = Arc::clone(live);
     match door {
         Door::Admin => open_admin(listener, first, live, stop),
         Door::Api => open_api(listener, first, live, stop),
         Door::Proxy => open_proxy(listener, first, live, stop),
-        Door::Envoy => open_envoy(listener, first, live, stop, tls).await,
+        Door::Envoy => open_envoy(listener, first, live, stop, grpc).await,
     }
 }
 
@@ -150,8 +151,9 @@ async fn open_envoy(
     first: &Generation,
     live: Arc<ArcSwap<Generation>>,
     stop: watch::Receiver<bool>,
-    tls: Option<TlsAcceptor>,
+    grpc: GrpcOptions,
 ) -> Result<Serving, String> {
+    let GrpcOptions { tls, health } = grpc;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let domains = first.plan.envoy.domains();
     if domains.is_empty() {
@@ -170,7 +172,7 @@ async fn open_envoy(
         first.plan.config.store.url
     );
     let current: Current = Arc::new(move || Arc::clone(&live.load().envoy));
-    let health = HealthReporter::new();
+    let health = health.unwrap_or_else(HealthReporter::new);
     health.set_serving::<RateLimitServer>().await;
     let server = RateLimitServer::new(
         current,
@@ -210,6 +212,12 @@ pub(super) fn open_reference(
         "reference debug listening on http://{} (/rlconfig)",
         at(&debug_port)?
     );
+    tokio::spawn(mirror_health(
+        Arc::clone(&state),
+        Arc::clone(live),
+        Arc::clone(health),
+        stop.clone(),
+    ));
     let (live_http, health) = (Arc::clone(live), Arc::clone(health));
     let http = serve_with(
         http,
@@ -275,6 +283,33 @@ pub(super) fn open_ops(
         },
     )))
 }
+
+/// Keeps the gRPC health of `ratelimit` what `/healthcheck` would answer,
+/// as the reference's does: now, then every [`HEALTH_MIRROR_EVERY`],
+/// until `stop`.
+async fn mirror_health(
+    state: Arc<crate::compat::http::ReferenceHttp>,
+    live: Arc<ArcSwap<Generation>>,
+    health: Arc<Health>,
+    stop: watch::Receiver<bool>,
+) {
+    let mut every = tokio::time::interval(HEALTH_MIRROR_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stop = std::pin::pin!(stopped(stop));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                let generation = live.load_full();
+                state.mirror(&generation, &health).await;
+            }
+            () = &mut stop => break,
+        }
+    }
+}
+
+/// How often the gRPC health of `ratelimit` follows `/healthcheck` (the
+/// store probe's own period: what it reads changes no faster).
+const HEALTH_MIRROR_EVERY: std::time::Duration = crate::doors::ops::STORE_PROBE_EVERY;
 
 /// The answer of a proxy door without a proxy (never made: see its use).
 fn no_proxy() -> Response<ProxyBody> {

@@ -35,8 +35,9 @@ use crate::inline::Inline;
 
 /// The door's name in logs.
 const NAME: &str = Door::Envoy.name();
-/// The reference's `grpc.health.v1` service name.
-pub(super) const REFERENCE_HEALTH_NAME: &str = "ratelimit";
+/// The reference's `grpc.health.v1` service name (the compatibility
+/// entry's reference ports keep it current; draining ends it here).
+const REFERENCE_HEALTH_NAME: &str = crate::compat::http::GRPC_HEALTH_NAME;
 
 /// The HTTP/2 settings of every connection.
 fn settings() -> h2::server::Builder {
@@ -60,11 +61,6 @@ pub(super) async fn serve_grpc(
     stop: watch::Receiver<bool>,
     tls: Option<TlsAcceptor>,
 ) {
-    // The reference's own name for its health (`grpc.health.v1`'s
-    // service "ratelimit"), beside the service's full name.
-    health
-        .set_service_status(REFERENCE_HEALTH_NAME, ServingStatus::Serving)
-        .await;
     let builder = settings();
     // Every connection holds a sender: when all are gone, all have closed.
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);

@@ -132,16 +132,25 @@ pub struct Listeners {
     doors: ByDoor<TcpListener>,
     ops: Option<TcpListener>,
     reference: Option<ReferencePorts>,
-    grpc_tls: Option<GrpcTls>,
+    grpc: GrpcOptions,
 }
 
-/// The gRPC door's TLS acceptor (its `Debug` shows nothing of it).
-#[derive(Clone)]
-struct GrpcTls(tokio_rustls::TlsAcceptor);
+/// What the gRPC door is served with besides its listener: a TLS
+/// acceptor, and the `grpc.health.v1` reporter to serve (the reference
+/// ports' own, which mirrors `/healthcheck` under the name `ratelimit`).
+#[derive(Clone, Default)]
+struct GrpcOptions {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    health: Option<tonic_health::server::HealthReporter>,
+}
 
-impl std::fmt::Debug for GrpcTls {
+impl std::fmt::Debug for GrpcOptions {
+    /// Whether each is set (the acceptor's keys are never shown).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GrpcTls")
+        f.debug_struct("GrpcOptions")
+            .field("tls", &self.tls.is_some())
+            .field("health", &self.health.is_some())
+            .finish()
     }
 }
 
@@ -185,14 +194,16 @@ impl Listeners {
         self.ops = listener;
     }
 
-    /// Sets the reference's HTTP and debug ports.
+    /// Sets the reference's HTTP and debug ports; the gRPC door then
+    /// serves their health under the name `ratelimit` too.
     pub fn set_reference(&mut self, ports: ReferencePorts) {
+        self.grpc.health = Some(ports.state.grpc_health());
         self.reference = Some(ports);
     }
 
     /// Serves the gRPC door over TLS with `acceptor`.
     pub fn set_grpc_tls(&mut self, acceptor: tokio_rustls::TlsAcceptor) {
-        self.grpc_tls = Some(GrpcTls(acceptor));
+        self.grpc.tls = Some(acceptor);
     }
 }
 
@@ -264,7 +275,7 @@ async fn serve(
         doors: listeners,
         ops,
         reference,
-        grpc_tls,
+        grpc,
     } = listeners;
     crate::doors::check(&plan.config, &listeners)?;
     // The recorder first, so the gate's zero series land in it.
@@ -318,11 +329,12 @@ async fn serve(
     // cannot open (the admin API without a token) stops the start.
     let mut opened = Vec::new();
     for (door, listener) in listeners.into_values() {
-        let tls = grpc_tls
-            .clone()
-            .filter(|_| door == Door::Envoy)
-            .map(|t| t.0);
-        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone(), tls).await?);
+        let grpc = if door == Door::Envoy {
+            grpc.clone()
+        } else {
+            GrpcOptions::default()
+        };
+        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone(), grpc).await?);
     }
     let health = Arc::clone(&shared.health);
     tokio::spawn(async move {

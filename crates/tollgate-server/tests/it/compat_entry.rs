@@ -243,26 +243,50 @@ fn envoy_gateways_environment_serves_the_reference_ports() {
     assert_eq!(unknown.json()["overallCode"], "OK");
 }
 
-#[test]
-fn grpc_health_names_ratelimit() {
-    let redis = RedisServer::start();
-    let setup = Setup::new();
-    let rl = start(&setup.env(&redis, &[]));
-    // grpc.health.v1.HealthCheckRequest { service: "ratelimit" }
+/// `grpc.health.v1.Health/Check` of `ratelimit` over TLS, polled until
+/// it reports a status (the entry sets it once a second); that status.
+fn grpc_health(rl: &Ratelimit, ca: &Path) -> u8 {
+    // HealthCheckRequest { service: "ratelimit" }
     let mut req = vec![0x0a, 9];
     req.extend_from_slice(b"ratelimit");
-    let (message, status) = runtime()
-        .block_on(grpc_call(
-            rl.grpc,
-            client_tls(&setup.pki.ca_cert(), None),
-            SERVER_NAME,
-            "/grpc.health.v1.Health/Check",
-            &req,
-        ))
-        .expect("call");
-    assert_eq!(status, "0");
-    // HealthCheckResponse { status: SERVING (1) }
-    assert_eq!(&message[..], &[0x08, 1]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (message, status) = runtime()
+            .block_on(grpc_call(
+                rl.grpc,
+                client_tls(ca, None),
+                SERVER_NAME,
+                "/grpc.health.v1.Health/Check",
+                &req,
+            ))
+            .expect("call");
+        // HealthCheckResponse { status }: 0x08, then the status.
+        if status == "0" {
+            assert_eq!(message.len(), 2, "{message:?}");
+            return message[1];
+        }
+        assert!(Instant::now() < deadline, "no health status: {status}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn grpc_health_of_ratelimit_mirrors_the_healthcheck() {
+    let redis = RedisServer::start();
+    let setup = Setup::new();
+    let ca = setup.pki.ca_cert();
+    let rl = start(&setup.env(&redis, &[]));
+    wait_health(&rl, 200);
+    // SERVING (1) from the next mirror on: polled.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while grpc_health(&rl, &ca) != 1 {
+        assert!(Instant::now() < deadline, "ratelimit never SERVING");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Redis never answering: NOT_SERVING (2), as /healthcheck's 500.
+    let unreachable = start(&setup.env(&redis, &[("REDIS_URL", "127.0.0.1:1")]));
+    assert_eq!(grpc_health(&unreachable, &ca), 2);
+    assert_eq!(get(unreachable.http, "/healthcheck").status, 500);
 }
 
 #[test]
