@@ -67,7 +67,7 @@ impl ReferenceHttp {
     }
 
     /// The `grpc.health.v1` reporter the gRPC port serves, whose
-    /// [`GRPC_HEALTH_NAME`] [`ReferenceHttp::mirror`] keeps current.
+    /// [`GRPC_HEALTH_NAME`] the reference ports keep current.
     #[must_use]
     pub fn grpc_health(&self) -> HealthReporter {
         self.grpc_health.clone()
