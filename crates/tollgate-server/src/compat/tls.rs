@@ -242,4 +242,60 @@ mod tests {
             "{err}"
         );
     }
+
+    /// Envoy Gateway's certificates: an RSA key in PKCS#1 (`BEGIN RSA
+    /// PRIVATE KEY`), a leaf without extended key usage.
+    #[test]
+    fn pkcs1_rsa_keys_load_and_a_wrong_key_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let openssl = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl (apt-get install -y openssl)");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        for name in ["a", "b"] {
+            openssl(&[
+                "genrsa",
+                "-traditional",
+                "-out",
+                &format!("{name}.key"),
+                "2048",
+            ]);
+            openssl(&[
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                &format!("{name}.key"),
+                "-subj",
+                "/CN=ratelimit",
+                "-days",
+                "2",
+                "-out",
+                &format!("{name}.crt"),
+            ]);
+        }
+        let key = std::fs::read_to_string(dir.path().join("a.key")).expect("key");
+        assert!(
+            key.starts_with("-----BEGIN RSA PRIVATE KEY-----"),
+            "{key:.40}"
+        );
+        let tls = |key: &str| GrpcTls {
+            cert: dir.path().join("a.crt"),
+            key: dir.path().join(key),
+            client_ca: Some(dir.path().join("b.crt")),
+            client_san: Some("envoy".to_owned()),
+        };
+        assert!(acceptor(&tls("a.key")).is_ok());
+        let err = acceptor(&tls("b.key")).err().expect("not a's key");
+        assert!(err.starts_with("GRPC_SERVER_TLS_KEY: "), "{err}");
+        assert!(err.contains("is not the key of"), "{err}");
+    }
 }
