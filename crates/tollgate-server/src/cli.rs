@@ -60,6 +60,10 @@ pub enum Command {
     /// (an operator's probe; also what fleet tests run as separate
     /// processes). One CSV line per check on stdout, a tally on stderr.
     Check(CheckArgs),
+    /// Start as envoyproxy/ratelimit does: configured by its environment
+    /// variables, on its ports (docs/ratelimit-env.md). The same as
+    /// running the binary under the name `ratelimit` (`/bin/ratelimit`).
+    Ratelimit,
 }
 
 /// `tollgate serve [--config FILE] [--store URL] [--http ADDR] [--grpc ADDR]

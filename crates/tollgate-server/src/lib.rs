@@ -9,7 +9,10 @@
 //!   circuit breaker, metrics) on the [`store`] the config names.
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
-//!   file), `validate`, `replay` and `check`.
+//!   file), `validate`, `replay`, `check` and `ratelimit`.
+//! * [`compat`]: envoyproxy/ratelimit's environment read into the config
+//!   (`tollgate ratelimit`, the binary run as `ratelimit`), and the
+//!   answers of that service's own ports.
 //!
 //! * [`config`]: the TOML config file, validated field by field so
 //!   `validate` reports every problem with its line; [`config::file`]
@@ -24,6 +27,7 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod compat;
 pub mod config;
 pub mod doors;
 pub mod gate;

@@ -35,11 +35,13 @@
 //! spawns one task per door and the upkeep (the reload task of
 //! [`crate::reload`], the metrics upkeep, the store probe), and serves an
 //! HTTP/1.1 door's connections ([`serve_with`]); `doors.rs` opens each
-//! door and the ops listener (its log line, its service over the
-//! generation current at each request);
+//! door, the ops listener and the compatibility entry's reference ports
+//! (its log line, its service over the generation current at each
+//! request);
 //! `acceptor.rs` accepts connections under the cap; `watchdog.rs` is the
 //! per-connection watchdog and what it watches; `grpc.rs` serves the gRPC
-//! door's connections.
+//! door's connections (over TLS when [`Listeners::set_grpc_tls`] gave an
+//! acceptor).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -129,6 +131,41 @@ pub const GRPC_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Listeners {
     doors: ByDoor<TcpListener>,
     ops: Option<TcpListener>,
+    reference: Option<ReferencePorts>,
+    grpc: GrpcOptions,
+}
+
+/// What the gRPC door is served with besides its listener: a TLS
+/// acceptor, and the `grpc.health.v1` reporter to serve (the reference
+/// ports' own, which mirrors `/healthcheck` under the name `ratelimit`).
+#[derive(Clone, Default)]
+struct GrpcOptions {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    health: Option<tonic_health::server::HealthReporter>,
+}
+
+impl std::fmt::Debug for GrpcOptions {
+    /// Whether each is set (the acceptor's keys are never shown).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcOptions")
+            .field("tls", &self.tls.is_some())
+            .field("health", &self.health.is_some())
+            .finish()
+    }
+}
+
+/// The reference's own HTTP and debug ports (the compatibility entry,
+/// docs/ratelimit-env.md), already bound: `/healthcheck` and `/json` on
+/// `http`, `/rlconfig` on `debug`. Served until the doors have drained,
+/// as the ops listener is.
+#[derive(Debug)]
+pub struct ReferencePorts {
+    /// `HOST:PORT`.
+    pub http: TcpListener,
+    /// `DEBUG_HOST:DEBUG_PORT`.
+    pub debug: TcpListener,
+    /// What `/healthcheck` waits for, and what it has seen.
+    pub state: Arc<crate::compat::http::ReferenceHttp>,
 }
 
 impl Listeners {
@@ -155,6 +192,18 @@ impl Listeners {
     /// Sets (or, with `None`, clears) the ops listener.
     pub fn set_ops(&mut self, listener: Option<TcpListener>) {
         self.ops = listener;
+    }
+
+    /// Sets the reference's HTTP and debug ports; the gRPC door then
+    /// serves their health under the name `ratelimit` too.
+    pub fn set_reference(&mut self, ports: ReferencePorts) {
+        self.grpc.health = Some(ports.state.grpc_health());
+        self.reference = Some(ports);
+    }
+
+    /// Serves the gRPC door over TLS with `acceptor`.
+    pub fn set_grpc_tls(&mut self, acceptor: tokio_rustls::TlsAcceptor) {
+        self.grpc.tls = Some(acceptor);
     }
 }
 
@@ -225,6 +274,8 @@ async fn serve(
     let Listeners {
         doors: listeners,
         ops,
+        reference,
+        grpc,
     } = listeners;
     crate::doors::check(&plan.config, &listeners)?;
     // The recorder first, so the gate's zero series land in it.
@@ -260,14 +311,30 @@ async fn serve(
     let (ops_stop_tx, ops_stop_rx) = watch::channel(false);
     // The ops listener opens first, so its address is in the log before
     // the doors' (which tests and scripts wait for).
-    let ops = ops
-        .map(|listener| doors::open_ops(listener, &live, ops_stop_rx))
-        .transpose()?;
+    let mut ops: Vec<doors::Serving> = ops
+        .map(|listener| doors::open_ops(listener, &live, ops_stop_rx.clone()))
+        .transpose()?
+        .into_iter()
+        .collect();
+    if let Some(ports) = reference {
+        ops.extend(doors::open_reference(
+            ports,
+            &live,
+            &shared.health,
+            &ops_stop_rx,
+        )?);
+    }
+    drop(ops_stop_rx);
     // Every door opens (and logs where) before any is served: one that
     // cannot open (the admin API without a token) stops the start.
     let mut opened = Vec::new();
     for (door, listener) in listeners.into_values() {
-        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone()).await?);
+        let grpc = if door == Door::Envoy {
+            grpc.clone()
+        } else {
+            GrpcOptions::default()
+        };
+        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone(), grpc).await?);
     }
     let health = Arc::clone(&shared.health);
     tokio::spawn(async move {
@@ -277,7 +344,7 @@ async fn serve(
         let _ = stop_tx.send(true);
     });
     upkeep(reload, &live, &shared, &stop_rx);
-    let ops = ops.map(tokio::spawn);
+    let ops: Vec<_> = ops.into_iter().map(tokio::spawn).collect();
     let mut serving = JoinSet::new();
     for door in opened {
         serving.spawn(door);
@@ -290,11 +357,10 @@ async fn serve(
         }
     }
     let _ = ops_stop_tx.send(true);
-    if let Some(Err(e)) = match ops {
-        Some(ops) => Some(ops.await),
-        None => None,
-    } {
-        tracing::error!("the ops listener failed: {e}");
+    for listener in ops {
+        if let Err(e) = listener.await {
+            tracing::error!("the ops listener failed: {e}");
+        }
     }
     Ok(())
 }

@@ -11,6 +11,8 @@
 mod support;
 
 mod admin;
+mod compat_entry;
+mod compat_refusals;
 mod dashboard;
 mod envoy;
 mod envoy_examples;

@@ -22,6 +22,7 @@ use http_body_util::combinators::BoxBody;
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
+pub mod compat;
 pub mod envoy;
 pub mod envoy_bootstrap;
 pub mod gateway;
