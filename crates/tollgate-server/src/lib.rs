@@ -8,6 +8,7 @@
 //!   and the admin API, over one [`gate::Gate`] (limiter, failure policy,
 //!   circuit breaker, metrics) on the [`store`] the config names.
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
+//! * [`rls_conf`]: the xDS `RateLimitConfig` message, from our `.proto`.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay` and `check`.
 //!
@@ -30,6 +31,7 @@ pub mod gate;
 pub mod inline;
 pub mod metrics;
 pub mod reload;
+pub mod rls_conf;
 pub mod server;
 pub mod store;
 pub mod terminal;

@@ -60,3 +60,4 @@ mod usage_metrics;
 mod usage_overrides;
 mod usage_stranded;
 mod validate;
+mod xds_proto;

@@ -2,11 +2,10 @@
 //! resources (one per domain, as Envoy Gateway sends them) loaded into the
 //! same [`EnvoyLimits`] as the YAML files.
 //!
-//! The message is envoy-types' generated one
-//! ([`envoy_types::pb::ratelimit::config::ratelimit::v3`], from the
-//! reference's own `rls_conf.proto`, fields 7 `quota_mode` and 8 `metadata`
-//! included): the crate made for the job, already a dependency, rather than
-//! a second copy of the `.proto`.
+//! The message is our own ([`crate::rls_conf`], generated from
+//! `proto/ratelimit/config/ratelimit/v3/rls_conf.proto`, which has the
+//! reference's names and field numbers, 7 `quota_mode` and 8 `metadata`
+//! included); a test checks it against envoy-types' copy on the wire.
 //!
 //! As the reference does (`config_xds.go`), each resource is turned into
 //! the tree a YAML file would give and checked by the very same loader, so
@@ -28,9 +27,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use envoy_types::pb::google::protobuf::{Struct, Value as ProtoValue, value::Kind};
-use envoy_types::pb::ratelimit::config::ratelimit::v3::{
-    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
-};
+use crate::rls_conf::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
 
 use super::loader::Loader;
 use super::tree::EnvoyLimits;
