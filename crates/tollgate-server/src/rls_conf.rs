@@ -6,7 +6,10 @@
 
 #![allow(missing_docs, clippy::all, clippy::pedantic, unreachable_pub)]
 
-include!(concat!(env!("OUT_DIR"), "/ratelimit.config.ratelimit.v3.rs"));
+include!(concat!(
+    env!("OUT_DIR"),
+    "/ratelimit.config.ratelimit.v3.rs"
+));
 
 /// The type URL of [`RateLimitConfig`] in an xDS `Any` and request.
 pub const TYPE_URL: &str = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig";

@@ -113,8 +113,12 @@ fn our_message_and_the_references_agree_on_the_wire_both_ways() {
     assert_eq!(back, mine);
     // Every unit name is the same on both sides.
     for n in 0..8 {
-        let a = ours::RateLimitUnit::try_from(n).expect("ours").as_str_name();
-        let b = theirs::RateLimitUnit::try_from(n).expect("theirs").as_str_name();
+        let a = ours::RateLimitUnit::try_from(n)
+            .expect("ours")
+            .as_str_name();
+        let b = theirs::RateLimitUnit::try_from(n)
+            .expect("theirs")
+            .as_str_name();
         assert_eq!(a, b, "unit {n}");
     }
     assert!(ours::RateLimitUnit::try_from(8).is_err());

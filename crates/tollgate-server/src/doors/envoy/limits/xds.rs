@@ -26,8 +26,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use envoy_types::pb::google::protobuf::{Struct, Value as ProtoValue, value::Kind};
 use crate::rls_conf::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
+use envoy_types::pb::google::protobuf::{Struct, Value as ProtoValue, value::Kind};
 
 use super::loader::Loader;
 use super::tree::EnvoyLimits;
