@@ -15,6 +15,7 @@ const ENVOY_FIELDS: &[&str] = &[
     "reset_header",
     "quota_mode",
     "response_dynamic_metadata",
+    "xds",
 ];
 
 impl Checker<'_> {
@@ -50,6 +51,12 @@ impl Checker<'_> {
         }
         if let Some(b) = self.boolean(t, path, "response_dynamic_metadata") {
             envoy.response_dynamic_metadata = b;
+        }
+        if let Some(value) = t.get("xds") {
+            match value.get_ref() {
+                DeValue::Table(x) => envoy.xds = self.xds(x),
+                _ => self.wrong_type(value, "envoy.xds", "a table ([envoy.xds])"),
+            }
         }
         for (key, slot) in [
             ("limit_header", &mut envoy.limit_header),
