@@ -49,6 +49,22 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
             );
         }
     };
+    if config.envoy_settings.xds.is_some() {
+        // The reference's CONFIG_TYPE picks FILE or GRPC_XDS_SOTW, never
+        // both (docs/xds.md).
+        if !args.envoy_config.is_empty() {
+            return Err(
+                "--envoy-config and [envoy.xds] both give the Envoy limits: keep one \
+                 (files or xDS, as the reference's CONFIG_TYPE picks one)"
+                    .to_owned(),
+            );
+        }
+        if grpc.is_none() {
+            return Err(
+                "[envoy.xds] is for the Envoy rate limit service: add --grpc ADDR".to_owned(),
+            );
+        }
+    }
     let envoy = if args.envoy_config.is_empty() {
         EnvoyLimits::default()
     } else {

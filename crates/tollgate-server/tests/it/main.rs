@@ -61,3 +61,4 @@ mod usage_overrides;
 mod usage_stranded;
 mod validate;
 mod xds_proto;
+mod xds_serve;

@@ -35,6 +35,23 @@ use super::yaml::{Value, Yaml};
 use crate::config::file::ConfigErrors;
 
 impl EnvoyLimits {
+    /// No limits, and no config yet: what the Envoy service has under
+    /// `[envoy.xds]` before the first response is applied; it answers
+    /// every call with an error until then ([`EnvoyLimits::awaiting`]).
+    #[must_use]
+    pub fn awaiting_xds() -> Self {
+        EnvoyLimits {
+            awaiting: true,
+            ..EnvoyLimits::default()
+        }
+    }
+
+    /// Whether these are [`EnvoyLimits::awaiting_xds`]'s.
+    #[must_use]
+    pub fn awaiting(&self) -> bool {
+        self.awaiting
+    }
+
     /// Loads a whole xDS snapshot: every resource, through the checks
     /// [`EnvoyLimits::parse_with`] applies to a file; `taken` and
     /// `merge_domains` as there.
