@@ -61,4 +61,6 @@ mod usage_overrides;
 mod usage_stranded;
 mod validate;
 mod xds_proto;
+mod xds_resilience;
 mod xds_serve;
+mod xds_tls;
