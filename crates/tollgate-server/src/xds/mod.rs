@@ -1,7 +1,7 @@
 //! The xDS config source (docs/xds.md): with `[envoy.xds]`, the Envoy
 //! limits come from an ADS server, state-of-the-world, as the reference's
 //! `CONFIG_TYPE=GRPC_XDS_SOTW` takes them from Envoy Gateway. One task
-//! ([`spawn`]) keeps a stream open, reconnecting after a jittered backoff
+//! (`spawn`) keeps a stream open, reconnecting after a jittered backoff
 //! when it fails, and applies each response whole through the reload
 //! path; the last good config serves across NACKs and disconnects.
 //!
