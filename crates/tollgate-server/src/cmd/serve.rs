@@ -53,11 +53,7 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
         // The reference's CONFIG_TYPE picks FILE or GRPC_XDS_SOTW, never
         // both (docs/xds.md).
         if !args.envoy_config.is_empty() {
-            return Err(
-                "--envoy-config and [envoy.xds] both give the Envoy limits: keep one \
-                 (files or xDS, as the reference's CONFIG_TYPE picks one)"
-                    .to_owned(),
-            );
+            return Err(crate::config::FILES_AND_XDS.to_owned());
         }
         if grpc.is_none() {
             return Err(

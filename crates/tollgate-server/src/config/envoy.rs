@@ -15,14 +15,20 @@ const ENVOY_FIELDS: &[&str] = &[
     "reset_header",
     "quota_mode",
     "response_dynamic_metadata",
-    "xds",
 ];
 
 impl Checker<'_> {
     pub(super) fn envoy(&mut self, t: &DeTable<'_>) -> Option<EnvoySettings> {
         let path = "envoy";
         let before = self.errors.len();
-        self.unknown_fields(t, path, ENVOY_FIELDS);
+        // `xds` is a table of its own (`xds.rs`), not one of the switches
+        // an unknown field's message lists.
+        let switches: DeTable<'_> = t
+            .iter()
+            .filter(|(k, _)| k.get_ref() != "xds")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.unknown_fields(&switches, path, ENVOY_FIELDS);
         let mut envoy = EnvoySettings::default();
         if let Some(b) = self.boolean(t, path, "merge_domains") {
             envoy.merge_domains = b;

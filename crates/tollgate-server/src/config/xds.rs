@@ -25,6 +25,11 @@ const XDS_FIELDS: &[&str] = &[
 ];
 const TLS_FIELDS: &[&str] = &["ca_file", "cert_file", "key_file", "server_name"];
 
+/// Why `--envoy-config` files and `[envoy.xds]` are refused together
+/// (`serve` and `validate` alike).
+pub const FILES_AND_XDS: &str = "--envoy-config and [envoy.xds] both give the Envoy limits: keep \
+     one (files or xDS, as the reference's CONFIG_TYPE picks one)";
+
 /// The node id when none is given (the reference's
 /// `CONFIG_GRPC_XDS_NODE_ID` default).
 pub const DEFAULT_NODE_ID: &str = "default";

@@ -124,3 +124,37 @@ impl Applier {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::google::protobuf::Any;
+
+    #[test]
+    fn resources_of_another_type_or_bad_bytes_are_named_by_position() {
+        let good = RateLimitConfig {
+            name: "d".into(),
+            domain: "d".into(),
+            descriptors: vec![],
+        };
+        let any = |type_url: &str, value: Vec<u8>| Any {
+            type_url: type_url.into(),
+            value,
+        };
+        let mut response = DiscoveryResponse {
+            resources: vec![any(TYPE_URL, good.encode_to_vec())],
+            ..DiscoveryResponse::default()
+        };
+        assert_eq!(decode(&response).expect("valid"), [good.clone()]);
+        let other = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+        response.resources.push(any(other, vec![]));
+        let e = decode(&response).expect_err("wrong type");
+        assert!(
+            e.starts_with("resource #1 has type") && e.contains(other),
+            "{e}"
+        );
+        response.resources[1] = any(TYPE_URL, vec![0xff, 0xff]);
+        let e = decode(&response).expect_err("bad bytes");
+        assert!(e.starts_with("resource #1: not a RateLimitConfig"), "{e}");
+    }
+}

@@ -107,6 +107,28 @@ fn without_start_without_config_no_door_opens_before_the_first_config() {
 }
 
 #[test]
+fn a_response_over_max_message_bytes_fails_the_stream_and_is_not_applied() {
+    let rt = runtime();
+    let ads = rt.block_on(ads(None));
+    let domains: Vec<_> = (0..50)
+        .map(|i| eg_domain(&format!("d{i}"), "route", &[(1, Hour)]))
+        .collect();
+    set(&ads, "1", &domains);
+    let extra = "start_without_config = true\nmax_message_bytes = 1000\n";
+    let server = Tollgate::start(&toml(&ads.addr().to_string(), extra), ARGS);
+    assert!(server.logs("too large"), "{}", server.log());
+    assert!(
+        server.logs("no config yet; reconnecting"),
+        "{}",
+        server.log()
+    );
+    let mut c = client(&rt, &server);
+    let status = call(&rt, &mut c, eg_request("d0", "route", 0)).expect_err("no config");
+    assert_eq!(status.code(), tonic::Code::Unavailable);
+    assert!(ads.events().iter().all(|e| e.ack().is_none()));
+}
+
+#[test]
 fn a_thousand_envoy_gateway_domains_apply_and_serve() {
     let rt = runtime();
     let ads = rt.block_on(ads(None));

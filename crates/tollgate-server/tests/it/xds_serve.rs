@@ -199,4 +199,19 @@ fn files_and_xds_together_are_refused_naming_both() {
         err.contains("--envoy-config") && err.contains("[envoy.xds]"),
         "{err}"
     );
+    // `validate` refuses what `serve` refuses.
+    let (_d, config) = crate::support::config_file(&toml("127.0.0.1:1", ""));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .arg("validate")
+        .arg("--config")
+        .arg(&config)
+        .args(["--envoy-config", yaml])
+        .output()
+        .expect("validate");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("envoy.xds") && err.contains("--envoy-config"),
+        "{err}"
+    );
 }
