@@ -145,7 +145,7 @@ mod tests {
             resources: vec![any(TYPE_URL, good.encode_to_vec())],
             ..DiscoveryResponse::default()
         };
-        assert_eq!(decode(&response).expect("valid"), [good.clone()]);
+        assert_eq!(decode(&response).expect("valid"), [good]);
         let other = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
         response.resources.push(any(other, vec![]));
         let e = decode(&response).expect_err("wrong type");

@@ -144,6 +144,11 @@ fn a_bad_snapshot_is_nacked_naming_domain_and_descriptor_and_changes_nothing() {
     // loop): the same response is NACKed again, not loaded or logged again.
     let again = rt.block_on(nacked(&ads, 2));
     assert_eq!(again.version_info, "1");
+    assert!(
+        server.logs("xDS config version \"2\" refused"),
+        "{}",
+        server.log()
+    );
     let refusals = server
         .log()
         .matches("xDS config version \"2\" refused")
