@@ -220,3 +220,23 @@ fn files_and_xds_together_are_refused_naming_both() {
         "{err}"
     );
 }
+
+#[test]
+fn the_xds_flags_need_no_config_file() {
+    let rt = runtime();
+    let ads = rt.block_on(ads(None));
+    set(&ads, "1", &[eg_domain("d", "route", &[(1, Hour)])]);
+    let url = format!("http://{}", ads.addr());
+    let server = Tollgate::start_with_env(
+        None,
+        &["--grpc", "127.0.0.1:0"],
+        &[
+            ("TOLLGATE_XDS_SERVER", &url),
+            ("TOLLGATE_XDS_NODE_ID", NODE),
+        ],
+    );
+    rt.block_on(acked(&ads, "1"));
+    let mut c = client(&rt, &server);
+    let req = eg_request("d", "route", 0);
+    assert_eq!(codes(&rt, &mut c, &req, 2), ["OK", "OVER_LIMIT"]);
+}
