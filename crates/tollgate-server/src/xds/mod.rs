@@ -34,9 +34,13 @@ use tls::Connector;
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// HTTP/2 pings on the stream: a server gone without a word (a node
-/// lost) is noticed within a minute, not at the next TCP timeout.
-const KEEPALIVE: Duration = Duration::from_secs(30);
+/// HTTP/2 pings on the stream, so a server gone without a word (a node
+/// lost) is noticed within minutes, not at the next TCP timeout. Not more
+/// often: a grpc-go server (Envoy Gateway's) by default closes a
+/// connection that pings more than once in 5 minutes ("too_many_pings").
+const KEEPALIVE: Duration = Duration::from_secs(330);
+/// How long a ping may go unanswered.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The endpoint of `server`. TLS is done by our connector, so the URI is
 /// always `http://` (tonic refuses `https://` without its own TLS).
@@ -50,7 +54,7 @@ fn endpoint(server: &str) -> Result<Endpoint, String> {
     Ok(endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(KEEPALIVE)
-        .keep_alive_timeout(KEEPALIVE)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true))
 }
 
