@@ -8,6 +8,8 @@
 //!   and the admin API, over one [`gate::Gate`] (limiter, failure policy,
 //!   circuit breaker, metrics) on the [`store`] the config names.
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
+//! * [`xds`]: the Envoy limits from an ADS server (`[envoy.xds]`); [`rls_conf`]:
+//!   its `RateLimitConfig` message, from our `.proto`.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay`, `check` and `ratelimit`.
 //! * [`compat`]: envoyproxy/ratelimit's environment read into the config
@@ -34,9 +36,11 @@ pub mod gate;
 pub mod inline;
 pub mod metrics;
 pub mod reload;
+pub mod rls_conf;
 pub mod server;
 pub mod store;
 pub mod terminal;
+pub mod xds;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.
 pub use tollgate::store::url as store_url;

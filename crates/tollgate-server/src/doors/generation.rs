@@ -52,6 +52,10 @@ pub(crate) struct Shared {
     pub(crate) status: Arc<ReloadStatus>,
     /// Draining, and the store probe (the probes of every generation).
     pub(crate) health: Arc<Health>,
+    /// Held while a new generation is built and swapped in: the file
+    /// reload and the xDS client each build on the one running, so one
+    /// at a time, or one would undo the other's change.
+    pub(crate) swap: Arc<std::sync::Mutex<()>>,
 }
 
 impl Generation {

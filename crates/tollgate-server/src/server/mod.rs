@@ -61,6 +61,7 @@ use tokio::task::JoinSet;
 use arc_swap::ArcSwap;
 
 use crate::config::{Config, ConfigInfo, ReloadStatus, record_loaded, rfc3339, version_of_text};
+use crate::doors::envoy::limits::EnvoyLimits;
 use crate::doors::ops::{Health, STORE_PROBE_EVERY};
 use crate::doors::{ByDoor, Door, Generation, Plan, Shared};
 use crate::inline::Inline;
@@ -267,7 +268,7 @@ pub async fn run_reloading(
 async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    plan: Plan,
+    mut plan: Plan,
     info: ConfigInfo,
     reload: Option<Source>,
 ) -> Result<(), String> {
@@ -288,6 +289,7 @@ async fn serve(
         metrics,
         status: Arc::new(ReloadStatus::new()),
         health: Arc::new(Health::new()),
+        swap: Arc::default(),
     };
     record_loaded(&info);
     tracing::info!(
@@ -295,7 +297,14 @@ async fn serve(
         info.version,
         rfc3339(info.loaded_at)
     );
+    // Under xDS the Envoy limits are its alone (docs/xds.md), none until
+    // the first response: whatever entry filled `[envoy.xds]`.
+    let xds = plan.config.envoy_settings.xds.clone();
+    if xds.is_some() {
+        plan.envoy = Arc::new(EnvoyLimits::awaiting_xds());
+    }
     let first = Arc::new(Generation::build(plan, info, &shared, None)?);
+    let files_version = first.info.version.clone();
     let live = Arc::new(ArcSwap::new(Arc::clone(&first)));
     // Blocks and runtime overrides a shared store holds apply from the
     // first check (docs/admin.md).
@@ -325,6 +334,33 @@ async fn serve(
         )?);
     }
     drop(ops_stop_rx);
+    // Served from here: under xDS, while the first config is awaited.
+    let ops: Vec<_> = ops.into_iter().map(tokio::spawn).collect();
+    let mut shutdown = Box::pin(shutdown);
+    if let Some(settings) = xds {
+        let wait = !settings.start_without_config;
+        let server = settings.server.clone();
+        let mut loaded =
+            crate::xds::spawn(settings, Arc::clone(&live), shared.clone(), stop_rx.clone())?;
+        if wait {
+            // As the reference: no door serves before the first config
+            // (`start_without_config` serves at once, answering errors).
+            tracing::info!("waiting for the first xDS config from {server} before serving");
+            tokio::select! {
+                () = async { let _ = loaded.wait_for(|l| *l).await; } => {}
+                () = &mut shutdown => {
+                    let _ = stop_tx.send(true);
+                    let _ = ops_stop_tx.send(true);
+                    for listener in ops {
+                        let _ = listener.await;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+    // The generation the doors open with: the xDS config's, if waited for.
+    let first = live.load_full();
     // Every door opens (and logs where) before any is served: one that
     // cannot open (the admin API without a token) stops the start.
     let mut opened = Vec::new();
@@ -343,8 +379,7 @@ async fn serve(
         health.start_draining();
         let _ = stop_tx.send(true);
     });
-    upkeep(reload, &live, &shared, &stop_rx);
-    let ops: Vec<_> = ops.into_iter().map(tokio::spawn).collect();
+    upkeep(reload, files_version, &live, &shared, &stop_rx);
     let mut serving = JoinSet::new();
     for door in opened {
         serving.spawn(door);
@@ -369,12 +404,14 @@ async fn serve(
 /// a `source`), the metrics upkeep and the store probe.
 fn upkeep(
     source: Option<Source>,
+    files_version: String,
     live: &Arc<ArcSwap<Generation>>,
     shared: &Shared,
     stop: &watch::Receiver<bool>,
 ) {
     if let Some(source) = source {
         let reloader = Reloader {
+            seen: files_version,
             source: Arc::new(source),
             live: Arc::clone(live),
             shared: shared.clone(),

@@ -66,3 +66,7 @@ mod usage_metrics;
 mod usage_overrides;
 mod usage_stranded;
 mod validate;
+mod xds_proto;
+mod xds_resilience;
+mod xds_serve;
+mod xds_tls;

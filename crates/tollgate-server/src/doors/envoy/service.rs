@@ -81,6 +81,10 @@ use crate::doors::envoy::unknown::UnknownDomains;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
 
+/// The message of the error every call gets under `[envoy.xds]` before
+/// the first config (the reference's, word for word).
+pub const NO_CONFIG: &str = "no rate limit configuration loaded";
+
 pub use crate::doors::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
 
 /// The Envoy rate limit service.
@@ -193,8 +197,14 @@ impl EnvoyService {
     /// Decides one request (the gRPC method without its transport).
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` naming what is wrong with the request.
+    /// `INVALID_ARGUMENT` naming what is wrong with the request;
+    /// `UNAVAILABLE` ([`NO_CONFIG`]) under xDS before the first config.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        if self.limits.awaiting() {
+            // As the reference before its first xDS config: an error,
+            // which Envoy turns into its failure mode (docs/xds.md).
+            return Err(tonic::Status::unavailable(NO_CONFIG));
+        }
         let plans = plan(&self.limits, self.first_rule, req, self.count_own_cost)?;
         // `plan` refused a domain that is not UTF-8.
         let domain = std::str::from_utf8(&req.domain).unwrap_or_default();

@@ -31,6 +31,7 @@ pub mod recorder;
 pub mod reference;
 pub mod rls;
 pub mod usage_upstream;
+pub mod xds;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -250,6 +250,9 @@ pub struct EnvoyLimits {
     /// How many of `rules` the config's limits made (the rest count
     /// overrides).
     pub(super) configured: usize,
+    /// No config yet: the limits of xDS before its first response
+    /// (`xds.rs`).
+    pub(super) awaiting: bool,
 }
 
 impl EnvoyLimits {
