@@ -8,6 +8,8 @@
 //!   and the admin API, over one [`gate::Gate`] (limiter, failure policy,
 //!   circuit breaker, metrics) on the [`store`] the config names.
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
+//! * [`telemetry`]: OpenTelemetry spans of the doors and the store over
+//!   OTLP (`[tracing]`, the `OTEL_*` variables).
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay` and `check`.
 //!
@@ -32,6 +34,7 @@ pub mod metrics;
 pub mod reload;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod terminal;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.

@@ -74,13 +74,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
+/// Logs to stderr; `RUST_LOG` filters (default `info`). Beside it, the
+/// telemetry layer, which exports spans once the server starts tracing
+/// (docs/tracing.md); each has its own filter, so `RUST_LOG` never turns
+/// spans on for export, nor does tracing fill the log.
 fn init_tracing() {
+    use tracing_subscriber::prelude::*;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        .with_filter(filter);
+    tracing_subscriber::registry()
+        .with(log)
+        .with(tollgate_server::telemetry::layer())
         .init();
 }
 

@@ -17,6 +17,7 @@ const TRACING_FIELDS: &[&str] = &[
     "service_name",
     "resource",
     "sampling_ratio",
+    "parent_based",
     "timeout",
 ];
 
@@ -157,6 +158,9 @@ impl Checker<'_> {
             tracing.resource = resource.into_iter().map(|(k, v, _)| (k, v)).collect();
         }
         self.sampling_ratio(t, path, &mut tracing);
+        if let Some(on) = self.boolean(t, path, "parent_based") {
+            tracing.parent_based = on;
+        }
         if let Some(d) = self.duration(t, path, "timeout") {
             tracing.timeout = d;
         }
@@ -224,7 +228,7 @@ mod tests {
         let t = parse(
             "[tracing]\nenabled = true\nendpoint = 'http://otel:4318'\n\
              protocol = 'http/protobuf'\nservice_name = 'rl'\nsampling_ratio = 0.25\n\
-             timeout = '2s'\nheaders = { authorization = 'Bearer x' }\n\
+             timeout = '2s'\nparent_based = false\nheaders = { authorization = 'Bearer x' }\n\
              resource = { 'deployment.environment' = 'prod' }\n",
         )
         .expect("parses");
@@ -234,6 +238,7 @@ mod tests {
         assert_eq!(t.service_name, "rl");
         assert!((t.sampling_ratio - 0.25).abs() < f64::EPSILON);
         assert_eq!(t.timeout, std::time::Duration::from_secs(2));
+        assert!(!t.parent_based);
         assert_eq!(t.headers, [("authorization".into(), "Bearer x".into())]);
         assert_eq!(
             t.resource,

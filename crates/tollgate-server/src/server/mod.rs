@@ -218,7 +218,7 @@ pub async fn run_reloading(
 async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    plan: Plan,
+    mut plan: Plan,
     info: ConfigInfo,
     reload: Option<Source>,
 ) -> Result<(), String> {
@@ -227,6 +227,24 @@ async fn serve(
         ops,
     } = listeners;
     crate::doors::check(&plan.config, &listeners)?;
+    // Here, the one path every entry takes: the OTEL_* variables over
+    // [tracing] (docs/tracing.md). Read at start only, as the listeners.
+    crate::telemetry::env::apply(&mut plan.config.tracing)?;
+    let telemetry = crate::telemetry::start(&plan.config.tracing)?;
+    let served = serve_traced(listeners, ops, shutdown, plan, info, reload).await;
+    telemetry.shutdown().await;
+    served
+}
+
+/// [`serve`] once tracing is set up.
+async fn serve_traced(
+    listeners: ByDoor<TcpListener>,
+    ops: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    plan: Plan,
+    info: ConfigInfo,
+    reload: Option<Source>,
+) -> Result<(), String> {
     // The recorder first, so the gate's zero series land in it.
     let metrics = crate::metrics::handle();
     let store = &plan.config.store;
