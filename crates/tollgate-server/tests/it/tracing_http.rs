@@ -159,3 +159,35 @@ fn the_tracing_table_alone_turns_it_on() {
         "{spans:#?}"
     );
 }
+
+/// `[tracing]` is read at start: a reload that changes it applies the
+/// rest and says tracing needs a restart.
+#[test]
+fn a_reload_reports_tracing_needs_a_restart() {
+    let s = Tollgate::start(RULES, &["--http", "127.0.0.1:0"]);
+    let path = s.config_path();
+    let tmp = path.with_extension("new");
+    let text = format!(
+        "[tracing]\nenabled = true\n\n{}",
+        RULES.replace("limit = 5", "limit = 7")
+    );
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, &path).expect("rename");
+    s.signal("HUP");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let rules = loop {
+        let r = crate::support::get(s.api(), "/v1/rules").json();
+        if !r["reload_error"].is_null() {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "no reload: {r}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let message = rules["reload_error"]["message"].as_str().expect("message");
+    assert!(message.contains("[tracing] changed"), "{message}");
+    assert!(
+        rules.to_string().contains("\"limit\":7"),
+        "the rest applied: {rules}"
+    );
+    assert!(!s.log().contains("tracing: spans over"), "{}", s.log());
+}
