@@ -85,6 +85,10 @@ pub const KIND_SERVER: i32 = 2;
 struct Store {
     spans: Mutex<Vec<ReceivedSpan>>,
     arrived: Condvar,
+    /// Spans received, kept or not.
+    count: std::sync::atomic::AtomicU64,
+    /// Only count (a benchmark's sink: nothing grows).
+    count_only: bool,
 }
 
 impl Store {
@@ -100,6 +104,17 @@ impl Store {
         protocol: Protocol,
         headers: &http::HeaderMap,
     ) {
+        if self.count_only {
+            let n: usize = request
+                .resource_spans
+                .iter()
+                .flat_map(|rs| &rs.scope_spans)
+                .map(|ss| ss.spans.len())
+                .sum();
+            self.count
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
         let headers: BTreeMap<String, String> = headers
             .iter()
             .filter_map(|(k, v)| Some((k.as_str().to_owned(), v.to_str().ok()?.to_owned())))
@@ -194,7 +209,24 @@ impl Receiver {
     /// When a port cannot be bound or the thread cannot start.
     #[must_use]
     pub fn start() -> Self {
-        let store = Arc::new(Store::default());
+        Self::start_with(false)
+    }
+
+    /// A receiver that only counts the spans it is sent
+    /// ([`Receiver::count`]): a benchmark's sink, whose memory stays flat.
+    ///
+    /// # Panics
+    /// As [`Receiver::start`].
+    #[must_use]
+    pub fn counting() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(count_only: bool) -> Self {
+        let store = Arc::new(Store {
+            count_only,
+            ..Store::default()
+        });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -246,6 +278,12 @@ impl Receiver {
     #[must_use]
     pub fn http_endpoint(&self) -> String {
         format!("http://{}", self.http)
+    }
+
+    /// How many spans a [`Receiver::counting`] receiver was sent.
+    #[must_use]
+    pub fn count(&self) -> u64 {
+        self.store.count.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every span received so far.
