@@ -14,6 +14,8 @@
 //! Off (the default), nothing is built and the filter's interest is
 //! `never` with a max level of OFF, so the doors' and the store's spans
 //! (TRACE) cost the level check that every disabled `tracing` span costs.
+//! On, each door samples a call before making its span ([`keeps`]); a
+//! store span is made only inside a door's span (the filter asks).
 //!
 //! The folder: `env.rs` reads the `OTEL_*` variables; `propagate.rs`
 //! reads the caller's context (W3C, B3); `export.rs` builds the OTLP
@@ -45,6 +47,10 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Whether spans are being exported: the filter's switch.
 static ON: AtomicBool = AtomicBool::new(false);
+
+/// The sampler deciding each door's call before its spans are made
+/// ([`keeps`]); the provider's own samples every span made.
+static DECIDE: OnceLock<Sampler> = OnceLock::new();
 
 /// The provider under [`layer`], once a subscriber carries it.
 static SLOT: OnceLock<slot::Slot> = OnceLock::new();
@@ -93,7 +99,7 @@ pub fn start(config: &TracingConfig) -> Result<Telemetry, String> {
     let exporter = export::exporter(config)?;
     let mut processor = BatchSpanProcessor::builder(exporter).build();
     processor.set_resource(&resource(config));
-    if !slot.fill(sampler(config), processor) {
+    if DECIDE.set(sampler(config)).is_err() || !slot.fill(Sampler::AlwaysOn, processor) {
         // A second server in one process: the first one's export goes on.
         tracing::warn!("tracing was started already in this process; keeping the first settings");
         return Ok(Telemetry { on: false });
@@ -164,6 +170,27 @@ fn resource(config: &TracingConfig) -> Resource {
         )
         .with_service_name(config.service_name.clone())
         .build()
+}
+
+/// Whether a call with the caller's context `parent` (if any) is traced:
+/// the configured sampler's decision, made before any span is, so an
+/// unsampled call makes none (a span made and then dropped costs about
+/// as much as one sent: bench/tracing.sh). A root's trace id is drawn
+/// here for the ratio; the span gets another, as random.
+pub(crate) fn keeps(parent: Option<&opentelemetry::Context>) -> bool {
+    use opentelemetry::trace::{SpanKind, TraceContextExt as _};
+    use opentelemetry_sdk::trace::{
+        IdGenerator as _, RandomIdGenerator, SamplingDecision, ShouldSample as _,
+    };
+    let Some(sampler) = DECIDE.get() else {
+        return false;
+    };
+    let trace_id = match parent {
+        Some(cx) => cx.span().span_context().trace_id(),
+        None => RandomIdGenerator::default().new_trace_id(),
+    };
+    let decided = sampler.should_sample(parent, trace_id, "", &SpanKind::Server, &[], &[]);
+    decided.decision == SamplingDecision::RecordAndSample
 }
 
 /// Whether spans are exported now (the doors skip reading the caller's

@@ -17,6 +17,7 @@ use tracing::Metadata;
 use tracing::subscriber::Interest;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context as LayerContext, Filter};
+use tracing_subscriber::registry::LookupSpan;
 
 /// The provider and its two slots.
 #[derive(Debug)]
@@ -115,9 +116,13 @@ impl SpanProcessor for LateProcessor {
 
 /// The layer's filter: tollgate's own spans (targets `tollgate...`),
 /// while tracing is on; nothing, with a max level of OFF, while it is
-/// off, so `tracing` rejects the spans at their level check.
+/// off, so `tracing` rejects the spans at their level check. A store span
+/// (`tollgate::store`) only inside a span this layer records (a door's
+/// sampled call): outside one it would be a root nobody sampled.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Switch;
+
+const STORE_TARGET: &str = "tollgate::store";
 
 impl Switch {
     fn wants(meta: &Metadata<'_>) -> bool {
@@ -125,16 +130,22 @@ impl Switch {
     }
 }
 
-impl<S> Filter<S> for Switch {
-    fn enabled(&self, meta: &Metadata<'_>, _cx: &LayerContext<'_, S>) -> bool {
-        Self::wants(meta)
+impl<S> Filter<S> for Switch
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn enabled(&self, meta: &Metadata<'_>, cx: &LayerContext<'_, S>) -> bool {
+        Self::wants(meta) && (meta.target() != STORE_TARGET || cx.lookup_current().is_some())
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if Self::wants(meta) {
-            Interest::always()
-        } else {
+        if !Self::wants(meta) {
             Interest::never()
+        } else if meta.target() == STORE_TARGET {
+            // Asked at each span: whether a door's span is current.
+            Interest::sometimes()
+        } else {
+            Interest::always()
         }
     }
 

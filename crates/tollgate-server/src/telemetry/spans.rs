@@ -1,9 +1,11 @@
 //! The doors' spans: one per decision, SERVER kind, joined to the
 //! caller's trace (docs/tracing.md, "Spans"). Each is a TRACE span of a
 //! `tollgate::` target, so while tracing is off it is `Span::none()` after
-//! the level check and the caller's headers are not read.
+//! the level check and the caller's headers are not read; on, a call the
+//! sampler drops gets `Span::none()` too, before any span is made.
 
 use http::{HeaderMap, Method, StatusCode};
+use opentelemetry::Context;
 use tracing::Span;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
@@ -14,6 +16,9 @@ use super::propagate;
 /// gRPC interceptor (otelgrpc) names it, its caller's context read from
 /// the call's metadata (`headers`).
 pub(crate) fn should_rate_limit(headers: &HeaderMap) -> Span {
+    let Some(parent) = sampled(headers) else {
+        return Span::none();
+    };
     let span = tracing::trace_span!(
         target: "tollgate::envoy",
         "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
@@ -28,7 +33,7 @@ pub(crate) fn should_rate_limit(headers: &HeaderMap) -> Span {
         otel.status_code = Empty,
         otel.status_description = Empty,
     );
-    join(&span, headers);
+    adopt(&span, parent);
     span
 }
 
@@ -56,6 +61,9 @@ pub(crate) fn grpc_answer(span: &Span, answer: Result<&str, (i32, &str)>) {
 /// conventions name server spans (`route` is the door's template, never
 /// the client's path: bounded names).
 pub(crate) fn http(door: &'static str, method: &Method, route: &str, headers: &HeaderMap) -> Span {
+    let Some(parent) = sampled(headers) else {
+        return Span::none();
+    };
     let span = tracing::trace_span!(
         target: "tollgate::http",
         "http",
@@ -69,7 +77,7 @@ pub(crate) fn http(door: &'static str, method: &Method, route: &str, headers: &H
     );
     if !span.is_disabled() {
         span.record("otel.name", format!("{method} {route}"));
-        join(&span, headers);
+        adopt(&span, parent);
     }
     span
 }
@@ -93,14 +101,23 @@ pub(crate) fn domain(domain: &[u8]) {
     }
 }
 
-/// Makes the caller's context in `headers`, if any, the parent of `span`.
-fn join(span: &Span, headers: &HeaderMap) {
+/// `None` when the call is not traced (tracing off, or the sampler
+/// drops it); else the caller's context in `headers`, if any.
+fn sampled(headers: &HeaderMap) -> Option<Option<Context>> {
+    if !super::on() {
+        return None;
+    }
+    let parent = propagate::extract(headers);
+    super::keeps(parent.as_ref()).then_some(parent)
+}
+
+/// Makes the caller's context, if any, the parent of `span`.
+fn adopt(span: &Span, parent: Option<Context>) {
+    let Some(cx) = parent else { return };
     if span.is_disabled() {
         return;
     }
-    if let Some(cx) = propagate::extract(headers) {
-        // Fails only for a span already started or not exported: then it
-        // stays a root.
-        let _ = span.set_parent(cx);
-    }
+    // Fails only for a span already started or not exported: then it
+    // stays a root.
+    let _ = span.set_parent(cx);
 }
