@@ -10,6 +10,8 @@
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
 //! * [`xds`]: the Envoy limits from an ADS server (`[envoy.xds]`); [`rls_conf`]:
 //!   its `RateLimitConfig` message, from our `.proto`.
+//! * [`telemetry`]: OpenTelemetry spans of the doors and the store over
+//!   OTLP (`[tracing]`, the `OTEL_*` variables).
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
 //!   file), `validate`, `replay`, `check` and `ratelimit`.
 //! * [`compat`]: envoyproxy/ratelimit's environment read into the config
@@ -39,6 +41,7 @@ pub mod reload;
 pub mod rls_conf;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod terminal;
 pub mod xds;
 

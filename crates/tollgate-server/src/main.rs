@@ -159,27 +159,31 @@ fn serve_reference(reference: &Reference) -> Result<(), String> {
 }
 
 /// Logs to stderr: `RUST_LOG` filters, else `level`; JSON lines with
-/// `json`.
+/// `json`. Beside it, the telemetry layer, which exports spans once the
+/// server starts tracing (docs/tracing.md); each has its own filter, so
+/// `RUST_LOG` never turns spans on for export, nor does tracing fill the
+/// log.
 fn init_logging(level: &str, json: bool) {
+    use tracing_subscriber::prelude::*;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
+    let log = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log = if json {
+        log.json().with_filter(filter).boxed()
     } else {
-        builder.with_ansi(std::io::stderr().is_terminal()).init();
-    }
+        log.with_ansi(std::io::stderr().is_terminal())
+            .with_filter(filter)
+            .boxed()
+    };
+    tracing_subscriber::registry()
+        .with(log)
+        .with(tollgate_server::telemetry::layer())
+        .init();
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
+/// Logs as [`init_logging`] does, at `info` unless `RUST_LOG` says
+/// otherwise, in plain lines.
 fn init_tracing() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    init_logging("info", false);
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {

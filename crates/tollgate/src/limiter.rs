@@ -13,8 +13,11 @@ use crate::store::memory::MemoryStore;
 use crate::store::{Released, SettlePair, Settled, Store};
 use crate::ticket::{MAX_RESERVATION_TTL, Ticket, TicketKind, TicketPair};
 use crate::time::{Clock, MAX_TIME, Micros, TokioClock, duration_to_micros};
+use traced::store_span;
+use tracing::Instrument as _;
 
 mod resolve;
+pub(crate) mod traced;
 
 pub(crate) use resolve::Resolved;
 
@@ -415,7 +418,14 @@ impl<S: Store> Limiter<S> {
         let rule = self.resolve(rule, key)?;
         Op::Check.applies(rule, cost)?;
         check_time(at)?;
-        Ok(self.store.check(rule, key, cost, at).await?)
+        let span = store_span!("store.check", self.store.kind(), 1);
+        let d = self
+            .store
+            .check(rule, key, cost, at)
+            .instrument(span.clone())
+            .await?;
+        traced::decided_one(&span, rule.name(), &d);
+        Ok(d)
     }
 
     /// Checks several (rule, key) pairs all-or-nothing (docs/semantics.md,
@@ -441,7 +451,15 @@ impl<S: Store> Limiter<S> {
         }
         check_time(at)?;
         let resolved = self.resolve_all(checks, Op::Check, None)?;
-        Ok(self.store.check_all(resolved.pairs(), at).await?)
+        let pairs = resolved.pairs();
+        let span = store_span!("store.check", self.store.kind(), pairs.len());
+        let multi = self
+            .store
+            .check_all(pairs, at)
+            .instrument(span.clone())
+            .await?;
+        traced::decided(&span, pairs, &multi);
+        Ok(multi)
     }
 
     /// Charges `cost` to `key` under `rule` unconditionally
@@ -476,7 +494,9 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Vec<Charged>, Error> {
         check_time(at)?;
         let resolved = self.resolve_all(checks, Op::Charge, None)?;
-        Ok(self.store.charge_all(resolved.pairs(), at).await?)
+        let pairs = resolved.pairs();
+        let span = store_span!("store.charge", self.store.kind(), pairs.len());
+        Ok(self.store.charge_all(pairs, at).instrument(span).await?)
     }
 
     /// Gives every pair its cost back at `at` (the store's clock when
@@ -494,7 +514,9 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Vec<Charged>, Error> {
         check_time(at)?;
         let resolved = self.resolve_all(checks, Op::Refund, None)?;
-        Ok(self.store.refund_all(resolved.pairs(), at).await?)
+        let pairs = resolved.pairs();
+        let span = store_span!("store.refund", self.store.kind(), pairs.len());
+        Ok(self.store.refund_all(pairs, at).instrument(span).await?)
     }
 
     /// Reserves: decides `checks` all-or-nothing as a check of each pair's
@@ -516,10 +538,14 @@ impl<S: Store> Limiter<S> {
         let ttl = reservation_ttl(ttl)?;
         let resolved = self.resolve_all(checks, Op::Reserve, None)?;
         let ticket = reservation_ticket(checks)?;
+        let pairs = resolved.pairs();
+        let span = store_span!("store.reserve", self.store.kind(), pairs.len());
         let multi = self
             .store
-            .reserve_all(resolved.pairs(), &ticket, ttl, at)
+            .reserve_all(pairs, &ticket, ttl, at)
+            .instrument(span.clone())
             .await?;
+        traced::decided(&span, pairs, &multi);
         let ticket = multi.allowed.then_some(ticket);
         Ok(TicketDecision { multi, ticket })
     }
@@ -539,7 +565,12 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Settled, Error> {
         check_time(at)?;
         let pairs = self.settle_pairs(ticket, actual)?;
-        Ok(self.store.settle(ticket, &pairs, at).await?)
+        let span = store_span!("store.settle", self.store.kind(), pairs.len());
+        Ok(self
+            .store
+            .settle(ticket, &pairs, at)
+            .instrument(span)
+            .await?)
     }
 
     /// Acquires `checks` (all `concurrency` rules, each cost the slots to
@@ -558,10 +589,14 @@ impl<S: Store> Limiter<S> {
         check_time(at)?;
         let resolved = self.resolve_all(checks, Op::Acquire, None)?;
         let ticket = lease_ticket(checks)?;
+        let pairs = resolved.pairs();
+        let span = store_span!("store.acquire", self.store.kind(), pairs.len());
         let multi = self
             .store
-            .acquire_all(resolved.pairs(), &ticket, at)
+            .acquire_all(pairs, &ticket, at)
+            .instrument(span.clone())
             .await?;
+        traced::decided(&span, pairs, &multi);
         let ticket = (multi.allowed && !ticket.pairs.is_empty()).then_some(ticket);
         Ok(TicketDecision { multi, ticket })
     }
@@ -580,7 +615,12 @@ impl<S: Store> Limiter<S> {
     ) -> Result<Released, Error> {
         check_time(at)?;
         let rules = self.lease_rules(ticket)?;
-        Ok(self.store.release(ticket, &rules, renew, at).await?)
+        let span = store_span!("store.release", self.store.kind(), rules.len());
+        Ok(self
+            .store
+            .release(ticket, &rules, renew, at)
+            .instrument(span)
+            .await?)
     }
 
     /// The rules of a lease's pairs.

@@ -126,6 +126,9 @@ pub fn tracing(env: &Env) -> Result<TracingConfig, Refusal> {
         resource,
         // Go's TraceIDRatioBased: at or above 1 always, below 0 never.
         sampling_ratio: rate.clamp(0.0, 1.0),
+        // Parent-based, as the reference's sampler; the export timeout
+        // from OTEL_EXPORTER_OTLP_TIMEOUT, as its exporter reads it.
+        ..TracingConfig::default()
     })
 }
 

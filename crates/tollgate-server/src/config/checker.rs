@@ -100,7 +100,7 @@ impl Config {
 }
 
 const ROOT_FIELDS: &[&str] = &[
-    "store", "rules", "http", "proxy", "envoy", "metrics", "admin", "ops",
+    "store", "rules", "http", "proxy", "envoy", "metrics", "admin", "ops", "tracing",
 ];
 const HTTP_FIELDS: &[&str] = &["listen", "legacy_headers"];
 const PROXY_FIELDS: &[&str] = &[
@@ -366,6 +366,16 @@ impl<'a> Checker<'a> {
                 }
             },
         };
+        let tracing = match root.get("tracing") {
+            None => Some(TracingConfig::default()),
+            Some(value) => match value.get_ref() {
+                DeValue::Table(t) => self.tracing(t),
+                _ => {
+                    self.wrong_type(value, "tracing", "a table ([tracing])");
+                    None
+                }
+            },
+        };
         Some(Config {
             store: store?,
             rules: rules?,
@@ -375,7 +385,7 @@ impl<'a> Checker<'a> {
             metrics: metrics?,
             admin: admin?,
             ops: ops?,
-            tracing: TracingConfig::default(),
+            tracing: tracing?,
         })
     }
 

@@ -39,8 +39,9 @@
 //! [`Config::parse`]), `chunked.rs` (the same check a `[[rules]]` table
 //! at a time, so a large file's whole TOML tree is never held),
 //! `rules.rs` (the `[[rules]]` entries), `envoy.rs`, `metrics.rs`,
-//! `admin.rs` and `ops.rs` (the `[envoy]`, `[metrics]`, `[admin]` and
-//! `[ops]` tables), `xds.rs` (`[envoy.xds]`, docs/xds.md), `syntax.rs` (TOML syntax errors placed on their
+//! `admin.rs`, `ops.rs` and `tracing.rs` (the `[envoy]`, `[metrics]`,
+//! `[admin]`, `[ops]` and `[tracing]` tables), `xds.rs` (`[envoy.xds]`,
+//! docs/xds.md), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
 //! config holds and the proxy forwards to); `file.rs` reads a config file
 //! (TOML or Envoy YAML) and says what its problems are; `version.rs`
@@ -62,6 +63,7 @@ pub mod secret;
 mod status;
 mod store;
 mod syntax;
+pub(crate) mod tracing;
 pub mod upstream;
 mod version;
 mod xds;

@@ -434,6 +434,14 @@ pub struct TracingConfig {
     /// flag is followed (parent-based; `OTEL_TRACES_SAMPLER_ARG`, the
     /// reference's `TRACING_SAMPLING_RATE`; default 1).
     pub sampling_ratio: f64,
+    /// `parent_based` (default true): a caller's sampled flag decides,
+    /// the ratio applies to root traces only; false samples every trace
+    /// by the ratio alone (`OTEL_TRACES_SAMPLER=always_on`, `always_off`,
+    /// `traceidratio`).
+    pub parent_based: bool,
+    /// `timeout` of one export (`OTEL_EXPORTER_OTLP_TIMEOUT`, in ms;
+    /// default 10s, the OTLP exporter specification's).
+    pub timeout: Duration,
 }
 
 // Validated: the ratio is never NaN, so equality is an equivalence.
@@ -449,9 +457,14 @@ impl Default for TracingConfig {
             service_name: "tollgate".to_owned(),
             resource: Vec::new(),
             sampling_ratio: 1.0,
+            parent_based: true,
+            timeout: DEFAULT_OTLP_TIMEOUT,
         }
     }
 }
+
+/// `[tracing] timeout`'s default: the OTLP exporter specification's 10 s.
+pub const DEFAULT_OTLP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How spans travel to the collector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

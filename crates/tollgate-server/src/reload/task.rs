@@ -229,6 +229,13 @@ fn keep_fixed(running: &Plan, new: &mut Plan) -> Vec<String> {
         changed.push("[envoy.xds] changed (the xDS client is started with it at start)".to_owned());
         new.config.envoy_settings.xds = was.envoy_settings.xds.clone();
     }
+    // Tracing is set up at start, the OTEL_* variables over [tracing]
+    // (they do not change while the process runs).
+    let mut tracing = new.config.tracing.clone();
+    if crate::telemetry::env::apply(&mut tracing).is_err() || tracing != was.tracing {
+        changed.push("[tracing] changed (tracing is set up at start)".to_owned());
+    }
+    new.config.tracing = was.tracing.clone();
     new.config.http.listen = was.http.listen;
     new.config.proxy.listen = was.proxy.listen;
     // `[ops] readiness` is not kept: it applies from the next `/readyz`.

@@ -279,6 +279,35 @@ async fn serve(
         grpc,
     } = listeners;
     crate::doors::check(&plan.config, &listeners)?;
+    // Here, the one path every entry takes: the OTEL_* variables over
+    // [tracing] (docs/tracing.md). Read at start only, as the listeners.
+    crate::telemetry::env::apply(&mut plan.config.tracing)?;
+    let telemetry = crate::telemetry::start(&plan.config.tracing)?;
+    let listeners = Listeners {
+        doors: listeners,
+        ops,
+        reference,
+        grpc,
+    };
+    let served = serve_traced(listeners, shutdown, plan, info, reload).await;
+    telemetry.shutdown().await;
+    served
+}
+
+/// [`serve`] once tracing is set up.
+async fn serve_traced(
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    mut plan: Plan,
+    info: ConfigInfo,
+    reload: Option<Source>,
+) -> Result<(), String> {
+    let Listeners {
+        doors: listeners,
+        ops,
+        reference,
+        grpc,
+    } = listeners;
     // The recorder first, so the gate's zero series land in it.
     let metrics = crate::metrics::handle();
     let store = &plan.config.store;

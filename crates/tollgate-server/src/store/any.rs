@@ -45,6 +45,14 @@ impl Store for AnyStore {
         matches!(self, AnyStore::Memory(_))
     }
 
+    fn kind(&self) -> &'static str {
+        match self {
+            AnyStore::Memory(s) => s.kind(),
+            AnyStore::Redis(s) => s.kind(),
+            AnyStore::Hybrid(s) => s.kind(),
+        }
+    }
+
     fn bounds_calls(&self) -> Option<std::time::Duration> {
         match self {
             AnyStore::Redis(r) => r.bounds_calls(),

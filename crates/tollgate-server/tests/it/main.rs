@@ -61,6 +61,8 @@ mod run_in_process;
 mod secrets;
 mod serve;
 mod serve_env;
+mod tracing_envoy;
+mod tracing_http;
 mod usage_http;
 mod usage_metrics;
 mod usage_overrides;

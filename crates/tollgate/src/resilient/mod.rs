@@ -58,9 +58,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use tracing::Instrument as _;
 
 use crate::decision::{Decision, MultiDecision};
 use crate::error::{StoreError, StoreErrorKind};
+use crate::limiter::traced::{self, store_span};
 use crate::limiter::{Check, Limiter};
 use crate::op::Op;
 use crate::rule::Rule;
@@ -533,12 +535,17 @@ impl<S: Store> Inner<S> {
     /// One check of the store, bounded by the timeout and gated by the
     /// breaker.
     async fn call_store(&self, checks: &[KeyCheck<'_>]) -> Result<MultiDecision, StoreError> {
-        self.guarded(
-            "check",
-            self.gate(checks),
-            self.limiter.store().check_all(checks, None),
-        )
-        .await
+        let span = store_span!("store.check", self.limiter.store().kind(), checks.len());
+        let multi = self
+            .guarded_in(
+                &span,
+                "check",
+                self.gate(checks),
+                self.limiter.store().check_all(checks, None),
+            )
+            .await?;
+        traced::decided(&span, checks, &multi);
+        Ok(multi)
     }
 
     /// One call to the store (`what` names it in a timeout's error),
@@ -547,6 +554,41 @@ impl<S: Store> Inner<S> {
     /// span parts is skipped while any of theirs is open, and its failure
     /// opens none (it cannot tell which part failed).
     async fn guarded<T>(
+        &self,
+        what: &str,
+        gate: Gate<'_>,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let span = store_span!(
+            traced::name_of(what),
+            self.limiter.store().kind(),
+            tracing::field::Empty
+        );
+        self.guarded_in(&span, what, gate, call).await
+    }
+
+    /// As [`Inner::guarded`], the call inside `span` (its store span),
+    /// which says how it failed.
+    async fn guarded_in<T>(
+        &self,
+        span: &tracing::Span,
+        what: &str,
+        gate: Gate<'_>,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let result = self
+            .guarded_call(what, gate, call.instrument(span.clone()))
+            .await;
+        if let Err(e) = &result
+            && !span.is_disabled()
+        {
+            span.record("otel.status_code", "error");
+            span.record("error.message", tracing::field::display(e));
+        }
+        result
+    }
+
+    async fn guarded_call<T>(
         &self,
         what: &str,
         gate: Gate<'_>,

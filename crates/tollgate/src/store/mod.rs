@@ -282,6 +282,13 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// What the store is (`memory`, `redis`, `hybrid`), as the spans of
+    /// its calls name it (`tollgate.store`); `custom`, the default, for a
+    /// store of another crate.
+    fn kind(&self) -> &'static str {
+        "custom"
+    }
+
     /// The part of the store holding `key`'s state under the rule named
     /// `rule`, when its parts fail apart (a Redis Cluster: the master
     /// serving the key's slot, as `host:port`, once the store has read the
@@ -434,6 +441,10 @@ impl<S: Store> Store for Arc<S> {
 
     fn in_process(&self) -> bool {
         (**self).in_process()
+    }
+
+    fn kind(&self) -> &'static str {
+        (**self).kind()
     }
 
     fn failure_domain(&self, rule: &str, key: DomainKey<'_>) -> Option<Arc<str>> {

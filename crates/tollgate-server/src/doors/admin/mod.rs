@@ -17,8 +17,10 @@
 // where moving a response is no cost worth boxing for.
 #![allow(clippy::result_large_err)]
 
+use crate::telemetry::spans;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use bytes::Bytes;
 use http::header::{ALLOW, WWW_AUTHENTICATE};
@@ -38,6 +40,14 @@ pub use auth::{TOKEN_ENV, TOKEN_FILE_ENV, Tokens};
 
 /// Where every admin path starts.
 const PREFIX: &str = "/admin/v1/";
+/// Each section's route, as its spans name it (docs/tracing.md).
+const ROUTES: &[(&str, &str)] = &[
+    ("keys", "/admin/v1/keys"),
+    ("blocks", "/admin/v1/blocks"),
+    ("refunds", "/admin/v1/refunds"),
+    ("overrides", "/admin/v1/overrides"),
+    ("top", "/admin/v1/top"),
+];
 
 /// Where the admin API finds the gate in use (a reload swaps it).
 pub type GateSource = Arc<dyn Fn() -> Arc<Gate> + Send + Sync>;
@@ -291,6 +301,34 @@ impl Admin {
         };
         let (section, tail) = rest.split_once('/').unwrap_or((rest, ""));
         let method = req.method().clone();
+        let span = match ROUTES.iter().find(|(s, _)| *s == section) {
+            Some((_, route)) => spans::http("admin", &method, route, req.headers()),
+            None => tracing::Span::none(),
+        };
+        let res = self
+            .answer(req, &who, &path, query.as_deref(), section, tail, method)
+            .instrument(span.clone())
+            .await;
+        spans::http_answer(&span, res.status());
+        res
+    }
+
+    /// Answers an authorized request for `section`/`tail`.
+    #[allow(clippy::too_many_arguments)] // the parts of one request
+    async fn answer<B>(
+        &self,
+        req: Request<B>,
+        who: &str,
+        path: &str,
+        query: Option<&str>,
+        section: &str,
+        tail: &str,
+        method: Method,
+    ) -> Response<ApiBody>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let body = if matches!(method, Method::POST | Method::PUT) {
             match read_body(req).await {
                 Ok(b) => b,
@@ -301,18 +339,18 @@ impl Admin {
         };
         let answer = match (section, &method, tail.is_empty()) {
             ("keys", &Method::GET, false) => self.inspect(tail).await,
-            ("keys", &Method::DELETE, false) => self.reset(&who, tail).await,
-            ("blocks", &Method::POST, true) => self.block(&who, &body).await,
+            ("keys", &Method::DELETE, false) => self.reset(who, tail).await,
+            ("blocks", &Method::POST, true) => self.block(who, &body).await,
             ("blocks", &Method::GET, true) => Ok(self.blocks()),
-            ("blocks", &Method::DELETE, false) => self.unblock(&who, tail).await,
-            ("refunds", &Method::POST, true) => self.refund(&who, &body).await,
+            ("blocks", &Method::DELETE, false) => self.unblock(who, tail).await,
+            ("refunds", &Method::POST, true) => self.refund(who, &body).await,
             ("overrides", &Method::GET, true) => Ok(self.overrides()),
-            ("overrides", &Method::PUT, false) => self.set_override(&who, tail, &body).await,
-            ("overrides", &Method::DELETE, false) => self.delete_override(&who, tail).await,
+            ("overrides", &Method::PUT, false) => self.set_override(who, tail, &body).await,
+            ("overrides", &Method::DELETE, false) => self.delete_override(who, tail).await,
             ("top", &Method::GET, false) => {
                 match percent_decode(tail).and_then(|r| String::from_utf8(r).ok()) {
                     Some(rule) => {
-                        let (status, body) = top::top(&self.gate(), &rule, query.as_deref());
+                        let (status, body) = top::top(&self.gate(), &rule, query);
                         Ok(json_response(status, &body))
                     }
                     None => Ok(error(

@@ -49,6 +49,7 @@ use tollgate::resilient::Refusal;
 
 use crate::config::{ConfigInfo, ReloadStatus};
 use crate::gate::Gate;
+use crate::telemetry::spans;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
@@ -58,6 +59,7 @@ use serde_json::{Value, json};
 use tollgate::{Check, DecidedBy, Decision, Error};
 use tollgate_http::decide::{Basis, insert_verdict_headers};
 use tollgate_http::headers::{Deciding, HeaderOptions, Policy, PolicyCache};
+use tracing::Instrument as _;
 
 mod json_read;
 mod json_usage;
@@ -105,6 +107,18 @@ pub mod fuzzing {
         (plain, json)
     }
 }
+
+/// The endpoints that decide (or give back), each traced with a span.
+const DECIDING: &[&str] = &[
+    "/v1/check",
+    "/v1/charge",
+    "/v1/reserve",
+    "/v1/settle",
+    "/v1/cancel",
+    "/v1/acquire",
+    "/v1/release",
+    "/v1/renew",
+];
 
 /// What the API's handlers share.
 #[derive(Debug, Clone)]
@@ -168,6 +182,22 @@ impl Api {
     /// Every answer carries `Content-Length`; a `HEAD` answer has it and no
     /// body.
     pub async fn handle<B>(&self, req: Request<B>) -> Response<ApiBody>
+    where
+        B: Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        // A span for the deciding endpoints only, not for probes.
+        let Some(route) = DECIDING.iter().find(|r| **r == req.uri().path()) else {
+            return self.route(req).await;
+        };
+        let span = spans::http("api", req.method(), route, req.headers());
+        let res = self.route(req).instrument(span.clone()).await;
+        spans::http_answer(&span, res.status());
+        res
+    }
+
+    /// Answers one request, as [`Api::handle`] says.
+    async fn route<B>(&self, req: Request<B>) -> Response<ApiBody>
     where
         B: Body<Data = Bytes>,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,

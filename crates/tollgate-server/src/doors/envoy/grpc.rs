@@ -41,6 +41,8 @@ use crate::doors::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
 use crate::doors::envoy::service::EnvoyService;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Throttle;
+use crate::telemetry::spans;
+use tracing::Instrument as _;
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -112,9 +114,22 @@ impl RateLimitServer {
         let path = req.uri().path();
         if path == SHOULD_RATE_LIMIT {
             let deadline = CallDeadline::from_headers(req.headers());
-            match deadline.bound(self.should_rate_limit(req)).await {
-                Ok(answer) => send_message(&mut respond, &answer),
-                Err(status) => send_status(&mut respond, &status),
+            // One span per call, as the reference's gRPC interceptor
+            // makes (off: `Span::none()`, the metadata not read).
+            let span = spans::should_rate_limit(req.headers());
+            let answered = deadline
+                .bound(self.should_rate_limit(req))
+                .instrument(span.clone())
+                .await;
+            match answered {
+                Ok(answer) => {
+                    spans::grpc_answer(&span, Ok(answer.overall_code().as_str_name()));
+                    send_message(&mut respond, &answer);
+                }
+                Err(status) => {
+                    spans::grpc_answer(&span, Err((status.code() as i32, status.message())));
+                    send_status(&mut respond, &status);
+                }
             }
         } else if path.starts_with(HEALTH) {
             self.health(req, respond).await;
@@ -152,6 +167,7 @@ impl RateLimitServer {
             });
         };
         let request = RateLimitRequest::decode(message).map_err(decode_error)?;
+        spans::domain(&request.domain);
         let service = (self.0.current)();
         let started = std::time::Instant::now();
         let answer = service.decide(&request).await;

@@ -37,10 +37,12 @@
 //! `--upstream` URL and how a request's target maps onto it is
 //! [`crate::config::upstream`], held by the config.
 
+use crate::telemetry::spans;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use bytes::Bytes;
 use http::header::{self, HeaderName};
@@ -210,7 +212,16 @@ impl Proxy {
             .keys(req.method(), req.uri(), req.headers(), Some(peer.ip()));
         Ok(match keys {
             Err(refusal) => refusal.map(full),
-            Ok(keys) => self.check_and_forward(req, peer, keys).await,
+            Ok(keys) => {
+                // The route is the proxy's (any path): bounded span names.
+                let span = spans::http("proxy", req.method(), "/*", req.headers());
+                let res = self
+                    .check_and_forward(req, peer, keys)
+                    .instrument(span.clone())
+                    .await;
+                spans::http_answer(&span, res.status());
+                res
+            }
         })
     }
 

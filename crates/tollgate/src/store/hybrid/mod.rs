@@ -455,6 +455,10 @@ struct Pair<'r> {
 }
 
 impl Store for HybridStore {
+    fn kind(&self) -> &'static str {
+        "hybrid"
+    }
+
     fn rules_in_use(&self, rules: &[Rule]) {
         let mut ids: Vec<usize> = rules.iter().map(Rule::identity).collect();
         ids.sort_unstable();

@@ -417,6 +417,10 @@ impl<C: Clock> Store for MemoryStore<C> {
     fn in_process(&self) -> bool {
         true
     }
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
 }
 
 #[cfg(test)]

@@ -230,6 +230,10 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
     fn check(
         &self,
         rule: &Rule,
