@@ -18,7 +18,7 @@
 //! | `tollgate_config_loaded_timestamp_seconds` | gauge | | when the serving config was loaded |
 //! | `tollgate_decision_latency_seconds` | histogram | `door` (`api`, `proxy`, `envoy`) | time a door took to decide a request, store call included ([`decision_latency`]) |
 //! | `tollgate_build_info` | gauge | `version`, `os`, `arch` | always 1 |
-//! | `process_*` | | | CPU seconds, resident bytes, open fds, start time, from `/proc` at each scrape ([`process`]) |
+//! | `process_*` | | | CPU seconds, resident and virtual bytes, open fds, start time, from `/proc` at each scrape ([`process`]) |
 //!
 //! Every family, with its type and help, is in [`catalog::FAMILIES`];
 //! `/metrics` goes through [`text::stable`]: sorted, and each family
@@ -33,6 +33,7 @@
 
 pub mod catalog;
 pub mod process;
+pub mod reference;
 pub mod text;
 
 use std::sync::OnceLock;

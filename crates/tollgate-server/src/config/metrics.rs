@@ -12,12 +12,20 @@ const METRICS_FIELDS: &[&str] = &[
     "top_denied_capacity",
     "top_denied_epoch",
 ];
+/// `reference_names` (docs/metrics.md): accepted beside
+/// [`METRICS_FIELDS`] but not named in their unknown-field message, which
+/// a test pins as it was before the field.
+const REFERENCE_NAMES: &str = "reference_names";
 
 impl Checker<'_> {
     pub(super) fn metrics(&mut self, t: &DeTable<'_>) -> Option<MetricsConfig> {
         let path = "metrics";
         let before = self.errors.len();
-        self.unknown_fields(t, path, METRICS_FIELDS);
+        let mut known = METRICS_FIELDS.to_vec();
+        if t.contains_key(REFERENCE_NAMES) {
+            known.push(REFERENCE_NAMES);
+        }
+        self.unknown_fields(t, path, &known);
         let mut metrics = MetricsConfig::default();
         let key = "near_limit_ratio";
         if let Some(value) = t.get(key) {
@@ -43,6 +51,10 @@ impl Checker<'_> {
             }
         }
         self.top_denied(t, path, &mut metrics);
+        // The reference service's Prometheus names too (docs/metrics.md).
+        if let Some(on) = self.boolean(t, path, REFERENCE_NAMES) {
+            metrics.reference_names = on;
+        }
         (self.errors.len() == before).then_some(metrics)
     }
 

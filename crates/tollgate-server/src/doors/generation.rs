@@ -18,6 +18,7 @@ use super::proxy::{Proxy, upstream_of};
 use super::{ByDoor, Door, Plan};
 use crate::config::{ConfigInfo, EnvoyHeaders, ReloadStatus};
 use crate::gate::Gate;
+use crate::metrics::reference::ReferenceMetrics;
 use crate::store::AnyStore;
 
 /// One config's doors, all over one [`Gate`]. The admin API is not
@@ -52,6 +53,9 @@ pub(crate) struct Shared {
     pub(crate) status: Arc<ReloadStatus>,
     /// Draining, and the store probe (the probes of every generation).
     pub(crate) health: Arc<Health>,
+    /// The reference service's series (`[metrics] reference_names`), kept
+    /// across reloads; recorded and shown while a config turns them on.
+    pub(crate) reference: Arc<ReferenceMetrics>,
 }
 
 impl Generation {
@@ -81,7 +85,10 @@ impl Generation {
         // `[ops] readiness` is read per generation: a reload changes it.
         let probes = Probes::new(Arc::clone(&gate), shared.metrics.clone())
             .with_config(Arc::clone(&info), Arc::clone(&shared.status))
-            .with_health(Arc::clone(&shared.health), config.ops.readiness);
+            .with_health(Arc::clone(&shared.health), config.ops.readiness)
+            .with_reference(
+                (config.metrics.reference_names).then(|| Arc::clone(&shared.reference)),
+            );
         let api = Api::new(
             Arc::clone(&gate),
             HeaderOptions {
@@ -113,7 +120,11 @@ impl Generation {
         let mut envoy = EnvoyService::new(Arc::clone(&gate), Arc::clone(&plan.envoy))?
             .with_response_headers(headers)
             .with_quota_mode(settings.quota_mode)
-            .with_dynamic_metadata(settings.response_dynamic_metadata);
+            .with_dynamic_metadata(settings.response_dynamic_metadata)
+            .with_reference_metrics(
+                (config.metrics.reference_names).then(|| Arc::clone(&shared.reference)),
+                config.metrics.near_limit_ratio,
+            );
         if let Some(previous) = previous {
             envoy = envoy.keeping_metrics_of(&previous.envoy);
         }

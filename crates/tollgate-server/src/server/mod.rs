@@ -237,7 +237,9 @@ async fn serve(
         metrics,
         status: Arc::new(ReloadStatus::new()),
         health: Arc::new(Health::new()),
+        reference: Arc::default(),
     };
+    shared.status.first_load();
     record_loaded(&info);
     tracing::info!(
         "config version {} loaded at {}",

@@ -41,6 +41,7 @@ use crate::doors::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
 use crate::doors::envoy::service::EnvoyService;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Throttle;
+use crate::metrics::reference::{ErrorKind, Method};
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -111,13 +112,33 @@ impl RateLimitServer {
     pub async fn call(self, req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
         let path = req.uri().path();
         if path == SHOULD_RATE_LIMIT {
+            let started = std::time::Instant::now();
+            let service = (self.0.current)();
             let deadline = CallDeadline::from_headers(req.headers());
-            match deadline.bound(self.should_rate_limit(req)).await {
+            match deadline.bound(self.should_rate_limit(req, &service)).await {
                 Ok(answer) => send_message(&mut respond, &answer),
-                Err(status) => send_status(&mut respond, &status),
+                Err(status) => {
+                    if let Some(reference) = service.reference_metrics() {
+                        reference.error(ErrorKind::Service);
+                    }
+                    send_status(&mut respond, &status);
+                }
+            }
+            if let Some(reference) = service.reference_metrics() {
+                reference.call(Method::ShouldRateLimit, started.elapsed());
             }
         } else if path.starts_with(HEALTH) {
+            // The reference counts its unary calls: `Check`, not `Watch`.
+            let check = path.ends_with("/Check").then(|| {
+                let service = (self.0.current)();
+                (service, std::time::Instant::now())
+            });
             self.health(req, respond).await;
+            if let Some((service, started)) = check
+                && let Some(reference) = service.reference_metrics()
+            {
+                reference.call(Method::Check, started.elapsed());
+            }
         } else {
             send_status(&mut respond, &Status::unimplemented("no such method"));
         }
@@ -127,6 +148,7 @@ impl RateLimitServer {
     async fn should_rate_limit(
         &self,
         req: http::Request<RecvStream>,
+        service: &EnvoyService,
     ) -> Result<RateLimitResponse, Status> {
         let (parts, body) = req.into_parts();
         if let Some(encoding) = parts.headers.get("grpc-encoding")
@@ -152,7 +174,6 @@ impl RateLimitServer {
             });
         };
         let request = RateLimitRequest::decode(message).map_err(decode_error)?;
-        let service = (self.0.current)();
         let started = std::time::Instant::now();
         let answer = service.decide(&request).await;
         crate::metrics::decision_latency(crate::metrics::Door::Envoy)

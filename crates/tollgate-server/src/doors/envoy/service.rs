@@ -72,9 +72,11 @@ use crate::doors::envoy::headers::ResponseHeaders;
 use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::doors::envoy::metadata::dynamic_metadata;
 use crate::doors::envoy::plan::{Plan, plan};
+use crate::doors::envoy::reference;
 use crate::doors::envoy::unknown::UnknownDomains;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
+use crate::metrics::reference::{ReferenceMetrics, Seen};
 
 pub use crate::doors::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
 
@@ -98,13 +100,16 @@ pub struct EnvoyService {
     detailed: Arc<DetailedMetrics>,
     /// The unknown domains asked for, logged once each.
     unknown: UnknownDomains,
+    /// The reference service's series (`[metrics] reference_names`) and
+    /// the near-limit ratio they count with.
+    reference: Option<(Arc<ReferenceMetrics>, f64)>,
 }
 
 /// Statuses found for some descriptors (by position), each with what
 /// decided it when the store (or the local fallback) did, and whether they
 /// let the request through.
 struct Recorded {
-    statuses: Vec<(usize, DescriptorStatus, Option<DecidedBy>)>,
+    statuses: Vec<(usize, DescriptorStatus, Option<DecidedBy>, Option<Seen>)>,
     admitted: bool,
 }
 
@@ -132,6 +137,7 @@ impl EnvoyService {
             dynamic_metadata: false,
             detailed: Arc::default(),
             unknown: UnknownDomains::default(),
+            reference: None,
         })
     }
 
@@ -171,6 +177,24 @@ impl EnvoyService {
         self
     }
 
+    /// Counts each descriptor in `reference`'s series too (`[metrics]
+    /// reference_names`), near the limit past `near_ratio` of it.
+    #[must_use]
+    pub fn with_reference_metrics(
+        mut self,
+        reference: Option<Arc<ReferenceMetrics>>,
+        near_ratio: f64,
+    ) -> Self {
+        self.reference = reference.map(|r| (r, near_ratio));
+        self
+    }
+
+    /// The reference service's series this service counts in, if on.
+    #[must_use]
+    pub fn reference_metrics(&self) -> Option<&Arc<ReferenceMetrics>> {
+        self.reference.as_ref().map(|(r, _)| r)
+    }
+
     /// Decides one request (the gRPC method without its transport).
     ///
     /// # Errors
@@ -197,6 +221,8 @@ impl EnvoyService {
         let mut statuses: Vec<DescriptorStatus> = plans.iter().map(initial).collect();
         // What decided each descriptor's status, as its answer carries it.
         let mut decided: Vec<Option<DecidedBy>> = vec![None; plans.len()];
+        // What the store said of each key, for the reference's stats.
+        let mut seen: Vec<Option<Seen>> = vec![None; plans.len()];
         let zero_enforced = plans
             .iter()
             .zip(&quota)
@@ -215,6 +241,8 @@ impl EnvoyService {
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
                     let guessed = verdict.degraded == Some(OnError::Allow);
+                    // Consumed only by an admitted check that was not read only.
+                    let consumed = verdict.multi.allowed && !zero_enforced;
                     let by = verdict.decided_by.iter();
                     for ((&i, d), by) in enforced.iter().zip(&verdict.multi.decisions).zip(by) {
                         // Under `allow` nothing was decided: OK, and no
@@ -222,6 +250,9 @@ impl EnvoyService {
                         if !guessed {
                             statuses[i] = status(&plans[i], d, d.allowed);
                             decided[i] = Some(*by);
+                        }
+                        if verdict.degraded.is_none() {
+                            seen[i] = Some(seen_of(d, consumed.then(|| cost_of(&plans[i]))));
                         }
                     }
                 }
@@ -241,7 +272,12 @@ impl EnvoyService {
         if quota.contains(&true) {
             let consumed = admitted;
             admitted &= self
-                .quota(&plans, &quota, (&mut statuses, &mut decided), admitted)
+                .quota(
+                    &plans,
+                    &quota,
+                    (&mut statuses, &mut decided, &mut seen),
+                    admitted,
+                )
                 .await;
             if consumed && !admitted && !checks.is_empty() {
                 // Every quota descriptor is over: the request is denied,
@@ -285,6 +321,13 @@ impl EnvoyService {
             {
                 statuses[i] = status(&plans[i], verdict.decision(), true);
                 decided[i] = verdict.decided_by.first().copied();
+                let d = verdict.decision();
+                if verdict.degraded.is_none() {
+                    seen[i] = Some(seen_of(
+                        d,
+                        (admitted && d.allowed).then(|| cost_of(&plans[i])),
+                    ));
+                }
                 if !verdict.decision().allowed {
                     shadow_over.push(i);
                 }
@@ -292,9 +335,10 @@ impl EnvoyService {
         }
         for recorded in [charged?, given?] {
             admitted &= recorded.admitted;
-            for (i, s, by) in recorded.statuses {
+            for (i, s, by, counted) in recorded.statuses {
                 statuses[i] = s;
                 decided[i] = by;
+                seen[i] = counted;
             }
         }
 
@@ -305,6 +349,12 @@ impl EnvoyService {
             .unwrap_or_default();
         show_admin_overrides(&decided, &mut statuses);
         self.record_detailed(req, &plans, &statuses, &shadow_over);
+        if let Some((reference, ratio)) = &self.reference {
+            let over = |i: usize| {
+                statuses[i].code == i32::from(Code::OverLimit) || shadow_over.contains(&i)
+            };
+            reference::record(reference, *ratio, (req, &self.limits), &plans, &seen, over);
+        }
         let dynamic_metadata = self
             .dynamic_metadata
             .then(|| dynamic_metadata(req, &self.limits, &plans, &statuses));
@@ -354,7 +404,11 @@ impl EnvoyService {
         &self,
         plans: &[Plan<'_>],
         quota: &[bool],
-        (statuses, decided): (&mut [DescriptorStatus], &mut [Option<DecidedBy>]),
+        (statuses, decided, seen): (
+            &mut [DescriptorStatus],
+            &mut [Option<DecidedBy>],
+            &mut [Option<Seen>],
+        ),
         consume: bool,
     ) -> bool {
         let (at, checks) = self.checks(plans, |i, p| quota[i] && p.is(Op::Check, false), !consume);
@@ -370,6 +424,10 @@ impl EnvoyService {
                 Ok(verdict) => {
                     decided[i] = verdict.decided_by.first().copied();
                     let d = verdict.decision();
+                    if verdict.degraded.is_none() {
+                        let added = (consume && d.allowed).then(|| cost_of(&plans[i]));
+                        seen[i] = Some(seen_of(d, added));
+                    }
                     // Read only (the request is denied already): over when
                     // its cost would not fit, as the reference, which counts
                     // it, would answer.
@@ -412,7 +470,20 @@ impl EnvoyService {
                     .iter()
                     .zip(&verdict.charged)
                     .zip(verdict.decided_by.iter())
-                    .map(|((&i, c), by)| (i, status(&plans[i], &c.decision, true), Some(*by)))
+                    .map(|((&i, c), by)| {
+                        let d = &c.decision;
+                        // A charge added its cost (less what the debt cap
+                        // clamped); a give-back has no reference stats.
+                        let counted = (op == Op::Charge).then(|| {
+                            Seen::after_call(
+                                d.limit,
+                                d.remaining,
+                                c.debt,
+                                cost_of(&plans[i]).saturating_sub(c.clamped),
+                            )
+                        });
+                        (i, status(&plans[i], d, true), Some(*by), counted)
+                    })
                     .collect();
             }
             // Not for a loaded config (its rules are rates, its keys
@@ -422,7 +493,10 @@ impl EnvoyService {
             }
             Err(_) => {
                 recorded.admitted = at.iter().all(|&i| plans[i].is(op, true));
-                recorded.statuses = at.iter().map(|&i| (i, failed(&plans[i]), None)).collect();
+                recorded.statuses = at
+                    .iter()
+                    .map(|&i| (i, failed(&plans[i]), None, None))
+                    .collect();
             }
         }
         Ok(recorded)
@@ -481,6 +555,12 @@ fn show_admin_overrides(decided: &[Option<DecidedBy>], statuses: &mut [Descripto
             }
         }
     }
+}
+
+/// What a decision says of its key for the reference's stats: `added`
+/// the units the call consumed (`None`: it consumed nothing).
+fn seen_of(d: &Decision, added: Option<u64>) -> Seen {
+    Seen::after_call(d.limit, d.remaining, 0, added.unwrap_or(0))
 }
 
 /// A counted plan's cost (0 for any other).
