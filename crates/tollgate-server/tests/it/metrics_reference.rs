@@ -391,3 +391,60 @@ fn off_by_default_and_then_no_reference_name_is_exported() {
         "{text}"
     );
 }
+
+#[test]
+fn an_override_and_a_failed_store_count_as_the_reference_counts_them() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    use redis_harness::RedisServer;
+
+    let redis = RedisServer::start();
+    let config = format!(
+        "[store]\nurl = \"{}\"\ntimeout = \"200ms\"\non_error = \"allow\"\n\n\
+         [[rules]]\nname = \"http_rule\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n\
+         \n[metrics]\nreference_names = true\n",
+        redis.url()
+    );
+    let mut rls = Rls::start_with(&config, NEAR, &["--http", "127.0.0.1:0"]);
+    // a descriptor's own limit: its series is named by the request's values
+    let mut own = desc(&[("key4", "value4"), ("user", "u7")]);
+    own.limit = Some(RateLimitOverride {
+        requests_per_unit: 2,
+        unit: 3, // hour
+    });
+    // and its own hits_addend of 2: the whole limit, within and near
+    own.hits_addend = Some(UInt64Value { value: 2 });
+    let r = rls.ok(RateLimitRequest {
+        domain: "near".to_owned(),
+        descriptors: vec![own],
+        hits_addend: 0,
+    });
+    assert_eq!(code(r.overall_code), code(1), "{r:?}");
+    let text = metrics(&rls);
+    assert_eq!(
+        counts(
+            &text,
+            "domain=\"near\",key1=\"key4_value4\",key2=\"user_u7\""
+        ),
+        [Some(2), Some(0), Some(1), Some(2), Some(0)],
+        "{text}"
+    );
+    // the store gone, `allow` answers: the hits count, nothing else, and
+    // the call is a redis_error
+    redis.kill();
+    rls.ok(hits("near", &[("key9", "value9")], 3));
+    let text = metrics(&rls);
+    assert_eq!(
+        counts(&text, "domain=\"near\",key1=\"key9_value9\""),
+        [Some(3), Some(0), Some(0), Some(0), Some(0)],
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"}"
+        ),
+        Some(1),
+        "{text}"
+    );
+}

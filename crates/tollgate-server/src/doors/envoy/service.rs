@@ -221,8 +221,12 @@ impl EnvoyService {
         let mut statuses: Vec<DescriptorStatus> = plans.iter().map(initial).collect();
         // What decided each descriptor's status, as its answer carries it.
         let mut decided: Vec<Option<DecidedBy>> = vec![None; plans.len()];
-        // What the store said of each key, for the reference's stats.
-        let mut seen: Vec<Option<Seen>> = vec![None; plans.len()];
+        // What the store said of each key, for the reference's stats
+        // (empty when they are off: nothing is noted, nothing allocated).
+        let mut seen: Vec<Option<Seen>> = match self.reference {
+            Some(_) => vec![None; plans.len()],
+            None => Vec::new(),
+        };
         let zero_enforced = plans
             .iter()
             .zip(&quota)
@@ -252,7 +256,11 @@ impl EnvoyService {
                             decided[i] = Some(*by);
                         }
                         if verdict.degraded.is_none() {
-                            seen[i] = Some(seen_of(d, consumed.then(|| cost_of(&plans[i]))));
+                            note(
+                                &mut seen,
+                                i,
+                                seen_of(d, consumed.then(|| cost_of(&plans[i]))),
+                            );
                         }
                     }
                 }
@@ -323,10 +331,11 @@ impl EnvoyService {
                 decided[i] = verdict.decided_by.first().copied();
                 let d = verdict.decision();
                 if verdict.degraded.is_none() {
-                    seen[i] = Some(seen_of(
-                        d,
-                        (admitted && d.allowed).then(|| cost_of(&plans[i])),
-                    ));
+                    note(
+                        &mut seen,
+                        i,
+                        seen_of(d, (admitted && d.allowed).then(|| cost_of(&plans[i]))),
+                    );
                 }
                 if !verdict.decision().allowed {
                     shadow_over.push(i);
@@ -338,7 +347,9 @@ impl EnvoyService {
             for (i, s, by, counted) in recorded.statuses {
                 statuses[i] = s;
                 decided[i] = by;
-                seen[i] = counted;
+                if let Some(counted) = counted {
+                    note(&mut seen, i, counted);
+                }
             }
         }
 
@@ -426,7 +437,7 @@ impl EnvoyService {
                     let d = verdict.decision();
                     if verdict.degraded.is_none() {
                         let added = (consume && d.allowed).then(|| cost_of(&plans[i]));
-                        seen[i] = Some(seen_of(d, added));
+                        note(seen, i, seen_of(d, added));
                     }
                     // Read only (the request is denied already): over when
                     // its cost would not fit, as the reference, which counts
@@ -554,6 +565,14 @@ fn show_admin_overrides(decided: &[Option<DecidedBy>], statuses: &mut [Descripto
                 current.unit = unit.proto();
             }
         }
+    }
+}
+
+/// Notes what the store said of descriptor `i`'s key (`seen` is empty
+/// when the reference's stats are off).
+fn note(seen: &mut [Option<Seen>], i: usize, what: Seen) {
+    if let Some(slot) = seen.get_mut(i) {
+        *slot = Some(what);
     }
 }
 
