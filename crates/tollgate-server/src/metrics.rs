@@ -28,6 +28,10 @@
 //! the memory-store, store-up and upstream series; the names are its
 //! [`tollgate::resilient::metric`] constants.
 //!
+//! With `[metrics] reference_names`, `/metrics` also shows the Envoy
+//! reference service's names ([`reference`], docs/metrics.md), kept per
+//! server rather than in the process's recorder.
+//!
 //! Rule labels come from the config only (an unknown rule is refused
 //! before anything is recorded), so label sets stay bounded.
 
