@@ -28,7 +28,7 @@ mod tally;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 pub use stats_key::{Labels, descriptor_key, fold, sanitize};
@@ -148,6 +148,23 @@ struct Series {
     counts: [AtomicU64; 5],
 }
 
+/// One stats key's series, kept by a caller to count into without
+/// looking the key up again.
+#[derive(Debug, Clone)]
+pub struct SeriesHandle(Arc<Series>);
+
+impl SeriesHandle {
+    /// Adds `counts` (a series appears with its first hit, as the
+    /// reference's stats).
+    pub fn add(&self, counts: Counts) {
+        for (slot, n) in self.0.counts.iter().zip(counts) {
+            if n > 0 {
+                slot.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// One method's calls: a histogram.
 #[derive(Debug, Default)]
 struct Calls {
@@ -161,7 +178,7 @@ struct Calls {
 pub struct ReferenceMetrics {
     series: Mutex<HashMap<Labels, Arc<Series>>>,
     /// Stats keys already folded, so a key is sanitized and split once.
-    keys: Mutex<HashMap<String, Arc<Series>>>,
+    keys: RwLock<HashMap<String, Arc<Series>>>,
     /// How many series are keyed by request values.
     from_request: AtomicUsize,
     errors: [AtomicU64; 2],
@@ -176,18 +193,26 @@ impl ReferenceMetrics {
             // As the reference's stats: a series appears with its first hit.
             return;
         }
-        let series = self.series_of(key, from_request);
-        if let Some(series) = series {
-            for (slot, n) in series.counts.iter().zip(counts) {
-                if n > 0 {
-                    slot.fetch_add(n, Ordering::Relaxed);
-                }
-            }
+        if let Some(series) = self.series(key, from_request) {
+            series.add(counts);
         }
     }
 
+    /// The series of the stats key `key` (unsanitized), for a caller that
+    /// keeps it (a limit whose key is its config path); `None` for a key
+    /// with no level below its domain.
+    #[must_use]
+    pub fn series(&self, key: &str, from_request: bool) -> Option<SeriesHandle> {
+        let known = self.keys.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = known.get(key) {
+            return Some(SeriesHandle(Arc::clone(s)));
+        }
+        drop(known);
+        self.series_of(key, from_request).map(SeriesHandle)
+    }
+
     fn series_of(&self, key: &str, from_request: bool) -> Option<Arc<Series>> {
-        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut keys = self.keys.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(s) = keys.get(key) {
             return Some(Arc::clone(s));
         }

@@ -46,6 +46,20 @@ fn metrics(rls: &Rls) -> String {
     get(rls.server.api(), "/metrics").text()
 }
 
+/// `/metrics` once `done` holds of it (a reload is applied in the
+/// background; 30 s at most, then the last page, for the assertion to
+/// show).
+fn metrics_when(rls: &Rls, done: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = metrics(rls);
+        if done(&text) || std::time::Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// A request of `entries` on `domain` at a cost of `hits`.
 fn hits(domain: &str, entries: &[(&str, &str)], hits: u32) -> RateLimitRequest {
     RateLimitRequest {
@@ -202,7 +216,12 @@ fn stats_keys_are_config_paths_folded_to_two_levels() {
 fn calls_errors_and_loads_are_counted() {
     use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_client::HealthClient;
-    let mut rls = Rls::start_with(&on(), NEAR, &["--http", "127.0.0.1:0"]);
+    // SIGHUP only: each reload below is one load
+    let mut rls = Rls::start_with(
+        &on(),
+        NEAR,
+        &["--http", "127.0.0.1:0", "--reload-poll", "0s"],
+    );
     let fresh = metrics(&rls);
     for series in [
         "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} 0",
@@ -230,7 +249,10 @@ fn calls_errors_and_loads_are_counted() {
             .await
             .expect("Check");
     });
-    let text = metrics(&rls);
+    // the health answer is streamed, and counted once it has ended
+    let text = metrics_when(&rls, |t| {
+        value(t, "ratelimit_service_total_requests{grpc_method=\"Check\"}") != Some(0)
+    });
     let at = |head: &str| value(&text, head);
     assert_eq!(
         at("ratelimit_service_should_rate_limit_error{err_type=\"service_error\"}"),
@@ -259,30 +281,22 @@ fn calls_errors_and_loads_are_counted() {
     let good = std::fs::read_to_string(&path).expect("read");
     std::fs::write(&path, "[metrics]\nreference_names = 7\n").expect("write");
     rls.server.signal("HUP");
-    assert!(
-        rls.server.logs("config reload (SIGHUP) refused"),
-        "{}",
-        rls.server.log()
-    );
-    let text = metrics(&rls);
-    assert_eq!(
-        value(&text, "ratelimit_service_config_load_error "),
-        Some(1),
-        "{text}"
-    );
+    let text = metrics_when(&rls, |t| {
+        value(t, "ratelimit_service_config_load_error ") != Some(0)
+    });
+    let loads = |t: &str| {
+        (
+            value(t, "ratelimit_service_config_load_success "),
+            value(t, "ratelimit_service_config_load_error "),
+        )
+    };
+    assert_eq!(loads(&text), (Some(1), Some(1)), "{text}");
     std::fs::write(&path, good).expect("write");
     rls.server.signal("HUP");
-    assert!(
-        rls.server.logs("config reloaded (SIGHUP)"),
-        "{}",
-        rls.server.log()
-    );
-    let text = metrics(&rls);
-    assert_eq!(
-        value(&text, "ratelimit_service_config_load_success "),
-        Some(2),
-        "{text}"
-    );
+    let text = metrics_when(&rls, |t| {
+        value(t, "ratelimit_service_config_load_success ") != Some(1)
+    });
+    assert_eq!(loads(&text), (Some(2), Some(1)), "{text}");
 }
 
 /// Envoy Gateway's config for its dashboard's route (the names its
@@ -445,6 +459,48 @@ fn an_override_and_a_failed_store_count_as_the_reference_counts_them() {
             "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"}"
         ),
         Some(1),
+        "{text}"
+    );
+}
+
+const PEEKS: &str = "\
+domain: peeks
+descriptors:
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: closed
+    rate_limit: {unit: minute, requests_per_unit: 0}
+";
+
+#[test]
+fn a_peek_makes_no_series_and_a_zero_limit_is_all_over() {
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    let mut rls = Rls::start_with(&on(), PEEKS, &["--http", "127.0.0.1:0"]);
+    // Envoy Gateway's hits_addend 0 check: nothing to count, no series
+    let mut peek = desc(&[("route", "r")]);
+    peek.hits_addend = Some(UInt64Value { value: 0 });
+    rls.ok(RateLimitRequest {
+        domain: "peeks".to_owned(),
+        descriptors: vec![peek],
+        hits_addend: 0,
+    });
+    let text = metrics(&rls);
+    assert!(!text.contains("key1=\"route\""), "{text}");
+    // requests_per_unit 0: every hit over, none near
+    let r = rls.ok(hits("peeks", &[("closed", "c")], 2));
+    assert_eq!(code(r.overall_code), code(2), "{r:?}");
+    let text = metrics(&rls);
+    assert_eq!(
+        counts(&text, "domain=\"peeks\",key1=\"closed\""),
+        [Some(2), Some(2), Some(0), Some(0), Some(0)],
+        "{text}"
+    );
+    // then a hit of the peeked limit makes its series
+    rls.ok(hits("peeks", &[("route", "r")], 1));
+    let text = metrics(&rls);
+    assert_eq!(
+        counts(&text, "domain=\"peeks\",key1=\"route\""),
+        [Some(1), Some(0), Some(0), Some(1), Some(0)],
         "{text}"
     );
 }

@@ -115,17 +115,18 @@ impl RateLimitServer {
             let started = std::time::Instant::now();
             let service = (self.0.current)();
             let deadline = CallDeadline::from_headers(req.headers());
-            match deadline.bound(self.should_rate_limit(req, &service)).await {
-                Ok(answer) => send_message(&mut respond, &answer),
-                Err(status) => {
-                    if let Some(reference) = service.reference_metrics() {
-                        reference.error(ErrorKind::Service);
-                    }
-                    send_status(&mut respond, &status);
-                }
-            }
+            let answer = deadline.bound(self.should_rate_limit(req, &service)).await;
+            // Counted before the answer leaves, so a caller that has it
+            // finds it counted.
             if let Some(reference) = service.reference_metrics() {
+                if answer.is_err() {
+                    reference.error(ErrorKind::Service);
+                }
                 reference.call(Method::ShouldRateLimit, started.elapsed());
+            }
+            match answer {
+                Ok(answer) => send_message(&mut respond, &answer),
+                Err(status) => send_status(&mut respond, &status),
             }
         } else if path.starts_with(HEALTH) {
             // The reference counts its unary calls: `Check`, not `Watch`.

@@ -72,7 +72,7 @@ use crate::doors::envoy::headers::ResponseHeaders;
 use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::doors::envoy::metadata::dynamic_metadata;
 use crate::doors::envoy::plan::{Plan, plan};
-use crate::doors::envoy::reference;
+use crate::doors::envoy::reference::ReferenceSeries;
 use crate::doors::envoy::unknown::UnknownDomains;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
@@ -100,9 +100,8 @@ pub struct EnvoyService {
     detailed: Arc<DetailedMetrics>,
     /// The unknown domains asked for, logged once each.
     unknown: UnknownDomains,
-    /// The reference service's series (`[metrics] reference_names`) and
-    /// the near-limit ratio they count with.
-    reference: Option<(Arc<ReferenceMetrics>, f64)>,
+    /// The reference service's series (`[metrics] reference_names`).
+    reference: Option<ReferenceSeries>,
 }
 
 /// Statuses found for some descriptors (by position), each with what
@@ -185,14 +184,15 @@ impl EnvoyService {
         reference: Option<Arc<ReferenceMetrics>>,
         near_ratio: f64,
     ) -> Self {
-        self.reference = reference.map(|r| (r, near_ratio));
+        let rules = self.limits.all_rules().len();
+        self.reference = reference.map(|r| ReferenceSeries::new(r, near_ratio, rules));
         self
     }
 
     /// The reference service's series this service counts in, if on.
     #[must_use]
     pub fn reference_metrics(&self) -> Option<&Arc<ReferenceMetrics>> {
-        self.reference.as_ref().map(|(r, _)| r)
+        self.reference.as_ref().map(ReferenceSeries::metrics)
     }
 
     /// Decides one request (the gRPC method without its transport).
@@ -360,11 +360,12 @@ impl EnvoyService {
             .unwrap_or_default();
         show_admin_overrides(&decided, &mut statuses);
         self.record_detailed(req, &plans, &statuses, &shadow_over);
-        if let Some((reference, ratio)) = &self.reference {
+        if let Some(reference) = &self.reference {
             let over = |i: usize| {
                 statuses[i].code == i32::from(Code::OverLimit) || shadow_over.contains(&i)
             };
-            reference::record(reference, *ratio, (req, &self.limits), &plans, &seen, over);
+            let request = (req, &*self.limits, self.first_rule);
+            reference.record(request, &plans, &seen, over);
         }
         let dynamic_metadata = self
             .dynamic_metadata
