@@ -504,3 +504,42 @@ fn a_peek_makes_no_series_and_a_zero_limit_is_all_over() {
         "{text}"
     );
 }
+
+const CHARGED: &str = "\
+domain: charged
+descriptors:
+  - key: tokens
+    rate_limit: {unit: hour, requests_per_unit: 5, charge: true}
+";
+
+#[test]
+fn a_charge_past_the_limit_counts_its_hits_over() {
+    use envoy_types::pb::google::protobuf::UInt64Value;
+    let mut rls = Rls::start_with(&on(), CHARGED, &["--http", "127.0.0.1:0"]);
+    let charge = |n: u64| {
+        let mut d = desc(&[("tokens", "t")]);
+        d.hits_addend = Some(UInt64Value { value: n });
+        RateLimitRequest {
+            domain: "charged".to_owned(),
+            descriptors: vec![d],
+            hits_addend: 0,
+        }
+    };
+    // 7 of 5 (threshold 4), recorded in full: 4 within the threshold,
+    // 1 near, 2 over; then 3 more, all over (the key is in debt)
+    rls.ok(charge(7));
+    let labels = "domain=\"charged\",key1=\"tokens\"";
+    let text = metrics(&rls);
+    assert_eq!(
+        counts(&text, labels),
+        [Some(7), Some(2), Some(1), Some(0), Some(0)],
+        "{text}"
+    );
+    rls.ok(charge(3));
+    let text = metrics(&rls);
+    assert_eq!(
+        counts(&text, labels),
+        [Some(10), Some(5), Some(1), Some(0), Some(0)],
+        "{text}"
+    );
+}

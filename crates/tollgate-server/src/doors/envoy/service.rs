@@ -485,8 +485,10 @@ impl EnvoyService {
                     .map(|((&i, c), by)| {
                         let d = &c.decision;
                         // A charge added its cost (less what the debt cap
-                        // clamped); a give-back has no reference stats.
-                        let counted = (op == Op::Charge).then(|| {
+                        // clamped); a give-back has no reference stats,
+                        // nor has what the store did not decide.
+                        let decided = op == Op::Charge && verdict.degraded.is_none();
+                        let counted = decided.then(|| {
                             Seen::after_call(
                                 d.limit,
                                 d.remaining,
