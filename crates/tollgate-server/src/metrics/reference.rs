@@ -291,9 +291,15 @@ impl ReferenceMetrics {
                 let _ = writeln!(out, "}} {}", counts[i]);
             }
         }
-        for (name, kind, help) in OTHERS {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {}", kind.as_str());
-        }
+        // Each family's HELP and TYPE right before its series: the page
+        // is re-sorted by family ([`super::text::stable`]), which reads a
+        // sample as its family's only after that family's TYPE.
+        let head = |out: &mut String, name: &str| {
+            if let Some((_, kind, help)) = OTHERS.iter().find(|(n, _, _)| *n == name) {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {}", kind.as_str());
+            }
+        };
+        head(&mut out, ERRORS);
         for (kind, n) in ERROR_KINDS.iter().zip(&self.errors) {
             let _ = writeln!(
                 out,
@@ -301,9 +307,14 @@ impl ReferenceMetrics {
                 n.load(Ordering::Relaxed)
             );
         }
+        head(&mut out, REQUESTS);
         for (method, calls) in METHODS.iter().zip(&self.calls) {
             let count = calls.count.load(Ordering::Relaxed);
             let _ = writeln!(out, "{REQUESTS}{{grpc_method=\"{method}\"}} {count}");
+        }
+        head(&mut out, RESPONSE_TIME);
+        for (method, calls) in METHODS.iter().zip(&self.calls) {
+            let count = calls.count.load(Ordering::Relaxed);
             let mut below = 0;
             for (le, n) in BUCKETS.iter().zip(&calls.buckets) {
                 below += n.load(Ordering::Relaxed);
@@ -321,7 +332,11 @@ impl ReferenceMetrics {
                  {RESPONSE_TIME}_count{{grpc_method=\"{method}\"}} {count}"
             );
         }
-        let _ = writeln!(out, "{LOAD_SUCCESS} {}\n{LOAD_ERROR} {}", loads.0, loads.1);
+        head(&mut out, LOAD_SUCCESS);
+        let _ = writeln!(out, "{LOAD_SUCCESS} {}", loads.0);
+        head(&mut out, LOAD_ERROR);
+        let _ = writeln!(out, "{LOAD_ERROR} {}", loads.1);
+        head(&mut out, GC_CPU_FRACTION);
         let _ = writeln!(out, "{GC_CPU_FRACTION} 0");
         out
     }
@@ -378,6 +393,24 @@ mod tests {
         );
         assert!(text.contains("key1=\"route\"} 1\n"), "{text}");
         assert!(!text.contains(&format!("user_{MAX_REQUEST_SERIES}\"")));
+    }
+
+    #[test]
+    fn sorted_with_the_page_every_line_stays_in_its_family() {
+        let m = ReferenceMetrics::default();
+        m.add("d.a", false, [1, 0, 0, 1, 0]);
+        let page = crate::metrics::text::stable(&m.render((1, 0)));
+        for (name, kind, _) in OTHERS {
+            assert!(
+                page.contains(&format!("# TYPE {name} {}\n", kind.as_str())),
+                "{page}"
+            );
+        }
+        assert!(!page.contains("untyped"), "{page}");
+        assert!(
+            !page.contains("# TYPE ratelimit_service_response_time_seconds_"),
+            "{page}"
+        );
     }
 
     #[test]

@@ -253,6 +253,19 @@ fn the_reference_names_are_families_like_the_others() {
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted, "{text}");
+    // a histogram's lines stay in their family
+    for name in &names {
+        assert!(
+            !["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| name.ends_with(s)),
+            "{name} listed as a family:\n{text}"
+        );
+        assert!(
+            !text.contains(&format!("# TYPE {name} untyped")),
+            "{name}:\n{text}"
+        );
+    }
     for name in RATE_LIMIT
         .iter()
         .map(|(n, _)| *n)
