@@ -422,7 +422,7 @@ fn metrics_near_limit_ratio() {
         [
             "t.toml:2: metrics.near_limit_ratio: near_limit_ratio must be above 0 and at most 1, got 0",
             "t.toml:3: metrics.ratio: unknown field; expected one of near_limit_ratio, \
-             top_denied_capacity, top_denied_epoch",
+             top_denied_capacity, top_denied_epoch, reference_names",
             "t.toml:11: envoy.near_limit_ratio: unknown field; expected one of merge_domains, \
              response_headers, limit_header, remaining_header, reset_header, quota_mode, \
              response_dynamic_metadata",
