@@ -457,6 +457,23 @@ fn metrics_near_limit_ratio() {
 }
 
 #[test]
+fn metrics_reference_names() {
+    let rule = "\n[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
+    assert!(!parse("").expect("valid").metrics.reference_names);
+    let on = parse("[metrics]\nreference_names = true\n").expect("valid");
+    assert!(on.metrics.reference_names);
+    let off = parse("[metrics]\nreference_names = false\n").expect("valid");
+    assert!(!off.metrics.reference_names);
+    let got = errors(&format!("[metrics]\nreference_names = \"yes\"\n{rule}"));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("t.toml:2: metrics.reference_names: "),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn metrics_top_denied() {
     let rule = "\n[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
     let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
@@ -593,22 +610,5 @@ fn ops_table_listen_and_readiness() {
     assert_eq!(
         got,
         ["t.toml:1: ops: expected a table ([ops]), found integer"]
-    );
-}
-
-#[test]
-fn metrics_reference_names() {
-    let rule = "\n[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
-    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
-    assert!(!parse("").expect("valid").metrics.reference_names);
-    let on = parse("[metrics]\nreference_names = true\n").expect("valid");
-    assert!(on.metrics.reference_names);
-    let off = parse("[metrics]\nreference_names = false\n").expect("valid");
-    assert!(!off.metrics.reference_names);
-    let got = errors(&format!("[metrics]\nreference_names = \"yes\"\n{rule}"));
-    assert_eq!(got.len(), 1, "{got:?}");
-    assert!(
-        got[0].starts_with("t.toml:2: metrics.reference_names: "),
-        "{got:?}"
     );
 }

@@ -120,14 +120,16 @@ impl Generation {
         let mut envoy = EnvoyService::new(Arc::clone(&gate), Arc::clone(&plan.envoy))?
             .with_response_headers(headers)
             .with_quota_mode(settings.quota_mode)
-            .with_dynamic_metadata(settings.response_dynamic_metadata)
-            .with_reference_metrics(
-                (config.metrics.reference_names).then(|| Arc::clone(&shared.reference)),
-                config.metrics.near_limit_ratio,
-            );
+            .with_dynamic_metadata(settings.response_dynamic_metadata);
         if let Some(previous) = previous {
             envoy = envoy.keeping_metrics_of(&previous.envoy);
         }
+        // The reference's names, while the config turns them on.
+        let reference = config.metrics.reference_names;
+        envoy = envoy.with_reference_metrics(
+            reference.then(|| Arc::clone(&shared.reference)),
+            config.metrics.near_limit_ratio,
+        );
         Ok(Self {
             gate,
             api: Arc::new(api),

@@ -108,8 +108,10 @@ pub struct EnvoyService {
 /// decided it when the store (or the local fallback) did, and whether they
 /// let the request through.
 struct Recorded {
-    statuses: Vec<(usize, DescriptorStatus, Option<DecidedBy>, Option<Seen>)>,
+    statuses: Vec<(usize, DescriptorStatus, Option<DecidedBy>)>,
     admitted: bool,
+    /// What the store said of each charged key, for the reference's stats.
+    seen: Vec<(usize, Seen)>,
 }
 
 impl EnvoyService {
@@ -344,12 +346,12 @@ impl EnvoyService {
         }
         for recorded in [charged?, given?] {
             admitted &= recorded.admitted;
-            for (i, s, by, counted) in recorded.statuses {
+            for (i, s, by) in recorded.statuses {
                 statuses[i] = s;
                 decided[i] = by;
-                if let Some(counted) = counted {
-                    note(&mut seen, i, counted);
-                }
+            }
+            for (i, counted) in recorded.seen {
+                note(&mut seen, i, counted);
             }
         }
 
@@ -465,6 +467,7 @@ impl EnvoyService {
         let mut recorded = Recorded {
             statuses: Vec::new(),
             admitted: true,
+            seen: Vec::new(),
         };
         if at.is_empty() {
             return Ok(recorded);
@@ -482,23 +485,22 @@ impl EnvoyService {
                     .iter()
                     .zip(&verdict.charged)
                     .zip(verdict.decided_by.iter())
-                    .map(|((&i, c), by)| {
-                        let d = &c.decision;
-                        // A charge added its cost (less what the debt cap
-                        // clamped); a give-back has no reference stats,
-                        // nor has what the store did not decide.
-                        let decided = op == Op::Charge && verdict.degraded.is_none();
-                        let counted = decided.then(|| {
-                            Seen::after_call(
-                                d.limit,
-                                d.remaining,
-                                c.debt,
-                                cost_of(&plans[i]).saturating_sub(c.clamped),
-                            )
-                        });
-                        (i, status(&plans[i], d, true), Some(*by), counted)
-                    })
+                    .map(|((&i, c), by)| (i, status(&plans[i], &c.decision, true), Some(*by)))
                     .collect();
+                // A charge added its cost (less what the debt cap clamped);
+                // a give-back has no reference stats, nor has what the
+                // store did not decide.
+                if op == Op::Charge && verdict.degraded.is_none() {
+                    recorded.seen = at
+                        .iter()
+                        .zip(&verdict.charged)
+                        .map(|(&i, c)| {
+                            let d = &c.decision;
+                            let added = cost_of(&plans[i]).saturating_sub(c.clamped);
+                            (i, Seen::after_call(d.limit, d.remaining, c.debt, added))
+                        })
+                        .collect();
+                }
             }
             // Not for a loaded config (its rules are rates, its keys
             // bounded), but never a panic.
@@ -507,10 +509,7 @@ impl EnvoyService {
             }
             Err(_) => {
                 recorded.admitted = at.iter().all(|&i| plans[i].is(op, true));
-                recorded.statuses = at
-                    .iter()
-                    .map(|&i| (i, failed(&plans[i]), None, None))
-                    .collect();
+                recorded.statuses = at.iter().map(|&i| (i, failed(&plans[i]), None)).collect();
             }
         }
         Ok(recorded)
