@@ -51,11 +51,11 @@ pub(crate) struct Shared {
     pub(crate) metrics: PrometheusHandle,
     /// The last reload's problem.
     pub(crate) status: Arc<ReloadStatus>,
-    /// Draining, and the store probe (the probes of every generation).
-    pub(crate) health: Arc<Health>,
     /// The reference service's series (`[metrics] reference_names`), kept
     /// across reloads; recorded and shown while a config turns them on.
     pub(crate) reference: Arc<ReferenceMetrics>,
+    /// Draining, and the store probe (the probes of every generation).
+    pub(crate) health: Arc<Health>,
 }
 
 impl Generation {

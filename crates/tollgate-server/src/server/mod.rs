@@ -236,10 +236,14 @@ async fn serve(
         served: listeners.map(|_, _| ()),
         metrics,
         status: Arc::new(ReloadStatus::new()),
-        health: Arc::new(Health::new()),
         reference: Arc::default(),
+        health: Arc::new(Health::new()),
     };
-    shared.status.first_load();
+    // Under xDS the first load is the first snapshot, counted as it is
+    // applied (the reference counts no load before it).
+    if plan.config.envoy_settings.xds.is_none() {
+        shared.status.first_load();
+    }
     record_loaded(&info);
     tracing::info!(
         "config version {} loaded at {}",
