@@ -16,9 +16,9 @@
 //! | `tollgate_config_reloads_total` | counter | `outcome` (`ok`, `error`) | config reloads ([`crate::reload`]) |
 //! | `tollgate_config_info` | gauge | `version` | 1 for the config version serving (one series, written by the API) |
 //! | `tollgate_config_loaded_timestamp_seconds` | gauge | | when the serving config was loaded |
-//! | `tollgate_decision_latency_seconds` | histogram | `door` (`api`, `proxy`, `envoy`) | time a door took to decide a request, store call included ([`decision_latency`]) |
+//! | `tollgate_decision_latency_seconds` | histogram | `door` (`api`, `proxy`, `envoy`) | time a door took to decide a request, store call included ([`decision_latency`]): every decision of the HTTP API (checks and usage calls), of the proxy, of Envoy's `ShouldRateLimit` |
 //! | `tollgate_build_info` | gauge | `version`, `os`, `arch` | always 1 |
-//! | `process_*` | | | CPU seconds, resident bytes, open fds, start time, from `/proc` at each scrape ([`process`]) |
+//! | `process_*` | | | CPU seconds, resident and virtual bytes, open fds, start time, from `/proc` at each scrape ([`process`]) |
 //!
 //! Every family, with its type and help, is in [`catalog::FAMILIES`];
 //! `/metrics` goes through [`text::stable`]: sorted, and each family
@@ -28,11 +28,16 @@
 //! the memory-store, store-up and upstream series; the names are its
 //! [`tollgate::resilient::metric`] constants.
 //!
+//! With `[metrics] reference_names`, `/metrics` also shows the Envoy
+//! reference service's names ([`reference`], docs/metrics.md), kept per
+//! server rather than in the process's recorder.
+//!
 //! Rule labels come from the config only (an unknown rule is refused
 //! before anything is recorded), so label sets stay bounded.
 
 pub mod catalog;
 pub mod process;
+pub mod reference;
 pub mod text;
 
 use std::sync::OnceLock;
@@ -82,7 +87,9 @@ pub const DECISION_LATENCY: &str = "tollgate_decision_latency_seconds";
 /// A door that records [`DECISION_LATENCY`], its `door` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Door {
-    /// The HTTP API (`POST /v1/check`).
+    /// The HTTP API: `POST /v1/check` and the usage calls (`/v1/charge`,
+    /// `/v1/reserve`, `/v1/settle`, `/v1/cancel`, `/v1/acquire`,
+    /// `/v1/release`, `/v1/renew`).
     Api,
     /// The reverse proxy.
     Proxy,
@@ -104,6 +111,15 @@ pub fn decision_latency(door: Door) -> &'static metrics::Histogram {
         Door::Envoy => "envoy",
     };
     SERIES[door as usize].get_or_init(|| metrics::histogram!(DECISION_LATENCY, "door" => label))
+}
+
+/// Runs `decision`, recording its time in [`DECISION_LATENCY`] of `door`
+/// (for the doors' calls that decide one request each).
+pub async fn timed<T>(door: Door, decision: impl Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let out = decision.await;
+    decision_latency(door).record(started.elapsed().as_secs_f64());
+    out
 }
 
 /// The help of [`metric::UTILIZATION`].

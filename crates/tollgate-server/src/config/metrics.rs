@@ -11,6 +11,7 @@ const METRICS_FIELDS: &[&str] = &[
     "near_limit_ratio",
     "top_denied_capacity",
     "top_denied_epoch",
+    "reference_names",
 ];
 
 impl Checker<'_> {
@@ -43,6 +44,10 @@ impl Checker<'_> {
             }
         }
         self.top_denied(t, path, &mut metrics);
+        // The reference service's Prometheus names too (docs/metrics.md).
+        if let Some(on) = self.boolean(t, path, "reference_names") {
+            metrics.reference_names = on;
+        }
         (self.errors.len() == before).then_some(metrics)
     }
 

@@ -2,6 +2,7 @@
 //! outcome ([`ReloadStatus`]), shown by `GET /v1/rules` and `/readyz`, and
 //! the `tollgate_config_*` metrics.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
@@ -64,6 +65,10 @@ pub struct ReloadError {
 #[derive(Debug, Default)]
 pub struct ReloadStatus {
     last_error: Mutex<Option<ReloadError>>,
+    /// Loads that served (the first one included, [`ReloadStatus::first_load`])
+    /// and loads refused: the reference's `config_load_success` and
+    /// `config_load_error` (`[metrics] reference_names`).
+    loads: [AtomicU64; 2],
 }
 
 impl ReloadStatus {
@@ -82,10 +87,27 @@ impl ReloadStatus {
     pub fn record(&self, applied: bool, error: Option<ReloadError>) {
         let outcome = if applied { "ok" } else { "error" };
         ::metrics::counter!(RELOADS, "outcome" => outcome).increment(1);
+        self.loads[usize::from(!applied)].fetch_add(1, Ordering::Relaxed);
         *self
             .last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = error;
+    }
+
+    /// Counts the config loaded at start (not a reload: no
+    /// `tollgate_config_reloads_total`).
+    pub fn first_load(&self) {
+        self.loads[0].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Config loads that served (the first one included) and loads
+    /// refused, so far.
+    #[must_use]
+    pub fn loads(&self) -> (u64, u64) {
+        (
+            self.loads[0].load(Ordering::Relaxed),
+            self.loads[1].load(Ordering::Relaxed),
+        )
     }
 
     /// The last reload's problem.

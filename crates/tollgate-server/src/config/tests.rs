@@ -422,7 +422,7 @@ fn metrics_near_limit_ratio() {
         [
             "t.toml:2: metrics.near_limit_ratio: near_limit_ratio must be above 0 and at most 1, got 0",
             "t.toml:3: metrics.ratio: unknown field; expected one of near_limit_ratio, \
-             top_denied_capacity, top_denied_epoch",
+             top_denied_capacity, top_denied_epoch, reference_names",
             "t.toml:11: envoy.near_limit_ratio: unknown field; expected one of merge_domains, \
              response_headers, limit_header, remaining_header, reset_header, quota_mode, \
              response_dynamic_metadata, count_own_cost",
@@ -453,6 +453,23 @@ fn metrics_near_limit_ratio() {
     assert_eq!(
         errors(&format!("metrics = 1\n{rule}")),
         ["t.toml:1: metrics: expected a table ([metrics]), found integer"]
+    );
+}
+
+#[test]
+fn metrics_reference_names() {
+    let rule = "\n[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
+    assert!(!parse("").expect("valid").metrics.reference_names);
+    let on = parse("[metrics]\nreference_names = true\n").expect("valid");
+    assert!(on.metrics.reference_names);
+    let off = parse("[metrics]\nreference_names = false\n").expect("valid");
+    assert!(!off.metrics.reference_names);
+    let got = errors(&format!("[metrics]\nreference_names = \"yes\"\n{rule}"));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("t.toml:2: metrics.reference_names: "),
+        "{got:?}"
     );
 }
 

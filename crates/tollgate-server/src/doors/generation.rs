@@ -18,6 +18,7 @@ use super::proxy::{Proxy, upstream_of};
 use super::{ByDoor, Door, Plan};
 use crate::config::{ConfigInfo, EnvoyHeaders, ReloadStatus};
 use crate::gate::Gate;
+use crate::metrics::reference::ReferenceMetrics;
 use crate::store::AnyStore;
 
 /// One config's doors, all over one [`Gate`]. The admin API is not
@@ -50,6 +51,9 @@ pub(crate) struct Shared {
     pub(crate) metrics: PrometheusHandle,
     /// The last reload's problem.
     pub(crate) status: Arc<ReloadStatus>,
+    /// The reference service's series (`[metrics] reference_names`), kept
+    /// across reloads; recorded and shown while a config turns them on.
+    pub(crate) reference: Arc<ReferenceMetrics>,
     /// Draining, and the store probe (the probes of every generation).
     pub(crate) health: Arc<Health>,
     /// Held while a new generation is built and swapped in: the file
@@ -85,7 +89,10 @@ impl Generation {
         // `[ops] readiness` is read per generation: a reload changes it.
         let probes = Probes::new(Arc::clone(&gate), shared.metrics.clone())
             .with_config(Arc::clone(&info), Arc::clone(&shared.status))
-            .with_health(Arc::clone(&shared.health), config.ops.readiness);
+            .with_health(Arc::clone(&shared.health), config.ops.readiness)
+            .with_reference(
+                (config.metrics.reference_names).then(|| Arc::clone(&shared.reference)),
+            );
         let api = Api::new(
             Arc::clone(&gate),
             HeaderOptions {
@@ -122,6 +129,12 @@ impl Generation {
         if let Some(previous) = previous {
             envoy = envoy.keeping_metrics_of(&previous.envoy);
         }
+        // The reference's names, while the config turns them on.
+        let reference = config.metrics.reference_names;
+        envoy = envoy.with_reference_metrics(
+            reference.then(|| Arc::clone(&shared.reference)),
+            config.metrics.near_limit_ratio,
+        );
         Ok(Self {
             gate,
             api: Arc::new(api),

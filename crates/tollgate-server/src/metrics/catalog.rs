@@ -216,6 +216,11 @@ pub const FAMILIES: &[Family] = &[
         "Resident memory size in bytes.",
     ),
     (
+        super::process::VIRTUAL,
+        Kind::Gauge,
+        "Virtual memory size in bytes.",
+    ),
+    (
         super::process::START_TIME,
         Kind::Gauge,
         "Start time of the process since unix epoch in seconds.",

@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 pub const CPU: &str = "process_cpu_seconds_total";
 /// `process_resident_memory_bytes`.
 pub const RESIDENT: &str = "process_resident_memory_bytes";
+/// `process_virtual_memory_bytes`.
+pub const VIRTUAL: &str = "process_virtual_memory_bytes";
 /// `process_open_fds`.
 pub const OPEN_FDS: &str = "process_open_fds";
 /// `process_start_time_seconds`: Unix time the process started.
@@ -30,8 +32,11 @@ pub fn lines() -> String {
             let _ = writeln!(out, "{START_TIME} {}", boot + start_ticks / TICKS);
         }
     }
-    if let Some(bytes) = resident() {
+    if let Some(bytes) = status_kb("VmRSS:") {
         let _ = writeln!(out, "{RESIDENT} {bytes}");
+    }
+    if let Some(bytes) = status_kb("VmSize:") {
+        let _ = writeln!(out, "{VIRTUAL} {bytes}");
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
         // the directory handle read here is one of them; not counted
@@ -60,11 +65,12 @@ fn boot_time() -> Option<f64> {
     line["btime ".len()..].trim().parse().ok()
 }
 
-/// Resident set size in bytes, the `VmRSS` line of `/proc/self/status`.
-fn resident() -> Option<u64> {
+/// A size line of `/proc/self/status` in bytes: `VmRSS:` (resident set
+/// size) or `VmSize:` (virtual memory size).
+fn status_kb(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kb: u64 = line["VmRSS:".len()..]
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line[field.len()..]
         .trim()
         .trim_end_matches("kB")
         .trim()
@@ -82,6 +88,7 @@ mod tests {
         for name in [
             super::CPU,
             super::RESIDENT,
+            super::VIRTUAL,
             super::OPEN_FDS,
             super::START_TIME,
         ] {

@@ -317,9 +317,15 @@ async fn serve_traced(
         served: listeners.map(|_, _| ()),
         metrics,
         status: Arc::new(ReloadStatus::new()),
+        reference: Arc::default(),
         health: Arc::new(Health::new()),
         swap: Arc::default(),
     };
+    // Under xDS the first load is the first snapshot, counted as it is
+    // applied (the reference counts no load before it).
+    if plan.config.envoy_settings.xds.is_none() {
+        shared.status.first_load();
+    }
     record_loaded(&info);
     tracing::info!(
         "config version {} loaded at {}",

@@ -44,6 +44,7 @@ mod http_api;
 mod hybrid_serve;
 mod llm_gateway;
 mod metrics_families;
+mod metrics_reference;
 mod near_limit;
 mod openapi;
 mod ops;

@@ -195,3 +195,88 @@ fn every_door_records_its_decision_latency_from_zero() {
         "{after}"
     );
 }
+
+#[test]
+fn the_apis_usage_calls_record_their_decision_latency() {
+    let config = format!(
+        "{CONFIG}\n[[rules]]\nname = \"inflight\"\nalgorithm = \"concurrency\"\n\
+         limit = 2\nlease = \"30s\"\n"
+    );
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    let api = s.api();
+    let id_of =
+        |r: &crate::support::Resp, field: &str| r.json()[field].as_str().expect("an id").to_owned();
+    let mut calls = 0;
+    let mut call = |path: &str, body: String| {
+        let r = post_json(api, path, &body);
+        assert_eq!(r.status, 200, "{path}: {}", r.text());
+        calls += 1;
+        assert_eq!(
+            decisions(&get(api, "/metrics").text(), "api"),
+            Some(calls),
+            "{path}"
+        );
+        r
+    };
+    call(
+        "/v1/charge",
+        r#"{"rule":"per_user","key":"c","cost":1}"#.to_owned(),
+    );
+    let r = call(
+        "/v1/reserve",
+        r#"{"rule":"per_user","key":"r","cost":1}"#.to_owned(),
+    );
+    let id = id_of(&r, "reservation");
+    call(
+        "/v1/settle",
+        format!(r#"{{"reservation":"{id}","cost":1}}"#),
+    );
+    let r = call(
+        "/v1/reserve",
+        r#"{"rule":"per_user","key":"r","cost":1}"#.to_owned(),
+    );
+    let id = id_of(&r, "reservation");
+    call("/v1/cancel", format!(r#"{{"reservation":"{id}"}}"#));
+    let r = call("/v1/acquire", r#"{"rule":"inflight","key":"l"}"#.to_owned());
+    let lease = id_of(&r, "lease");
+    call("/v1/renew", format!(r#"{{"lease":"{lease}"}}"#));
+    call("/v1/release", format!(r#"{{"lease":"{lease}"}}"#));
+}
+
+#[test]
+fn the_reference_names_are_families_like_the_others() {
+    use tollgate_server::metrics::reference::{OTHERS, RATE_LIMIT};
+    let config = format!("{CONFIG}\n[metrics]\nreference_names = true\n");
+    let s = Tollgate::start(&config, &["--http", "127.0.0.1:0"]);
+    let text = get(s.api(), "/metrics").text();
+    let names = families(&text);
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "{text}");
+    // a histogram's lines stay in their family
+    for name in &names {
+        assert!(
+            !["_bucket", "_sum", "_count"]
+                .iter()
+                .any(|s| name.ends_with(s)),
+            "{name} listed as a family:\n{text}"
+        );
+        assert!(
+            !text.contains(&format!("# TYPE {name} untyped")),
+            "{name}:\n{text}"
+        );
+    }
+    for name in RATE_LIMIT
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(OTHERS.iter().map(|(n, _, _)| *n))
+    {
+        assert!(names.iter().any(|n| n == name), "{name}:\n{text}");
+    }
+    for (name, kind, _) in OTHERS {
+        assert!(
+            text.contains(&format!("# TYPE {name} {}\n", kind.as_str())),
+            "{name}:\n{text}"
+        );
+    }
+}

@@ -1,5 +1,5 @@
 //! `tollgate_near_limit_total{rule}` in `/metrics` against the real
-//! binary (docs/http-api.md, "Near limit"): the units admitted past
+//! binary (docs/metrics.md, "Near limit"): the units admitted past
 //! `floor(capacity × [metrics] near_limit_ratio)`, exactly, through the
 //! HTTP API and the Envoy service alike.
 

@@ -662,7 +662,7 @@ fn metric(s: &Tollgate, series: &str) -> Option<f64> {
 
 /// A settle's usage above its estimate is a charge: its recorded units,
 /// the units clamped at the debt cap and the debt it leaves are counted
-/// as a charge's are (docs/http-api.md, Metrics), never silently.
+/// as a charge's are (docs/metrics.md), never silently.
 fn settle_excess_is_counted_as_a_charge(s: &Tollgate) {
     use serde_json::json;
     let r = post(

@@ -1,5 +1,5 @@
 //! Reservations open and leases held, and those that ran out, in
-//! `/metrics` (docs/http-api.md, "Metrics"): the real `tollgate serve`
+//! `/metrics` (docs/metrics.md): the real `tollgate serve`
 //! binary, each reservation and lease ending once — settled, released, or
 //! expired when its time ran out.
 

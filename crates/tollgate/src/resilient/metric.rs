@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 /// for a pair an operator's block denied (docs/admin.md).
 pub const CHECKS: &str = "tollgate_checks_total";
 /// Counter, label `rule`: units of admitted checks that landed past the
-/// rule's near-limit threshold (docs/http-api.md, "GET /metrics").
+/// rule's near-limit threshold (docs/metrics.md, "Near limit").
 ///
 /// The threshold is `T = floor(capacity × ratio)`, the ratio set with
 /// [`ResilientLimiterBuilder::near_limit_ratio`](super::ResilientLimiterBuilder::near_limit_ratio)

@@ -1,5 +1,5 @@
-//! What this replica holds open, for `/metrics` (docs/http-api.md,
-//! "Metrics"): the reservations it made and the leases it took, each until
+//! What this replica holds open, for `/metrics` (docs/metrics.md,
+//! "Every family"): the reservations it made and the leases it took, each until
 //! it ends here — settled, cancelled or released through this replica — or
 //! its time runs out, which counts it `expired`. The store holds the truth
 //! fleet-wide; counting it there would take a scan of every key, so each

@@ -99,7 +99,7 @@ impl<S: Store> ResilientLimiter<S> {
 impl<S: Store> ResilientLimiter<S> {
     /// A settle's usage above its estimate is a charge: its units recorded
     /// and clamped, and the debt it left, counted as a charge's are
-    /// (docs/http-api.md, "Metrics"). A settle at or below its estimate,
+    /// (docs/metrics.md). A settle at or below its estimate,
     /// or a cancel, charges nothing and is not counted.
     fn count_settled(&self, pairs: &[SettlePair<'_>], charged: &[Charged], estimates: &[u64]) {
         for ((p, c), &e) in pairs.iter().zip(charged).zip(estimates) {

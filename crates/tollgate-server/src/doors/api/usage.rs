@@ -46,9 +46,9 @@ impl Api {
         // check's is.
         let result = if let [pair] = parsed.pairs.as_slice() {
             let one = Check::new(&pair.rule, pair.key.as_bytes()).cost(pair.cost);
-            self.gate.charge_all(std::slice::from_ref(&one)).await
+            timed(self.gate.charge_all(std::slice::from_ref(&one))).await
         } else {
-            self.gate.charge_all(&checks_of(&parsed)).await
+            timed(self.gate.charge_all(&checks_of(&parsed))).await
         };
         match result {
             Ok(charged) => self.charged(
@@ -79,7 +79,7 @@ impl Api {
             Err(res) => return *res,
         };
         let ttl = parsed.ttl_ms.map_or(DEFAULT_TTL, Duration::from_millis);
-        match self.gate.reserve_all(&checks_of(&parsed.check), ttl).await {
+        match timed(self.gate.reserve_all(&checks_of(&parsed.check), ttl)).await {
             Ok(reserved) => {
                 let id = reserved.ticket.as_ref().map(ToString::to_string);
                 let tail = [match &id {
@@ -130,7 +130,7 @@ impl Api {
                 parsed.check.pairs.iter().map(|p| p.cost).collect()
             }
         });
-        match self.gate.settle(&ticket, actual.as_deref()).await {
+        match timed(self.gate.settle(&ticket, actual.as_deref())).await {
             Ok(Settled::Unknown) => error(
                 StatusCode::NOT_FOUND,
                 "unknown reservation: never made, or forgotten an hour after its ttl",
@@ -162,7 +162,7 @@ impl Api {
             Ok(p) => p,
             Err(res) => return *res,
         };
-        match self.gate.acquire_all(&checks_of(&parsed)).await {
+        match timed(self.gate.acquire_all(&checks_of(&parsed))).await {
             Ok(acquired) => {
                 let id = acquired.ticket.as_ref().map(ToString::to_string);
                 let tail = [match &id {
@@ -196,7 +196,7 @@ impl Api {
             Ok(t) => t,
             Err(res) => return *res,
         };
-        match self.gate.release(&ticket, renew).await {
+        match timed(self.gate.release(&ticket, renew)).await {
             Ok(Released::Unknown) => error(
                 StatusCode::NOT_FOUND,
                 "unknown lease: never taken, released before, or ended after its lease",
@@ -305,4 +305,10 @@ fn ticket_pairs(ticket: &Ticket) -> CheckRequest<'_> {
             .collect(),
         multi: ticket.pairs.len() > 1,
     }
+}
+
+/// `decision`, its time recorded as the API's decision latency: a usage
+/// call decides as a check does (docs/metrics.md).
+async fn timed<T>(decision: impl Future<Output = T>) -> T {
+    crate::metrics::timed(crate::metrics::Door::Api, decision).await
 }

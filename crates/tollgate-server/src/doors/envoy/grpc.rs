@@ -43,6 +43,7 @@ use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Throttle;
 use crate::telemetry::spans;
 use tracing::Instrument as _;
+use crate::metrics::reference::{ErrorKind, Method};
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
@@ -113,15 +114,25 @@ impl RateLimitServer {
     pub async fn call(self, req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
         let path = req.uri().path();
         if path == SHOULD_RATE_LIMIT {
+            let started = std::time::Instant::now();
+            let service = (self.0.current)();
             let deadline = CallDeadline::from_headers(req.headers());
             // One span per call, as the reference's gRPC interceptor
             // makes (off: `Span::none()`, the metadata not read).
             let span = spans::should_rate_limit(req.headers());
-            let answered = deadline
-                .bound(self.should_rate_limit(req))
+            let answer = deadline
+                .bound(self.should_rate_limit(req, &service))
                 .instrument(span.clone())
                 .await;
-            match answered {
+            // Counted before the answer leaves, so a caller that has it
+            // finds it counted.
+            if let Some(reference) = service.reference_metrics() {
+                if answer.is_err() {
+                    reference.error(ErrorKind::Service);
+                }
+                reference.call(Method::ShouldRateLimit, started.elapsed());
+            }
+            match answer {
                 Ok(answer) => {
                     spans::grpc_answer(&span, Ok(answer.overall_code().as_str_name()));
                     send_message(&mut respond, &answer);
@@ -132,7 +143,17 @@ impl RateLimitServer {
                 }
             }
         } else if path.starts_with(HEALTH) {
+            // The reference counts its unary calls: `Check`, not `Watch`.
+            let check = path.ends_with("/Check").then(|| {
+                let service = (self.0.current)();
+                (service, std::time::Instant::now())
+            });
             self.health(req, respond).await;
+            if let Some((service, started)) = check
+                && let Some(reference) = service.reference_metrics()
+            {
+                reference.call(Method::Check, started.elapsed());
+            }
         } else {
             send_status(&mut respond, &Status::unimplemented("no such method"));
         }
@@ -142,6 +163,7 @@ impl RateLimitServer {
     async fn should_rate_limit(
         &self,
         req: http::Request<RecvStream>,
+        service: &EnvoyService,
     ) -> Result<RateLimitResponse, Status> {
         let (parts, body) = req.into_parts();
         if let Some(encoding) = parts.headers.get("grpc-encoding")
@@ -168,7 +190,6 @@ impl RateLimitServer {
         };
         let request = RateLimitRequest::decode(message).map_err(decode_error)?;
         spans::domain(&request.domain);
-        let service = (self.0.current)();
         let started = std::time::Instant::now();
         let answer = service.decide(&request).await;
         crate::metrics::decision_latency(crate::metrics::Door::Envoy)

@@ -10,7 +10,9 @@
 //! [`headers`] (the response headers of `[envoy] response_headers`),
 //! [`detailed`] (metrics by runtime values),
 //! `metadata.rs` (the answer's dynamic metadata), [`unknown`] (requests
-//! for a domain no config defines: logged once each, counted).
+//! for a domain no config defines: logged once each, counted),
+//! `reference.rs` (the reference service's series, `[metrics]
+//! reference_names`).
 
 pub mod deadline;
 pub mod detailed;
@@ -19,6 +21,7 @@ pub mod headers;
 pub mod limits;
 mod metadata;
 mod plan;
+mod reference;
 pub mod service;
 pub mod unknown;
 pub mod wire;

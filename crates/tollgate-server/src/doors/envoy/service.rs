@@ -77,9 +77,11 @@ use crate::doors::envoy::headers::ResponseHeaders;
 use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::doors::envoy::metadata::dynamic_metadata;
 use crate::doors::envoy::plan::{Plan, plan};
+use crate::doors::envoy::reference::ReferenceSeries;
 use crate::doors::envoy::unknown::UnknownDomains;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
+use crate::metrics::reference::{ReferenceMetrics, Seen};
 
 /// The message of the error every call gets under `[envoy.xds]` before
 /// the first config (the reference's, word for word).
@@ -110,6 +112,8 @@ pub struct EnvoyService {
     detailed: Arc<DetailedMetrics>,
     /// The unknown domains asked for, logged once each.
     unknown: UnknownDomains,
+    /// The reference service's series (`[metrics] reference_names`).
+    reference: Option<ReferenceSeries>,
 }
 
 /// Statuses found for some descriptors (by position), each with what
@@ -118,6 +122,8 @@ pub struct EnvoyService {
 struct Recorded {
     statuses: Vec<(usize, DescriptorStatus, Option<DecidedBy>)>,
     admitted: bool,
+    /// What the store said of each charged key, for the reference's stats.
+    seen: Vec<(usize, Seen)>,
 }
 
 impl EnvoyService {
@@ -145,6 +151,7 @@ impl EnvoyService {
             dynamic_metadata: false,
             detailed: Arc::default(),
             unknown: UnknownDomains::default(),
+            reference: None,
         })
     }
 
@@ -194,6 +201,25 @@ impl EnvoyService {
         self
     }
 
+    /// Counts each descriptor in `reference`'s series too (`[metrics]
+    /// reference_names`), near the limit past `near_ratio` of it.
+    #[must_use]
+    pub fn with_reference_metrics(
+        mut self,
+        reference: Option<Arc<ReferenceMetrics>>,
+        near_ratio: f64,
+    ) -> Self {
+        let rules = self.limits.all_rules().len();
+        self.reference = reference.map(|r| ReferenceSeries::new(r, near_ratio, rules));
+        self
+    }
+
+    /// The reference service's series this service counts in, if on.
+    #[must_use]
+    pub fn reference_metrics(&self) -> Option<&Arc<ReferenceMetrics>> {
+        self.reference.as_ref().map(ReferenceSeries::metrics)
+    }
+
     /// Decides one request (the gRPC method without its transport).
     ///
     /// # Errors
@@ -226,6 +252,12 @@ impl EnvoyService {
         let mut statuses: Vec<DescriptorStatus> = plans.iter().map(initial).collect();
         // What decided each descriptor's status, as its answer carries it.
         let mut decided: Vec<Option<DecidedBy>> = vec![None; plans.len()];
+        // What the store said of each key, for the reference's stats
+        // (empty when they are off: nothing is noted, nothing allocated).
+        let mut seen: Vec<Option<Seen>> = match self.reference {
+            Some(_) => vec![None; plans.len()],
+            None => Vec::new(),
+        };
         let zero_enforced = plans
             .iter()
             .zip(&quota)
@@ -259,6 +291,8 @@ impl EnvoyService {
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
                     let guessed = verdict.degraded == Some(OnError::Allow);
+                    // Consumed only by an admitted check that was not read only.
+                    let consumed = verdict.multi.allowed && !zero_enforced;
                     let by = verdict.decided_by.iter();
                     for ((&i, d), by) in enforced.iter().zip(&verdict.multi.decisions).zip(by) {
                         // Under `allow` nothing was decided: OK, and no
@@ -270,6 +304,13 @@ impl EnvoyService {
                                 d.allowed && (!read_only || d.remaining >= cost_of(&plans[i]));
                             statuses[i] = status(&plans[i], d, fits);
                             decided[i] = Some(*by);
+                        }
+                        if verdict.degraded.is_none() {
+                            note(
+                                &mut seen,
+                                i,
+                                seen_of(d, consumed.then(|| cost_of(&plans[i]))),
+                            );
                         }
                     }
                 }
@@ -289,7 +330,12 @@ impl EnvoyService {
         if quota.contains(&true) {
             let consumed = admitted;
             admitted &= self
-                .quota(&plans, &quota, (&mut statuses, &mut decided), admitted)
+                .quota(
+                    &plans,
+                    &quota,
+                    (&mut statuses, &mut decided, &mut seen),
+                    admitted,
+                )
                 .await;
             if consumed && !admitted && !checks.is_empty() {
                 // Every quota descriptor is over: the request is denied,
@@ -333,6 +379,14 @@ impl EnvoyService {
             {
                 statuses[i] = status(&plans[i], verdict.decision(), true);
                 decided[i] = verdict.decided_by.first().copied();
+                let d = verdict.decision();
+                if verdict.degraded.is_none() {
+                    note(
+                        &mut seen,
+                        i,
+                        seen_of(d, (admitted && d.allowed).then(|| cost_of(&plans[i]))),
+                    );
+                }
                 if !verdict.decision().allowed {
                     shadow_over.push(i);
                 }
@@ -344,6 +398,9 @@ impl EnvoyService {
                 statuses[i] = s;
                 decided[i] = by;
             }
+            for (i, counted) in recorded.seen {
+                note(&mut seen, i, counted);
+            }
         }
 
         let response_headers_to_add = self
@@ -353,6 +410,13 @@ impl EnvoyService {
             .unwrap_or_default();
         show_admin_overrides(&decided, &mut statuses);
         self.record_detailed(req, &plans, &statuses, &shadow_over);
+        if let Some(reference) = &self.reference {
+            let over = |i: usize| {
+                statuses[i].code == i32::from(Code::OverLimit) || shadow_over.contains(&i)
+            };
+            let request = (req, &*self.limits, self.first_rule);
+            reference.record(request, &plans, &seen, over);
+        }
         let dynamic_metadata = self
             .dynamic_metadata
             .then(|| dynamic_metadata(req, &self.limits, &plans, &statuses));
@@ -402,7 +466,11 @@ impl EnvoyService {
         &self,
         plans: &[Plan<'_>],
         quota: &[bool],
-        (statuses, decided): (&mut [DescriptorStatus], &mut [Option<DecidedBy>]),
+        (statuses, decided, seen): (
+            &mut [DescriptorStatus],
+            &mut [Option<DecidedBy>],
+            &mut [Option<Seen>],
+        ),
         consume: bool,
     ) -> bool {
         let (at, checks) = self.checks(plans, |i, p| quota[i] && p.is(Op::Check, false), !consume);
@@ -418,6 +486,10 @@ impl EnvoyService {
                 Ok(verdict) => {
                     decided[i] = verdict.decided_by.first().copied();
                     let d = verdict.decision();
+                    if verdict.degraded.is_none() {
+                        let added = (consume && d.allowed).then(|| cost_of(&plans[i]));
+                        note(seen, i, seen_of(d, added));
+                    }
                     // Read only (the request is denied already): over when
                     // its cost would not fit, as the reference, which counts
                     // it, would answer.
@@ -455,6 +527,7 @@ impl EnvoyService {
         let mut recorded = Recorded {
             statuses: Vec::new(),
             admitted: true,
+            seen: Vec::new(),
         };
         if at.is_empty() {
             return Ok(recorded);
@@ -480,6 +553,20 @@ impl EnvoyService {
                         )
                     })
                     .collect();
+                // A charge added its cost (less what the debt cap clamped);
+                // a give-back has no reference stats, nor has what the
+                // store did not decide.
+                if op == Op::Charge && verdict.degraded.is_none() {
+                    recorded.seen = at
+                        .iter()
+                        .zip(&verdict.charged)
+                        .map(|(&i, c)| {
+                            let d = &c.decision;
+                            let added = cost_of(&plans[i]).saturating_sub(c.clamped);
+                            (i, Seen::after_call(d.limit, d.remaining, c.debt, added))
+                        })
+                        .collect();
+                }
             }
             // Not for a loaded config (its rules are rates, its keys
             // bounded), but never a panic.
@@ -547,6 +634,20 @@ fn show_admin_overrides(decided: &[Option<DecidedBy>], statuses: &mut [Descripto
             }
         }
     }
+}
+
+/// Notes what the store said of descriptor `i`'s key (`seen` is empty
+/// when the reference's stats are off).
+fn note(seen: &mut [Option<Seen>], i: usize, what: Seen) {
+    if let Some(slot) = seen.get_mut(i) {
+        *slot = Some(what);
+    }
+}
+
+/// What a decision says of its key for the reference's stats: `added`
+/// the units the call consumed (`None`: it consumed nothing).
+fn seen_of(d: &Decision, added: Option<u64>) -> Seen {
+    Seen::after_call(d.limit, d.remaining, 0, added.unwrap_or(0))
 }
 
 /// A counted plan's cost (0 for any other).

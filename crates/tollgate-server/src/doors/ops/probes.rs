@@ -15,6 +15,7 @@ use super::Health;
 use crate::config::{ConfigInfo, Readiness, ReloadStatus, config_info_lines};
 use crate::doors::json::{ApiBody, get_only, is_get, json_response, method_not_allowed};
 use crate::gate::Gate;
+use crate::metrics::reference::ReferenceMetrics;
 
 /// What the probes of one generation answer from: its gate (the store),
 /// the recorder, the config it serves, and what outlives it ([`Health`]).
@@ -27,6 +28,8 @@ pub struct Probes {
     config: Option<(Arc<ConfigInfo>, Arc<ReloadStatus>)>,
     health: Arc<Health>,
     readiness: Readiness,
+    /// The reference service's series, when `/metrics` shows them.
+    reference: Option<Arc<ReferenceMetrics>>,
 }
 
 impl Probes {
@@ -40,6 +43,7 @@ impl Probes {
             config: None,
             health: Arc::new(Health::new()),
             readiness: Readiness::default(),
+            reference: None,
         }
     }
 
@@ -57,6 +61,14 @@ impl Probes {
     pub fn with_health(mut self, health: Arc<Health>, readiness: Readiness) -> Self {
         self.health = health;
         self.readiness = readiness;
+        self
+    }
+
+    /// The same, `/metrics` showing `reference`'s series too (`[metrics]
+    /// reference_names`).
+    #[must_use]
+    pub fn with_reference(mut self, reference: Option<Arc<ReferenceMetrics>>) -> Self {
+        self.reference = reference;
         self
     }
 
@@ -157,6 +169,10 @@ impl Probes {
         }
         text.push_str(&crate::metrics::build_info_line());
         text.push_str(&crate::metrics::process::lines());
+        if let Some(reference) = &self.reference {
+            let loads = self.config.as_ref().map(|(_, s)| s.loads());
+            text.push_str(&reference.render(loads.unwrap_or_default()));
+        }
         // sorted, every family listed with its help from the first scrape
         let text = crate::metrics::text::stable(&text);
         let mut res = Response::new(Full::new(Bytes::from(text)));
