@@ -85,7 +85,12 @@ impl Generation {
         // `[ops] readiness` is read per generation: a reload changes it.
         let probes = Probes::new(Arc::clone(&gate), shared.metrics.clone())
             .with_config(Arc::clone(&info), Arc::clone(&shared.status))
-            .with_health(Arc::clone(&shared.health), config.ops.readiness);
+            .with_health(Arc::clone(&shared.health), config.ops.readiness)
+            .awaiting_config(
+                plan.envoy.awaiting()
+                    && (config.envoy_settings.xds.as_ref())
+                        .is_some_and(|x| !x.start_without_config),
+            );
         let api = Api::new(
             Arc::clone(&gate),
             HeaderOptions {

@@ -27,6 +27,9 @@ pub struct Probes {
     config: Option<(Arc<ConfigInfo>, Arc<ReloadStatus>)>,
     health: Arc<Health>,
     readiness: Readiness,
+    /// Waiting for the first xDS config before serving (docs/xds.md):
+    /// not ready until it comes.
+    awaiting_config: bool,
 }
 
 impl Probes {
@@ -40,6 +43,7 @@ impl Probes {
             config: None,
             health: Arc::new(Health::new()),
             readiness: Readiness::default(),
+            awaiting_config: false,
         }
     }
 
@@ -57,6 +61,14 @@ impl Probes {
     pub fn with_health(mut self, health: Arc<Health>, readiness: Readiness) -> Self {
         self.health = health;
         self.readiness = readiness;
+        self
+    }
+
+    /// The same, not ready while `awaiting` (the first xDS config, which
+    /// the server waits for before opening its doors).
+    #[must_use]
+    pub fn awaiting_config(mut self, awaiting: bool) -> Self {
+        self.awaiting_config = awaiting;
         self
     }
 
@@ -89,6 +101,9 @@ impl Probes {
     /// (docs/operations.md, "Probes"):
     ///
     /// * draining after SIGTERM: 503 `{"status":"draining"}`;
+    /// * waiting for the first xDS config (without `start_without_config`):
+    ///   503 `{"status":"unready","config":"awaiting xDS"}`, as no door
+    ///   serves yet;
     /// * under readiness `serving`, 200 `{"status":"ready","store":"up"}`,
     ///   or with `"store":"down","store_error":"..."`: a replica that
     ///   answers by its failure policy is ready, or an outage of the store
@@ -109,6 +124,16 @@ impl Probes {
                 json!({
                     "status": "draining",
                     "error": "draining: shutting down, in-flight requests finish",
+                }),
+            );
+        }
+        if self.awaiting_config {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({
+                    "status": "unready",
+                    "config": "awaiting xDS",
+                    "error": "waiting for the first xDS config",
                 }),
             );
         }
