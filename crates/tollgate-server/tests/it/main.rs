@@ -13,6 +13,7 @@ mod support;
 mod admin;
 mod compat_entry;
 mod compat_refusals;
+mod compat_reload;
 mod dashboard;
 mod eg_end_to_end;
 mod envoy;
