@@ -286,6 +286,9 @@ fn envoy_gateway_chain_over_xds_with_mtls_redis_and_a_real_envoy() {
     }));
     assert_eq!(chain.user("alice"), 500, "{}", chain.logs());
     assert_eq!(chain.upstream.served(), 0);
+    let log = chain.rl.log();
+    assert!(log.contains("no xDS config yet"), "{log}");
+    assert!(!log.contains("answered OK"), "{log}");
 
     // The first snapshot: 3 an hour per user, as the limits say.
     set(&first, "1", &[eg_config(100, vec![])]);
