@@ -223,6 +223,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
         let reload_args = args.clone();
         let source = Source {
             files,
+            list: None,
             load: Box::new(move || serve::plan(&reload_args)),
             poll: args.reload_poll,
             hup,

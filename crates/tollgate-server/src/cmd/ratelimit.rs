@@ -13,7 +13,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::compat::{LimitSource, Reference, RuntimeDir};
-use crate::config::version_of_files;
 use crate::doors::envoy::limits::EnvoyLimits;
 use crate::doors::{ByDoor, Door, Plan};
 use crate::reload::Source;
@@ -49,7 +48,8 @@ pub fn plan(reference: &Reference) -> Result<Plan, String> {
 }
 
 /// The first version and the reload source: under `CONFIG_TYPE=FILE` the
-/// directory's files, listed again at each load, and a task (spawned
+/// directory's files, listed again at each load and for each version (a
+/// file added or removed changes it), and a task (spawned
 /// here, on the current runtime) that notifies `hup` when a file is
 /// added, removed or changed; under xDS nothing to read again (the xDS
 /// client applies each snapshot).
@@ -58,21 +58,22 @@ pub fn source(reference: &Reference) -> (String, Source) {
     let hup = Arc::new(Notify::new());
     match &reference.source {
         LimitSource::Files(dir) => {
-            let files = dir.files().unwrap_or_default();
-            let version = version_of_files(&files);
             let for_load = reference.clone();
+            let listed = dir.clone();
             tokio::spawn(watch_directory(dir.clone(), Arc::clone(&hup)));
             let source = Source {
-                files,
+                files: Vec::new(),
+                list: Some(Box::new(move || listed.files())),
                 load: Box::new(move || plan(&for_load)),
                 poll: Duration::ZERO,
                 hup,
             };
-            (version, source)
+            (source.version(), source)
         }
         LimitSource::Xds(_) => {
             let source = Source {
                 files: Vec::<PathBuf>::new(),
+                list: None,
                 load: Box::new(|| Err("the Envoy limits come from xDS".to_owned())),
                 poll: Duration::ZERO,
                 hup,
@@ -176,5 +177,37 @@ mod tests {
         std::fs::write(dir.join("b.yaml"), "domain: [").expect("write");
         let err = plan(&reference).expect_err("bad file");
         assert!(err.contains("b.yaml"), "{err}");
+    }
+
+    /// A file added to the directory changes the version shown, as the
+    /// limits it adds are loaded (the version once hashed only the files
+    /// present at start).
+    #[tokio::test]
+    async fn file_mode_version_follows_the_directory() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("ratelimit/config");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let limits = |domain: &str| {
+            format!(
+                "domain: {domain}\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: 3}}\n"
+            )
+        };
+        std::fs::write(dir.join("a.yaml"), limits("a")).expect("write");
+        let root_s = root.path().to_str().expect("utf-8");
+        let reference = Reference::from_env(&Env::from_pairs(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "127.0.0.1:6379"),
+            ("RUNTIME_ROOT", root_s),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("GRPC_PORT", "0"),
+        ]))
+        .expect("reference");
+        let (first, source) = super::source(&reference);
+        assert_eq!(source.version(), first);
+        std::fs::write(dir.join("b.yaml"), limits("b")).expect("write");
+        let added = source.version();
+        assert_ne!(added, first, "a new file, a new version");
+        std::fs::remove_file(dir.join("b.yaml")).expect("remove");
+        assert_eq!(source.version(), first, "the same files, the same version");
     }
 }

@@ -92,6 +92,11 @@ impl Generation {
             .with_health(Arc::clone(&shared.health), config.ops.readiness)
             .with_reference(
                 (config.metrics.reference_names).then(|| Arc::clone(&shared.reference)),
+            )
+            .awaiting_config(
+                plan.envoy.awaiting()
+                    && (config.envoy_settings.xds.as_ref())
+                        .is_some_and(|x| !x.start_without_config),
             );
         let api = Api::new(
             Arc::clone(&gate),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::config::version_of_files;
+use crate::config::{version_of_files, version_of_text};
 use crate::doors::Plan;
 
 mod task;
@@ -27,6 +27,10 @@ pub struct Source {
     /// The files, in the order hashed (the TOML first, then the Envoy
     /// files).
     pub files: Vec<PathBuf>,
+    /// Lists the files again for each version, in place of `files`: a
+    /// directory's, where a file added or removed changes the version
+    /// (the reference's `CONFIG_TYPE=FILE`); a listing's error is hashed.
+    pub list: Option<Listing>,
     /// Loads every file, validated as at start.
     pub load: Box<dyn Fn() -> Result<Plan, String> + Send + Sync>,
     /// How often the files are read for a change; zero: never (SIGHUP
@@ -36,10 +40,14 @@ pub struct Source {
     pub hup: Arc<Notify>,
 }
 
+/// How [`Source::list`] lists the files, sorted.
+pub type Listing = Box<dyn Fn() -> Result<Vec<PathBuf>, String> + Send + Sync>;
+
 impl std::fmt::Debug for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Source")
             .field("files", &self.files)
+            .field("list", &self.list.is_some())
             .field("poll", &self.poll)
             .finish_non_exhaustive()
     }
@@ -48,9 +56,13 @@ impl std::fmt::Debug for Source {
 impl Source {
     /// The files' version now (an unreadable file's error is hashed in its
     /// place, so a file that goes missing is noticed, and its load fails
-    /// with the error).
+    /// with the error); with [`Source::list`], of the files listed now.
     #[must_use]
     pub fn version(&self) -> String {
-        version_of_files(&self.files)
+        match self.list.as_ref().map(|list| list()) {
+            None => version_of_files(&self.files),
+            Some(Ok(files)) => version_of_files(&files),
+            Some(Err(e)) => version_of_text(&e),
+        }
     }
 }

@@ -156,7 +156,12 @@ async fn open_envoy(
     let GrpcOptions { tls, health } = grpc;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let domains = first.plan.envoy.domains();
-    if domains.is_empty() {
+    if first.plan.envoy.awaiting() {
+        // Under xDS with start_without_config: not "answered OK".
+        tracing::info!(
+            "Envoy rate limit service: no xDS config yet; ShouldRateLimit answers UNAVAILABLE until the first"
+        );
+    } else if domains.is_empty() {
         tracing::warn!(
             "Envoy rate limit service: no --envoy-config loaded; every descriptor is answered OK"
         );

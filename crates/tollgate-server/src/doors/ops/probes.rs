@@ -30,6 +30,9 @@ pub struct Probes {
     readiness: Readiness,
     /// The reference service's series, when `/metrics` shows them.
     reference: Option<Arc<ReferenceMetrics>>,
+    /// Waiting for the first xDS config before serving (docs/xds.md):
+    /// not ready until it comes.
+    awaiting_config: bool,
 }
 
 impl Probes {
@@ -44,6 +47,7 @@ impl Probes {
             health: Arc::new(Health::new()),
             readiness: Readiness::default(),
             reference: None,
+            awaiting_config: false,
         }
     }
 
@@ -69,6 +73,14 @@ impl Probes {
     #[must_use]
     pub fn with_reference(mut self, reference: Option<Arc<ReferenceMetrics>>) -> Self {
         self.reference = reference;
+        self
+    }
+
+    /// The same, not ready while `awaiting` (the first xDS config, which
+    /// the server waits for before opening its doors).
+    #[must_use]
+    pub fn awaiting_config(mut self, awaiting: bool) -> Self {
+        self.awaiting_config = awaiting;
         self
     }
 
@@ -101,6 +113,9 @@ impl Probes {
     /// (docs/operations.md, "Probes"):
     ///
     /// * draining after SIGTERM: 503 `{"status":"draining"}`;
+    /// * waiting for the first xDS config (without `start_without_config`):
+    ///   503 `{"status":"unready","config":"awaiting xDS"}`, as no door
+    ///   serves yet;
     /// * under readiness `serving`, 200 `{"status":"ready","store":"up"}`,
     ///   or with `"store":"down","store_error":"..."`: a replica that
     ///   answers by its failure policy is ready, or an outage of the store
@@ -121,6 +136,16 @@ impl Probes {
                 json!({
                     "status": "draining",
                     "error": "draining: shutting down, in-flight requests finish",
+                }),
+            );
+        }
+        if self.awaiting_config {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({
+                    "status": "unready",
+                    "config": "awaiting xDS",
+                    "error": "waiting for the first xDS config",
                 }),
             );
         }

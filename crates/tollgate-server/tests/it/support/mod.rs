@@ -23,6 +23,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
 pub mod compat;
+pub mod eg_certs;
 pub mod envoy;
 pub mod envoy_bootstrap;
 pub mod gateway;
