@@ -179,6 +179,32 @@ expect "POST /v1/check on the default config" "$(curl_status "$base/v1/check" \
   -H 'content-type: application/json' -d '{"rule":"per_client_ip","key":"203.0.113.7"}')" 200
 "${podman[@]}" stop -t 30 "$name" >/dev/null
 
+# /bin/ratelimit, as Envoy Gateway runs it: uid 65534, read-only root,
+# no arguments. Without Redis settings it refuses, naming the variable;
+# with them it serves the reference's ports (Redis unreachable here:
+# /healthcheck 500, /rlconfig 200).
+out="$("${podman[@]}" run --rm "${limits[@]}" --read-only --read-only-tmpfs=false \
+  --user 65534:65534 --entrypoint /bin/ratelimit "$image" 2>&1 || true)"
+grep -q 'REDIS_SOCKET_TYPE' <<<"$out" || fail "/bin/ratelimit without Redis settings: $out"
+pass "/bin/ratelimit refuses REDIS_SOCKET_TYPE=unix, naming it"
+name="tollgate-test-ratelimit-$$"
+port="$(free_port)"
+debug_port="$(free_port)"
+names+=("$name")
+"${podman[@]}" run -d --name "$name" "${limits[@]}" --read-only --read-only-tmpfs=false \
+  --user 65534:65534 --entrypoint /bin/ratelimit \
+  -e REDIS_SOCKET_TYPE=tcp -e REDIS_URL=192.0.2.1:6379 -e USE_STATSD=false \
+  -e RUNTIME_ROOT=/nonexistent -e CONFIG_TYPE=GRPC_XDS_SOTW -e FORCE_START_WITHOUT_INITIAL_CONFIG=true \
+  -p "127.0.0.1:$port:8080" -p "127.0.0.1:$debug_port:6070" "$image" >/dev/null
+rlconfig_answers() { [ "$(curl_status "http://127.0.0.1:$debug_port/rlconfig")" = 200 ]; }
+wait_for rlconfig_answers \
+  || fail "/bin/ratelimit never served /rlconfig; logs: $("${podman[@]}" logs "$name" 2>&1)"
+expect "/bin/ratelimit GET /healthcheck with Redis unreachable" \
+  "$(curl_status "http://127.0.0.1:$port/healthcheck")" 500
+expect "/bin/ratelimit's uid (podman top)" \
+  "$("${podman[@]}" top "$name" huser | tail -n +2 | tr -d ' ')" "65534"
+"${podman[@]}" stop -t 30 "$name" >/dev/null
+
 expect "label org.opencontainers.image.version" \
   "$("${podman[@]}" image inspect "$image" --format '{{index .Labels "org.opencontainers.image.version"}}')" \
   "$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"

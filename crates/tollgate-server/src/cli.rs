@@ -60,6 +60,10 @@ pub enum Command {
     /// (an operator's probe; also what fleet tests run as separate
     /// processes). One CSV line per check on stdout, a tally on stderr.
     Check(CheckArgs),
+    /// Start as envoyproxy/ratelimit does: configured by its environment
+    /// variables, on its ports (docs/ratelimit-env.md). The same as
+    /// running the binary under the name `ratelimit` (`/bin/ratelimit`).
+    Ratelimit,
 }
 
 /// `tollgate serve [--config FILE] [--store URL] [--http ADDR] [--grpc ADDR]
@@ -119,6 +123,15 @@ pub struct ServeArgs {
     /// files is an error.
     #[arg(long = "envoy-merge-domains")]
     pub envoy_merge_domains: bool,
+    /// Take the `--grpc` service's limits from this ADS server
+    /// (host:port, http:// or https://; docs/xds.md) instead of files;
+    /// overrides `[envoy.xds] server`, the rest of `[envoy.xds]` applying.
+    #[arg(long = "xds-server", value_name = "URL", env = "TOLLGATE_XDS_SERVER")]
+    pub xds_server: Option<String>,
+    /// The node id sent to the ADS server; overrides `[envoy.xds]
+    /// node_id` (default `default`).
+    #[arg(long = "xds-node-id", value_name = "ID", env = "TOLLGATE_XDS_NODE_ID")]
+    pub xds_node_id: Option<String>,
     /// How often the config files are read to notice a change (and reload
     /// it); `0s` turns the polling off (SIGHUP still reloads).
     #[arg(long = "reload-poll", value_name = "DURATION", default_value = "1s",

@@ -8,8 +8,13 @@
 //!   and the admin API, over one [`gate::Gate`] (limiter, failure policy,
 //!   circuit breaker, metrics) on the [`store`] the config names.
 //! * [`reload`]: reloading `serve`'s config on SIGHUP and changed files.
+//! * [`xds`]: the Envoy limits from an ADS server (`[envoy.xds]`); [`rls_conf`]:
+//!   its `RateLimitConfig` message, from our `.proto`.
 //! * [`cmd`]: the subcommands: `serve` (the flags laid over the config
-//!   file), `validate`, `replay` and `check`.
+//!   file), `validate`, `replay`, `check` and `ratelimit`.
+//! * [`compat`]: envoyproxy/ratelimit's environment read into the config
+//!   (`tollgate ratelimit`, the binary run as `ratelimit`), and the
+//!   answers of that service's own ports.
 //!
 //! * [`config`]: the TOML config file, validated field by field so
 //!   `validate` reports every problem with its line; [`config::file`]
@@ -24,15 +29,18 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod compat;
 pub mod config;
 pub mod doors;
 pub mod gate;
 pub mod inline;
 pub mod metrics;
 pub mod reload;
+pub mod rls_conf;
 pub mod server;
 pub mod store;
 pub mod terminal;
+pub mod xds;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.
 pub use tollgate::store::url as store_url;

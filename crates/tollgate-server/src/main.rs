@@ -10,10 +10,13 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tollgate_server::cli::{Cli, Command, ServeArgs};
-use tollgate_server::cmd::{check, replay, serve, validate};
+use tollgate_server::cmd::{check, ratelimit, replay, serve, validate};
+use tollgate_server::compat::http::ReferenceHttp;
+use tollgate_server::compat::{Env, Reference};
 use tollgate_server::config::version_of_files;
+use tollgate_server::doors::Door;
 use tollgate_server::reload::Source;
-use tollgate_server::server::{self, Listeners};
+use tollgate_server::server::{self, Listeners, ReferencePorts};
 use tracing_subscriber::EnvFilter;
 
 /// mimalloc: a check allocates a few small buffers (the request, the
@@ -23,8 +26,13 @@ use tracing_subscriber::EnvFilter;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // The reference's image runs it as /bin/ratelimit, with no arguments.
+    if invoked_as_ratelimit() {
+        return run_ratelimit();
+    }
     let cli = Cli::parse_args();
     match cli.command {
+        Command::Ratelimit => run_ratelimit(),
         Command::Serve(args) => match run_serve(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -71,6 +79,96 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+    }
+}
+
+/// Whether the program's name (the last component of `argv[0]`) is `ratelimit`.
+fn invoked_as_ratelimit() -> bool {
+    std::env::args_os()
+        .next()
+        .and_then(|arg0| {
+            std::path::Path::new(&arg0)
+                .file_name()
+                .map(|n| n == "ratelimit")
+        })
+        .unwrap_or(false)
+}
+
+/// `tollgate ratelimit`: the reference's environment read, refused with
+/// the variable's name and why when it cannot be honoured (exit 1), else
+/// served until SIGTERM, SIGINT or SIGHUP.
+fn run_ratelimit() -> ExitCode {
+    let env = Env::from_process();
+    let reference = match Reference::from_env(&env) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ratelimit: refusing to start: {e} (docs/ratelimit-env.md)");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(reference.logging.level, reference.logging.json);
+    if let Some(line) = reference.ignored_line() {
+        tracing::warn!("{line}");
+    }
+    match serve_reference(&reference) {
+        Ok(()) => {
+            tracing::info!("ratelimit: stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ratelimit: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Binds the reference's ports and serves through the one start path.
+fn serve_reference(reference: &Reference) -> Result<(), String> {
+    let tls = reference
+        .grpc_tls
+        .as_ref()
+        .map(tollgate_server::compat::tls::acceptor)
+        .transpose()?;
+    let plan = ratelimit::plan(reference)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let shutdown = ratelimit::shutdown_signal()?;
+        let listen = &reference.listen;
+        let mut listeners = Listeners::default();
+        listeners.set(Door::Envoy, Some(bind(listen.grpc, "gRPC port").await?));
+        if let Some(addr) = listen.metrics {
+            let bound = tollgate_server::compat::listen::bind_any(addr)
+                .await
+                .map_err(|e| format!("cannot listen on {addr} for the Prometheus port: {e}"))?;
+            listeners.set_ops(Some(bound));
+        }
+        listeners.set_reference(ReferencePorts {
+            http: bind(listen.http, "HTTP port").await?,
+            debug: bind(listen.debug, "debug port").await?,
+            state: Arc::new(ReferenceHttp::new(reference.health)),
+        });
+        if let Some(tls) = tls {
+            listeners.set_grpc_tls(tls);
+        }
+        let (version, source) = ratelimit::source(reference);
+        server::run_reloading(listeners, shutdown, plan, version, source).await
+    })
+}
+
+/// Logs to stderr: `RUST_LOG` filters, else `level`; JSON lines with
+/// `json`.
+fn init_logging(level: &str, json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::cli::ServeArgs;
 use crate::config::upstream::Upstream;
-use crate::config::{Config, DEFAULT_HTTP_LISTEN, parse_listen};
+use crate::config::{Config, DEFAULT_HTTP_LISTEN, XdsSettings, check_xds_server, parse_listen};
 use crate::doors::envoy::limits::EnvoyLimits;
 use crate::doors::{ByDoor, Door, Plan};
 use crate::store_url::StoreUrl;
@@ -35,10 +35,13 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
         );
     }
     let mut config = match &args.config {
-        // Envoy files bring limits of their own: the TOML may be only
-        // `[store]`.
-        Some(path) => Config::load_with(path, grpc.is_some() && !args.envoy_config.is_empty())
-            .map_err(|e| e.to_string())?,
+        // Envoy files (or xDS) bring limits of their own: the TOML may be
+        // only `[store]`.
+        Some(path) => Config::load_with(
+            path,
+            grpc.is_some() && (!args.envoy_config.is_empty() || args.xds_server.is_some()),
+        )
+        .map_err(|e| e.to_string())?,
         // The gRPC service takes its limits from --envoy-config alone.
         None if grpc.is_some() => Config::without_rules(),
         None => {
@@ -49,6 +52,19 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
             );
         }
     };
+    xds_flags(args, &mut config)?;
+    if config.envoy_settings.xds.is_some() {
+        // The reference's CONFIG_TYPE picks FILE or GRPC_XDS_SOTW, never
+        // both (docs/xds.md).
+        if !args.envoy_config.is_empty() {
+            return Err(crate::config::FILES_AND_XDS.to_owned());
+        }
+        if grpc.is_none() {
+            return Err(
+                "[envoy.xds] is for the Envoy rate limit service: add --grpc ADDR".to_owned(),
+            );
+        }
+    }
     let envoy = if args.envoy_config.is_empty() {
         EnvoyLimits::default()
     } else {
@@ -92,6 +108,28 @@ pub fn plan(args: &ServeArgs) -> Result<Plan, String> {
         listen,
         ops,
     })
+}
+
+/// `--xds-server` and `--xds-node-id` laid over `[envoy.xds]` (the server
+/// flag makes one with the defaults when the file has none).
+fn xds_flags(args: &ServeArgs, config: &mut Config) -> Result<(), String> {
+    if let Some(server) = &args.xds_server {
+        check_xds_server(server).map_err(|e| format!("--xds-server: {e}"))?;
+        match &mut config.envoy_settings.xds {
+            Some(xds) => server.clone_into(&mut xds.server),
+            None => config.envoy_settings.xds = Some(XdsSettings::new(server)),
+        }
+    }
+    if let Some(id) = &args.xds_node_id {
+        let Some(xds) = &mut config.envoy_settings.xds else {
+            return Err("--xds-node-id is for xDS: add --xds-server or [envoy.xds]".to_owned());
+        };
+        if id.is_empty() {
+            return Err("--xds-node-id must not be empty".to_owned());
+        }
+        id.clone_into(&mut xds.node_id);
+    }
+    Ok(())
 }
 
 /// The address `door`'s flag gives, if given.
@@ -233,6 +271,58 @@ mod tests {
         );
         assert_eq!(rules[0].limit(), 5);
         assert_eq!(rules[0].period(), std::time::Duration::from_secs(60));
+    }
+
+    #[test]
+    fn xds_flags_make_or_override_envoy_xds() {
+        use clap::Parser;
+        let argv = [
+            "tollgate",
+            "serve",
+            "--grpc",
+            "127.0.0.1:0",
+            "--xds-server",
+            "eg:18001",
+            "--xds-node-id",
+            "envoy-ratelimit",
+        ];
+        let crate::cli::Command::Serve(a) = crate::cli::Cli::parse_from(argv).command else {
+            panic!("not serve");
+        };
+        let p = plan(&a).expect("plan");
+        let xds = p.config.envoy_settings.xds.expect("xds");
+        assert_eq!(
+            (xds.server.as_str(), xds.node_id.as_str()),
+            ("eg:18001", "envoy-ratelimit")
+        );
+        let f = config_file("[envoy.xds]\nserver = 'a:1'\nmax_backoff = '90s'\n");
+        let p = plan(&args(
+            f.path(),
+            &["--grpc", "127.0.0.1:0", "--xds-server", "b:2"],
+        ))
+        .expect("plan");
+        let xds = p.config.envoy_settings.xds.expect("xds");
+        assert_eq!(xds.server, "b:2");
+        assert_eq!(
+            xds.max_backoff,
+            std::time::Duration::from_secs(90),
+            "the file's rest"
+        );
+        let f = config_file(RULE);
+        for (extra, why) in [
+            (
+                &["--grpc", "127.0.0.1:0", "--xds-server", "nope"][..],
+                "--xds-server: ",
+            ),
+            (
+                &["--grpc", "127.0.0.1:0", "--xds-node-id", "x"],
+                "--xds-node-id is for xDS",
+            ),
+            (&["--xds-server", "eg:1"], "add --grpc ADDR"),
+        ] {
+            let err = plan(&args(f.path(), extra)).expect_err(why);
+            assert!(err.contains(why), "{extra:?}: {err}");
+        }
     }
 
     #[test]

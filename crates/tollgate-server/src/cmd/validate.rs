@@ -114,6 +114,12 @@ fn with_flags(mut config: Config, args: &ValidateArgs) -> Result<Config, ConfigE
                 .map_err(|e| problem("--upstream", e.to_string()))?,
         );
     }
+    if config.envoy_settings.xds.is_some() && !args.envoy_config.is_empty() {
+        return Err(problem(
+            "envoy.xds",
+            crate::config::FILES_AND_XDS.to_owned(),
+        ));
+    }
     if config.proxy.listen.is_some() {
         Door::Proxy
             .ready_in(&config)

@@ -279,6 +279,12 @@ impl<'a> Checker<'a> {
     }
 
     fn root(&mut self, root: &DeTable<'_>) -> Option<Config> {
+        // xDS brings the limits (docs/xds.md): the file may have no rules.
+        let xds = root
+            .get("envoy")
+            .and_then(|e| e.get_ref().as_table())
+            .is_some_and(|e| e.contains_key("xds"));
+        self.rules_optional |= xds;
         let rules = self.rules(root.get("rules"));
         self.root_with(root, rules)
     }

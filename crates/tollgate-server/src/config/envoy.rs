@@ -15,13 +15,21 @@ const ENVOY_FIELDS: &[&str] = &[
     "reset_header",
     "quota_mode",
     "response_dynamic_metadata",
+    "count_own_cost",
 ];
 
 impl Checker<'_> {
     pub(super) fn envoy(&mut self, t: &DeTable<'_>) -> Option<EnvoySettings> {
         let path = "envoy";
         let before = self.errors.len();
-        self.unknown_fields(t, path, ENVOY_FIELDS);
+        // `xds` is a table of its own (`xds.rs`), not one of the switches
+        // an unknown field's message lists.
+        let switches: DeTable<'_> = t
+            .iter()
+            .filter(|(k, _)| k.get_ref() != "xds")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.unknown_fields(&switches, path, ENVOY_FIELDS);
         let mut envoy = EnvoySettings::default();
         if let Some(b) = self.boolean(t, path, "merge_domains") {
             envoy.merge_domains = b;
@@ -50,6 +58,15 @@ impl Checker<'_> {
         }
         if let Some(b) = self.boolean(t, path, "response_dynamic_metadata") {
             envoy.response_dynamic_metadata = b;
+        }
+        if let Some(b) = self.boolean(t, path, "count_own_cost") {
+            envoy.count_own_cost = b;
+        }
+        if let Some(value) = t.get("xds") {
+            match value.get_ref() {
+                DeValue::Table(x) => envoy.xds = self.xds(x),
+                _ => self.wrong_type(value, "envoy.xds", "a table ([envoy.xds])"),
+            }
         }
         for (key, slot) in [
             ("limit_header", &mut envoy.limit_header),

@@ -40,7 +40,7 @@
 //! at a time, so a large file's whole TOML tree is never held),
 //! `rules.rs` (the `[[rules]]` entries), `envoy.rs`, `metrics.rs`,
 //! `admin.rs` and `ops.rs` (the `[envoy]`, `[metrics]`, `[admin]` and
-//! `[ops]` tables), `syntax.rs` (TOML syntax errors placed on their
+//! `[ops]` tables), `xds.rs` (`[envoy.xds]`, docs/xds.md), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
 //! config holds and the proxy forwards to); `file.rs` reads a config file
 //! (TOML or Envoy YAML) and says what its problems are; `version.rs`
@@ -64,6 +64,7 @@ mod store;
 mod syntax;
 pub mod upstream;
 mod version;
+mod xds;
 
 pub use admin::token_problem;
 pub use checker::parse_listen;
@@ -78,6 +79,10 @@ pub use status::{
     config_info_lines,
 };
 pub use version::{rfc3339, version_of_files, version_of_text};
+pub use xds::{
+    DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_NODE_ID,
+    FILES_AND_XDS, check_server as check_xds_server,
+};
 
 #[cfg(test)]
 mod tests;

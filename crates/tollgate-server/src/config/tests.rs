@@ -425,7 +425,7 @@ fn metrics_near_limit_ratio() {
              top_denied_capacity, top_denied_epoch",
             "t.toml:11: envoy.near_limit_ratio: unknown field; expected one of merge_domains, \
              response_headers, limit_header, remaining_header, reset_header, quota_mode, \
-             response_dynamic_metadata",
+             response_dynamic_metadata, count_own_cost",
         ]
     );
     for (bad, why) in [
@@ -593,5 +593,20 @@ fn ops_table_listen_and_readiness() {
     assert_eq!(
         got,
         ["t.toml:1: ops: expected a table ([ops]), found integer"]
+    );
+}
+
+#[test]
+fn envoy_count_own_cost() {
+    let rule = "[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
+    assert!(!parse("").expect("valid").envoy_settings.count_own_cost);
+    let on = parse("[envoy]\ncount_own_cost = true\n").expect("valid");
+    assert!(on.envoy_settings.count_own_cost);
+    let got = errors(&format!("[envoy]\ncount_own_cost = \"yes\"\n{rule}"));
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].starts_with("t.toml:2: envoy.count_own_cost: "),
+        "{got:?}"
     );
 }

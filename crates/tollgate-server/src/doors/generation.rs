@@ -52,6 +52,10 @@ pub(crate) struct Shared {
     pub(crate) status: Arc<ReloadStatus>,
     /// Draining, and the store probe (the probes of every generation).
     pub(crate) health: Arc<Health>,
+    /// Held while a new generation is built and swapped in: the file
+    /// reload and the xDS client each build on the one running, so one
+    /// at a time, or one would undo the other's change.
+    pub(crate) swap: Arc<std::sync::Mutex<()>>,
 }
 
 impl Generation {
@@ -113,6 +117,7 @@ impl Generation {
         let mut envoy = EnvoyService::new(Arc::clone(&gate), Arc::clone(&plan.envoy))?
             .with_response_headers(headers)
             .with_quota_mode(settings.quota_mode)
+            .with_count_own_cost(settings.count_own_cost)
             .with_dynamic_metadata(settings.response_dynamic_metadata);
         if let Some(previous) = previous {
             envoy = envoy.keeping_metrics_of(&previous.envoy);

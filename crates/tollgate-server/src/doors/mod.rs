@@ -204,7 +204,8 @@ impl<T> ByDoor<T> {
 pub struct Plan {
     /// The config, flags applied (`store.url`, `proxy.upstream`).
     pub config: Config,
-    /// The limits of the `--envoy-config` files (none without them).
+    /// The limits of the `--envoy-config` files (none without them);
+    /// under `[envoy.xds]`, the last xDS config's (docs/xds.md).
     pub envoy: Arc<envoy::limits::EnvoyLimits>,
     /// Each served door's address.
     pub listen: ByDoor<SocketAddr>,

@@ -21,6 +21,9 @@ use crate::doors::{Door, Generation, Plan, Shared};
 
 /// Reloads `source` into `live` until `stop` turns true.
 pub(crate) struct Reloader {
+    /// The files' version loaded at start (under xDS, not the serving
+    /// config's version, which is the xDS one).
+    pub(crate) seen: String,
     pub(crate) source: Arc<Source>,
     pub(crate) live: Arc<ArcSwap<Generation>>,
     pub(crate) shared: Shared,
@@ -29,7 +32,7 @@ pub(crate) struct Reloader {
 impl Reloader {
     /// Waits for SIGHUP or a changed file and reloads, until `stop`.
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
-        let mut seen = self.live.load().info.version.clone();
+        let mut seen = self.seen.clone();
         // A change is loaded once two polls in a row read the same new
         // content: a file written in place (not renamed) is not caught
         // half-written (docs/operations.md).
@@ -80,10 +83,23 @@ impl Reloader {
             Ok(read) => read,
             Err(e) => (String::new(), Err(format!("the config loader failed: {e}"))),
         };
+        // One swap at a time: an xDS update meanwhile would be undone.
+        let swapping = self
+            .shared
+            .swap
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.live.load_full();
         let built = loaded.and_then(|mut loaded| {
             let fixed = keep_fixed(&old.plan, &mut loaded);
-            let info = ConfigInfo::now(version.clone());
+            // Under xDS the Envoy limits, and the version shown, are the
+            // last xDS config's: a file reload changes the rest.
+            let info = if loaded.config.envoy_settings.xds.is_some() {
+                loaded.envoy = Arc::clone(&old.plan.envoy);
+                ConfigInfo::now(old.info.version.clone())
+            } else {
+                ConfigInfo::now(version.clone())
+            };
             Generation::build(loaded, info, &self.shared, Some(&old)).map(|d| (d, fixed))
         });
         let status = &self.shared.status;
@@ -109,6 +125,7 @@ impl Reloader {
                 let rules = doors.gate.rules().len();
                 let loaded_at = rfc3339(doors.info.loaded_at);
                 self.live.store(doors);
+                drop(swapping);
                 drop(old);
                 tracing::info!(
                     "config reloaded ({why}): version {version}, loaded at {loaded_at}, \
@@ -206,6 +223,11 @@ fn keep_fixed(running: &Plan, new: &mut Plan) -> Vec<String> {
                 .to_owned(),
         );
         new.config.admin = was.admin.clone();
+    }
+    // The xDS client is started once, with the settings at start.
+    if was.envoy_settings.xds != new.config.envoy_settings.xds {
+        changed.push("[envoy.xds] changed (the xDS client is started with it at start)".to_owned());
+        new.config.envoy_settings.xds = was.envoy_settings.xds.clone();
     }
     new.config.http.listen = was.http.listen;
     new.config.proxy.listen = was.proxy.listen;

@@ -1,4 +1,5 @@
-//! Opening each door ([`open`]) and the ops listener ([`open_ops`]): its
+//! Opening each door ([`open`]), the ops listener ([`open_ops`]) and the
+//! reference's HTTP and debug ports ([`open_reference`]): its
 //! line in the log, and the future that serves it until shutdown, taking
 //! for each request (each gRPC call) the [`Generation`] current when it
 //! starts, so it decides on one config's rules alone while a reload swaps
@@ -17,8 +18,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use super::{GRPC_BODY_TIMEOUT, MAX_GRPC_MESSAGE, SEND_TIMEOUT, grpc, serve_with, stopped};
+use super::{
+    GRPC_BODY_TIMEOUT, GrpcOptions, MAX_GRPC_MESSAGE, ReferencePorts, SEND_TIMEOUT, grpc,
+    serve_with, stopped,
+};
 use crate::doors::envoy::grpc::{Current, RateLimitServer};
+use crate::doors::ops::Health;
 use crate::doors::proxy::ProxyBody;
 use crate::doors::{Door, Generation, admin, ops};
 
@@ -29,6 +34,9 @@ pub(super) type Serving = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// (addresses, store, Envoy domains, admin tokens: read once at start),
 /// serving each request with the generation `live` holds, until `stop`.
 ///
+/// The gRPC door is served with `grpc`'s TLS and health reporter when
+/// given.
+///
 /// # Errors
 /// The admin API refuses to open (beyond loopback without a token, a bad
 /// token), a proxy door without a proxy, a listener without an address.
@@ -38,13 +46,14 @@ pub(super) async fn open(
     first: &Generation,
     live: &Arc<ArcSwap<Generation>>,
     stop: watch::Receiver<bool>,
+    grpc: GrpcOptions,
 ) -> Result<Serving, String> {
     let live = Arc::clone(live);
     match door {
         Door::Admin => open_admin(listener, first, live, stop),
         Door::Api => open_api(listener, first, live, stop),
         Door::Proxy => open_proxy(listener, first, live, stop),
-        Door::Envoy => open_envoy(listener, first, live, stop).await,
+        Door::Envoy => open_envoy(listener, first, live, stop, grpc).await,
     }
 }
 
@@ -142,7 +151,9 @@ async fn open_envoy(
     first: &Generation,
     live: Arc<ArcSwap<Generation>>,
     stop: watch::Receiver<bool>,
+    grpc: GrpcOptions,
 ) -> Result<Serving, String> {
+    let GrpcOptions { tls, health } = grpc;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let domains = first.plan.envoy.domains();
     if domains.is_empty() {
@@ -151,7 +162,8 @@ async fn open_envoy(
         );
     }
     tracing::info!(
-        "Envoy rate limit service (gRPC) listening on {addr} (domains {}; store {})",
+        "Envoy rate limit service (gRPC{}) listening on {addr} (domains {}; store {})",
+        if tls.is_some() { " over TLS" } else { "" },
         if domains.is_empty() {
             "none".to_owned()
         } else {
@@ -160,7 +172,7 @@ async fn open_envoy(
         first.plan.config.store.url
     );
     let current: Current = Arc::new(move || Arc::clone(&live.load().envoy));
-    let health = HealthReporter::new();
+    let health = health.unwrap_or_else(HealthReporter::new);
     health.set_serving::<RateLimitServer>().await;
     let server = RateLimitServer::new(
         current,
@@ -168,7 +180,78 @@ async fn open_envoy(
         MAX_GRPC_MESSAGE,
         GRPC_BODY_TIMEOUT,
     );
-    Ok(Box::pin(grpc::serve_grpc(listener, server, health, stop)))
+    Ok(Box::pin(grpc::serve_grpc(
+        listener, server, health, stop, tls,
+    )))
+}
+
+/// Opens the reference's HTTP port (`/healthcheck`, `/json`) and debug
+/// port (`/rlconfig`) on `ports`, each request over the generation
+/// current then, until `stop` (sent once the doors have drained, so a
+/// probe meanwhile reads the drain, not a refused connection).
+///
+/// # Errors
+/// A listener without an address.
+pub(super) fn open_reference(
+    ports: ReferencePorts,
+    live: &Arc<ArcSwap<Generation>>,
+    health: &Arc<Health>,
+    stop: &watch::Receiver<bool>,
+) -> Result<Vec<Serving>, String> {
+    let ReferencePorts {
+        http,
+        debug: debug_port,
+        state,
+    } = ports;
+    let at = |l: &TcpListener| l.local_addr().map_err(|e| e.to_string());
+    tracing::info!(
+        "reference HTTP listening on http://{} (/healthcheck, /json)",
+        at(&http)?
+    );
+    tracing::info!(
+        "reference debug listening on http://{} (/rlconfig)",
+        at(&debug_port)?
+    );
+    tokio::spawn(mirror_health(
+        Arc::clone(&state),
+        Arc::clone(live),
+        Arc::clone(health),
+        stop.clone(),
+    ));
+    let (live_http, health) = (Arc::clone(live), Arc::clone(health));
+    let http = serve_with(
+        http,
+        "reference HTTP",
+        SEND_TIMEOUT,
+        stopped(stop.clone()),
+        move |_peer| {
+            let (live, health, state) = (
+                Arc::clone(&live_http),
+                Arc::clone(&health),
+                Arc::clone(&state),
+            );
+            service_fn(move |req: Request<Incoming>| {
+                let generation = live.load_full();
+                let (health, state) = (Arc::clone(&health), Arc::clone(&state));
+                async move { Ok::<_, Infallible>(state.handle(&generation, &health, req).await) }
+            })
+        },
+    );
+    let live = Arc::clone(live);
+    let debug = serve_with(
+        debug_port,
+        "reference debug",
+        SEND_TIMEOUT,
+        stopped(stop.clone()),
+        move |_peer| {
+            let live = Arc::clone(&live);
+            service_fn(move |req: Request<Incoming>| {
+                let res = crate::compat::http::debug(&live.load(), &req);
+                async move { Ok::<_, Infallible>(res) }
+            })
+        },
+    );
+    Ok(vec![Box::pin(http), Box::pin(debug)])
 }
 
 /// Opens the ops listener on `listener`: `/healthz`, `/readyz` and
@@ -200,6 +283,33 @@ pub(super) fn open_ops(
         },
     )))
 }
+
+/// Keeps the gRPC health of `ratelimit` what `/healthcheck` would answer,
+/// as the reference's does: now, then every [`HEALTH_MIRROR_EVERY`],
+/// until `stop`.
+async fn mirror_health(
+    state: Arc<crate::compat::http::ReferenceHttp>,
+    live: Arc<ArcSwap<Generation>>,
+    health: Arc<Health>,
+    stop: watch::Receiver<bool>,
+) {
+    let mut every = tokio::time::interval(HEALTH_MIRROR_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stop = std::pin::pin!(stopped(stop));
+    loop {
+        tokio::select! {
+            _ = every.tick() => {
+                let generation = live.load_full();
+                state.mirror(&generation, &health).await;
+            }
+            () = &mut stop => break,
+        }
+    }
+}
+
+/// How often the gRPC health of `ratelimit` follows `/healthcheck` (the
+/// store probe's own period: what it reads changes no faster).
+const HEALTH_MIRROR_EVERY: std::time::Duration = crate::doors::ops::STORE_PROBE_EVERY;
 
 /// The answer of a proxy door without a proxy (never made: see its use).
 fn no_proxy() -> Response<ProxyBody> {

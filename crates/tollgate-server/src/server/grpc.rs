@@ -19,14 +19,15 @@ use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
+use tokio_rustls::TlsAcceptor;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use super::acceptor::Acceptor;
 use super::watchdog::Conn;
 use super::{
-    DRAIN_TIMEOUT, MAX_CONNECTIONS, MAX_GRPC_HEADER_LIST, MAX_GRPC_MESSAGE, MAX_GRPC_STREAMS,
-    stopped,
+    DRAIN_TIMEOUT, GRPC_BODY_TIMEOUT, MAX_CONNECTIONS, MAX_GRPC_HEADER_LIST, MAX_GRPC_MESSAGE,
+    MAX_GRPC_STREAMS, stopped,
 };
 use crate::doors::Door;
 use crate::doors::envoy::grpc::{RateLimitServer, SERVICE_NAME};
@@ -34,6 +35,9 @@ use crate::inline::Inline;
 
 /// The door's name in logs.
 const NAME: &str = Door::Envoy.name();
+/// The reference's `grpc.health.v1` service name (the compatibility
+/// entry's reference ports keep it current; draining ends it here).
+const REFERENCE_HEALTH_NAME: &str = crate::compat::http::GRPC_HEALTH_NAME;
 
 /// The HTTP/2 settings of every connection.
 fn settings() -> h2::server::Builder {
@@ -55,6 +59,7 @@ pub(super) async fn serve_grpc(
     server: RateLimitServer,
     health: HealthReporter,
     stop: watch::Receiver<bool>,
+    tls: Option<TlsAcceptor>,
 ) {
     let builder = settings();
     // Every connection holds a sender: when all are gone, all have closed.
@@ -64,20 +69,43 @@ pub(super) async fn serve_grpc(
         let mut acceptor = Acceptor::new(&listener, NAME, MAX_CONNECTIONS);
         while let Some((stream, peer, permit)) = acceptor.next(&mut shutdown).await {
             let conn = Conn::new(stream, permit, None);
-            tokio::spawn(serve_connection(
+            let (builder, server, stop, open) = (
                 builder.clone(),
-                conn,
-                peer,
                 server.clone(),
                 stop.clone(),
                 open_tx.clone(),
-            ));
+            );
+            match &tls {
+                None => {
+                    tokio::spawn(serve_connection(builder, conn, peer, server, stop, open));
+                }
+                Some(tls) => {
+                    let handshake = tls.accept(conn);
+                    tokio::spawn(async move {
+                        // Bounded as a request head is: a client that
+                        // never finishes its handshake holds no place.
+                        match tokio::time::timeout(GRPC_BODY_TIMEOUT, handshake).await {
+                            Ok(Ok(io)) => {
+                                serve_connection(builder, io, peer, server, stop, open).await;
+                            }
+                            Ok(Err(e)) => {
+                                tracing::debug!("{NAME}: TLS handshake from {peer}: {e}");
+                            }
+                            Err(_) => {
+                                tracing::debug!("{NAME}: TLS handshake from {peer}: timed out");
+                            }
+                        }
+                    });
+                }
+            }
         }
     }
     drop(listener);
-    health
-        .set_service_status(SERVICE_NAME, ServingStatus::NotServing)
-        .await;
+    for name in [SERVICE_NAME, REFERENCE_HEALTH_NAME] {
+        health
+            .set_service_status(name, ServingStatus::NotServing)
+            .await;
+    }
     tracing::info!("{NAME}: stopped accepting; draining");
     drop(open_tx);
     if tokio::time::timeout(DRAIN_TIMEOUT, open_rx.recv())
@@ -95,14 +123,16 @@ pub(super) async fn serve_grpc(
 /// One connection: the HTTP/2 handshake, then its calls, until it closes;
 /// on `stop`, GOAWAY, and the calls already open are answered (or cut at
 /// their body bound).
-async fn serve_connection(
+async fn serve_connection<Io>(
     builder: h2::server::Builder,
-    io: Conn,
+    io: Io,
     peer: SocketAddr,
     server: RateLimitServer,
     stop: watch::Receiver<bool>,
     _open: mpsc::Sender<()>,
-) {
+) where
+    Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut stopping = std::pin::pin!(stopped(stop));
     let handshake = builder.handshake::<_, Bytes>(io);
     let mut conn = tokio::select! {

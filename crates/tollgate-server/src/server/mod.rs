@@ -35,11 +35,13 @@
 //! spawns one task per door and the upkeep (the reload task of
 //! [`crate::reload`], the metrics upkeep, the store probe), and serves an
 //! HTTP/1.1 door's connections ([`serve_with`]); `doors.rs` opens each
-//! door and the ops listener (its log line, its service over the
-//! generation current at each request);
+//! door, the ops listener and the compatibility entry's reference ports
+//! (its log line, its service over the generation current at each
+//! request);
 //! `acceptor.rs` accepts connections under the cap; `watchdog.rs` is the
 //! per-connection watchdog and what it watches; `grpc.rs` serves the gRPC
-//! door's connections.
+//! door's connections (over TLS when [`Listeners::set_grpc_tls`] gave an
+//! acceptor).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -59,6 +61,7 @@ use tokio::task::JoinSet;
 use arc_swap::ArcSwap;
 
 use crate::config::{Config, ConfigInfo, ReloadStatus, record_loaded, rfc3339, version_of_text};
+use crate::doors::envoy::limits::EnvoyLimits;
 use crate::doors::ops::{Health, STORE_PROBE_EVERY};
 use crate::doors::{ByDoor, Door, Generation, Plan, Shared};
 use crate::inline::Inline;
@@ -129,6 +132,41 @@ pub const GRPC_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Listeners {
     doors: ByDoor<TcpListener>,
     ops: Option<TcpListener>,
+    reference: Option<ReferencePorts>,
+    grpc: GrpcOptions,
+}
+
+/// What the gRPC door is served with besides its listener: a TLS
+/// acceptor, and the `grpc.health.v1` reporter to serve (the reference
+/// ports' own, which mirrors `/healthcheck` under the name `ratelimit`).
+#[derive(Clone, Default)]
+struct GrpcOptions {
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    health: Option<tonic_health::server::HealthReporter>,
+}
+
+impl std::fmt::Debug for GrpcOptions {
+    /// Whether each is set (the acceptor's keys are never shown).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcOptions")
+            .field("tls", &self.tls.is_some())
+            .field("health", &self.health.is_some())
+            .finish()
+    }
+}
+
+/// The reference's own HTTP and debug ports (the compatibility entry,
+/// docs/ratelimit-env.md), already bound: `/healthcheck` and `/json` on
+/// `http`, `/rlconfig` on `debug`. Served until the doors have drained,
+/// as the ops listener is.
+#[derive(Debug)]
+pub struct ReferencePorts {
+    /// `HOST:PORT`.
+    pub http: TcpListener,
+    /// `DEBUG_HOST:DEBUG_PORT`.
+    pub debug: TcpListener,
+    /// What `/healthcheck` waits for, and what it has seen.
+    pub state: Arc<crate::compat::http::ReferenceHttp>,
 }
 
 impl Listeners {
@@ -155,6 +193,18 @@ impl Listeners {
     /// Sets (or, with `None`, clears) the ops listener.
     pub fn set_ops(&mut self, listener: Option<TcpListener>) {
         self.ops = listener;
+    }
+
+    /// Sets the reference's HTTP and debug ports; the gRPC door then
+    /// serves their health under the name `ratelimit` too.
+    pub fn set_reference(&mut self, ports: ReferencePorts) {
+        self.grpc.health = Some(ports.state.grpc_health());
+        self.reference = Some(ports);
+    }
+
+    /// Serves the gRPC door over TLS with `acceptor`.
+    pub fn set_grpc_tls(&mut self, acceptor: tokio_rustls::TlsAcceptor) {
+        self.grpc.tls = Some(acceptor);
     }
 }
 
@@ -218,13 +268,15 @@ pub async fn run_reloading(
 async fn serve(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    plan: Plan,
+    mut plan: Plan,
     info: ConfigInfo,
     reload: Option<Source>,
 ) -> Result<(), String> {
     let Listeners {
         doors: listeners,
         ops,
+        reference,
+        grpc,
     } = listeners;
     crate::doors::check(&plan.config, &listeners)?;
     // The recorder first, so the gate's zero series land in it.
@@ -237,6 +289,7 @@ async fn serve(
         metrics,
         status: Arc::new(ReloadStatus::new()),
         health: Arc::new(Health::new()),
+        swap: Arc::default(),
     };
     record_loaded(&info);
     tracing::info!(
@@ -244,7 +297,14 @@ async fn serve(
         info.version,
         rfc3339(info.loaded_at)
     );
+    // Under xDS the Envoy limits are its alone (docs/xds.md), none until
+    // the first response: whatever entry filled `[envoy.xds]`.
+    let xds = plan.config.envoy_settings.xds.clone();
+    if xds.is_some() {
+        plan.envoy = Arc::new(EnvoyLimits::awaiting_xds());
+    }
     let first = Arc::new(Generation::build(plan, info, &shared, None)?);
+    let files_version = first.info.version.clone();
     let live = Arc::new(ArcSwap::new(Arc::clone(&first)));
     // Blocks and runtime overrides a shared store holds apply from the
     // first check (docs/admin.md).
@@ -260,14 +320,57 @@ async fn serve(
     let (ops_stop_tx, ops_stop_rx) = watch::channel(false);
     // The ops listener opens first, so its address is in the log before
     // the doors' (which tests and scripts wait for).
-    let ops = ops
-        .map(|listener| doors::open_ops(listener, &live, ops_stop_rx))
-        .transpose()?;
+    let mut ops: Vec<doors::Serving> = ops
+        .map(|listener| doors::open_ops(listener, &live, ops_stop_rx.clone()))
+        .transpose()?
+        .into_iter()
+        .collect();
+    if let Some(ports) = reference {
+        ops.extend(doors::open_reference(
+            ports,
+            &live,
+            &shared.health,
+            &ops_stop_rx,
+        )?);
+    }
+    drop(ops_stop_rx);
+    // Served from here: under xDS, while the first config is awaited.
+    let ops: Vec<_> = ops.into_iter().map(tokio::spawn).collect();
+    let mut shutdown = Box::pin(shutdown);
+    if let Some(settings) = xds {
+        let wait = !settings.start_without_config;
+        let server = settings.server.clone();
+        let mut loaded =
+            crate::xds::spawn(settings, Arc::clone(&live), shared.clone(), stop_rx.clone())?;
+        if wait {
+            // As the reference: no door serves before the first config
+            // (`start_without_config` serves at once, answering errors).
+            tracing::info!("waiting for the first xDS config from {server} before serving");
+            tokio::select! {
+                () = async { let _ = loaded.wait_for(|l| *l).await; } => {}
+                () = &mut shutdown => {
+                    let _ = stop_tx.send(true);
+                    let _ = ops_stop_tx.send(true);
+                    for listener in ops {
+                        let _ = listener.await;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+    // The generation the doors open with: the xDS config's, if waited for.
+    let first = live.load_full();
     // Every door opens (and logs where) before any is served: one that
     // cannot open (the admin API without a token) stops the start.
     let mut opened = Vec::new();
     for (door, listener) in listeners.into_values() {
-        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone()).await?);
+        let grpc = if door == Door::Envoy {
+            grpc.clone()
+        } else {
+            GrpcOptions::default()
+        };
+        opened.push(doors::open(door, listener, &first, &live, stop_rx.clone(), grpc).await?);
     }
     let health = Arc::clone(&shared.health);
     tokio::spawn(async move {
@@ -276,8 +379,7 @@ async fn serve(
         health.start_draining();
         let _ = stop_tx.send(true);
     });
-    upkeep(reload, &live, &shared, &stop_rx);
-    let ops = ops.map(tokio::spawn);
+    upkeep(reload, files_version, &live, &shared, &stop_rx);
     let mut serving = JoinSet::new();
     for door in opened {
         serving.spawn(door);
@@ -290,11 +392,10 @@ async fn serve(
         }
     }
     let _ = ops_stop_tx.send(true);
-    if let Some(Err(e)) = match ops {
-        Some(ops) => Some(ops.await),
-        None => None,
-    } {
-        tracing::error!("the ops listener failed: {e}");
+    for listener in ops {
+        if let Err(e) = listener.await {
+            tracing::error!("the ops listener failed: {e}");
+        }
     }
     Ok(())
 }
@@ -303,12 +404,14 @@ async fn serve(
 /// a `source`), the metrics upkeep and the store probe.
 fn upkeep(
     source: Option<Source>,
+    files_version: String,
     live: &Arc<ArcSwap<Generation>>,
     shared: &Shared,
     stop: &watch::Receiver<bool>,
 ) {
     if let Some(source) = source {
         let reloader = Reloader {
+            seen: files_version,
             source: Arc::new(source),
             live: Arc::clone(live),
             shared: shared.clone(),

@@ -58,7 +58,10 @@ fn every_envoy_bootstrap_in_examples_passes_envoy_validate() {
         .filter(|(_, c)| is_bootstrap(c))
         .map(|(name, _)| name)
         .collect();
-    assert_eq!(bootstraps, ["edge.yaml", "llm-tokens.yaml"]);
+    assert_eq!(
+        bootstraps,
+        ["edge.yaml", "envoy-gateway.yaml", "llm-tokens.yaml"]
+    );
     for name in &bootstraps {
         let out = Command::new(&envoy)
             .args(["--mode", "validate", "-c"])

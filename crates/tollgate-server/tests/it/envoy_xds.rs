@@ -13,11 +13,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
-use envoy_types::pb::ratelimit::config::ratelimit::v3::{
-    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
-};
 use tollgate_server::cmd::validate::envoy_summary;
 use tollgate_server::doors::envoy::limits::{EnvoyLimits, Unit};
+use tollgate_server::rls_conf::{
+    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitReplace, RateLimitUnit,
+};
 use yaml_rust2::{Yaml, YamlLoader};
 
 const FIXTURES: &[&str] = &[

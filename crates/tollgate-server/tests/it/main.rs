@@ -11,10 +11,15 @@
 mod support;
 
 mod admin;
+mod compat_entry;
+mod compat_refusals;
 mod dashboard;
 mod envoy;
 mod envoy_examples;
 mod envoy_files;
+mod envoy_gateway;
+mod envoy_gateway_costs;
+mod envoy_gateway_real;
 mod envoy_h2;
 mod envoy_metadata;
 mod envoy_metric_keys;
@@ -61,3 +66,7 @@ mod usage_metrics;
 mod usage_overrides;
 mod usage_stranded;
 mod validate;
+mod xds_proto;
+mod xds_resilience;
+mod xds_serve;
+mod xds_tls;

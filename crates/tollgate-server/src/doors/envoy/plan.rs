@@ -31,7 +31,10 @@ pub(crate) enum Plan<'a> {
     /// 0; [`Op::Charge`] for `rate_limit.charge` and a cost above 0,
     /// recorded in full and never refused; [`Op::Refund`] for
     /// `is_negative_hits`, never refused); for a request's own `limit`
-    /// override, the per-call rule it is decided under.
+    /// override, the per-call rule it is decided under. `own`: an own
+    /// `hits_addend` above 0 under `[envoy] count_own_cost`, an
+    /// [`Op::Charge`] answered as the reference answers it (`OVER_LIMIT`
+    /// when the count after it passes the limit).
     Counted {
         limit: Cow<'a, Limit>,
         rule: usize,
@@ -39,6 +42,7 @@ pub(crate) enum Plan<'a> {
         cost: u64,
         op: Op,
         under: Option<Rule>,
+        own: bool,
     },
 }
 
@@ -46,6 +50,11 @@ impl Plan<'_> {
     /// Whether this is a counted limit doing `op`, in shadow mode or not.
     pub(crate) fn is(&self, op: Op, shadow: bool) -> bool {
         matches!(self, Plan::Counted { limit, op: o, .. } if *o == op && limit.shadow_mode == shadow)
+    }
+
+    /// Whether this is an own cost counted under `count_own_cost`.
+    pub(crate) fn counts_own(&self) -> bool {
+        matches!(self, Plan::Counted { own: true, .. })
     }
 
     /// Its limit, when it has one.
@@ -58,7 +67,9 @@ impl Plan<'_> {
 }
 
 /// Each descriptor of `req` resolved against `limits`, whose rules start
-/// at `first_rule` in the gate's list.
+/// at `first_rule` in the gate's list; with `count_own_cost`, a
+/// descriptor's own `hits_addend` above 0 is counted in full (`[envoy]
+/// count_own_cost`).
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming what is wrong with the request, before
@@ -67,6 +78,7 @@ pub(crate) fn plan<'a>(
     limits: &'a EnvoyLimits,
     first_rule: usize,
     req: &RateLimitRequest,
+    count_own_cost: bool,
 ) -> Result<Vec<Plan<'a>>, tonic::Status> {
     if req.domain.is_empty() {
         return Err(tonic::Status::invalid_argument(
@@ -109,9 +121,15 @@ pub(crate) fn plan<'a>(
             None if req.hits_addend == 0 => 1,
             None => u64::from(req.hits_addend),
         };
+        // Counted whatever it answers (not a give-back, not a peek).
+        let own = count_own_cost && d.hits_addend.is_some() && cost > 0 && !d.is_negative_hits;
         if d.limit.is_some() {
             found.push(Found::Override(overridden(
-                limits, domain, first_rule, i, d, cost,
+                limits,
+                domain,
+                (first_rule, i),
+                d,
+                (cost, own),
             )?));
             continue;
         }
@@ -121,8 +139,11 @@ pub(crate) fn plan<'a>(
         let found_limit = limits.find_shared(domain, &mut entries);
         found.push(Found::Config(
             found_limit,
-            cost,
-            d.is_negative_hits,
+            Cost {
+                cost,
+                negative: d.is_negative_hits,
+                own,
+            },
             entries,
         ));
     }
@@ -137,27 +158,40 @@ pub(crate) fn plan<'a>(
     Ok(found
         .into_iter()
         .map(|f| {
-            let (limit, cost, negative, entries) = match f {
-                Found::Config(limit, cost, negative, entries) => (limit, cost, negative, entries),
+            let (limit, cost, entries) = match f {
+                Found::Config(limit, cost, entries) => (limit, cost, entries),
                 Found::Override(plan) => return plan,
             };
-            configured(limit, cost, negative, &entries, &replaced, first_rule)
+            configured(limit, cost, &entries, &replaced, first_rule)
         })
         .collect())
 }
 
-/// What a descriptor found: a limit of the config (with its cost, whether
-/// it gives back, and its entries as counted), or its own override.
+/// What a descriptor found: a limit of the config (with its cost and its
+/// entries as counted), or its own override.
 enum Found<'a, 'e> {
-    Config(Option<&'a Limit>, u64, bool, Vec<(&'e [u8], &'e [u8])>),
+    Config(Option<&'a Limit>, Cost, Vec<(&'e [u8], &'e [u8])>),
     Override(Plan<'a>),
+}
+
+/// A descriptor's cost and what kind it is.
+#[derive(Clone, Copy)]
+struct Cost {
+    cost: u64,
+    /// `is_negative_hits`: a give-back.
+    negative: bool,
+    /// An own cost counted in full (`count_own_cost`).
+    own: bool,
 }
 
 /// The plan of a descriptor that found `limit` in the config.
 fn configured<'a>(
     limit: Option<&'a Limit>,
-    cost: u64,
-    negative: bool,
+    Cost {
+        cost,
+        negative,
+        own,
+    }: Cost,
     entries: &[(&[u8], &[u8])],
     replaced: &HashSet<&str>,
     first_rule: usize,
@@ -178,12 +212,15 @@ fn configured<'a>(
                 cost,
                 op: if negative {
                     Op::Refund
-                } else if l.charge && cost > 0 {
+                } else if (l.charge || own) && cost > 0 {
                     Op::Charge
                 } else {
                     Op::Check
                 },
                 under: None,
+                // `charge: true` keeps its meaning (always OK): the more
+                // specific setting wins.
+                own: own && !l.charge,
             },
             // Nothing is counted, so nothing to give back.
             None if negative => Plan::None,
@@ -204,10 +241,9 @@ fn configured<'a>(
 fn overridden<'a>(
     limits: &'a EnvoyLimits,
     domain: &str,
-    first_rule: usize,
-    i: usize,
+    (first_rule, i): (usize, usize),
     d: &RateLimitDescriptor,
-    cost: u64,
+    (cost, own): (u64, bool),
 ) -> Result<Plan<'a>, tonic::Status> {
     let Some(o) = &d.limit else {
         return Ok(Plan::None);
@@ -265,9 +301,12 @@ fn overridden<'a>(
         cost,
         op: if d.is_negative_hits {
             Op::Refund
+        } else if own {
+            Op::Charge
         } else {
             Op::Check
         },
         under: Some(under),
+        own,
     })
 }

@@ -22,6 +22,11 @@
 //!   even past the limit, and `OK` whatever the key's state; it is recorded
 //!   even when the request's checks deny, and after they decided (so the
 //!   checks see the state before this call's charges);
+//! * under `[envoy] count_own_cost`, a descriptor's own `hits_addend` above
+//!   0 (no `charge: true`): charged in full before the checks, as the
+//!   reference counts it, and `OVER_LIMIT` when the count after it passes
+//!   the limit; an enforced one over denies the request, whose checks
+//!   then only read (docs/envoy.md, "Counting own costs");
 //! * `is_negative_hits`: its cost given back (a refund: the units counted
 //!   last first, never past empty/full), after the charges; `OK`;
 //! * a `quota_mode` limit (or every one under `[envoy] quota_mode`):
@@ -76,6 +81,10 @@ use crate::doors::envoy::unknown::UnknownDomains;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
 
+/// The message of the error every call gets under `[envoy.xds]` before
+/// the first config (the reference's, word for word).
+pub const NO_CONFIG: &str = "no rate limit configuration loaded";
+
 pub use crate::doors::envoy::plan::{MAX_DESCRIPTORS, MAX_ENTRIES};
 
 /// The Envoy rate limit service.
@@ -89,6 +98,9 @@ pub struct EnvoyService {
     headers: Option<ResponseHeaders>,
     /// `[envoy] quota_mode`: every descriptor is a quota descriptor.
     quota_mode: bool,
+    /// `[envoy] count_own_cost`: a descriptor's own `hits_addend` above 0
+    /// is counted in full and answered as the reference answers it.
+    count_own_cost: bool,
     /// `[envoy] response_dynamic_metadata`: answers carry the request and
     /// its passed limits' `metadata` as dynamic metadata.
     dynamic_metadata: bool,
@@ -129,6 +141,7 @@ impl EnvoyService {
             first_rule,
             headers: None,
             quota_mode: false,
+            count_own_cost: false,
             dynamic_metadata: false,
             detailed: Arc::default(),
             unknown: UnknownDomains::default(),
@@ -162,6 +175,16 @@ impl EnvoyService {
         self
     }
 
+    /// With `on`, a descriptor's own `hits_addend` above 0 is counted in
+    /// full, even past the limit, and answers `OVER_LIMIT` when the count
+    /// after it passes the limit (`[envoy] count_own_cost`, the reference's
+    /// INCRBY-then-compare): docs/envoy.md, "Counting own costs".
+    #[must_use]
+    pub fn with_count_own_cost(mut self, on: bool) -> Self {
+        self.count_own_cost = on;
+        self
+    }
+
     /// With `on`, answers carry dynamic metadata (`[envoy]
     /// response_dynamic_metadata`, the reference's
     /// `RESPONSE_DYNAMIC_METADATA`): docs/envoy.md, "Metadata".
@@ -174,9 +197,15 @@ impl EnvoyService {
     /// Decides one request (the gRPC method without its transport).
     ///
     /// # Errors
-    /// `INVALID_ARGUMENT` naming what is wrong with the request.
+    /// `INVALID_ARGUMENT` naming what is wrong with the request;
+    /// `UNAVAILABLE` ([`NO_CONFIG`]) under xDS before the first config.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
-        let plans = plan(&self.limits, self.first_rule, req)?;
+        if self.limits.awaiting() {
+            // As the reference before its first xDS config: an error,
+            // which Envoy turns into its failure mode (docs/xds.md).
+            return Err(tonic::Status::unavailable(NO_CONFIG));
+        }
+        let plans = plan(&self.limits, self.first_rule, req, self.count_own_cost)?;
         // `plan` refused a domain that is not UTF-8.
         let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
         if !self.limits.has_domain(domain) {
@@ -202,14 +231,29 @@ impl EnvoyService {
             .zip(&quota)
             .any(|(p, &q)| !q && matches!(p, Plan::Zero(l) if !l.shadow_mode));
 
+        // Own costs under `count_own_cost`, first: counted in full whatever
+        // they answer (the reference's INCRBY), each OVER_LIMIT when it
+        // took its key past the limit; an enforced one that did denies the
+        // request, so the checks below only read.
+        let own = self.record(&plans, Op::Charge, true).await?;
+        for (i, s, by) in own.statuses {
+            statuses[i] = s;
+            decided[i] = by;
+        }
+        let own_over = plans.iter().enumerate().any(|(i, p)| {
+            p.counts_own() && !quota[i] && statuses[i].code == i32::from(Code::OverLimit)
+        });
+
         // The enforced checks and peeks: one all-or-nothing check (read
-        // only when a zero limit already denies the request).
+        // only when a zero limit or an own cost already denies the
+        // request).
+        let read_only = zero_enforced || own_over;
         let (enforced, checks) = self.checks(
             &plans,
             |i, p| !quota[i] && p.is(Op::Check, false),
-            zero_enforced,
+            read_only,
         );
-        let mut admitted = !zero_enforced;
+        let mut admitted = !read_only;
         if !enforced.is_empty() {
             match self.gate.check_all(&checks).await {
                 Ok(verdict) => {
@@ -218,9 +262,13 @@ impl EnvoyService {
                     let by = verdict.decided_by.iter();
                     for ((&i, d), by) in enforced.iter().zip(&verdict.multi.decisions).zip(by) {
                         // Under `allow` nothing was decided: OK, and no
-                        // numbers the store never gave.
+                        // numbers the store never gave. Read only, a
+                        // check is over when its cost would not fit (as
+                        // the reference, which counts it, answers).
                         if !guessed {
-                            statuses[i] = status(&plans[i], d, d.allowed);
+                            let fits =
+                                d.allowed && (!read_only || d.remaining >= cost_of(&plans[i]));
+                            statuses[i] = status(&plans[i], d, fits);
                             decided[i] = Some(*by);
                         }
                     }
@@ -274,8 +322,8 @@ impl EnvoyService {
                     .map(|check| self.gate.check_all(std::slice::from_ref(check))),
             ),
             async {
-                let charged = self.record(&plans, Op::Charge).await;
-                (charged, self.record(&plans, Op::Refund).await)
+                let charged = self.record(&plans, Op::Charge, false).await;
+                (charged, self.record(&plans, Op::Refund, false).await)
             },
         );
         let mut shadow_over = Vec::new();
@@ -379,7 +427,8 @@ impl EnvoyService {
                 Err(_) => failed(&plans[i]),
             };
         }
-        // Charges, give-backs and shadow limits are always OK: they pass.
+        // Charges, give-backs and shadow limits are always OK: they pass;
+        // own costs (counted before) read as they answered.
         quota
             .iter()
             .zip(statuses.iter())
@@ -387,11 +436,22 @@ impl EnvoyService {
     }
 
     /// Records every counted descriptor doing `op` (a charge or a
-    /// refund, a give-back) in one store call: never refused, so each reads `OK` with
-    /// the key's state after it; under a store failure the failure policy
-    /// answers, as for a check.
-    async fn record(&self, plans: &[Plan<'_>], op: Op) -> Result<Recorded, tonic::Status> {
-        let (at, checks) = self.checks(plans, |_, p| p.is(op, false) || p.is(op, true), false);
+    /// refund, a give-back) in one store call, the own costs of
+    /// `count_own_cost` when `own`, the others when not: never refused, so
+    /// each reads `OK` with the key's state after it (an own cost
+    /// `OVER_LIMIT` when that state is past its limit); under a store
+    /// failure the failure policy answers, as for a check.
+    async fn record(
+        &self,
+        plans: &[Plan<'_>],
+        op: Op,
+        own: bool,
+    ) -> Result<Recorded, tonic::Status> {
+        let (at, checks) = self.checks(
+            plans,
+            |_, p| (p.is(op, false) || p.is(op, true)) && p.counts_own() == own,
+            false,
+        );
         let mut recorded = Recorded {
             statuses: Vec::new(),
             admitted: true,
@@ -412,7 +472,13 @@ impl EnvoyService {
                     .iter()
                     .zip(&verdict.charged)
                     .zip(verdict.decided_by.iter())
-                    .map(|((&i, c), by)| (i, status(&plans[i], &c.decision, true), Some(*by)))
+                    .map(|((&i, c), by)| {
+                        (
+                            i,
+                            status(&plans[i], &c.decision, !own || c.debt == 0),
+                            Some(*by),
+                        )
+                    })
                     .collect();
             }
             // Not for a loaded config (its rules are rates, its keys
@@ -561,11 +627,15 @@ fn status(plan: &Plan<'_>, d: &Decision, ok: bool) -> DescriptorStatus {
     }
 }
 
-/// A `google.protobuf.Duration`.
+/// A `google.protobuf.Duration` of whole seconds, `d` rounded up: the
+/// reference service's times are whole Unix seconds (a fixed window, aligned
+/// to them, ends where it says), and Envoy's `X-RateLimit-Reset` reads only
+/// the seconds, so a part of one left would read as none.
 fn proto_duration(d: Duration) -> ProtoDuration {
+    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
     ProtoDuration {
-        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+        nanos: 0,
     }
 }
 

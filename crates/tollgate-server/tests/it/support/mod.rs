@@ -22,13 +22,16 @@ use http_body_util::combinators::BoxBody;
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
+pub mod compat;
 pub mod envoy;
 pub mod envoy_bootstrap;
+pub mod gateway;
 pub mod model;
 pub mod recorder;
 pub mod reference;
 pub mod rls;
 pub mod usage_upstream;
+pub mod xds;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 

@@ -51,6 +51,16 @@ impl Rls {
     /// With several Envoy config files (`yamls`, a domain each), a TOML
     /// config of its own and more flags.
     pub fn start_files(config: &str, yamls: &[&str], more: &[&str]) -> Rls {
+        Rls::start_files_env(config, yamls, more, &[])
+    }
+
+    /// As [`Rls::start_files`], with the environment variables `env` set.
+    pub fn start_files_env(
+        config: &str,
+        yamls: &[&str],
+        more: &[&str],
+        env: &[(&str, &str)],
+    ) -> Rls {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut paths = Vec::with_capacity(yamls.len());
         for (i, yaml) in yamls.iter().enumerate() {
@@ -67,7 +77,7 @@ impl Rls {
             args.extend(["--envoy-config", path.as_str()]);
         }
         args.extend_from_slice(more);
-        let server = Tollgate::start(config, &args);
+        let server = Tollgate::start_with_env(Some(config), &args, env);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

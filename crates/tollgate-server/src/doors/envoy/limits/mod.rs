@@ -61,7 +61,8 @@
 //! descriptor trees), `rate_limit.rs` (each limit and its rule);
 //! `naming.rs` ([`store_key`] and the generated rule names); `xds.rs`
 //! ([`EnvoyLimits::from_xds`]: the same limits from xDS `RateLimitConfig`
-//! resources, through the same checks); the tests are in `tests/`.
+//! resources, through the same checks); `rlconfig.rs` ([`EnvoyLimits::dump`]:
+//! the reference's `/rlconfig` text); the tests are in `tests/`.
 
 mod descriptors;
 mod files;
@@ -71,6 +72,7 @@ mod metric_key;
 mod naming;
 mod overrides;
 mod rate_limit;
+mod rlconfig;
 mod scalars;
 mod tree;
 mod xds;

@@ -20,7 +20,9 @@ pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
         }))
         .collect();
     // Every character is ASCII now, so any byte length is a boundary.
-    base.truncate(MAX_NAME_LEN);
+    if base.len() > MAX_NAME_LEN {
+        base = shortened(&base);
+    }
     let mut name = base.clone();
     let mut n = 2u64;
     while used.contains(&name) {
@@ -31,6 +33,26 @@ pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
     }
     used.insert(name.clone());
     name
+}
+
+/// How many bytes of a long name's start and end [`shortened`] keeps.
+const KEPT: usize = (MAX_NAME_LEN - MARK_LEN) / 2;
+/// `--` + 12 hex digits + `--`.
+const MARK_LEN: usize = 16;
+
+/// A name too long for a rule, cut to its start and end around a digest
+/// of the whole: Envoy Gateway's paths differ in their middle (the route)
+/// and end (the rule and match), so plain truncation made distinct limits
+/// share a stem and tell apart only by a `.N` that depends on file order.
+/// The digest keeps each one's name its own and the same at every load.
+fn shortened(long: &str) -> String {
+    let digest = tollgate_http::extract::digest_key("", long.as_bytes());
+    format!(
+        "{}--{}--{}",
+        &long[..KEPT],
+        &digest[..MARK_LEN - 4],
+        &long[long.len() - KEPT..]
+    )
 }
 
 /// The store key for a request descriptor matched to a limit: its entries

@@ -250,15 +250,20 @@ pub struct EnvoyLimits {
     /// How many of `rules` the config's limits made (the rest count
     /// overrides).
     pub(super) configured: usize,
+    /// No config yet: the limits of xDS before its first response
+    /// (`xds.rs`).
+    pub(super) awaiting: bool,
 }
 
 impl EnvoyLimits {
     /// The tollgate rules, one per node that has a limit with a unit and
     /// `requests_per_unit >= 1`, in file then document order. A rule is
     /// named `envoy.` + the node's [`Limit::path`] with every character
-    /// outside `[A-Za-z0-9_.-]` replaced by `_`, cut to
-    /// [`tollgate::limits::MAX_NAME_LEN`] bytes and made unique (against the names
-    /// given to `load` and each other) by a `.2`, `.3`, ... suffix.
+    /// outside `[A-Za-z0-9_.-]` replaced by `_`; one longer than
+    /// [`tollgate::limits::MAX_NAME_LEN`] bytes keeps its start and end
+    /// around `--` + 12 hex digits of its SHA-256 + `--`; then made unique
+    /// (against the names given to `load` and each other) by a `.2`, `.3`,
+    /// ... suffix.
     /// Not the rules counting limit overrides: see
     /// [`EnvoyLimits::all_rules`].
     #[must_use]

@@ -2,11 +2,10 @@
 //! resources (one per domain, as Envoy Gateway sends them) loaded into the
 //! same [`EnvoyLimits`] as the YAML files.
 //!
-//! The message is envoy-types' generated one
-//! ([`envoy_types::pb::ratelimit::config::ratelimit::v3`], from the
-//! reference's own `rls_conf.proto`, fields 7 `quota_mode` and 8 `metadata`
-//! included): the crate made for the job, already a dependency, rather than
-//! a second copy of the `.proto`.
+//! The message is our own ([`crate::rls_conf`], generated from
+//! `proto/ratelimit/config/ratelimit/v3/rls_conf.proto`, which has the
+//! reference's names and field numbers, 7 `quota_mode` and 8 `metadata`
+//! included); a test checks it against envoy-types' copy on the wire.
 //!
 //! As the reference does (`config_xds.go`), each resource is turned into
 //! the tree a YAML file would give and checked by the very same loader, so
@@ -27,10 +26,8 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use crate::rls_conf::{RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit};
 use envoy_types::pb::google::protobuf::{Struct, Value as ProtoValue, value::Kind};
-use envoy_types::pb::ratelimit::config::ratelimit::v3::{
-    RateLimitConfig, RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
-};
 
 use super::loader::Loader;
 use super::tree::EnvoyLimits;
@@ -38,6 +35,23 @@ use super::yaml::{Value, Yaml};
 use crate::config::file::ConfigErrors;
 
 impl EnvoyLimits {
+    /// No limits, and no config yet: what the Envoy service has under
+    /// `[envoy.xds]` before the first response is applied; it answers
+    /// every call with an error until then ([`EnvoyLimits::awaiting`]).
+    #[must_use]
+    pub fn awaiting_xds() -> Self {
+        EnvoyLimits {
+            awaiting: true,
+            ..EnvoyLimits::default()
+        }
+    }
+
+    /// Whether these are [`EnvoyLimits::awaiting_xds`]'s.
+    #[must_use]
+    pub fn awaiting(&self) -> bool {
+        self.awaiting
+    }
+
     /// Loads a whole xDS snapshot: every resource, through the checks
     /// [`EnvoyLimits::parse_with`] applies to a file; `taken` and
     /// `merge_domains` as there.

@@ -1,0 +1,160 @@
+//! One xDS response applied whole, through the reload path: every
+//! resource decoded and loaded into new [`EnvoyLimits`] with the checks
+//! of a file, the next [`Generation`] built over the running one (so the
+//! counters of unchanged limits are kept) and swapped in atomically, as
+//! version `version_info`. A response that does not load or build changes
+//! nothing; its error, naming the domain and descriptor, is the NACK's.
+//! Either way the reload status and the `tollgate_config_*` metrics
+//! record it, as for a file reload.
+
+use std::sync::{Arc, PoisonError};
+use std::time::{Instant, SystemTime};
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use prost::Message;
+
+use crate::config::{ConfigInfo, ReloadError, record_loaded, rfc3339};
+use crate::doors::envoy::limits::EnvoyLimits;
+use crate::doors::{Generation, Plan, Shared};
+use crate::rls_conf::{RateLimitConfig, TYPE_URL};
+
+/// Applies responses to the live generation.
+#[derive(Clone)]
+pub(crate) struct Applier {
+    pub(crate) live: Arc<ArcSwap<Generation>>,
+    pub(crate) shared: Shared,
+}
+
+/// The resources of `response`, decoded.
+///
+/// # Errors
+/// A resource of another type, or bytes that do not decode; named by its
+/// position.
+pub(crate) fn decode(response: &DiscoveryResponse) -> Result<Vec<RateLimitConfig>, String> {
+    response
+        .resources
+        .iter()
+        .enumerate()
+        .map(|(i, any)| {
+            if any.type_url != TYPE_URL {
+                return Err(format!(
+                    "resource #{i} has type {:?}, expected {TYPE_URL}",
+                    any.type_url
+                ));
+            }
+            RateLimitConfig::decode(any.value.as_slice())
+                .map_err(|e| format!("resource #{i}: not a RateLimitConfig: {e}"))
+        })
+        .collect()
+}
+
+impl Applier {
+    /// Applies `response` whole (on a blocking thread: a snapshot of
+    /// thousands of domains is a few milliseconds of work).
+    ///
+    /// # Errors
+    /// Why it was refused; nothing changed.
+    pub(crate) async fn apply(&self, response: DiscoveryResponse) -> Result<(), String> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.apply_now(&response))
+            .await
+            .unwrap_or_else(|e| Err(format!("the xDS loader failed: {e}")))
+    }
+
+    fn apply_now(&self, response: &DiscoveryResponse) -> Result<(), String> {
+        let started = Instant::now();
+        let version = response.version_info.clone();
+        // One swap at a time: a file reload meanwhile would lose this one.
+        let _swapping = self
+            .shared
+            .swap
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let old = self.live.load_full();
+        let built = decode(response).and_then(|resources| {
+            let config = &old.plan.config;
+            let taken: Vec<&str> = config.rules.iter().map(|r| r.rule.name()).collect();
+            let merge = config.envoy_settings.merge_domains;
+            let limits =
+                EnvoyLimits::from_xds(&resources, &taken, merge).map_err(|e| e.to_string())?;
+            let plan = Plan {
+                config: config.clone(),
+                envoy: Arc::new(limits),
+                listen: old.plan.listen.clone(),
+                ops: old.plan.ops,
+            };
+            let info = ConfigInfo::now(version.clone());
+            Generation::build(plan, info, &self.shared, Some(&old))
+        });
+        let status = &self.shared.status;
+        match built {
+            Err(message) => {
+                tracing::error!(
+                    "xDS config version {version:?} refused; still serving version {} loaded at {}: \
+                     {message}",
+                    old.info.version,
+                    rfc3339(old.info.loaded_at),
+                );
+                status.record(
+                    false,
+                    Some(ReloadError {
+                        message: message.clone(),
+                        at: SystemTime::now(),
+                        version,
+                    }),
+                );
+                Err(message)
+            }
+            Ok(doors) => {
+                let doors = Arc::new(doors);
+                record_loaded(&doors.info);
+                let domains = doors.plan.envoy.domains().len();
+                let rules = doors.gate.rules().len();
+                self.live.store(doors);
+                drop(old);
+                tracing::info!(
+                    "xDS config version {version:?} applied: {domains} domains, {rules} rules, \
+                     swapped in {:?}",
+                    started.elapsed()
+                );
+                status.record(true, None);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::google::protobuf::Any;
+
+    #[test]
+    fn resources_of_another_type_or_bad_bytes_are_named_by_position() {
+        let good = RateLimitConfig {
+            name: "d".into(),
+            domain: "d".into(),
+            descriptors: vec![],
+        };
+        let any = |type_url: &str, value: Vec<u8>| Any {
+            type_url: type_url.into(),
+            value,
+        };
+        let mut response = DiscoveryResponse {
+            resources: vec![any(TYPE_URL, good.encode_to_vec())],
+            ..DiscoveryResponse::default()
+        };
+        assert_eq!(decode(&response).expect("valid"), [good]);
+        let other = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+        response.resources.push(any(other, vec![]));
+        let e = decode(&response).expect_err("wrong type");
+        assert!(
+            e.starts_with("resource #1 has type") && e.contains(other),
+            "{e}"
+        );
+        response.resources[1] = any(TYPE_URL, vec![0xff, 0xff]);
+        let e = decode(&response).expect_err("bad bytes");
+        assert!(e.starts_with("resource #1: not a RateLimitConfig"), "{e}");
+    }
+}
