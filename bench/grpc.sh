@@ -13,6 +13,13 @@
 #              store), the peer, with the same limits and grpc_load, when
 #              ../shared/peers is present (built once into
 #              target/bench-tools/bin); skipped, and said so, when absent;
+#   xds        a second `tollgate serve --grpc` with the same limits (every
+#              bench/grpc/*.yaml) delivered over ADS (`--xds-server`,
+#              docs/xds.md) by crates/xds-harness (examples/xds_serve.rs:
+#              one snapshot, as Envoy Gateway's server sends it), on the
+#              Envoy Gateway scenarios: xds / grpc shows what the xDS path
+#              costs per call (it should cost nothing: the limits are the
+#              same tree once loaded);
 #   redis      with BENCH_REDIS=1, `tollgate serve --grpc` on a local
 #              redis-server too.
 #
@@ -66,10 +73,12 @@ need_pkg wrk wrk
 need_pkg ss iproute2
 need_pkg curl curl
 
-log "building tollgate and grpc_load (release)"
+log "building tollgate, grpc_load and xds_serve (release)"
 cargo build --release -q -p tollgate-server --bin tollgate --example grpc_load
+cargo build --release -q -p xds-harness --example xds_serve
 tollgate="$target/release/tollgate"
 load="$target/release/examples/grpc_load"
+xds_serve="$target/release/examples/xds_serve"
 
 peers="${BENCH_PEERS:-$root/../shared/peers}"
 limitador=
@@ -91,12 +100,39 @@ envoy_files=()
 for f in rls rls-closed correct1 correct2 eg; do envoy_files+=(--envoy-config "bench/grpc/$f.yaml"); done
 printf '[store]\ntimeout = "50ms"\non_error = "allow"\nprefix = "tollgate-grpc-bench"\n' >"$work/t.toml"
 
-# grpc_addr LOG: the gRPC address tollgate logged.
-grpc_addr() { grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||'; }
+# grpc_addr LOG: the gRPC address tollgate logged (5 s at most: it may
+# come a moment after the HTTP door's).
+grpc_addr() {
+  local a
+  for _ in $(seq 50); do
+    a=$(grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||' || true)
+    [[ -n "$a" ]] && { echo "$a"; return; }
+    sleep 0.1
+  done
+}
 
 start_tollgate mem --config "$work/t.toml" --store memory --http 127.0.0.1:0 --grpc 127.0.0.1:0 "${envoy_files[@]}"
 tg_pid=$pid tg_http=$addr tg_grpc=$(grpc_addr "$work/mem.log")
 [[ -n "$tg_grpc" ]] || { cat "$work/mem.log" >&2; die "tollgate logged no gRPC address"; }
+
+# The xds target: the same files, as JSON resources for xds_serve, served
+# to node bench at version 1; tollgate opens its doors once it has them.
+for f in rls rls-closed correct1 correct2 eg; do
+  python3 -c 'import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), open(sys.argv[2], "w"))' \
+    "bench/grpc/$f.yaml" "$work/xds-$f.json" || die "cannot convert bench/grpc/$f.yaml (python3-yaml)"
+done
+"$xds_serve" bench 1 "$work"/xds-*.json >"$work/xds-harness.log" 2>&1 &
+pids+=("$!")
+for _ in $(seq 100); do
+  xds_addr=$(grep -o 'listening on [0-9.:]*' "$work/xds-harness.log" | sed 's|.* ||' || true)
+  [[ -n "$xds_addr" ]] && break
+  sleep 0.1
+done
+[[ -n "$xds_addr" ]] || { cat "$work/xds-harness.log" >&2; die "xds_serve logged no address"; }
+start_tollgate xds --config "$work/t.toml" --store memory --http 127.0.0.1:0 --grpc 127.0.0.1:0 \
+  --xds-server "http://$xds_addr" --xds-node-id bench
+tx_pid=$pid tx_grpc=$(grpc_addr "$work/xds.log")
+[[ -n "$tx_grpc" ]] || { cat "$work/xds.log" >&2; die "tollgate (xds) logged no gRPC address"; }
 
 if [[ -n "${BENCH_REDIS:-}" ]]; then
   start_redis
@@ -168,8 +204,12 @@ measure_scenario() {
   local id=$1 domain=$2 keys=$3 shape=$4 what=$5
   sut=("$tg_pid") aux=()
   measure_grpc "grpc.$id" "tollgate gRPC, $what" "$tg_grpc" "$domain" "$keys" "$shape"
-  [[ $id == eg.* ]] ||
+  if [[ $id == eg.* ]]; then
+    sut=("$tx_pid") aux=()
+    measure_grpc "xds.$id" "tollgate gRPC, limits over xDS, $what" "$tx_grpc" "$domain" "$keys" "$shape"
+  else
     measure "http.$id" "tollgate HTTP check, $what" "http://$tg_http" check.lua "$conc" -- tollgate "envoy.$domain.user" "$keys"
+  fi
   if [[ -n "$limitador" ]]; then
     sut=("$lim_pid") aux=()
     measure_grpc "lim.$id" "limitador gRPC, $what" "127.0.0.1:$lim_port" "$domain" "$keys" "$shape"
@@ -193,6 +233,7 @@ for ((round = 1; round <= rounds; round++)); do
     [[ $id =~ ${BENCH_SCENARIOS:-.} ]] || continue
     if ((round == 1)); then # warm-up, not counted
       run_load "$tg_grpc" "$domain" "$keys" 1 0 "$shape" >/dev/null
+      [[ $id == eg.* ]] && run_load "$tx_grpc" "$domain" "$keys" 1 0 "$shape" >/dev/null
       [[ $id == eg.* ]] ||
         timeout 30 wrk -t"$threads" -c"$conc" -d1s -s bench/http/check.lua "http://$tg_http" -- tollgate "envoy.$domain.user" "$keys" >/dev/null
       [[ -n "$limitador" ]] && run_load "127.0.0.1:$lim_port" "$domain" "$keys" 1 0 "$shape" >/dev/null
@@ -246,6 +287,7 @@ echo
 benchstat ratios "$results" --field srv --title 'Envoy Gateway shapes: server CPU per call, median per-round ratio' \
   --col 'route header rule' .eg.route --col 'per-client rule, 10k clients' .eg.clients --col 'per-user rule, denied' .eg.denied \
   --row 'tollgate gRPC / limitador' 'grpc{} / lim{}' '<=0.85' \
+  --row 'tollgate gRPC, limits over xDS / from files' 'xds{} / grpc{}' '<=1.1' \
   --row 'p99 latency, tollgate gRPC / limitador' 'grpc{}:p99 / lim{}:p99' '<=1'
 echo
 echo "medians over rounds. srv us/c: CPU the server used per call (utime+stime from /proc/PID/stat over"
