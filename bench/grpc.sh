@@ -13,11 +13,30 @@
 #              store), the peer, with the same limits and grpc_load, when
 #              ../shared/peers is present (built once into
 #              target/bench-tools/bin); skipped, and said so, when absent;
+#   xds        a second `tollgate serve --grpc` with the same limits (every
+#              bench/grpc/*.yaml) delivered over ADS (`--xds-server`,
+#              docs/xds.md) by crates/xds-harness (examples/xds_serve.rs:
+#              one snapshot, as Envoy Gateway's server sends it), on the
+#              Envoy Gateway scenarios: xds / grpc shows what the xDS path
+#              costs per call (it should cost nothing: the limits are the
+#              same tree once loaded);
 #   redis      with BENCH_REDIS=1, `tollgate serve --grpc` on a local
 #              redis-server too.
 #
 # Scenarios: admitted hot key (domain bench, 10^9/s), admitted 10k keys,
-# denied hot key (bench_closed, 1/day). Each (target, scenario) is run
+# denied hot key (bench_closed, 1/day); and three shaped as Envoy Gateway's
+# (gRPC targets only): the limits its translator renders for six HTTPRoutes
+# with BackendTrafficPolicy rules (bench/grpc/eg.yaml, domain
+# default/eg/http), called as the Envoy it configures calls (descriptor
+# entries as its rate limit actions make them, notes39.md §3.3): a route's
+# header-match rule (route-name entry, then rule-0-match-0; one counter),
+# 10k clients on a route with a per-client masked-remote-address rule
+# (masked_remote_address, then key-only remote_address: a counter per
+# client) and a route-wide rule, both descriptors in one call, and one user
+# on a per-user header rule at 1/day (denied). limitador gets the closest
+# limits its format has (bench/grpc/eg-limitador.yaml says what differs:
+# no descriptor tree, conditions on entries by position, no shadow mode).
+# Each (target, scenario) is run
 # ROUNDS times, the targets alternating within a round; the table gives the
 # median over rounds of each figure, and the server's CPU per call from /proc/PID/stat
 # (utime + stime over the run / calls answered). The ratios are the
@@ -36,6 +55,8 @@
 # Usage: bench/grpc.sh [SECONDS per run, default 5] [CONCURRENCY, default 64] [ROUNDS, default 3]
 # Env:   BENCH_PEERS=DIR (default ../shared/peers): where limitador's source is;
 #        BENCH_REDIS=1: also the Redis store; BENCH_KEEP=DIR: keep the raw output;
+#        BENCH_SCENARIOS=REGEX: only the scenarios whose id matches (open.1,
+#        open.10000, closed.1, eg.route, eg.clients, eg.denied; e.g. '^eg');
 #        BENCH_QUIET_BUSY / BENCH_QUIET_WAIT: as bench/http.sh.
 set -euo pipefail
 secs="${1:-5}"
@@ -52,10 +73,12 @@ need_pkg wrk wrk
 need_pkg ss iproute2
 need_pkg curl curl
 
-log "building tollgate and grpc_load (release)"
+log "building tollgate, grpc_load and xds_serve (release)"
 cargo build --release -q -p tollgate-server --bin tollgate --example grpc_load
+cargo build --release -q -p xds-harness --example xds_serve
 tollgate="$target/release/tollgate"
 load="$target/release/examples/grpc_load"
+xds_serve="$target/release/examples/xds_serve"
 
 peers="${BENCH_PEERS:-$root/../shared/peers}"
 limitador=
@@ -74,15 +97,42 @@ aux=()
 
 # --- servers -------------------------------------------------------------------
 envoy_files=()
-for f in rls rls-closed correct1 correct2; do envoy_files+=(--envoy-config "bench/grpc/$f.yaml"); done
+for f in rls rls-closed correct1 correct2 eg; do envoy_files+=(--envoy-config "bench/grpc/$f.yaml"); done
 printf '[store]\ntimeout = "50ms"\non_error = "allow"\nprefix = "tollgate-grpc-bench"\n' >"$work/t.toml"
 
-# grpc_addr LOG: the gRPC address tollgate logged.
-grpc_addr() { grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||'; }
+# grpc_addr LOG: the gRPC address tollgate logged (5 s at most: it may
+# come a moment after the HTTP door's).
+grpc_addr() {
+  local a
+  for _ in $(seq 50); do
+    a=$(grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||' || true)
+    [[ -n "$a" ]] && { echo "$a"; return; }
+    sleep 0.1
+  done
+}
 
 start_tollgate mem --config "$work/t.toml" --store memory --http 127.0.0.1:0 --grpc 127.0.0.1:0 "${envoy_files[@]}"
 tg_pid=$pid tg_http=$addr tg_grpc=$(grpc_addr "$work/mem.log")
 [[ -n "$tg_grpc" ]] || { cat "$work/mem.log" >&2; die "tollgate logged no gRPC address"; }
+
+# The xds target: the same files, as JSON resources for xds_serve, served
+# to node bench at version 1; tollgate opens its doors once it has them.
+for f in rls rls-closed correct1 correct2 eg; do
+  python3 -c 'import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), open(sys.argv[2], "w"))' \
+    "bench/grpc/$f.yaml" "$work/xds-$f.json" || die "cannot convert bench/grpc/$f.yaml (python3-yaml)"
+done
+"$xds_serve" bench 1 "$work"/xds-*.json >"$work/xds-harness.log" 2>&1 &
+pids+=("$!")
+for _ in $(seq 100); do
+  xds_addr=$(grep -o 'listening on [0-9.:]*' "$work/xds-harness.log" | sed 's|.* ||' || true)
+  [[ -n "$xds_addr" ]] && break
+  sleep 0.1
+done
+[[ -n "$xds_addr" ]] || { cat "$work/xds-harness.log" >&2; die "xds_serve logged no address"; }
+start_tollgate xds --config "$work/t.toml" --store memory --http 127.0.0.1:0 --grpc 127.0.0.1:0 \
+  --xds-server "http://$xds_addr" --xds-node-id bench
+tx_pid=$pid tx_grpc=$(grpc_addr "$work/xds.log")
+[[ -n "$tx_grpc" ]] || { cat "$work/xds.log" >&2; die "tollgate (xds) logged no gRPC address"; }
 
 if [[ -n "${BENCH_REDIS:-}" ]]; then
   start_redis
@@ -103,8 +153,11 @@ wait_port() {
 if [[ -n "$limitador" ]]; then
   lim_port=$(free_port)
   lim_http=$(free_port)
+  # The peer's limits (bench's domains) and the Envoy Gateway ones: both
+  # files are one YAML sequence, so they append.
+  cat "$peers/limitador-bench-limits.yaml" bench/grpc/eg-limitador.yaml >"$work/limitador.yaml"
   "$limitador" -b 127.0.0.1 -p "$lim_port" -B 127.0.0.1 -P "$lim_http" \
-    "$peers/limitador-bench-limits.yaml" memory >"$work/limitador.log" 2>&1 &
+    "$work/limitador.yaml" memory >"$work/limitador.log" 2>&1 &
   lim_pid=$!
   pids+=("$lim_pid")
   wait_port "$lim_port" "$lim_pid" || { cat "$work/limitador.log" >&2; die "limitador-server did not start"; }
@@ -112,35 +165,58 @@ if [[ -n "$limitador" ]]; then
 fi
 
 # --- measuring -------------------------------------------------------------------
-# run_load ADDR DOMAIN KEYS SECONDS [CALLS]: one grpc_load run; prints its line.
+# run_load ADDR DOMAIN KEYS SECONDS [CALLS [DESCRIPTORS]]: one grpc_load run; prints its line.
+user_shape='user={key}' # grpc_load's default: one entry (user, k<i>)
 run_load() {
-  timeout $(($4 + 30)) "$load" "$1" "$conc" "$4" "$3" "$2" "${5:-0}" ||
+  timeout $(($4 + 30)) "$load" "$1" "$conc" "$4" "$3" "$2" "${5:-0}" "${6:-$user_shape}" ||
     die "grpc_load failed against $1 ($2)"
 }
 
-# measure_grpc ID LABEL ADDR DOMAIN KEYS: one grpc_load run; its record
-# goes to $results as measure's does for wrk.
+# measure_grpc ID LABEL ADDR DOMAIN KEYS DESCRIPTORS: one grpc_load run;
+# its record goes to $results as measure's does for wrk.
 measure_grpc() {
   benchstat run --results "$results" --id "$1" --round "$round" --label "$2" --quiet \
     --sut "${sut[*]}" --aux "${aux[*]}" --parse grpc-load --out "$work/grpc-$1.$round.txt" -- \
-    timeout $((secs + 30)) "$load" "$3" "$conc" "$secs" "$5" "$4" 0
+    timeout $((secs + 30)) "$load" "$3" "$conc" "$secs" "$5" "$4" 0 "$6"
 }
 
-scenarios=("open.1 bench 1 admitted hot key" "open.10000 bench 10000 admitted 10k keys" "closed.1 bench_closed 1 denied hot key")
+# Envoy Gateway's route names (irRouteName + hostname) and the entries its
+# actions make: the route's generic_key, then each rule's chain
+# (bench/grpc/eg.yaml); {ip} / {key}: the client address / header value
+# drawn among KEYS.
+r_backend=httproute/default/backend/rule/0/match/0/www_example_com
+r_api=httproute/default/api/rule/0/match/0/api_example_com
+r_login=httproute/default/login/rule/0/match/0/login_example_com
+eg_route="$r_backend=$r_backend,rule-0-match-0=rule-0-match-0"
+eg_clients="$r_api=$r_api,masked_remote_address=0.0.0.0/0,remote_address={ip};$r_api=$r_api,rule-1-match--1=rule-1-match--1"
+eg_denied="$r_login=$r_login,rule-0-match-0={key}"
 
-# measure_scenario ID DOMAIN KEYS WHAT: every target once on one scenario.
+# ID DOMAIN KEYS DESCRIPTORS WHAT; ids eg.* are gRPC only (tollgate's HTTP
+# check names an Envoy limit by domain and one key, not a chain).
+scenarios=("open.1 bench 1 $user_shape admitted hot key" "open.10000 bench 10000 $user_shape admitted 10k keys"
+  "closed.1 bench_closed 1 $user_shape denied hot key"
+  "eg.route default/eg/http 1 $eg_route EG route header rule, admitted"
+  "eg.clients default/eg/http 10000 $eg_clients EG per-client + route rule, 10k clients, admitted"
+  "eg.denied default/eg/http 1 $eg_denied EG per-user header rule, denied")
+
+# measure_scenario ID DOMAIN KEYS DESCRIPTORS WHAT: every target once on one scenario.
 measure_scenario() {
-  local id=$1 domain=$2 keys=$3 what=$4
+  local id=$1 domain=$2 keys=$3 shape=$4 what=$5
   sut=("$tg_pid") aux=()
-  measure_grpc "grpc.$id" "tollgate gRPC, $what" "$tg_grpc" "$domain" "$keys"
-  measure "http.$id" "tollgate HTTP check, $what" "http://$tg_http" check.lua "$conc" -- tollgate "envoy.$domain.user" "$keys"
+  measure_grpc "grpc.$id" "tollgate gRPC, $what" "$tg_grpc" "$domain" "$keys" "$shape"
+  if [[ $id == eg.* ]]; then
+    sut=("$tx_pid") aux=()
+    measure_grpc "xds.$id" "tollgate gRPC, limits over xDS, $what" "$tx_grpc" "$domain" "$keys" "$shape"
+  else
+    measure "http.$id" "tollgate HTTP check, $what" "http://$tg_http" check.lua "$conc" -- tollgate "envoy.$domain.user" "$keys"
+  fi
   if [[ -n "$limitador" ]]; then
     sut=("$lim_pid") aux=()
-    measure_grpc "lim.$id" "limitador gRPC, $what" "127.0.0.1:$lim_port" "$domain" "$keys"
+    measure_grpc "lim.$id" "limitador gRPC, $what" "127.0.0.1:$lim_port" "$domain" "$keys" "$shape"
   fi
   if [[ -n "${BENCH_REDIS:-}" ]]; then
     sut=("$tr_pid") aux=("$redis_pid")
-    measure_grpc "redis.$id" "tollgate gRPC on Redis, $what" "$tr_grpc" "$domain" "$keys"
+    measure_grpc "redis.$id" "tollgate gRPC on Redis, $what" "$tr_grpc" "$domain" "$keys" "$shape"
   fi
 }
 
@@ -153,16 +229,19 @@ all="$work/results"
 attempt="$work/attempt"
 for ((round = 1; round <= rounds; round++)); do
   for sc in "${scenarios[@]}"; do
-    read -r id domain keys what <<<"$sc"
+    read -r id domain keys shape what <<<"$sc"
+    [[ $id =~ ${BENCH_SCENARIOS:-.} ]] || continue
     if ((round == 1)); then # warm-up, not counted
-      run_load "$tg_grpc" "$domain" "$keys" 1 >/dev/null
-      timeout 30 wrk -t"$threads" -c"$conc" -d1s -s bench/http/check.lua "http://$tg_http" -- tollgate "envoy.$domain.user" "$keys" >/dev/null
-      [[ -n "$limitador" ]] && run_load "127.0.0.1:$lim_port" "$domain" "$keys" 1 >/dev/null
-      [[ -n "${BENCH_REDIS:-}" ]] && run_load "$tr_grpc" "$domain" "$keys" 1 >/dev/null
+      run_load "$tg_grpc" "$domain" "$keys" 1 0 "$shape" >/dev/null
+      [[ $id == eg.* ]] && run_load "$tx_grpc" "$domain" "$keys" 1 0 "$shape" >/dev/null
+      [[ $id == eg.* ]] ||
+        timeout 30 wrk -t"$threads" -c"$conc" -d1s -s bench/http/check.lua "http://$tg_http" -- tollgate "envoy.$domain.user" "$keys" >/dev/null
+      [[ -n "$limitador" ]] && run_load "127.0.0.1:$lim_port" "$domain" "$keys" 1 0 "$shape" >/dev/null
+      [[ -n "${BENCH_REDIS:-}" ]] && run_load "$tr_grpc" "$domain" "$keys" 1 0 "$shape" >/dev/null
     fi
     results=$attempt
     for ((try = 1; ; try++)); do
-      measure_scenario "$id" "$domain" "$keys" "$what"
+      measure_scenario "$id" "$domain" "$keys" "$shape" "$what"
       rc=0
       benchstat settle --attempt "$attempt" --results "$all" --try "$try" --what "round $round, $what" || rc=$?
       ((rc == 0)) && break
@@ -203,6 +282,12 @@ benchstat ratios "$results" --field srv --title 'server CPU per call, median per
   --col 'admitted hot key' .open.1 --col 'admitted 10k keys' .open.10000 --col 'denied hot key' .closed.1 \
   --row 'tollgate gRPC / limitador' 'grpc{} / lim{}' '<=0.85' \
   --row 'tollgate gRPC / tollgate HTTP check' 'grpc{} / http{}' '<=1.1' \
+  --row 'p99 latency, tollgate gRPC / limitador' 'grpc{}:p99 / lim{}:p99' '<=1'
+echo
+benchstat ratios "$results" --field srv --title 'Envoy Gateway shapes: server CPU per call, median per-round ratio' \
+  --col 'route header rule' .eg.route --col 'per-client rule, 10k clients' .eg.clients --col 'per-user rule, denied' .eg.denied \
+  --row 'tollgate gRPC / limitador' 'grpc{} / lim{}' '<=0.85' \
+  --row 'tollgate gRPC, limits over xDS / from files' 'xds{} / grpc{}' '<=1.1' \
   --row 'p99 latency, tollgate gRPC / limitador' 'grpc{}:p99 / lim{}:p99' '<=1'
 echo
 echo "medians over rounds. srv us/c: CPU the server used per call (utime+stime from /proc/PID/stat over"

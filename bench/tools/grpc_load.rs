@@ -7,8 +7,15 @@
 //! many calls were admitted.
 //!
 //! ```text
-//! cargo run --release -p tollgate-server --example grpc_load -- ADDR [CONCURRENCY] [SECONDS] [KEYS] [DOMAIN] [CALLS]
+//! cargo run --release -p tollgate-server --example grpc_load -- ADDR [CONCURRENCY] [SECONDS] [KEYS] [DOMAIN] [CALLS] [DESCRIPTORS]
 //! ```
+//!
+//! DESCRIPTORS shapes the call as Envoy would (default `user={key}`):
+//! descriptors separated by `;`, their entries by `,`, each `KEY=VALUE`; a
+//! value `{key}` is the drawn key (`k<i>`), `{ip}` the drawn key as an IPv4
+//! client address (`10.x.y.z`, as `remote_address` carries it). E.g. Envoy
+//! Gateway's per-client rule plus a route-wide one:
+//! `ROUTE=ROUTE,masked_remote_address=0.0.0.0/0,remote_address={ip};ROUTE=ROUTE,rule-1-match--1=rule-1-match--1`.
 //!
 //! `bench/grpc.sh` runs this against tollgate and a peer (any server of
 //! `envoy.service.ratelimit.v3.RateLimitService`).
@@ -20,6 +27,52 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+/// An entry's value: fixed, or made from the key drawn for the call.
+enum Value {
+    Fixed(String),
+    Key,
+    Ip,
+}
+
+impl Value {
+    fn make(&self, key: u64) -> String {
+        match self {
+            Value::Fixed(v) => v.clone(),
+            Value::Key => format!("k{key}"),
+            Value::Ip => format!(
+                "10.{}.{}.{}",
+                (key >> 16) & 255,
+                (key >> 8) & 255,
+                key & 255
+            ),
+        }
+    }
+}
+
+/// The DESCRIPTORS argument, read once: descriptors of `(key, value)` entries.
+type Shape = Vec<Vec<(String, Value)>>;
+
+fn shape(text: &str) -> Result<Shape, String> {
+    text.split(';')
+        .map(|descriptor| {
+            descriptor
+                .split(',')
+                .map(|entry| {
+                    let (k, v) = entry
+                        .split_once('=')
+                        .ok_or_else(|| format!("DESCRIPTORS: {entry:?} is not KEY=VALUE"))?;
+                    let v = match v {
+                        "{key}" => Value::Key,
+                        "{ip}" => Value::Ip,
+                        v => Value::Fixed(v.to_owned()),
+                    };
+                    Ok((k.to_owned(), v))
+                })
+                .collect()
+        })
+        .collect()
+}
 
 fn arg<T: std::str::FromStr>(n: usize, default: T) -> Result<T, String> {
     match std::env::args().nth(n) {
@@ -39,6 +92,7 @@ async fn main() -> Result<(), String> {
     let keys: u64 = arg(4, 1)?;
     let domain: String = arg(5, "bench".to_owned())?;
     let calls: u64 = arg(6, 0)?;
+    let shape = std::sync::Arc::new(shape(&arg(7, "user={key}".to_owned())?)?);
     if concurrency == 0 || keys == 0 || seconds == 0 {
         return Err("CONCURRENCY, SECONDS and KEYS must be at least 1".to_owned());
     }
@@ -52,6 +106,7 @@ async fn main() -> Result<(), String> {
     for c in 0..concurrency {
         let mut client = client.clone();
         let domain = domain.clone();
+        let shape = std::sync::Arc::clone(&shape);
         let start = std::sync::Arc::clone(&start);
         callers.spawn(async move {
             if calls > 0 {
@@ -74,13 +129,19 @@ async fn main() -> Result<(), String> {
                 let key = if keys == 1 { 0 } else { x % keys };
                 let req = RateLimitRequest {
                     domain: domain.clone(),
-                    descriptors: vec![RateLimitDescriptor {
-                        entries: vec![Entry {
-                            key: "user".to_owned(),
-                            value: format!("k{key}"),
-                        }],
-                        ..RateLimitDescriptor::default()
-                    }],
+                    descriptors: shape
+                        .iter()
+                        .map(|entries| RateLimitDescriptor {
+                            entries: entries
+                                .iter()
+                                .map(|(k, v)| Entry {
+                                    key: k.clone(),
+                                    value: v.make(key),
+                                })
+                                .collect(),
+                            ..RateLimitDescriptor::default()
+                        })
+                        .collect(),
                     hits_addend: 0,
                 };
                 let t = Instant::now();
