@@ -67,6 +67,7 @@ mod usage_metrics;
 mod usage_overrides;
 mod usage_stranded;
 mod validate;
+mod xds_naming;
 mod xds_proto;
 mod xds_resilience;
 mod xds_serve;
