@@ -183,7 +183,8 @@ fn init_tracing() {
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {
-    TcpListener::bind(addr)
+    // `[::]` (an empty HOST) falls back to `0.0.0.0` where IPv6 is off.
+    tollgate_server::compat::listen::bind_any(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr} for the {what}: {e}"))
 }
