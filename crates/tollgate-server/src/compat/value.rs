@@ -22,7 +22,8 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
 
 /// `strconv.ParseInt(s, 0, 64)`: an optional sign, then decimal, `0x`
 /// hex, `0o` or leading-`0` octal, or `0b` binary; `_` between digits
-/// only with a prefix (base 0's rule).
+/// (`1_000`) or after a prefix (`0x_10`), as in Go's literals (base 0's
+/// rule).
 ///
 /// # Errors
 /// Anything else, or out of the `i64` range.
@@ -45,15 +46,13 @@ pub fn parse_int(s: &str) -> Result<i64, String> {
     } else {
         (10, lower.clone(), false)
     };
-    let digits = if prefixed {
-        // underscores only between digits (or after the prefix)
-        if digits.ends_with('_') || digits.contains("__") {
-            return Err(bad());
-        }
-        digits.replace('_', "")
-    } else {
-        digits
-    };
+    // Go's integer literal syntax: `_` only between digits, or between
+    // the prefix and a digit (`0x_1`); so never last, never doubled, and
+    // not first without a prefix.
+    if digits.ends_with('_') || digits.contains("__") || (!prefixed && digits.starts_with('_')) {
+        return Err(bad());
+    }
+    let digits = digits.replace('_', "");
     if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return Err(bad());
     }
@@ -180,9 +179,16 @@ mod tests {
         assert_eq!(parse_int("0b101"), Ok(5));
         assert_eq!(parse_int("0x_1_0"), Ok(16));
         assert_eq!(parse_int("0"), Ok(0));
+        // Base 0 takes Go's literal syntax, underscores included.
+        assert_eq!(parse_int("1_000"), Ok(1000));
+        assert_eq!(parse_int("-1_0"), Ok(-10));
+        assert_eq!(parse_int("0_10"), Ok(8));
         for bad in [
             "",
-            "1_0",
+            "_10",
+            "10_",
+            "1__0",
+            "-_1",
             "08",
             "1.5",
             "ten",
