@@ -110,6 +110,9 @@ fn run_ratelimit() -> ExitCode {
     if let Some(line) = reference.ignored_line() {
         tracing::warn!("{line}");
     }
+    for line in &reference.warnings {
+        tracing::warn!("{line}");
+    }
     match serve_reference(&reference) {
         Ok(()) => {
             tracing::info!("ratelimit: stopped");

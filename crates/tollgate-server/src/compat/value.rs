@@ -134,21 +134,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(total.round() as u64))
 }
 
-/// `k1:v1,k2:v2` (`envconfig`'s map syntax); empty is no pair.
-///
-/// # Errors
-/// A pair without `:`.
-pub fn parse_map(s: &str, separator: char) -> Result<Vec<(String, String)>, String> {
-    if s.is_empty() {
-        return Ok(Vec::new());
+/// The reference's `k1=v1,k2=v2` lists read by hand
+/// (`CONFIG_GRPC_XDS_NODE_METADATA`): each entry split at the first
+/// `separator`; an entry without one is skipped, as the reference skips
+/// it. Returns the pairs and the skipped entries (to warn about).
+#[must_use]
+pub fn parse_map(s: &str, separator: char) -> (Vec<(String, String)>, Vec<String>) {
+    let mut pairs = Vec::new();
+    let mut skipped = Vec::new();
+    for entry in s.split(',') {
+        match entry.split_once(separator) {
+            Some((k, v)) => pairs.push((k.to_owned(), v.to_owned())),
+            // The empty string is no entry; Go's Split still yields one.
+            None if s.is_empty() => {}
+            None => skipped.push(entry.to_owned()),
+        }
     }
-    s.split(',')
-        .map(|pair| {
-            pair.split_once(separator)
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| format!("{pair:?} is not key{separator}value"))
-        })
-        .collect()
+    (pairs, skipped)
 }
 
 #[cfg(test)]
@@ -229,14 +231,24 @@ mod tests {
 
     #[test]
     fn maps() {
-        assert_eq!(parse_map("", '='), Ok(vec![]));
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(parse_map("", '='), (vec![], vec![]));
         assert_eq!(
             parse_map("a=1,b=x=y", '='),
-            Ok(vec![
-                ("a".to_owned(), "1".to_owned()),
-                ("b".to_owned(), "x=y".to_owned())
-            ])
+            (vec![pair("a", "1"), pair("b", "x=y")], vec![])
         );
-        assert!(parse_map("a", ':').is_err());
+        // The reference drops what has no `=`: skipped, not refused.
+        assert_eq!(
+            parse_map("key1:val1", '='),
+            (vec![], vec!["key1:val1".to_owned()])
+        );
+        assert_eq!(
+            parse_map("a=1,", '='),
+            (vec![pair("a", "1")], vec![String::new()])
+        );
+        assert_eq!(
+            parse_map("a=1,b", '='),
+            (vec![pair("a", "1")], vec!["b".to_owned()])
+        );
     }
 }
