@@ -110,6 +110,9 @@ fn run_ratelimit() -> ExitCode {
     if let Some(line) = reference.ignored_line() {
         tracing::warn!("{line}");
     }
+    for line in &reference.warnings {
+        tracing::warn!("{line}");
+    }
     match serve_reference(&reference) {
         Ok(()) => {
             tracing::info!("ratelimit: stopped");
@@ -187,7 +190,8 @@ fn init_tracing() {
 }
 
 async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {
-    TcpListener::bind(addr)
+    // `[::]` (an empty HOST) falls back to `0.0.0.0` where IPv6 is off.
+    tollgate_server::compat::listen::bind_any(addr)
         .await
         .map_err(|e| format!("cannot listen on {addr} for the {what}: {e}"))
 }

@@ -306,7 +306,9 @@ impl AdsServer {
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let service = AggregatedDiscoveryServiceServer::new(Service(Arc::clone(&shared)))
-            .max_decoding_message_size(64 << 20)
+            // grpc-go's default, which Envoy Gateway's server keeps: a
+            // larger request (a huge NACK) ends the stream there, so here.
+            .max_decoding_message_size(4 << 20)
             .max_encoding_message_size(usize::MAX);
         let serve = tokio::spawn(async move {
             let incoming = UnboundedReceiverStream::new(conns_rx);

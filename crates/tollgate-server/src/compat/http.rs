@@ -12,11 +12,13 @@
 //! and under xDS without `FORCE_START_WITHOUT_INITIAL_CONFIG` a first
 //! config applied.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
+use tokio::sync::watch;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
@@ -43,6 +45,9 @@ pub struct ReferenceHttp {
     rules: HealthRules,
     /// Redis has answered once since start.
     store_seen: AtomicBool,
+    /// The xDS client's "a response was applied" (its version may be
+    /// empty: Envoy Gateway's snapshot with no config is version `""`).
+    xds_applied: OnceLock<watch::Receiver<bool>>,
     grpc_health: HealthReporter,
 }
 
@@ -62,8 +67,15 @@ impl ReferenceHttp {
         Self {
             rules,
             store_seen: AtomicBool::new(false),
+            xds_applied: OnceLock::new(),
             grpc_health: HealthReporter::new(),
         }
+    }
+
+    /// Follows the xDS client's first-applied signal (what
+    /// [`crate::xds`]'s start returns) for the first-config check.
+    pub(crate) fn follow_xds(&self, applied: watch::Receiver<bool>) {
+        let _ = self.xds_applied.set(applied);
     }
 
     /// The `grpc.health.v1` reporter the gRPC port serves, whose
@@ -100,7 +112,11 @@ impl ReferenceHttp {
         } else {
             self.store_seen.load(Ordering::Acquire)
         };
-        let config = !self.rules.first_config || !generation.info.version.is_empty();
+        let config = !self.rules.first_config
+            || self
+                .xds_applied
+                .get()
+                .is_some_and(|applied| *applied.borrow());
         store && config && (!self.rules.needs_config || !generation.plan.envoy.domains().is_empty())
     }
 

@@ -123,12 +123,15 @@ pub fn grpc_tls(env: &Env) -> Result<Option<GrpcTls>, Refusal> {
     }))
 }
 
-/// `host_var:port_var`, resolved once now.
+/// `host_var:port_var`, resolved once now. An empty host is every
+/// address, IPv6 and IPv4, as Go's `:port` (the reference joins the two
+/// with `fmt.Sprintf("%s:%d")`); the bind falls back to `0.0.0.0`.
 fn host_port(env: &Env, host_var: &str, port_var: &str, port: u16) -> Result<SocketAddr, Refusal> {
     let host = env.string(host_var, "0.0.0.0")?;
+    let host = if host.is_empty() { "::" } else { host.as_str() };
     let port = u16::try_from(env.int(port_var, i64::from(port))?)
         .map_err(|_| Refusal::new(port_var, "not a port (0 to 65535)"))?;
-    resolve(&host, port).map_err(|why| Refusal::new(host_var, why))
+    resolve(host, port).map_err(|why| Refusal::new(host_var, why))
 }
 
 /// A Go listen address: `host:port`, or `:port` for every address, IPv6
@@ -209,6 +212,19 @@ mod tests {
         assert_eq!(l.metrics, Some(at("[::]:19001")));
         let l = listen(&Env::from_pairs(&[("USE_PROMETHEUS", "true")])).expect("default addr");
         assert_eq!(l.metrics, Some(at("[::]:9090")));
+    }
+
+    #[test]
+    fn an_empty_host_is_every_address() {
+        let l = listen(&Env::from_pairs(&[
+            ("HOST", ""),
+            ("GRPC_HOST", ""),
+            ("DEBUG_HOST", ""),
+        ]))
+        .expect("empty hosts");
+        assert_eq!(l.http, at("[::]:8080"));
+        assert_eq!(l.grpc, at("[::]:8081"));
+        assert_eq!(l.debug, at("[::]:6070"));
     }
 
     #[test]

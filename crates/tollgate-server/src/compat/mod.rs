@@ -51,6 +51,8 @@ pub struct Reference {
     pub health: HealthRules,
     /// The ignored variables that are set, with why each is ignored.
     pub ignored: Vec<(&'static str, &'static str)>,
+    /// Values taken in part, as the reference takes them, to log.
+    pub warnings: Vec<String>,
 }
 
 impl Reference {
@@ -83,6 +85,7 @@ impl Reference {
             logging,
             health,
             ignored: env.ignored_set(),
+            warnings: source::warnings(env)?,
         })
     }
 

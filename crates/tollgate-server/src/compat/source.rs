@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::env::{Env, Refusal};
 use super::value::parse_map;
-use crate::config::{XdsSettings, XdsTls};
+use crate::config::{XdsSettings, XdsTls, check_xds_server};
 
 /// The largest xDS response accepted when `XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES`
 /// is unset or 0 (the reference then takes grpc-go's 4 MiB; 1,000 Envoy
@@ -115,6 +115,22 @@ pub fn limit_source(env: &Env) -> Result<LimitSource, Refusal> {
     }
 }
 
+/// Warnings about values read but partly dropped, as the reference drops
+/// them: `CONFIG_GRPC_XDS_NODE_METADATA` entries without `=`.
+///
+/// # Errors
+/// A value that is not UTF-8.
+pub fn warnings(env: &Env) -> Result<Vec<String>, Refusal> {
+    if env.string("CONFIG_TYPE", "FILE")? != "GRPC_XDS_SOTW" {
+        return Ok(Vec::new());
+    }
+    let (_, skipped) = parse_map(&env.string("CONFIG_GRPC_XDS_NODE_METADATA", "")?, '=');
+    Ok(skipped
+        .iter()
+        .map(|entry| format!("CONFIG_GRPC_XDS_NODE_METADATA: {entry:?} has no '=': skipped"))
+        .collect())
+}
+
 fn runtime_dir(env: &Env) -> Result<RuntimeDir, Refusal> {
     let root = env.string("RUNTIME_ROOT", "/srv/runtime_data/current")?;
     let sub = env.string("RUNTIME_SUBDIRECTORY", "")?;
@@ -138,8 +154,7 @@ fn xds(env: &Env, start_without_config: bool) -> Result<XdsSettings, Refusal> {
             "extra metadata on the xDS stream is not supported",
         ));
     }
-    let node_metadata = parse_map(&env.string("CONFIG_GRPC_XDS_NODE_METADATA", "")?, '=')
-        .map_err(|e| Refusal::new("CONFIG_GRPC_XDS_NODE_METADATA", e))?;
+    let (node_metadata, _) = parse_map(&env.string("CONFIG_GRPC_XDS_NODE_METADATA", "")?, '=');
     let tls = if env.bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", false)? {
         let file = |name: &str| -> Result<Option<PathBuf>, Refusal> {
             Ok(Some(env.string(name, "")?)
@@ -163,20 +178,20 @@ fn xds(env: &Env, start_without_config: bool) -> Result<XdsSettings, Refusal> {
     } else {
         None
     };
-    let initial_backoff = env
-        .duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")?
-        .unwrap_or(Duration::from_secs(10));
-    let max_backoff = env
-        .duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL")?
-        .unwrap_or(Duration::from_secs(60));
-    if initial_backoff.is_zero() || max_backoff < initial_backoff {
-        return Err(Refusal::new(
-            "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-            format!(
-                "the backoff must run from above 0 up: initial {initial_backoff:?}, max {max_backoff:?}"
-            ),
-        ));
-    }
+    // jpillora/backoff's rules, which the reference's client uses: a
+    // minimum of 0 is 100 ms, a maximum of 0 is 10 s, and a minimum at or
+    // above the maximum waits the maximum every time.
+    let initial_backoff = match env.duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL")? {
+        None => Duration::from_secs(10),
+        Some(d) if d.is_zero() => Duration::from_millis(100),
+        Some(d) => d,
+    };
+    let max_backoff = match env.duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL")? {
+        None => Duration::from_secs(60),
+        Some(d) if d.is_zero() => Duration::from_secs(10),
+        Some(d) => d,
+    };
+    let initial_backoff = initial_backoff.min(max_backoff);
     let max_message_bytes = match env.string("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "")?.as_str() {
         "" => DEFAULT_XDS_MAX_MESSAGE,
         v => match super::value::parse_int(v) {
@@ -187,8 +202,11 @@ fn xds(env: &Env, start_without_config: bool) -> Result<XdsSettings, Refusal> {
             Err(e) => return Err(Refusal::new("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", e)),
         },
     };
+    // Checked now, as the reference's grpc.Dial parses it at start.
+    let server = env.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000")?;
+    check_xds_server(&server).map_err(|e| Refusal::new("CONFIG_GRPC_XDS_SERVER_URL", e))?;
     Ok(XdsSettings {
-        server: env.string("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000")?,
+        server,
         node_id: env.string("CONFIG_GRPC_XDS_NODE_ID", "default")?,
         node_metadata,
         tls,
@@ -268,6 +286,84 @@ mod tests {
         assert!(!x.start_without_config);
     }
 
+    fn xds_of(pairs: &[(&str, &str)]) -> XdsSettings {
+        let mut all = vec![("CONFIG_TYPE", "GRPC_XDS_SOTW")];
+        all.extend_from_slice(pairs);
+        match source(&all) {
+            Ok(LimitSource::Xds(x)) => x,
+            other => panic!("{pairs:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn node_metadata_without_equals_is_skipped_as_the_reference_skips_it() {
+        for value in ["key1:val1", "a=1,", "a=1,b", "novalue"] {
+            let pairs = [
+                ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+                ("CONFIG_GRPC_XDS_NODE_METADATA", value),
+            ];
+            let x = xds_of(&pairs[1..]);
+            let kept: Vec<_> = x.node_metadata.iter().map(|(k, _)| k.as_str()).collect();
+            let want: &[&str] = if value.starts_with("a=") { &["a"] } else { &[] };
+            assert_eq!(kept, want, "{value}");
+            let warnings = warnings(&Env::from_pairs(&pairs)).expect("warnings");
+            assert_eq!(warnings.len(), 1, "{value}: {warnings:?}");
+            assert!(warnings[0].contains("CONFIG_GRPC_XDS_NODE_METADATA"));
+        }
+        let clean = [
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_NODE_METADATA", "a=1"),
+        ];
+        assert_eq!(warnings(&Env::from_pairs(&clean)), Ok(vec![]));
+    }
+
+    #[test]
+    fn grpc_go_target_forms_are_read_as_host_and_port() {
+        for url in [
+            "envoy-gateway:18001",
+            "dns:///envoy-gateway:18001",
+            "dns:envoy-gateway:18001",
+            "passthrough:///envoy-gateway:18001",
+        ] {
+            let x = xds_of(&[("CONFIG_GRPC_XDS_SERVER_URL", url)]);
+            assert_eq!(x.server, url);
+            assert_eq!(
+                crate::config::xds_server_authority(&x.server),
+                "envoy-gateway:18001"
+            );
+        }
+    }
+
+    #[test]
+    fn backoff_bounds_clamped_as_jpillora_backoff_does() {
+        let s = Duration::from_secs;
+        let bounds = |pairs: &[(&str, &str)]| {
+            let x = xds_of(pairs);
+            (x.initial_backoff, x.max_backoff)
+        };
+        // A maximum below the default minimum: every wait is the maximum.
+        assert_eq!(
+            bounds(&[("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "5s")]),
+            (s(5), s(5))
+        );
+        assert_eq!(
+            bounds(&[
+                ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "30s"),
+                ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s"),
+            ]),
+            (s(1), s(1))
+        );
+        // Zero: 100 ms for the minimum, 10 s for the maximum.
+        assert_eq!(
+            bounds(&[("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "0s")]),
+            (Duration::from_millis(100), s(60))
+        );
+        assert_eq!(
+            bounds(&[("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "0")]),
+            (s(10), s(10))
+        );
+    }
+
     #[test]
     fn files_under_root_sub_and_app() {
         let got = source(&[
@@ -311,16 +407,19 @@ mod tests {
             (
                 vec![
                     ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-                    ("CONFIG_GRPC_XDS_NODE_METADATA", "novalue"),
+                    ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway"),
                 ],
-                "CONFIG_GRPC_XDS_NODE_METADATA",
+                "CONFIG_GRPC_XDS_SERVER_URL",
             ),
             (
                 vec![
                     ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
-                    ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s"),
+                    (
+                        "CONFIG_GRPC_XDS_SERVER_URL",
+                        "dns://8.8.8.8/envoy-gateway:18001",
+                    ),
                 ],
-                "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+                "CONFIG_GRPC_XDS_SERVER_URL",
             ),
             (
                 vec![

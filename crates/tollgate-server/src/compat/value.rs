@@ -22,7 +22,8 @@ pub fn parse_bool(s: &str) -> Result<bool, String> {
 
 /// `strconv.ParseInt(s, 0, 64)`: an optional sign, then decimal, `0x`
 /// hex, `0o` or leading-`0` octal, or `0b` binary; `_` between digits
-/// only with a prefix (base 0's rule).
+/// (`1_000`) or after a prefix (`0x_10`), as in Go's literals (base 0's
+/// rule).
 ///
 /// # Errors
 /// Anything else, or out of the `i64` range.
@@ -45,15 +46,13 @@ pub fn parse_int(s: &str) -> Result<i64, String> {
     } else {
         (10, lower.clone(), false)
     };
-    let digits = if prefixed {
-        // underscores only between digits (or after the prefix)
-        if digits.ends_with('_') || digits.contains("__") {
-            return Err(bad());
-        }
-        digits.replace('_', "")
-    } else {
-        digits
-    };
+    // Go's integer literal syntax: `_` only between digits, or between
+    // the prefix and a digit (`0x_1`); so never last, never doubled, and
+    // not first without a prefix.
+    if digits.ends_with('_') || digits.contains("__") || (!prefixed && digits.starts_with('_')) {
+        return Err(bad());
+    }
+    let digits = digits.replace('_', "");
     if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return Err(bad());
     }
@@ -135,21 +134,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(total.round() as u64))
 }
 
-/// `k1:v1,k2:v2` (`envconfig`'s map syntax); empty is no pair.
-///
-/// # Errors
-/// A pair without `:`.
-pub fn parse_map(s: &str, separator: char) -> Result<Vec<(String, String)>, String> {
-    if s.is_empty() {
-        return Ok(Vec::new());
+/// The reference's `k1=v1,k2=v2` lists read by hand
+/// (`CONFIG_GRPC_XDS_NODE_METADATA`): each entry split at the first
+/// `separator`; an entry without one is skipped, as the reference skips
+/// it. Returns the pairs and the skipped entries (to warn about).
+#[must_use]
+pub fn parse_map(s: &str, separator: char) -> (Vec<(String, String)>, Vec<String>) {
+    let mut pairs = Vec::new();
+    let mut skipped = Vec::new();
+    for entry in s.split(',') {
+        match entry.split_once(separator) {
+            Some((k, v)) => pairs.push((k.to_owned(), v.to_owned())),
+            // The empty string is no entry; Go's Split still yields one.
+            None if s.is_empty() => {}
+            None => skipped.push(entry.to_owned()),
+        }
     }
-    s.split(',')
-        .map(|pair| {
-            pair.split_once(separator)
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .ok_or_else(|| format!("{pair:?} is not key{separator}value"))
-        })
-        .collect()
+    (pairs, skipped)
 }
 
 #[cfg(test)]
@@ -180,9 +181,16 @@ mod tests {
         assert_eq!(parse_int("0b101"), Ok(5));
         assert_eq!(parse_int("0x_1_0"), Ok(16));
         assert_eq!(parse_int("0"), Ok(0));
+        // Base 0 takes Go's literal syntax, underscores included.
+        assert_eq!(parse_int("1_000"), Ok(1000));
+        assert_eq!(parse_int("-1_0"), Ok(-10));
+        assert_eq!(parse_int("0_10"), Ok(8));
         for bad in [
             "",
-            "1_0",
+            "_10",
+            "10_",
+            "1__0",
+            "-_1",
             "08",
             "1.5",
             "ten",
@@ -223,14 +231,24 @@ mod tests {
 
     #[test]
     fn maps() {
-        assert_eq!(parse_map("", '='), Ok(vec![]));
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(parse_map("", '='), (vec![], vec![]));
         assert_eq!(
             parse_map("a=1,b=x=y", '='),
-            Ok(vec![
-                ("a".to_owned(), "1".to_owned()),
-                ("b".to_owned(), "x=y".to_owned())
-            ])
+            (vec![pair("a", "1"), pair("b", "x=y")], vec![])
         );
-        assert!(parse_map("a", ':').is_err());
+        // The reference drops what has no `=`: skipped, not refused.
+        assert_eq!(
+            parse_map("key1:val1", '='),
+            (vec![], vec!["key1:val1".to_owned()])
+        );
+        assert_eq!(
+            parse_map("a=1,", '='),
+            (vec![pair("a", "1")], vec![String::new()])
+        );
+        assert_eq!(
+            parse_map("a=1,b", '='),
+            (vec![pair("a", "1")], vec!["b".to_owned()])
+        );
     }
 }

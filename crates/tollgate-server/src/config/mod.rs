@@ -83,7 +83,7 @@ pub use status::{
 pub use version::{rfc3339, version_of_files, version_of_text};
 pub use xds::{
     DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_NODE_ID,
-    FILES_AND_XDS, check_server as check_xds_server,
+    FILES_AND_XDS, check_server as check_xds_server, server_authority as xds_server_authority,
 };
 
 #[cfg(test)]

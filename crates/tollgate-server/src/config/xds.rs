@@ -62,16 +62,32 @@ impl XdsSettings {
     }
 }
 
-/// Checks an ADS server address: `host:port`, or `http://` / `https://`
-/// and `host:port`, no path.
+/// The `host:port` of an ADS server address: without `http://` or
+/// `https://`, nor the grpc-go target schemes the reference's client
+/// (grpc-go) reads, `dns:///`, `dns:` and `passthrough:///` (tollgate
+/// resolves the name itself either way).
+#[must_use]
+pub fn server_authority(server: &str) -> &str {
+    for scheme in ["http://", "https://", "dns:///", "passthrough:///"] {
+        if let Some(rest) = server.strip_prefix(scheme) {
+            return rest;
+        }
+    }
+    // `dns:host:port`; `dns:18000` stays a host named dns, and
+    // `dns://resolver/host:port` (a chosen DNS server) is refused below.
+    match server.strip_prefix("dns:") {
+        Some(rest) if !rest.starts_with('/') && rest.contains(':') => rest,
+        _ => server,
+    }
+}
+
+/// Checks an ADS server address: `host:port`, after `http://`,
+/// `https://`, `dns:///`, `dns:` or `passthrough:///`, no path.
 ///
 /// # Errors
 /// What is wrong, with an example.
 pub fn check_server(server: &str) -> Result<(), String> {
-    let rest = server
-        .strip_prefix("http://")
-        .or_else(|| server.strip_prefix("https://"))
-        .unwrap_or(server);
+    let rest = server_authority(server);
     let ok = !rest.is_empty()
         && !rest.contains('/')
         && format!("http://{rest}")
@@ -81,8 +97,8 @@ pub fn check_server(server: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{server:?} is not an ADS server address (e.g. \"envoy-gateway:18001\" or \
-             \"https://envoy-gateway:18001\")"
+            "{server:?} is not an ADS server address (e.g. \"envoy-gateway:18001\", \
+             \"dns:///envoy-gateway:18001\" or \"https://envoy-gateway:18001\")"
         ))
     }
 }
@@ -240,6 +256,25 @@ mod tests {
         Config::parse(text, "t.toml")
             .map(|c| c.envoy_settings.xds.expect("xds"))
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn grpc_go_target_schemes_name_the_host() {
+        for (server, authority) in [
+            ("eg:18001", "eg:18001"),
+            ("http://eg:18001", "eg:18001"),
+            ("https://eg:18001", "eg:18001"),
+            ("dns:///eg:18001", "eg:18001"),
+            ("dns:eg:18001", "eg:18001"),
+            ("passthrough:///eg:18001", "eg:18001"),
+            ("dns:18001", "dns:18001"),
+        ] {
+            assert_eq!(server_authority(server), authority, "{server}");
+            assert_eq!(check_server(server), Ok(()), "{server}");
+        }
+        for bad in ["dns://8.8.8.8/eg:18001", "dns:///eg", "eg", "unix:///s"] {
+            assert!(check_server(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -360,6 +360,7 @@ async fn serve_traced(
         .transpose()?
         .into_iter()
         .collect();
+    let reference_state = reference.as_ref().map(|ports| Arc::clone(&ports.state));
     if let Some(ports) = reference {
         ops.extend(doors::open_reference(
             ports,
@@ -377,6 +378,9 @@ async fn serve_traced(
         let server = settings.server.clone();
         let mut loaded =
             crate::xds::spawn(settings, Arc::clone(&live), shared.clone(), stop_rx.clone())?;
+        if let Some(state) = &reference_state {
+            state.follow_xds(loaded.clone());
+        }
         if wait {
             // As the reference: no door serves before the first config
             // (`start_without_config` serves at once, answering errors).

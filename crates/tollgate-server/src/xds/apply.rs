@@ -19,6 +19,51 @@ use crate::doors::envoy::limits::EnvoyLimits;
 use crate::doors::{Generation, Plan, Shared};
 use crate::rls_conf::{RateLimitConfig, TYPE_URL};
 
+/// The most of a refusal's text sent in a NACK, logged and kept in the
+/// reload status: every error of a large bad snapshot joined is megabytes,
+/// and a NACK over 4 MiB (grpc-go's limit, Envoy Gateway's server's) ends
+/// the stream, which then reconnects and fails again.
+pub(crate) const MESSAGE_CAP: usize = 16 << 10;
+
+/// `message` (one error a line) cut to the whole lines that fit in
+/// [`MESSAGE_CAP`], then how many more there were.
+pub(crate) fn capped(message: &str) -> String {
+    if message.len() <= MESSAGE_CAP {
+        return message.to_owned();
+    }
+    // Room kept for the tail line.
+    let room = MESSAGE_CAP - 64;
+    let lines: Vec<&str> = message.lines().collect();
+    let mut out = String::new();
+    let mut kept = 0;
+    for line in &lines {
+        let sep = usize::from(!out.is_empty());
+        if out.len() + sep + line.len() > room {
+            break;
+        }
+        if sep == 1 {
+            out.push('\n');
+        }
+        out.push_str(line);
+        kept += 1;
+    }
+    if kept == 0 {
+        // One line longer than the cap: its start.
+        let mut end = room;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.push_str(&message[..end]);
+        out.push_str(" …");
+        kept = 1;
+    }
+    let more = lines.len() - kept;
+    if more > 0 {
+        out.push_str(&format!("\n… and {more} more errors"));
+    }
+    out
+}
+
 /// Applies responses to the live generation.
 #[derive(Clone)]
 pub(crate) struct Applier {
@@ -90,6 +135,7 @@ impl Applier {
         let status = &self.shared.status;
         match built {
             Err(message) => {
+                let message = capped(&message);
                 tracing::error!(
                     "xDS config version {version:?} refused; still serving version {} loaded at {}: \
                      {message}",
@@ -129,6 +175,30 @@ impl Applier {
 mod tests {
     use super::*;
     use envoy_types::pb::google::protobuf::Any;
+
+    #[test]
+    fn a_long_refusal_keeps_its_first_errors_and_counts_the_rest() {
+        let lines: Vec<String> = (0..10_000)
+            .map(|i| format!("domain d{i}: descriptor k: a bad limit, explained at length"))
+            .collect();
+        let all = lines.join("\n");
+        let cut = capped(&all);
+        assert!(cut.len() <= MESSAGE_CAP, "{}", cut.len());
+        assert!(cut.starts_with(&lines[0]), "{cut}");
+        let kept = cut.lines().count() - 1;
+        assert!(
+            cut.ends_with(&format!("… and {} more errors", 10_000 - kept)),
+            "{cut}"
+        );
+        assert_eq!(capped("short"), "short");
+        let one = "é".repeat(MESSAGE_CAP);
+        let cut = capped(&one);
+        assert!(
+            cut.len() <= MESSAGE_CAP && cut.starts_with('é'),
+            "{}",
+            cut.len()
+        );
+    }
 
     #[test]
     fn resources_of_another_type_or_bad_bytes_are_named_by_position() {

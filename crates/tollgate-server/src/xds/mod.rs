@@ -45,10 +45,7 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// The endpoint of `server`. TLS is done by our connector, so the URI is
 /// always `http://` (tonic refuses `https://` without its own TLS).
 fn endpoint(server: &str) -> Result<Endpoint, String> {
-    let rest = server
-        .strip_prefix("https://")
-        .or_else(|| server.strip_prefix("http://"))
-        .unwrap_or(server);
+    let rest = crate::config::xds_server_authority(server);
     let endpoint = Endpoint::from_shared(format!("http://{rest}"))
         .map_err(|e| format!("[envoy.xds] server {server:?}: {e}"))?;
     Ok(endpoint

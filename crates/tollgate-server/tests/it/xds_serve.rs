@@ -240,3 +240,47 @@ fn the_xds_flags_need_no_config_file() {
     let req = eg_request("d", "route", 0);
     assert_eq!(codes(&rt, &mut c, &req, 2), ["OK", "OVER_LIMIT"]);
 }
+
+#[test]
+fn a_huge_bad_snapshot_is_nacked_with_its_first_errors_under_grpc_gos_limit() {
+    let rt = runtime();
+    let ads = rt.block_on(ads(None));
+    set(&ads, "1", &[eg_domain("d", "route", &[(2, Hour)])]);
+    let server = Tollgate::start(&toml(&ads.addr().to_string(), ""), ARGS);
+    rt.block_on(acked(&ads, "1"));
+    // 30,000 limits without a unit (100 domains of 300), one error of
+    // about 200 bytes each: joined whole, the NACK would pass the 4 MiB a
+    // grpc-go server (the harness's default, Envoy Gateway's) decodes, and
+    // the stream would die instead.
+    let bad = vec![(5, Unknown); 300];
+    let domains: Vec<_> = (0..100)
+        .map(|i| {
+            eg_domain(
+                &format!("default/envoy-gateway-{i}/http"),
+                "httproute/default/a-route-with-a-long-name",
+                &bad,
+            )
+        })
+        .collect();
+    set(&ads, "2", &domains);
+    let nack = rt.block_on(nacked(&ads, 0));
+    assert_eq!(nack.version_info, "1");
+    let message = nack.error_detail.expect("error_detail").message;
+    assert!(message.len() <= 16 << 10, "{} bytes", message.len());
+    assert!(
+        message.contains("rule-0-match-0"),
+        "the first error: {message}"
+    );
+    assert!(message.ends_with("more errors"), "{message}");
+    let rules = crate::support::get(server.api(), "/v1/rules").json();
+    let shown = rules["reload_error"]["message"]
+        .as_str()
+        .expect("reload_error");
+    assert!(shown.len() <= 16 << 10, "{} bytes", shown.len());
+    assert!(
+        server.log().len() < 1 << 20,
+        "{} bytes of log",
+        server.log().len()
+    );
+    assert_eq!(config_version(&server), "1");
+}

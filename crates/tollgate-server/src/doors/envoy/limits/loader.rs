@@ -42,6 +42,11 @@ pub(super) struct Loader {
     pub(super) out: EnvoyLimits,
     /// Rule names in use.
     pub(super) used: HashSet<String>,
+    /// The config's own rule names, which the Envoy rules go around.
+    taken: HashSet<String>,
+    /// The raw path of each rule in `out.rules`, for the final names
+    /// (`naming::settle`).
+    pub(super) rule_paths: Vec<String>,
     /// Domain -> the file that defined it first.
     pub(super) files: HashMap<String, String>,
     /// One domain may be spread over several files (`--envoy-merge-domains`,
@@ -63,6 +68,8 @@ impl Loader {
         Self {
             out: EnvoyLimits::default(),
             used: taken.iter().map(|&s| s.to_owned()).collect(),
+            taken: taken.iter().map(|&s| s.to_owned()).collect(),
+            rule_paths: Vec::new(),
             files: HashMap::new(),
             merge_domains,
             node_files: HashMap::new(),
@@ -75,11 +82,28 @@ impl Loader {
     pub(super) fn finish(mut self) -> Result<EnvoyLimits, ConfigErrors> {
         if self.errors.is_empty() {
             self.override_rules();
+            self.settle_names();
             Ok(self.out)
         } else {
             Err(ConfigErrors {
                 errors: self.errors,
             })
+        }
+    }
+
+    /// Renames every rule to its load-order-free name
+    /// (`naming::settle`).
+    fn settle_names(&mut self) {
+        let names = super::naming::settle(&self.rule_paths, &self.taken);
+        for (rule, name) in self.out.rules.iter_mut().zip(names) {
+            if rule.name() != name {
+                let mut spec = rule.spec();
+                spec.name = name;
+                // The same checked spec under another valid name.
+                if let Ok(renamed) = spec.build() {
+                    *rule = renamed;
+                }
+            }
         }
     }
 

@@ -2,14 +2,23 @@
 //! ([`store_key`]), and the tollgate rule generated for a limit
 //! ([`rule_name`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use tollgate::limits::MAX_NAME_LEN;
 
-/// A unique rule name for the node at `path` (see
-/// [`super::EnvoyLimits::rules`]), added to `used`.
+/// The rule name for the node at `path` before [`settle`]: its
+/// [`base_name`], made unique against `used` by `.2`, `.3`, ... (in load
+/// order; [`settle`] makes the final names independent of it).
 pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
-    let mut base: String = "envoy."
+    let name = numbered(used, &base_name(path));
+    used.insert(name.clone());
+    name
+}
+
+/// `envoy.` + `path` with every character outside `[A-Za-z0-9_.-]` as
+/// `_`, [`shortened`] when longer than a rule name may be.
+fn base_name(path: &str) -> String {
+    let base: String = "envoy."
         .chars()
         .chain(path.chars().map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
@@ -21,9 +30,15 @@ pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
         .collect();
     // Every character is ASCII now, so any byte length is a boundary.
     if base.len() > MAX_NAME_LEN {
-        base = shortened(&base);
+        shortened(&base)
+    } else {
+        base
     }
-    let mut name = base.clone();
+}
+
+/// `base`, or `base.N` for the first `N` from 2 not in `used`.
+fn numbered(used: &HashSet<String>, base: &str) -> String {
+    let mut name = base.to_owned();
     let mut n = 2u64;
     while used.contains(&name) {
         let suffix = format!(".{n}");
@@ -31,8 +46,51 @@ pub(super) fn rule_name(used: &mut HashSet<String>, path: &str) -> String {
         name = format!("{stem}{suffix}");
         n += 1;
     }
-    used.insert(name.clone());
     name
+}
+
+/// Hex digits of a raw path's digest in a colliding name.
+const TAG_LEN: usize = 8;
+
+/// The final rule names, for the rules loaded from `paths` (one each, in
+/// rule order) beside the names in `taken` (the config's own rules).
+///
+/// Counters are kept across reloads by rule name, so a name must follow
+/// its limit whatever the order of the limits: Envoy Gateway builds its
+/// snapshot from Go maps, and a load-order `.2` could hand one limit's
+/// counter to another. So every member of a group of paths that sanitize
+/// to one name takes `.` and a digest of its own raw path; the rest keep
+/// their plain name (`.2` only beside a taken name). Names are assigned
+/// in raw-path order, so even the fallback `.N` (a digest clash) does not
+/// depend on load order.
+pub(super) fn settle(paths: &[String], taken: &HashSet<String>) -> Vec<String> {
+    let bases: Vec<String> = paths.iter().map(|p| base_name(p)).collect();
+    let mut group: HashMap<&str, usize> = HashMap::new();
+    for base in &bases {
+        *group.entry(base).or_default() += 1;
+    }
+    let wanted: Vec<String> = paths
+        .iter()
+        .zip(&bases)
+        .map(|(path, base)| {
+            if group[base.as_str()] == 1 {
+                return base.clone();
+            }
+            let digest = tollgate_http::extract::digest_key("", path.as_bytes());
+            let stem = &base[..base.len().min(MAX_NAME_LEN - TAG_LEN - 1)];
+            format!("{stem}.{}", &digest[..TAG_LEN])
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..paths.len()).collect();
+    order.sort_by(|&a, &b| (&wanted[a], &paths[a]).cmp(&(&wanted[b], &paths[b])));
+    let mut used = taken.clone();
+    let mut names = vec![String::new(); paths.len()];
+    for i in order {
+        let name = numbered(&used, &wanted[i]);
+        used.insert(name.clone());
+        names[i] = name;
+    }
+    names
 }
 
 /// How many bytes of a long name's start and end [`shortened`] keeps.

@@ -36,10 +36,8 @@ impl Loader {
         for domain in domains {
             let mut by_unit = [0; Unit::ALL.len()];
             for (slot, unit) in by_unit.iter_mut().zip(Unit::ALL) {
-                let name = rule_name(
-                    &mut self.used,
-                    &format!("{domain}.limit_override.{}", unit.as_str()),
-                );
+                let path = format!("{domain}.limit_override.{}", unit.as_str());
+                let name = rule_name(&mut self.used, &path);
                 let spec = RuleSpec::new(
                     name,
                     Algorithm::FixedWindow,
@@ -50,6 +48,7 @@ impl Loader {
                 let Ok(rule) = spec.build() else { continue };
                 *slot = self.out.rules.len();
                 self.out.rules.push(rule);
+                self.rule_paths.push(path);
             }
             rules.insert(domain, by_unit);
         }

@@ -163,6 +163,7 @@ impl Loader {
                 Ok(rule) => {
                     limit.rule = Some(self.out.rules.len());
                     self.out.rules.push(rule);
+                    self.rule_paths.push(path.to_owned());
                 }
                 Err(e) => {
                     let name = match e.field {

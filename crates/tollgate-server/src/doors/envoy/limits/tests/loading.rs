@@ -243,8 +243,10 @@ descriptors:
     );
     let limits = EnvoyLimits::parse(&[("t.yaml".into(), yaml)], &["envoy.d.taken"]).unwrap();
     let names: Vec<&str> = limits.rules().iter().map(Rule::name).collect();
-    assert_eq!(names[0], "envoy.d.path__a_b");
-    assert_eq!(names[1], "envoy.d.path__a_b.2");
+    // Two paths sanitized alike: each takes a digest of its own raw path,
+    // so neither name depends on which was loaded first.
+    assert_eq!(names[0], tagged("envoy.d.path__a_b", "d.path_/a b"));
+    assert_eq!(names[1], tagged("envoy.d.path__a_b", "d.path_/a_b"));
     assert_eq!(names[2], "envoy.d.taken.2");
     // Too long: the start and the end around a digest of the whole, so
     // two long paths differing only at their end keep distinct names
@@ -280,7 +282,10 @@ fn rule_names_are_unique_across_files_and_past_nine() {
     )
     .unwrap();
     let names: Vec<&str> = limits.rules().iter().map(Rule::name).collect();
-    assert_eq!(names, ["envoy.d_.k", "envoy.d_.k.2"]);
+    assert_eq!(
+        names,
+        [tagged("envoy.d_.k", "d/.k"), tagged("envoy.d_.k", "d?.k")]
+    );
 
     let nested = ok("
 domain: d
@@ -301,9 +306,46 @@ descriptors:
             .collect();
     let limits = ok(&yaml);
     let names: Vec<&str> = limits.rules().iter().map(Rule::name).collect();
-    assert_eq!(names[0], "envoy.d.k__");
-    assert_eq!(names[1], "envoy.d.k__.2");
-    assert_eq!(names[10], "envoy.d.k__.11");
+    assert_eq!(names[0], tagged("envoy.d.k__", "d.k_!"));
+    assert_eq!(names[1], tagged("envoy.d.k__", "d.k_@"));
+    assert_eq!(names[10], tagged("envoy.d.k__", "d.k_~"));
+    assert_eq!(names.iter().collect::<HashSet<_>>().len(), 11);
+}
+
+/// `base` and the first 8 hex digits of the raw path's digest: the name
+/// of each member of a group of paths that sanitize alike.
+fn tagged(base: &str, raw_path: &str) -> String {
+    let digest = tollgate_http::extract::digest_key("", raw_path.as_bytes());
+    format!("{base}.{}", &digest[..8])
+}
+
+#[test]
+fn rule_names_do_not_depend_on_load_order() {
+    let domain = |d: &str| {
+        format!(
+            "domain: '{d}'\ndescriptors:\n  - key: k\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n  - key: p\n    value: '/a b'\n    rate_limit: {{unit: second, requests_per_unit: 2}}\n  - key: p\n    value: '/a_b'\n    rate_limit: {{unit: second, requests_per_unit: 3}}\n"
+        )
+    };
+    let named = |files: &[(&str, String)]| {
+        let files: Vec<(String, String)> = files
+            .iter()
+            .map(|(n, t)| ((*n).to_owned(), t.clone()))
+            .collect();
+        let limits = EnvoyLimits::parse(&files, &[]).unwrap();
+        let mut by_path: Vec<(String, String)> = limits
+            .limits()
+            .map(|l| {
+                let rule = &limits.rules()[l.rule.expect("a rule")];
+                (l.path.clone(), rule.name().to_owned())
+            })
+            .collect();
+        by_path.sort();
+        by_path
+    };
+    let one = named(&[("1.yaml", domain("d/")), ("2.yaml", domain("d?"))]);
+    let two = named(&[("1.yaml", domain("d?")), ("2.yaml", domain("d/"))]);
+    assert_eq!(one, two);
+    assert_eq!(one.len(), 6);
 }
 
 #[test]
