@@ -22,7 +22,6 @@ fn each_refused_variable_exits_non_zero_naming_it() {
         ("USE_STATSD", "true"),
         ("USE_DOG_STATSD", "true"),
         ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
-        ("SHADOW_MODE", "true"),
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
         ("GRPC_UDS", "/run/rl.sock"),
         ("REDIS_SOCKET_TYPE", "unix"),

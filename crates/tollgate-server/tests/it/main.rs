@@ -13,6 +13,7 @@ mod support;
 mod admin;
 mod compat_entry;
 mod compat_refusals;
+mod compat_store_failure;
 mod dashboard;
 mod envoy;
 mod envoy_examples;
