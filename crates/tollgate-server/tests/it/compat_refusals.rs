@@ -41,6 +41,10 @@ fn each_refused_variable_exits_non_zero_naming_it() {
         if variable == "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS" {
             env.push(("CONFIG_TYPE", "GRPC_XDS_SOTW"));
         }
+        if variable == "PROMETHEUS_PATH" {
+            // Read only for the Prometheus sink, as the reference.
+            env.push(("USE_PROMETHEUS", "true"));
+        }
         if variable == "GRPC_SERVER_TLS_CERT" {
             env.push(("GRPC_SERVER_USE_TLS", "true"));
             env.push(("GRPC_SERVER_TLS_KEY", "/nonexistent/tls.key"));
