@@ -76,6 +76,10 @@ pub const ENVOY_UNKNOWN_DOMAIN: &str = "tollgate_envoy_unknown_domain_requests_t
 pub const ENVOY_DESCRIPTORS: &str = "tollgate_envoy_descriptors_total";
 /// `tollgate_envoy_metric_keys_folded_total`.
 pub const ENVOY_FOLDED: &str = "tollgate_envoy_metric_keys_folded_total";
+/// `tollgate_envoy_shadow_mode_answers_total`: answers `[envoy]
+/// shadow_mode` turned from `OVER_LIMIT` to `OK` (the reference's
+/// `global_shadow_mode`).
+pub const ENVOY_SHADOW_MODE: &str = "tollgate_envoy_shadow_mode_answers_total";
 
 /// `tollgate_build_info{version}`: always 1.
 pub const BUILD_INFO: &str = "tollgate_build_info";

@@ -67,8 +67,9 @@ pub fn listen(env: &Env) -> Result<Listen, Refusal> {
             "there is no DogStatsD sink: set USE_PROMETHEUS=true",
         ));
     }
+    // The reference serves it only with USE_PROMETHEUS.
     let path = env.string("PROMETHEUS_PATH", "/metrics")?;
-    if path != "/metrics" {
+    if path != "/metrics" && env.bool("USE_PROMETHEUS", false)? {
         return Err(Refusal::new(
             "PROMETHEUS_PATH",
             format!("{path:?}: metrics are served at /metrics only"),
@@ -236,7 +237,10 @@ mod tests {
             (vec![("HOST", "no such host.invalid")], "HOST"),
             (vec![("USE_STATSD", "true")], "USE_STATSD"),
             (vec![("USE_DOG_STATSD", "true")], "USE_DOG_STATSD"),
-            (vec![("PROMETHEUS_PATH", "/m")], "PROMETHEUS_PATH"),
+            (
+                vec![("PROMETHEUS_PATH", "/m"), ("USE_PROMETHEUS", "true")],
+                "PROMETHEUS_PATH",
+            ),
             (
                 vec![("USE_PROMETHEUS", "true"), ("PROMETHEUS_ADDR", "19001")],
                 "PROMETHEUS_ADDR",

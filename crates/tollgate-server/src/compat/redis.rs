@@ -69,8 +69,10 @@ pub fn store(env: &Env) -> Result<StoreConfig, Refusal> {
         ..StoreConfig::default()
     };
     credentials(env, &mut store)?;
+    // The reference uses it for REDIS_TYPE=sentinel only.
     if let Some(sentinel_auth) = env.get("REDIS_SENTINEL_AUTH")?
         && !sentinel_auth.is_empty()
+        && kind == "sentinel"
     {
         return Err(Refusal::new(
             "REDIS_SENTINEL_AUTH",
@@ -339,7 +341,11 @@ mod tests {
             (vec![tcp, url, ("REDIS_TLS", "yes")], "REDIS_TLS"),
             (vec![tcp, url, ("REDIS_TIMEOUT", "10")], "REDIS_TIMEOUT"),
             (
-                vec![tcp, url, ("REDIS_SENTINEL_AUTH", "x")],
+                vec![
+                    ("REDIS_TYPE", "sentinel"),
+                    ("REDIS_URL", "m,s1:26379"),
+                    ("REDIS_SENTINEL_AUTH", "x"),
+                ],
                 "REDIS_SENTINEL_AUTH",
             ),
             (
@@ -386,6 +392,18 @@ mod tests {
             let err = store_of(&pairs).expect_err(variable);
             assert_eq!(err.variable, variable, "{pairs:?}: {err}");
         }
+    }
+
+    #[test]
+    fn sentinel_auth_is_unused_but_for_sentinel() {
+        // As the reference: only its sentinel dialer reads it.
+        let s = store_of(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "h:1"),
+            ("REDIS_SENTINEL_AUTH", "x"),
+        ])
+        .expect("single");
+        assert_eq!(s.url.to_string(), "redis://h:1/0");
     }
 
     #[test]

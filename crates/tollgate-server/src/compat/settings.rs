@@ -2,7 +2,9 @@
 //! `[tracing]`, its logging settings, and what `/healthcheck` waits for.
 
 use super::env::{Env, Refusal};
-use crate::config::{EnvoyHeaders, EnvoySettings, MetricsConfig, OtlpProtocol, TracingConfig};
+use crate::config::{
+    EnvoyHeaders, EnvoySettings, MetricsConfig, OtlpProtocol, StoreFailure, TracingConfig,
+};
 
 /// `LOG_LEVEL` and `LOG_FORMAT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,19 +32,15 @@ pub struct HealthRules {
 }
 
 /// `[envoy]` from the reference's limiting switches; `count_own_cost`
-/// on, as the reference counts.
+/// on, as the reference counts, and `store_failure = "error"`, as the
+/// reference answers a Redis error (a gRPC error, so Envoy's
+/// `failure_mode_deny` decides).
 ///
 /// # Errors
-/// A value that does not parse, or `SHADOW_MODE` or
+/// A value that does not parse, or
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` on.
 pub fn envoy(env: &Env) -> Result<EnvoySettings, Refusal> {
     let defaults = EnvoySettings::default();
-    if env.bool("SHADOW_MODE", false)? {
-        return Err(Refusal::new(
-            "SHADOW_MODE",
-            "a global shadow mode is not supported: set shadow_mode on the descriptors",
-        ));
-    }
     if env.bool("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)? {
         return Err(Refusal::new(
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
@@ -63,6 +61,8 @@ pub fn envoy(env: &Env) -> Result<EnvoySettings, Refusal> {
         quota_mode: env.bool("QUOTA_MODE", false)?,
         response_dynamic_metadata: env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
         count_own_cost: true,
+        store_failure: StoreFailure::Error,
+        shadow_mode: env.bool("SHADOW_MODE", false)?,
         xds: None,
     })
 }
@@ -210,6 +210,7 @@ mod tests {
             s,
             EnvoySettings {
                 count_own_cost: true,
+                store_failure: StoreFailure::Error,
                 ..EnvoySettings::default()
             }
         );
@@ -234,10 +235,14 @@ mod tests {
             ("X-L", "X-R", "X-T")
         );
         assert!(s.merge_domains && s.quota_mode && s.response_dynamic_metadata && s.count_own_cost);
-        for variable in ["SHADOW_MODE", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"] {
-            let err = envoy(&Env::from_pairs(&[(variable, "true")])).expect_err(variable);
-            assert_eq!(err.variable, variable);
-        }
+        assert!(!s.shadow_mode);
+        let s = envoy(&Env::from_pairs(&[("SHADOW_MODE", "true")])).expect("shadow");
+        assert!(s.shadow_mode);
+        let err = envoy(&Env::from_pairs(&[("SHADOW_MODE", "on")])).expect_err("on");
+        assert_eq!(err.variable, "SHADOW_MODE");
+        let variable = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT";
+        let err = envoy(&Env::from_pairs(&[(variable, "true")])).expect_err(variable);
+        assert_eq!(err.variable, variable);
     }
 
     #[test]

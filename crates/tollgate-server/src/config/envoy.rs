@@ -5,7 +5,7 @@
 use toml::de::{DeTable, DeValue};
 
 use super::checker::{Checker, join};
-use super::model::{EnvoyHeaders, EnvoySettings};
+use super::model::{EnvoyHeaders, EnvoySettings, StoreFailure};
 
 const ENVOY_FIELDS: &[&str] = &[
     "merge_domains",
@@ -16,6 +16,8 @@ const ENVOY_FIELDS: &[&str] = &[
     "quota_mode",
     "response_dynamic_metadata",
     "count_own_cost",
+    "store_failure",
+    "shadow_mode",
 ];
 
 impl Checker<'_> {
@@ -61,6 +63,20 @@ impl Checker<'_> {
         }
         if let Some(b) = self.boolean(t, path, "count_own_cost") {
             envoy.count_own_cost = b;
+        }
+        if let Some(b) = self.boolean(t, path, "shadow_mode") {
+            envoy.shadow_mode = b;
+        }
+        if let Some((name, span)) = self.string(t, path, "store_failure") {
+            match name {
+                "policy" => envoy.store_failure = StoreFailure::Policy,
+                "error" => envoy.store_failure = StoreFailure::Error,
+                other => self.error(
+                    &span,
+                    join(path, "store_failure"),
+                    format!("unknown store_failure {other:?}; expected \"policy\" or \"error\""),
+                ),
+            }
         }
         if let Some(value) = t.get("xds") {
             match value.get_ref() {

@@ -360,9 +360,30 @@ pub struct EnvoySettings {
     /// request and response costs; docs/envoy.md). Default false: such a
     /// cost is a check, consuming only if it fits.
     pub count_own_cost: bool,
+    /// `store_failure`: how a call whose store failed is answered
+    /// (docs/envoy.md, "Cost and store failures").
+    pub store_failure: StoreFailure,
+    /// `shadow_mode` (the reference's `SHADOW_MODE`): every answer's
+    /// `overall_code` is `OK`; limits are counted and their statuses
+    /// reported as without it (docs/envoy.md, "Shadow mode").
+    pub shadow_mode: bool,
     /// `[envoy.xds]`: the Envoy limits come from an ADS server instead of
     /// `--envoy-config` files (docs/xds.md); the two never combine.
     pub xds: Option<XdsSettings>,
+}
+
+/// `[envoy] store_failure`: what the Envoy door answers when a store
+/// call it made failed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// `"policy"` (default): each rule's `on_error` answers (`allow`:
+    /// `OK` with no numbers, `deny`: `OVER_LIMIT`, `local`: the
+    /// in-process decision).
+    #[default]
+    Policy,
+    /// `"error"`: the call fails with gRPC `UNKNOWN`, as the reference
+    /// answers a Redis error, so Envoy's `failure_mode_deny` decides.
+    Error,
 }
 
 /// `[envoy.xds]`: where and how the Envoy limits are subscribed to over
@@ -503,6 +524,8 @@ impl Default for EnvoySettings {
             quota_mode: false,
             response_dynamic_metadata: false,
             count_own_cost: false,
+            store_failure: StoreFailure::Policy,
+            shadow_mode: false,
             xds: None,
         }
     }

@@ -425,7 +425,7 @@ fn metrics_near_limit_ratio() {
              top_denied_capacity, top_denied_epoch, reference_names",
             "t.toml:11: envoy.near_limit_ratio: unknown field; expected one of merge_domains, \
              response_headers, limit_header, remaining_header, reset_header, quota_mode, \
-             response_dynamic_metadata, count_own_cost",
+             response_dynamic_metadata, count_own_cost, store_failure, shadow_mode",
         ]
     );
     for (bad, why) in [
@@ -625,5 +625,26 @@ fn envoy_count_own_cost() {
     assert!(
         got[0].starts_with("t.toml:2: envoy.count_own_cost: "),
         "{got:?}"
+    );
+}
+
+#[test]
+fn envoy_store_failure_and_shadow_mode() {
+    let rule = "[[rules]]\nname='a'\nalgorithm='gcra'\nlimit=1\nperiod='1s'\n";
+    let parse = |table: &str| Config::parse(&format!("{table}{rule}"), "t.toml");
+    let default = parse("").expect("valid").envoy_settings;
+    assert_eq!(default.store_failure, StoreFailure::Policy);
+    assert!(!default.shadow_mode);
+    let set = parse("[envoy]\nstore_failure = \"error\"\nshadow_mode = true\n")
+        .expect("valid")
+        .envoy_settings;
+    assert_eq!(set.store_failure, StoreFailure::Error);
+    assert!(set.shadow_mode);
+    let got = errors(&format!("[envoy]\nstore_failure = \"deny\"\n{rule}"));
+    assert_eq!(
+        got,
+        [
+            "t.toml:2: envoy.store_failure: unknown store_failure \"deny\"; expected \"policy\" or \"error\""
+        ]
     );
 }

@@ -130,6 +130,8 @@ impl Generation {
             .with_response_headers(headers)
             .with_quota_mode(settings.quota_mode)
             .with_count_own_cost(settings.count_own_cost)
+            .with_store_failure(settings.store_failure)
+            .with_shadow_mode(settings.shadow_mode)
             .with_dynamic_metadata(settings.response_dynamic_metadata);
         if let Some(previous) = previous {
             envoy = envoy.keeping_metrics_of(&previous.envoy);

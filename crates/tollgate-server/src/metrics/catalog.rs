@@ -115,6 +115,11 @@ pub const FAMILIES: &[Family] = &[
         "Envoy descriptors counted under key=\"_other\" because the key cap was reached.",
     ),
     (
+        super::ENVOY_SHADOW_MODE,
+        Kind::Counter,
+        "Envoy answers [envoy] shadow_mode turned from OVER_LIMIT to OK (the reference's global_shadow_mode).",
+    ),
+    (
         super::ENVOY_UNKNOWN_DOMAIN,
         Kind::Counter,
         "Envoy requests for a domain no config defines (answered OK, unlimited).",

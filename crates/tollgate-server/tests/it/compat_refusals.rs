@@ -22,7 +22,6 @@ fn each_refused_variable_exits_non_zero_naming_it() {
         ("USE_STATSD", "true"),
         ("USE_DOG_STATSD", "true"),
         ("CONFIG_TYPE", "GRPC_XDS_DELTA"),
-        ("SHADOW_MODE", "true"),
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
         ("GRPC_UDS", "/run/rl.sock"),
         ("REDIS_SOCKET_TYPE", "unix"),
@@ -41,6 +40,10 @@ fn each_refused_variable_exits_non_zero_naming_it() {
         env.push((variable, value));
         if variable == "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS" {
             env.push(("CONFIG_TYPE", "GRPC_XDS_SOTW"));
+        }
+        if variable == "PROMETHEUS_PATH" {
+            // Read only for the Prometheus sink, as the reference.
+            env.push(("USE_PROMETHEUS", "true"));
         }
         if variable == "GRPC_SERVER_TLS_CERT" {
             env.push(("GRPC_SERVER_USE_TLS", "true"));

@@ -15,6 +15,7 @@ mod compat_entry;
 mod compat_refusals;
 mod compat_reload;
 mod compat_xds_health;
+mod compat_store_failure;
 mod dashboard;
 mod eg_end_to_end;
 mod envoy;

@@ -47,11 +47,6 @@ pub(crate) enum Plan<'a> {
 }
 
 impl Plan<'_> {
-    /// Whether this is a counted limit doing `op`, in shadow mode or not.
-    pub(crate) fn is(&self, op: Op, shadow: bool) -> bool {
-        matches!(self, Plan::Counted { limit, op: o, .. } if *o == op && limit.shadow_mode == shadow)
-    }
-
     /// Whether this is an own cost counted under `count_own_cost`.
     pub(crate) fn counts_own(&self) -> bool {
         matches!(self, Plan::Counted { own: true, .. })

@@ -72,6 +72,7 @@ use futures_util::future::join_all;
 use tollgate::resilient::Refusal;
 use tollgate::{Check, DecidedBy, Decision, LimitSource, OnError, Op};
 
+use crate::config::StoreFailure;
 use crate::doors::envoy::detailed::{DetailedMetrics, Outcome};
 use crate::doors::envoy::headers::ResponseHeaders;
 use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
@@ -106,6 +107,12 @@ pub struct EnvoyService {
     /// `[envoy] response_dynamic_metadata`: answers carry the request and
     /// its passed limits' `metadata` as dynamic metadata.
     dynamic_metadata: bool,
+    /// `[envoy] store_failure = "error"`: a failed store call fails the
+    /// call with gRPC `UNKNOWN` instead of the failure policy's answer.
+    store_error: bool,
+    /// `[envoy] shadow_mode`: every limit decided on its own and counted,
+    /// statuses as they are, `overall_code` always `OK`.
+    shadow_mode: bool,
     /// Metrics by runtime values (`detailed_metric`, `value_to_metric`);
     /// shared with the services of later reloads, so the key cap holds
     /// across them.
@@ -149,6 +156,8 @@ impl EnvoyService {
             quota_mode: false,
             count_own_cost: false,
             dynamic_metadata: false,
+            store_error: false,
+            shadow_mode: false,
             detailed: Arc::default(),
             unknown: UnknownDomains::default(),
             reference: None,
@@ -220,11 +229,33 @@ impl EnvoyService {
         self.reference.as_ref().map(ReferenceSeries::metrics)
     }
 
+    /// Answers a call whose store failed as `failure` says (`[envoy]
+    /// store_failure`): the failure policy's answer, or gRPC `UNKNOWN`
+    /// naming the failure, as the reference answers a Redis error.
+    #[must_use]
+    pub fn with_store_failure(mut self, failure: StoreFailure) -> Self {
+        self.store_error = failure == StoreFailure::Error;
+        self
+    }
+
+    /// With `on`, every limit is in shadow mode as the reference's
+    /// `SHADOW_MODE` puts it (`[envoy] shadow_mode`): each decided on its
+    /// own and counted, its status as it decides (`OVER_LIMIT` included),
+    /// the answer's `overall_code` always `OK` (docs/envoy.md, "Shadow
+    /// mode").
+    #[must_use]
+    pub fn with_shadow_mode(mut self, on: bool) -> Self {
+        self.shadow_mode = on;
+        self
+    }
+
     /// Decides one request (the gRPC method without its transport).
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` naming what is wrong with the request;
-    /// `UNAVAILABLE` ([`NO_CONFIG`]) under xDS before the first config.
+    /// `UNAVAILABLE` ([`NO_CONFIG`]) under xDS before the first config;
+    /// `UNKNOWN` when a store call failed under `[envoy] store_failure =
+    /// "error"`.
     pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
         if self.limits.awaiting() {
             // As the reference before its first xDS config: an error,
@@ -258,10 +289,13 @@ impl EnvoyService {
             Some(_) => vec![None; plans.len()],
             None => Vec::new(),
         };
-        let zero_enforced = plans
-            .iter()
-            .zip(&quota)
-            .any(|(p, &q)| !q && matches!(p, Plan::Zero(l) if !l.shadow_mode));
+        // Under `shadow_mode` nothing denies, so nothing makes the checks
+        // read only.
+        let zero_enforced = !self.shadow_mode
+            && plans
+                .iter()
+                .zip(&quota)
+                .any(|(p, &q)| !q && matches!(p, Plan::Zero(l) if !l.shadow_mode));
 
         // Own costs under `count_own_cost`, first: counted in full whatever
         // they answer (the reference's INCRBY), each OVER_LIMIT when it
@@ -272,9 +306,10 @@ impl EnvoyService {
             statuses[i] = s;
             decided[i] = by;
         }
-        let own_over = plans.iter().enumerate().any(|(i, p)| {
-            p.counts_own() && !quota[i] && statuses[i].code == i32::from(Code::OverLimit)
-        });
+        let own_over = !self.shadow_mode
+            && plans.iter().enumerate().any(|(i, p)| {
+                p.counts_own() && !quota[i] && statuses[i].code == i32::from(Code::OverLimit)
+            });
 
         // The enforced checks and peeks: one all-or-nothing check (read
         // only when a zero limit or an own cost already denies the
@@ -282,12 +317,18 @@ impl EnvoyService {
         let read_only = zero_enforced || own_over;
         let (enforced, checks) = self.checks(
             &plans,
-            |i, p| !quota[i] && p.is(Op::Check, false),
+            |i, p| !quota[i] && self.is(p, Op::Check, false),
             read_only,
         );
         let mut admitted = !read_only;
         if !enforced.is_empty() {
             match self.gate.check_all(&checks).await {
+                Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
+                    return Err(store_failed(None));
+                }
+                Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
+                    return Err(store_failed(Some(&e)));
+                }
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
                     let guessed = verdict.degraded == Some(OnError::Allow);
@@ -336,7 +377,7 @@ impl EnvoyService {
                     (&mut statuses, &mut decided, &mut seen),
                     admitted,
                 )
-                .await;
+                .await?;
             if consumed && !admitted && !checks.is_empty() {
                 // Every quota descriptor is over: the request is denied,
                 // so the enforced checks give back what they took.
@@ -358,7 +399,7 @@ impl EnvoyService {
         // through, always OK (one the store cannot decide reads OK with no
         // numbers: it never fails the request); and the charges and
         // give-backs, recorded whatever the checks answered.
-        let (shadows, checks) = self.checks(&plans, |_, p| p.is(Op::Check, true), !admitted);
+        let (shadows, checks) = self.checks(&plans, |_, p| self.is(p, Op::Check, true), !admitted);
         // Charges before give-backs, so one call charging and giving back
         // the same key nets out rather than giving back from empty first.
         let (shadowed, (charged, given)) = tokio::join!(
@@ -374,10 +415,22 @@ impl EnvoyService {
         );
         let mut shadow_over = Vec::new();
         for (&i, result) in shadows.iter().zip(shadowed) {
+            if self.store_error {
+                match &result {
+                    Ok(verdict) if verdict.degraded.is_some() => return Err(store_failed(None)),
+                    Err(e) if !matches!(e, Refusal::Invalid(_)) => {
+                        return Err(store_failed(Some(e)));
+                    }
+                    _ => {}
+                }
+            }
             if let Ok(verdict) = result
                 && verdict.degraded != Some(OnError::Allow)
             {
-                statuses[i] = status(&plans[i], verdict.decision(), true);
+                // A shadow limit reads OK; under `shadow_mode` a limit
+                // reads as it decided, as the reference's statuses do.
+                let ok = !self.shadow_mode || verdict.decision().allowed;
+                statuses[i] = status(&plans[i], verdict.decision(), ok);
                 decided[i] = verdict.decided_by.first().copied();
                 let d = verdict.decision();
                 if verdict.degraded.is_none() {
@@ -401,6 +454,21 @@ impl EnvoyService {
             for (i, counted) in recorded.seen {
                 note(&mut seen, i, counted);
             }
+        }
+
+        if self.shadow_mode {
+            // The reference's SHADOW_MODE: an answer that would deny (its
+            // rule on the statuses: one enforced descriptor over, or every
+            // quota descriptor) is OK, and counted (its
+            // `global_shadow_mode`).
+            let over = |i: usize| statuses[i].code == i32::from(Code::OverLimit);
+            let quotas: Vec<usize> = (0..plans.len()).filter(|&i| quota[i]).collect();
+            let would_deny = (0..plans.len()).any(|i| !quota[i] && over(i))
+                || (!quotas.is_empty() && quotas.iter().all(|&i| over(i)));
+            if would_deny || !admitted {
+                ::metrics::counter!(crate::metrics::ENVOY_SHADOW_MODE).increment(1);
+            }
+            admitted = true;
         }
 
         let response_headers_to_add = self
@@ -472,8 +540,12 @@ impl EnvoyService {
             &mut [Option<Seen>],
         ),
         consume: bool,
-    ) -> bool {
-        let (at, checks) = self.checks(plans, |i, p| quota[i] && p.is(Op::Check, false), !consume);
+    ) -> Result<bool, tonic::Status> {
+        let (at, checks) = self.checks(
+            plans,
+            |i, p| quota[i] && self.is(p, Op::Check, false),
+            !consume,
+        );
         let answers = join_all(
             checks
                 .iter()
@@ -482,6 +554,12 @@ impl EnvoyService {
         .await;
         for (&i, result) in at.iter().zip(answers) {
             statuses[i] = match result {
+                Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
+                    return Err(store_failed(None));
+                }
+                Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
+                    return Err(store_failed(Some(&e)));
+                }
                 Ok(verdict) if verdict.degraded == Some(OnError::Allow) => initial(&plans[i]),
                 Ok(verdict) => {
                     decided[i] = verdict.decided_by.first().copied();
@@ -501,10 +579,10 @@ impl EnvoyService {
         }
         // Charges, give-backs and shadow limits are always OK: they pass;
         // own costs (counted before) read as they answered.
-        quota
+        Ok(quota
             .iter()
             .zip(statuses.iter())
-            .any(|(&q, s)| q && s.code != i32::from(Code::OverLimit))
+            .any(|(&q, s)| q && s.code != i32::from(Code::OverLimit)))
     }
 
     /// Records every counted descriptor doing `op` (a charge or a
@@ -521,7 +599,7 @@ impl EnvoyService {
     ) -> Result<Recorded, tonic::Status> {
         let (at, checks) = self.checks(
             plans,
-            |_, p| (p.is(op, false) || p.is(op, true)) && p.counts_own() == own,
+            |_, p| matches!(p, Plan::Counted { op: o, .. } if *o == op) && p.counts_own() == own,
             false,
         );
         let mut recorded = Recorded {
@@ -538,6 +616,12 @@ impl EnvoyService {
             self.gate.charge_all(&checks).await
         };
         match result {
+            Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
+                return Err(store_failed(None));
+            }
+            Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
+                return Err(store_failed(Some(&e)));
+            }
             // Under `allow` nothing was recorded: OK, with no numbers.
             Ok(verdict) if verdict.degraded == Some(OnError::Allow) => {}
             Ok(verdict) => {
@@ -574,11 +658,18 @@ impl EnvoyService {
                 return Err(tonic::Status::invalid_argument(e.to_string()));
             }
             Err(_) => {
-                recorded.admitted = at.iter().all(|&i| plans[i].is(op, true));
+                recorded.admitted = at.iter().all(|&i| self.is(&plans[i], op, true));
                 recorded.statuses = at.iter().map(|&i| (i, failed(&plans[i]), None)).collect();
             }
         }
         Ok(recorded)
+    }
+
+    /// Whether `p` is a counted limit doing `op`, in shadow mode (its own,
+    /// or every limit's under `[envoy] shadow_mode`) or not.
+    fn is(&self, p: &Plan<'_>, op: Op, shadow: bool) -> bool {
+        matches!(p, Plan::Counted { op: o, .. } if *o == op)
+            && (self.shadow_mode || p.limit().is_some_and(|l| l.shadow_mode)) == shadow
     }
 
     /// The counted plans `keep` selects, by position, with their checks;
@@ -611,6 +702,17 @@ impl EnvoyService {
                 _ => None,
             })
             .unzip()
+    }
+}
+
+/// The error a call gets when a store call failed under `[envoy]
+/// store_failure = "error"`: `UNKNOWN`, the code grpc-go gives the
+/// reference's Redis error, naming the failure when the gate said it.
+fn store_failed(refusal: Option<&Refusal>) -> tonic::Status {
+    match refusal {
+        Some(Refusal::Unavailable(e)) => tonic::Status::unknown(format!("store unavailable: {e}")),
+        Some(other) => tonic::Status::unknown(format!("store unavailable: {other}")),
+        None => tonic::Status::unknown("store unavailable"),
     }
 }
 
