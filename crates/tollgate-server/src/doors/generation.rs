@@ -90,9 +90,7 @@ impl Generation {
         let probes = Probes::new(Arc::clone(&gate), shared.metrics.clone())
             .with_config(Arc::clone(&info), Arc::clone(&shared.status))
             .with_health(Arc::clone(&shared.health), config.ops.readiness)
-            .with_reference(
-                (config.metrics.reference_names).then(|| Arc::clone(&shared.reference)),
-            )
+            .with_reference((config.metrics.reference_names).then(|| Arc::clone(&shared.reference)))
             .awaiting_config(
                 plan.envoy.awaiting()
                     && (config.envoy_settings.xds.as_ref())

@@ -41,9 +41,9 @@ use crate::doors::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
 use crate::doors::envoy::service::EnvoyService;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Throttle;
+use crate::metrics::reference::{ErrorKind, Method};
 use crate::telemetry::spans;
 use tracing::Instrument as _;
-use crate::metrics::reference::{ErrorKind, Method};
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
