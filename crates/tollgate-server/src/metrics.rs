@@ -29,7 +29,7 @@
 //! [`tollgate::resilient::metric`] constants.
 //!
 //! With `[metrics] reference_names`, `/metrics` also shows the Envoy
-//! reference service's names ([`reference`], docs/metrics.md), kept per
+//! reference service's names ([`mod@reference`], docs/metrics.md), kept per
 //! server rather than in the process's recorder.
 //!
 //! Rule labels come from the config only (an unknown rule is refused

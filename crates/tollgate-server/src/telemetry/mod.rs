@@ -5,7 +5,7 @@
 //! start (`main` adds it), a tracing-opentelemetry layer over a tracer
 //! provider whose sampler and batch processor are empty slots, behind a
 //! filter that is shut. [`start`], on the server's one start path, fills
-//! the slots from `[tracing]` and the `OTEL_*` variables ([`env`]) and
+//! the slots from `[tracing]` and the `OTEL_*` variables ([`mod@env`]) and
 //! opens the filter; [`Telemetry::shutdown`] flushes what is queued. A
 //! slot rather than building the layer once the config is known: the
 //! subscriber is set before the runtime exists, and the gRPC exporter
@@ -14,7 +14,7 @@
 //! Off (the default), nothing is built and the filter's interest is
 //! `never` with a max level of OFF, so the doors' and the store's spans
 //! (TRACE) cost the level check that every disabled `tracing` span costs.
-//! On, each door samples a call before making its span ([`keeps`]); a
+//! On, each door samples a call before making its span; a
 //! store span is made only inside a door's span (the filter asks).
 //!
 //! The folder: `env.rs` reads the `OTEL_*` variables; `propagate.rs`
