@@ -19,7 +19,7 @@
 //!
 //! The folder: `env.rs` reads the `OTEL_*` variables; `propagate.rs`
 //! reads the caller's context (W3C, B3); `export.rs` builds the OTLP
-//! exporter; `slot.rs` holds the late-filled sampler and processor and
+//! exporter, `tls.rs` its TLS; `slot.rs` holds the late-filled sampler and processor and
 //! the filter; `spans.rs` makes the doors' spans.
 
 use std::sync::OnceLock;
@@ -39,6 +39,7 @@ pub mod env;
 mod export;
 mod propagate;
 mod slot;
+mod tls;
 pub(crate) mod spans;
 
 /// How long [`Telemetry::shutdown`] waits for the last spans to go (the
@@ -97,7 +98,7 @@ pub fn start(config: &TracingConfig) -> Result<Telemetry, String> {
         return Ok(Telemetry { on: false });
     };
     let exporter = export::exporter(config)?;
-    let mut processor = BatchSpanProcessor::builder(exporter).build();
+    let mut processor = BatchSpanProcessor::builder(export::Logged::new(exporter)).build();
     processor.set_resource(&resource(config));
     if DECIDE.set(sampler(config)).is_err() || !slot.fill(Sampler::AlwaysOn, processor) {
         // A second server in one process: the first one's export goes on.
