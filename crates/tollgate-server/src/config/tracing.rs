@@ -320,12 +320,20 @@ mod tests {
                 "tracing.protocol: unknown OTLP protocol \"udp\"",
             ),
             (
-                "[tracing]\nendpoint = 'otel:4317'",
-                "tracing.endpoint: \"otel:4317\" is not an http://HOST:PORT URL",
+                "[tracing]\nendpoint = 'otel'",
+                "tracing.endpoint: \"otel\" is not an http://HOST:PORT or https://HOST:PORT URL",
             ),
             (
-                "[tracing]\nendpoint = 'https://otel:4317'",
-                "tracing.endpoint: \"https://otel:4317\": https endpoints are not supported",
+                "[tracing]\nca_file = '/nonexistent/ca.pem'",
+                "tracing.ca_file: /nonexistent/ca.pem: ",
+            ),
+            (
+                "[tracing]\ncert_file = '/nonexistent/c.pem'",
+                "tracing.key_file: cert_file needs key_file",
+            ),
+            (
+                "[tracing]\ninsecure = 1",
+                "tracing.insecure: expected a boolean",
             ),
             (
                 "[tracing]\nenabled = 'yes'",

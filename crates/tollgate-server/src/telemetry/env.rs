@@ -393,12 +393,12 @@ mod tests {
                 "OTEL_EXPORTER_OTLP_PROTOCOL=\"http/json\": http/json is not supported",
             ),
             (
-                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")],
-                "OTEL_EXPORTER_OTLP_ENDPOINT=\"collector:4317\": ",
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT=\"collector\": ",
             ),
             (
-                &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://c:4318")],
-                "https endpoints are not supported",
+                &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://c:4318")],
+                "is not an http://HOST:PORT or https://HOST:PORT URL",
             ),
             (
                 &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
@@ -417,8 +417,12 @@ mod tests {
                 "OTEL_EXPORTER_OTLP_INSECURE=\"1\"",
             ),
             (
-                &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem")],
-                "OTEL_EXPORTER_OTLP_CERTIFICATE is set",
+                &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")],
+                "OTEL_EXPORTER_OTLP_CERTIFICATE=\"/nonexistent/ca.pem\": /nonexistent/ca.pem",
+            ),
+            (
+                &[("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/nonexistent/k.pem")],
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY=\"/nonexistent/k.pem\"",
             ),
             (
                 &[("OTEL_RESOURCE_ATTRIBUTES", "a")],

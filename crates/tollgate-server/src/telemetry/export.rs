@@ -226,5 +226,12 @@ mod tests {
         c.protocol = OtlpProtocol::Grpc;
         c.endpoint = Some("http://c:4317".into());
         assert_eq!(endpoint(&c), "http://c:4317");
+        c.endpoint = Some("https://c:4317".into());
+        assert_eq!(endpoint(&c), "https://c:4317");
+        // No scheme: TLS unless insecure (the specification's rule).
+        c.endpoint = Some("c:4317".into());
+        assert_eq!(endpoint(&c), "https://c:4317");
+        c.insecure = true;
+        assert_eq!(endpoint(&c), "http://c:4317");
     }
 }
