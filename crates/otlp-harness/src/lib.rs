@@ -34,8 +34,8 @@ use prost::Message as _;
 use tokio::net::TcpListener;
 
 mod tls;
-pub use tls::ServerTls;
 use tls::Io;
+pub use tls::ServerTls;
 
 /// How long [`Receiver::wait_for`] waits before failing the test.
 pub const WAIT: Duration = Duration::from_secs(30);

@@ -85,8 +85,9 @@ pub fn apply_with(
     let bad = |name: &str, value: &str, why: String| format!("{name}={value:?}: {why}");
     for &(traces, general, field) in TLS_VARIABLES {
         if let Some((name, v)) = either(traces, general) {
-            let file = crate::config::tracing::check_tls_file(field, std::path::Path::new(v.trim()))
-                .map_err(|why| bad(name, &v, why))?;
+            let file =
+                crate::config::tracing::check_tls_file(field, std::path::Path::new(v.trim()))
+                    .map_err(|why| bad(name, &v, why))?;
             match field {
                 "ca_file" => tracing.ca_file = Some(file),
                 "cert_file" => tracing.cert_file = Some(file),
@@ -95,9 +96,11 @@ pub fn apply_with(
         }
     }
     if tracing.cert_file.is_some() != tracing.key_file.is_some() {
-        return Err("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY \
+        return Err(
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY \
                     (or cert_file and key_file) go together"
-            .into());
+                .into(),
+        );
     }
     if let Some((name, v)) = either(
         "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",

@@ -19,10 +19,10 @@ use bytes::Bytes;
 use http::{Request, Response};
 use hyper_util::client::legacy::connect::Connect;
 use opentelemetry_http::{HttpClient, HttpError, hyper::HyperClient};
-use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_otlp::{
     Protocol, SpanExporter, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _,
 };
+use opentelemetry_sdk::error::OTelSdkResult;
 
 use crate::config::{OtlpProtocol, TracingConfig};
 
@@ -104,11 +104,12 @@ pub(super) fn exporter(config: &TracingConfig) -> Result<SpanExporter, String> {
                 Some(tls) => {
                     let authority = uri.authority().map_or("", |a| a.as_str());
                     let port = if uri.port().is_some() { "" } else { ":443" };
-                    let channel =
-                        tonic::transport::Endpoint::from_shared(format!("http://{authority}{port}"))
-                            .map_err(|e| format!("tracing endpoint {endpoint:?}: {e}"))?
-                            .timeout(config.timeout)
-                            .connect_with_connector_lazy(tls);
+                    let channel = tonic::transport::Endpoint::from_shared(format!(
+                        "http://{authority}{port}"
+                    ))
+                    .map_err(|e| format!("tracing endpoint {endpoint:?}: {e}"))?
+                    .timeout(config.timeout)
+                    .connect_with_connector_lazy(tls);
                     builder.with_channel(channel).build()
                 }
                 None => builder.with_endpoint(endpoint).build(),

@@ -19,8 +19,8 @@
 //!
 //! The folder: `env.rs` reads the `OTEL_*` variables; `propagate.rs`
 //! reads the caller's context (W3C, B3); `export.rs` builds the OTLP
-//! exporter, `tls.rs` its TLS; `slot.rs` holds the late-filled sampler and processor and
-//! the filter; `spans.rs` makes the doors' spans.
+//! exporter, `tls.rs` its TLS; `slot.rs` holds the late-filled sampler
+//! and processor and the filter; `spans.rs` makes the doors' spans.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,8 +39,8 @@ pub mod env;
 mod export;
 mod propagate;
 mod slot;
-mod tls;
 pub(crate) mod spans;
+mod tls;
 
 /// How long [`Telemetry::shutdown`] waits for the last spans to go (the
 /// reference's 5 s).

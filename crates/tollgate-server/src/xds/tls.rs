@@ -141,7 +141,10 @@ impl Connector {
     }
 
     /// A connector with `config`, verifying `name` or else the host.
-    pub(crate) fn with(config: Arc<rustls::ClientConfig>, name: Option<ServerName<'static>>) -> Self {
+    pub(crate) fn with(
+        config: Arc<rustls::ClientConfig>,
+        name: Option<ServerName<'static>>,
+    ) -> Self {
         Connector {
             tls: TlsConnector::from(config),
             name,
