@@ -4,7 +4,8 @@
 //! decoding with the published OTLP protos (`opentelemetry-proto`). It
 //! keeps every span it is sent, flattened to [`ReceivedSpan`], and lets a
 //! test wait for the spans it expects: woken by each export, never by a
-//! timer (the deadline only bounds a failing test).
+//! timer (the deadline only bounds a failing test). Both doors can be
+//! served over TLS, with client certificates required ([`ServerTls`]).
 //!
 //! ```no_run
 //! let otlp = otlp_harness::Receiver::start();
@@ -31,6 +32,10 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message as _;
 use tokio::net::TcpListener;
+
+mod tls;
+use tls::Io;
+pub use tls::ServerTls;
 
 /// How long [`Receiver::wait_for`] waits before failing the test.
 pub const WAIT: Duration = Duration::from_secs(30);
@@ -174,6 +179,8 @@ fn text(v: Option<&AnyValue>) -> String {
 pub struct Receiver {
     grpc: SocketAddr,
     http: SocketAddr,
+    /// With TLS: the name in the endpoints.
+    tls_name: Option<String>,
     store: Arc<Store>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -209,7 +216,17 @@ impl Receiver {
     /// When a port cannot be bound or the thread cannot start.
     #[must_use]
     pub fn start() -> Self {
-        Self::start_with(false)
+        Self::start_with(false, None)
+    }
+
+    /// Starts both doors over TLS (mTLS with a client CA); the endpoints
+    /// are then `https://NAME:PORT`, `NAME` the certificate's.
+    ///
+    /// # Panics
+    /// As [`Receiver::start`], and on a bad TLS file.
+    #[must_use]
+    pub fn start_tls(tls: &ServerTls) -> Self {
+        Self::start_with(false, Some(tls))
     }
 
     /// A receiver that only counts the spans it is sent
@@ -219,10 +236,12 @@ impl Receiver {
     /// As [`Receiver::start`].
     #[must_use]
     pub fn counting() -> Self {
-        Self::start_with(true)
+        Self::start_with(true, None)
     }
 
-    fn start_with(count_only: bool) -> Self {
+    fn start_with(count_only: bool, tls: Option<&ServerTls>) -> Self {
+        let acceptors = tls.map(|t| (t.acceptor(b"h2"), t.acceptor(b"http/1.1")));
+        let (grpc_tls, http_tls) = acceptors.unzip();
         let store = Arc::new(Store {
             count_only,
             ..Store::default()
@@ -246,13 +265,13 @@ impl Receiver {
             .name("otlp-receiver".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let incoming = tokio_stream_of(grpc_listener);
+                    let incoming = tokio_stream_of(grpc_listener, grpc_tls);
                     let grpc = tonic::transport::Server::builder()
                         .add_service(TraceServiceServer::new(Grpc(Arc::clone(&served))))
                         .serve_with_incoming(incoming);
                     tokio::select! {
                         _ = grpc => {}
-                        () = serve_http(http_listener, served) => {}
+                        () = serve_http(http_listener, http_tls, served) => {}
                         _ = stopped => {}
                     }
                 });
@@ -261,23 +280,32 @@ impl Receiver {
         Self {
             grpc,
             http,
+            tls_name: tls.map(|t| t.name.clone()),
             store,
             stop: Some(stop),
             thread: Some(thread),
         }
     }
 
-    /// The gRPC endpoint, `http://127.0.0.1:PORT`.
+    /// The gRPC endpoint, `http://127.0.0.1:PORT` (`https://NAME:PORT`
+    /// over TLS).
     #[must_use]
     pub fn grpc_endpoint(&self) -> String {
-        format!("http://{}", self.grpc)
+        self.endpoint(self.grpc)
     }
 
-    /// The HTTP endpoint's base, `http://127.0.0.1:PORT` (spans go to
-    /// `/v1/traces` under it).
+    /// The HTTP endpoint's base, `http://127.0.0.1:PORT` (`https://NAME:PORT`
+    /// over TLS; spans go to `/v1/traces` under it).
     #[must_use]
     pub fn http_endpoint(&self) -> String {
-        format!("http://{}", self.http)
+        self.endpoint(self.http)
+    }
+
+    fn endpoint(&self, addr: SocketAddr) -> String {
+        match &self.tls_name {
+            Some(name) => format!("https://{name}:{}", addr.port()),
+            None => format!("http://{addr}"),
+        }
     }
 
     /// How many spans a [`Receiver::counting`] receiver was sent.
@@ -329,30 +357,57 @@ impl Drop for Receiver {
     }
 }
 
-/// `listener`'s connections as the stream tonic serves.
+/// `listener`'s connections as the stream tonic serves; with `tls`,
+/// those whose handshake succeeds (a refused one is dropped, as a
+/// collector drops it).
 fn tokio_stream_of(
     listener: TcpListener,
-) -> impl futures_core::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    futures_util::stream::unfold(listener, |listener| async move {
-        let accepted = listener.accept().await.map(|(s, _)| s);
-        Some((accepted, listener))
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> impl futures_core::Stream<Item = std::io::Result<Io>> {
+    futures_util::stream::unfold((listener, tls), |(listener, tls)| async move {
+        loop {
+            let tcp = match listener.accept().await {
+                Ok((tcp, _)) => tcp,
+                Err(e) => return Some((Err(e), (listener, tls))),
+            };
+            let io = match &tls {
+                None => Io::Plain(tcp),
+                Some(acceptor) => match acceptor.accept(tcp).await {
+                    Ok(s) => Io::Tls(Box::new(s)),
+                    Err(_) => continue,
+                },
+            };
+            return Some((Ok(io), (listener, tls)));
+        }
     })
 }
 
 /// `POST /v1/traces` with an `application/x-protobuf` body.
-async fn serve_http(listener: TcpListener, store: Arc<Store>) {
+async fn serve_http(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    store: Arc<Store>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let store = Arc::clone(&store);
+        let tls = tls.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let store = Arc::clone(&store);
                 async move { Ok::<_, Infallible>(export_http(req, &store).await) }
             });
+            let io = match tls {
+                None => Io::Plain(stream),
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(s) => Io::Tls(Box::new(s)),
+                    Err(_) => return,
+                },
+            };
             let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .serve_connection(hyper_util::rt::TokioIo::new(io), service)
                 .await;
         });
     }

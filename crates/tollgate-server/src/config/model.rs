@@ -463,6 +463,18 @@ pub struct TracingConfig {
     /// `timeout` of one export (`OTEL_EXPORTER_OTLP_TIMEOUT`, in ms;
     /// default 10s, the OTLP exporter specification's).
     pub timeout: Duration,
+    /// `ca_file` (`OTEL_EXPORTER_OTLP_CERTIFICATE`): PEM roots an
+    /// `https://` collector's certificate may chain to, besides the
+    /// system's.
+    pub ca_file: Option<PathBuf>,
+    /// `cert_file` (`OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`): the client
+    /// certificate shown to the collector (mTLS), with `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// `key_file` (`OTEL_EXPORTER_OTLP_CLIENT_KEY`): its key.
+    pub key_file: Option<PathBuf>,
+    /// `insecure` (`OTEL_EXPORTER_OTLP_INSECURE`): a gRPC endpoint given
+    /// without a scheme (`HOST:PORT`) is plaintext rather than TLS.
+    pub insecure: bool,
 }
 
 // Validated: the ratio is never NaN, so equality is an equivalence.
@@ -480,6 +492,10 @@ impl Default for TracingConfig {
             sampling_ratio: 1.0,
             parent_based: true,
             timeout: DEFAULT_OTLP_TIMEOUT,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            insecure: false,
         }
     }
 }

@@ -4,10 +4,14 @@
 //! checks as the file's, kept here: [`parse_protocol`], [`check_ratio`],
 //! [`check_endpoint`], [`parse_pairs`].
 
+use std::path::{Path, PathBuf};
+
+use tollgate::store::redis::RedisTls;
 use toml::de::{DeTable, DeValue};
 
 use super::checker::{Checker, join};
 use super::model::{OtlpProtocol, TracingConfig};
+use super::secret::read_pem_file;
 
 const TRACING_FIELDS: &[&str] = &[
     "enabled",
@@ -19,6 +23,10 @@ const TRACING_FIELDS: &[&str] = &[
     "sampling_ratio",
     "parent_based",
     "timeout",
+    "ca_file",
+    "cert_file",
+    "key_file",
+    "insecure",
 ];
 
 /// `grpc` or `http/protobuf` (the OTLP exporter specification's names).
@@ -48,22 +56,41 @@ pub(crate) fn check_ratio(r: f64) -> Result<f64, String> {
     }
 }
 
-/// An OTLP endpoint: `http://HOST[:PORT][/PATH]`. Spans go in plain
-/// HTTP/2 or HTTP/1.1 (no TLS in the exporter: a collector beside the
-/// server, or an agent, is the usual shape).
+/// An OTLP endpoint: `http://` or `https://HOST[:PORT][/PATH]`, or
+/// `HOST:PORT` (gRPC only: TLS unless `insecure`, as the OTLP exporter
+/// specification says; the exporter refuses it over HTTP).
 ///
 /// # Errors
-/// Not such a URL, or `https://`.
+/// Not such a URL.
 pub(crate) fn check_endpoint(s: &str) -> Result<String, String> {
     let uri: http::Uri = s.parse().map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    let host = uri.host().is_some_and(|h| !h.is_empty());
     match uri.scheme_str() {
-        Some("http") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(s.to_owned()),
-        Some("https") => Err(format!(
-            "{s:?}: https endpoints are not supported (the exporter has no TLS); \
-             send to a collector over http://"
+        Some("http" | "https") if host => Ok(s.to_owned()),
+        None if host && uri.port_u16().is_some() && uri.path_and_query().is_none() => {
+            Ok(s.to_owned())
+        }
+        _ => Err(format!(
+            "{s:?} is not an http://HOST:PORT or https://HOST:PORT URL"
         )),
-        _ => Err(format!("{s:?} is not an http://HOST:PORT URL")),
     }
+}
+
+/// A TLS file of the exporter (`ca_file`, `cert_file` or `key_file`),
+/// read and parsed now so a bad one stops the start with its name.
+///
+/// # Errors
+/// A file that cannot be read, or holds no certificate (key).
+pub(crate) fn check_tls_file(key: &str, file: &Path) -> Result<PathBuf, String> {
+    let check = match key {
+        "ca_file" => RedisTls::with_ca_pem,
+        "cert_file" => RedisTls::with_client_cert_pem,
+        _ => RedisTls::with_client_key_pem,
+    };
+    read_pem_file(file)
+        .and_then(|pem| check(RedisTls::default(), &pem))
+        .map(|_| file.to_path_buf())
+        .map_err(|e| format!("{}: {e}", file.display()))
 }
 
 /// `key1=value1,key2=value2` (the `OTEL_EXPORTER_OTLP_HEADERS` and
@@ -164,6 +191,36 @@ impl Checker<'_> {
         if let Some(d) = self.duration(t, path, "timeout") {
             tracing.timeout = d;
         }
+        if let Some(on) = self.boolean(t, path, "insecure") {
+            tracing.insecure = on;
+        }
+        for key in ["ca_file", "cert_file", "key_file"] {
+            let Some((file, span)) = self.string(t, path, key) else {
+                continue;
+            };
+            match check_tls_file(key, Path::new(file)) {
+                Ok(file) => match key {
+                    "ca_file" => tracing.ca_file = Some(file),
+                    "cert_file" => tracing.cert_file = Some(file),
+                    _ => tracing.key_file = Some(file),
+                },
+                Err(e) => self.error(&span, join(path, key), e),
+            }
+        }
+        let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
+        match (t.contains_key("cert_file"), t.contains_key("key_file")) {
+            (true, false) => self.error(
+                &span("cert_file"),
+                join(path, "key_file"),
+                "cert_file needs key_file (its key)",
+            ),
+            (false, true) => self.error(
+                &span("key_file"),
+                join(path, "cert_file"),
+                "key_file needs cert_file (its certificate)",
+            ),
+            _ => {}
+        }
         (self.errors.len() == before).then_some(tracing)
     }
 
@@ -263,12 +320,20 @@ mod tests {
                 "tracing.protocol: unknown OTLP protocol \"udp\"",
             ),
             (
-                "[tracing]\nendpoint = 'otel:4317'",
-                "tracing.endpoint: \"otel:4317\" is not an http://HOST:PORT URL",
+                "[tracing]\nendpoint = 'otel'",
+                "tracing.endpoint: \"otel\" is not an http://HOST:PORT or https://HOST:PORT URL",
             ),
             (
-                "[tracing]\nendpoint = 'https://otel:4317'",
-                "tracing.endpoint: \"https://otel:4317\": https endpoints are not supported",
+                "[tracing]\nca_file = '/nonexistent/ca.pem'",
+                "tracing.ca_file: /nonexistent/ca.pem: ",
+            ),
+            (
+                "[tracing]\ncert_file = '/nonexistent/c.pem'",
+                "tracing.key_file: cert_file needs key_file",
+            ),
+            (
+                "[tracing]\ninsecure = 1",
+                "tracing.insecure: expected a boolean",
             ),
             (
                 "[tracing]\nenabled = 'yes'",

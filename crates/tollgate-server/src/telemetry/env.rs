@@ -26,21 +26,35 @@ pub const VARIABLES: &[&str] = &[
     "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
     "OTEL_EXPORTER_OTLP_COMPRESSION",
     "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-    "OTEL_TRACES_SAMPLER",
-    "OTEL_TRACES_SAMPLER_ARG",
-];
-
-/// Variables that ask for TLS to the collector, which the exporter does
-/// not do: refused rather than sending in the clear.
-const TLS_VARIABLES: &[&str] = &[
     "OTEL_EXPORTER_OTLP_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
     "OTEL_EXPORTER_OTLP_CLIENT_KEY",
     "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+];
+
+/// The TLS files: traces variable, general one, `[tracing]` field.
+const TLS_VARIABLES: &[(&str, &str, &str)] = &[
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        "ca_file",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE",
+        "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE",
+        "cert_file",
+    ),
+    (
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY",
+        "OTEL_EXPORTER_OTLP_CLIENT_KEY",
+        "key_file",
+    ),
 ];
 
 /// Lays the process environment over `tracing`.
@@ -55,9 +69,9 @@ pub fn apply(tracing: &mut TracingConfig) -> Result<(), String> {
 /// variable (`OTEL_EXPORTER_OTLP_TRACES_*`) before the general one.
 ///
 /// # Errors
-/// A value that does not parse, or asks for what tollgate cannot do
-/// (TLS, compression, a sampler other than the ratio ones), with the
-/// variable's name.
+/// A value that does not parse, a TLS file that cannot be read, or a
+/// value asking for what tollgate cannot do (compression, a sampler
+/// other than the ratio ones), with the variable's name.
 pub fn apply_with(
     tracing: &mut TracingConfig,
     var: impl Fn(&str) -> Option<String>,
@@ -69,13 +83,24 @@ pub fn apply_with(
             .or_else(|| get(general).map(|v| (general, v)))
     };
     let bad = |name: &str, value: &str, why: String| format!("{name}={value:?}: {why}");
-    for name in TLS_VARIABLES {
-        if get(name).is_some() {
-            return Err(format!(
-                "{name} is set, but tollgate's OTLP exporter has no TLS: \
-                 send spans to a collector over http:// (docs/tracing.md)"
-            ));
+    for &(traces, general, field) in TLS_VARIABLES {
+        if let Some((name, v)) = either(traces, general) {
+            let file =
+                crate::config::tracing::check_tls_file(field, std::path::Path::new(v.trim()))
+                    .map_err(|why| bad(name, &v, why))?;
+            match field {
+                "ca_file" => tracing.ca_file = Some(file),
+                "cert_file" => tracing.cert_file = Some(file),
+                _ => tracing.key_file = Some(file),
+            }
         }
+    }
+    if tracing.cert_file.is_some() != tracing.key_file.is_some() {
+        return Err(
+            "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY \
+                    (or cert_file and key_file) go together"
+                .into(),
+        );
     }
     if let Some((name, v)) = either(
         "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
@@ -92,8 +117,9 @@ pub fn apply_with(
         "OTEL_EXPORTER_OTLP_TRACES_INSECURE",
         "OTEL_EXPORTER_OTLP_INSECURE",
     ) {
-        // Plain text is all the exporter does; the flag only has to parse.
-        boolean(&v).map_err(|why| bad(name, &v, why))?;
+        // Only a gRPC endpoint without a scheme reads it (the
+        // specification's rule): the scheme says it otherwise.
+        tracing.insecure = boolean(&v).map_err(|why| bad(name, &v, why))?;
     }
     if let Some(v) = get("OTEL_TRACES_EXPORTER") {
         match v.trim() {
@@ -370,12 +396,12 @@ mod tests {
                 "OTEL_EXPORTER_OTLP_PROTOCOL=\"http/json\": http/json is not supported",
             ),
             (
-                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")],
-                "OTEL_EXPORTER_OTLP_ENDPOINT=\"collector:4317\": ",
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT=\"collector\": ",
             ),
             (
-                &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://c:4318")],
-                "https endpoints are not supported",
+                &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://c:4318")],
+                "is not an http://HOST:PORT or https://HOST:PORT URL",
             ),
             (
                 &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
@@ -394,8 +420,12 @@ mod tests {
                 "OTEL_EXPORTER_OTLP_INSECURE=\"1\"",
             ),
             (
-                &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem")],
-                "OTEL_EXPORTER_OTLP_CERTIFICATE is set",
+                &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem")],
+                "OTEL_EXPORTER_OTLP_CERTIFICATE=\"/nonexistent/ca.pem\": /nonexistent/ca.pem",
+            ),
+            (
+                &[("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/nonexistent/k.pem")],
+                "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY=\"/nonexistent/k.pem\"",
             ),
             (
                 &[("OTEL_RESOURCE_ATTRIBUTES", "a")],

@@ -19,8 +19,8 @@
 //!
 //! The folder: `env.rs` reads the `OTEL_*` variables; `propagate.rs`
 //! reads the caller's context (W3C, B3); `export.rs` builds the OTLP
-//! exporter; `slot.rs` holds the late-filled sampler and processor and
-//! the filter; `spans.rs` makes the doors' spans.
+//! exporter, `tls.rs` its TLS; `slot.rs` holds the late-filled sampler
+//! and processor and the filter; `spans.rs` makes the doors' spans.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +40,7 @@ mod export;
 mod propagate;
 mod slot;
 pub(crate) mod spans;
+mod tls;
 
 /// How long [`Telemetry::shutdown`] waits for the last spans to go (the
 /// reference's 5 s).
@@ -97,7 +98,7 @@ pub fn start(config: &TracingConfig) -> Result<Telemetry, String> {
         return Ok(Telemetry { on: false });
     };
     let exporter = export::exporter(config)?;
-    let mut processor = BatchSpanProcessor::builder(exporter).build();
+    let mut processor = BatchSpanProcessor::builder(export::Logged::new(exporter)).build();
     processor.set_resource(&resource(config));
     if DECIDE.set(sampler(config)).is_err() || !slot.fill(Sampler::AlwaysOn, processor) {
         // A second server in one process: the first one's export goes on.

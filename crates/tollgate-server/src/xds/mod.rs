@@ -23,7 +23,7 @@ use crate::doors::{Generation, Shared};
 mod apply;
 mod backoff;
 mod stream;
-mod tls;
+pub(crate) mod tls;
 
 pub use stream::{NACK_WAIT_FIRST, NACK_WAIT_MAX};
 

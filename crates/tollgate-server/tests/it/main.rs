@@ -68,6 +68,7 @@ mod serve;
 mod serve_env;
 mod tracing_envoy;
 mod tracing_http;
+mod tracing_tls;
 mod usage_http;
 mod usage_metrics;
 mod usage_overrides;

@@ -239,8 +239,9 @@ fn an_unparsable_variable_stops_the_start() {
             "OTEL_TRACES_SAMPLER=\"sometimes\"",
         ),
         (
+            // No scheme and no port (`collector:4317` is a TLS endpoint).
             "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "collector:4317",
+            "collector",
             "OTEL_EXPORTER_OTLP_ENDPOINT",
         ),
         ("OTEL_SDK_DISABLED", "maybe", "OTEL_SDK_DISABLED=\"maybe\""),
