@@ -8,7 +8,8 @@
 //! [`wire`] (its request as bytes-valued messages), [`grpc`] (the tonic
 //! service over them), [`deadline`] (the request body's time bound),
 //! [`headers`] (the response headers of `[envoy] response_headers`),
-//! [`detailed`] (metrics by runtime values),
+//! [`detailed`] (metrics by runtime values), [`failure`] (a failed call
+//! and its kind),
 //! `metadata.rs` (the answer's dynamic metadata), [`unknown`] (requests
 //! for a domain no config defines: logged once each, counted),
 //! `reference.rs` (the reference service's series, `[metrics]
@@ -16,6 +17,7 @@
 
 pub mod deadline;
 pub mod detailed;
+pub mod failure;
 pub mod grpc;
 pub mod headers;
 pub mod limits;

@@ -74,6 +74,7 @@ use tollgate::{Check, DecidedBy, Decision, LimitSource, OnError, Op};
 
 use crate::config::StoreFailure;
 use crate::doors::envoy::detailed::{DetailedMetrics, Outcome};
+use crate::doors::envoy::failure::CallError;
 use crate::doors::envoy::headers::ResponseHeaders;
 use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
 use crate::doors::envoy::metadata::dynamic_metadata;
@@ -82,7 +83,7 @@ use crate::doors::envoy::reference::ReferenceSeries;
 use crate::doors::envoy::unknown::UnknownDomains;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
-use crate::metrics::reference::{ReferenceMetrics, Seen};
+use crate::metrics::reference::{ErrorKind, ReferenceMetrics, Seen};
 
 /// The message of the error every call gets under `[envoy.xds]` before
 /// the first config (the reference's, word for word).
@@ -256,13 +257,30 @@ impl EnvoyService {
     /// `UNAVAILABLE` ([`NO_CONFIG`]) under xDS before the first config;
     /// `UNKNOWN` when a store call failed under `[envoy] store_failure =
     /// "error"`.
-    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, CallError> {
         if self.limits.awaiting() {
             // As the reference before its first xDS config: an error,
             // which Envoy turns into its failure mode (docs/xds.md).
-            return Err(tonic::Status::unavailable(NO_CONFIG));
+            return Err(tonic::Status::unavailable(NO_CONFIG).into());
         }
         let plans = plan(&self.limits, self.first_rule, req, self.count_own_cost)?;
+        let answer = self.decide_planned(req, &plans).await;
+        if let (Err(e), Some(reference)) = (&answer, &self.reference)
+            && e.kind == ErrorKind::Redis
+        {
+            // The reference counts each limit's hits before its Redis
+            // call, and nothing else of a call that then fails.
+            reference.record_failed((req, &self.limits, self.first_rule), &plans);
+        }
+        answer
+    }
+
+    /// Decides a request resolved into `plans`.
+    async fn decide_planned(
+        &self,
+        req: &RateLimitRequest,
+        plans: &[Plan<'_>],
+    ) -> Result<RateLimitResponse, CallError> {
         // `plan` refused a domain that is not UTF-8.
         let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
         if !self.limits.has_domain(domain) {
@@ -324,10 +342,10 @@ impl EnvoyService {
         if !enforced.is_empty() {
             match self.gate.check_all(&checks).await {
                 Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
-                    return Err(store_failed(None));
+                    return Err(CallError::store(None));
                 }
                 Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
-                    return Err(store_failed(Some(&e)));
+                    return Err(CallError::store(Some(&e)));
                 }
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
@@ -356,7 +374,7 @@ impl EnvoyService {
                     }
                 }
                 Err(Refusal::Invalid(e)) => {
-                    return Err(tonic::Status::invalid_argument(e.to_string()));
+                    return Err(tonic::Status::invalid_argument(e.to_string()).into());
                 }
                 // The store failed and the policy is `deny`: the user's
                 // choice stands.
@@ -417,9 +435,9 @@ impl EnvoyService {
         for (&i, result) in shadows.iter().zip(shadowed) {
             if self.store_error {
                 match &result {
-                    Ok(verdict) if verdict.degraded.is_some() => return Err(store_failed(None)),
+                    Ok(verdict) if verdict.degraded.is_some() => return Err(CallError::store(None)),
                     Err(e) if !matches!(e, Refusal::Invalid(_)) => {
-                        return Err(store_failed(Some(e)));
+                        return Err(CallError::store(Some(e)));
                     }
                     _ => {}
                 }
@@ -467,6 +485,9 @@ impl EnvoyService {
                 || (!quotas.is_empty() && quotas.iter().all(|&i| over(i)));
             if would_deny || !admitted {
                 ::metrics::counter!(crate::metrics::ENVOY_SHADOW_MODE).increment(1);
+                if let Some(reference) = &self.reference {
+                    reference.metrics().shadow_answer();
+                }
             }
             admitted = true;
         }
@@ -540,7 +561,7 @@ impl EnvoyService {
             &mut [Option<Seen>],
         ),
         consume: bool,
-    ) -> Result<bool, tonic::Status> {
+    ) -> Result<bool, CallError> {
         let (at, checks) = self.checks(
             plans,
             |i, p| quota[i] && self.is(p, Op::Check, false),
@@ -555,10 +576,10 @@ impl EnvoyService {
         for (&i, result) in at.iter().zip(answers) {
             statuses[i] = match result {
                 Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
-                    return Err(store_failed(None));
+                    return Err(CallError::store(None));
                 }
                 Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
-                    return Err(store_failed(Some(&e)));
+                    return Err(CallError::store(Some(&e)));
                 }
                 Ok(verdict) if verdict.degraded == Some(OnError::Allow) => initial(&plans[i]),
                 Ok(verdict) => {
@@ -596,7 +617,7 @@ impl EnvoyService {
         plans: &[Plan<'_>],
         op: Op,
         own: bool,
-    ) -> Result<Recorded, tonic::Status> {
+    ) -> Result<Recorded, CallError> {
         let (at, checks) = self.checks(
             plans,
             |_, p| matches!(p, Plan::Counted { op: o, .. } if *o == op) && p.counts_own() == own,
@@ -617,10 +638,10 @@ impl EnvoyService {
         };
         match result {
             Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
-                return Err(store_failed(None));
+                return Err(CallError::store(None));
             }
             Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
-                return Err(store_failed(Some(&e)));
+                return Err(CallError::store(Some(&e)));
             }
             // Under `allow` nothing was recorded: OK, with no numbers.
             Ok(verdict) if verdict.degraded == Some(OnError::Allow) => {}
@@ -655,7 +676,7 @@ impl EnvoyService {
             // Not for a loaded config (its rules are rates, its keys
             // bounded), but never a panic.
             Err(Refusal::Invalid(e)) => {
-                return Err(tonic::Status::invalid_argument(e.to_string()));
+                return Err(tonic::Status::invalid_argument(e.to_string()).into());
             }
             Err(_) => {
                 recorded.admitted = at.iter().all(|&i| self.is(&plans[i], op, true));
@@ -702,17 +723,6 @@ impl EnvoyService {
                 _ => None,
             })
             .unzip()
-    }
-}
-
-/// The error a call gets when a store call failed under `[envoy]
-/// store_failure = "error"`: `UNKNOWN`, the code grpc-go gives the
-/// reference's Redis error, naming the failure when the gate said it.
-fn store_failed(refusal: Option<&Refusal>) -> tonic::Status {
-    match refusal {
-        Some(Refusal::Unavailable(e)) => tonic::Status::unknown(format!("store unavailable: {e}")),
-        Some(other) => tonic::Status::unknown(format!("store unavailable: {other}")),
-        None => tonic::Status::unknown("store unavailable"),
     }
 }
 
