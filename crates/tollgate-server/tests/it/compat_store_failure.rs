@@ -249,7 +249,8 @@ fn reference_counts(text: &str, key: &str) -> [Option<u64>; 5] {
 }
 
 const REDIS_ERROR: &str = "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} ";
-const SERVICE_ERROR: &str = "ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} ";
+const SERVICE_ERROR: &str =
+    "ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} ";
 const GLOBAL: &str = "ratelimit_service_global_shadow_mode ";
 
 #[test]

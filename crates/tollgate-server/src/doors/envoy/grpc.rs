@@ -38,10 +38,10 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthService;
 
 use crate::doors::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
+use crate::doors::envoy::failure::CallError;
 use crate::doors::envoy::service::EnvoyService;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Throttle;
-use crate::doors::envoy::failure::CallError;
 use crate::metrics::reference::Method;
 use crate::telemetry::spans;
 use tracing::Instrument as _;

@@ -4,7 +4,8 @@
 //!
 //! The folder: [`limits`] (the YAML files: reader, schema check, descriptor
 //! trees, store keys), `plan.rs` (a request resolved descriptor by
-//! descriptor), [`service`] (deciding a `ShouldRateLimit`),
+//! descriptor), [`service`] (deciding a `ShouldRateLimit`), `statuses.rs`
+//! (a descriptor's status in its answer),
 //! [`wire`] (its request as bytes-valued messages), [`grpc`] (the tonic
 //! service over them), [`deadline`] (the request body's time bound),
 //! [`headers`] (the response headers of `[envoy] response_headers`),
@@ -25,5 +26,6 @@ mod metadata;
 mod plan;
 mod reference;
 pub mod service;
+mod statuses;
 pub mod unknown;
 pub mod wire;
