@@ -318,7 +318,7 @@ impl EnvoyService {
         // they answer (the reference's INCRBY), each OVER_LIMIT when it
         // took its key past the limit; an enforced one that did denies the
         // request, so the checks below only read.
-        let own = self.record(&plans, Op::Charge, true).await?;
+        let own = self.record(plans, Op::Charge, true).await?;
         for (i, s, by) in own.statuses {
             statuses[i] = s;
             decided[i] = by;
@@ -333,7 +333,7 @@ impl EnvoyService {
         // request).
         let read_only = zero_enforced || own_over;
         let (enforced, checks) = self.checks(
-            &plans,
+            plans,
             |i, p| !quota[i] && self.is(p, Op::Check, false),
             read_only,
         );
@@ -389,7 +389,7 @@ impl EnvoyService {
             let consumed = admitted;
             admitted &= self
                 .quota(
-                    &plans,
+                    plans,
                     &quota,
                     (&mut statuses, &mut decided, &mut seen),
                     admitted,
@@ -416,7 +416,7 @@ impl EnvoyService {
         // through, always OK (one the store cannot decide reads OK with no
         // numbers: it never fails the request); and the charges and
         // give-backs, recorded whatever the checks answered.
-        let (shadows, checks) = self.checks(&plans, |_, p| self.is(p, Op::Check, true), !admitted);
+        let (shadows, checks) = self.checks(plans, |_, p| self.is(p, Op::Check, true), !admitted);
         // Charges before give-backs, so one call charging and giving back
         // the same key nets out rather than giving back from empty first.
         let (shadowed, (charged, given)) = tokio::join!(
@@ -426,8 +426,8 @@ impl EnvoyService {
                     .map(|check| self.gate.check_all(std::slice::from_ref(check))),
             ),
             async {
-                let charged = self.record(&plans, Op::Charge, false).await;
-                (charged, self.record(&plans, Op::Refund, false).await)
+                let charged = self.record(plans, Op::Charge, false).await;
+                (charged, self.record(plans, Op::Refund, false).await)
             },
         );
         let mut shadow_over = Vec::new();
@@ -496,20 +496,20 @@ impl EnvoyService {
         let response_headers_to_add = self
             .headers
             .as_ref()
-            .map(|h| h.for_statuses(&plans, &statuses, &quota, self.gate.rules()))
+            .map(|h| h.for_statuses(plans, &statuses, &quota, self.gate.rules()))
             .unwrap_or_default();
         show_admin_overrides(&decided, &mut statuses);
-        self.record_detailed(req, &plans, &statuses, &shadow_over);
+        self.record_detailed(req, plans, &statuses, &shadow_over);
         if let Some(reference) = &self.reference {
             let over = |i: usize| {
                 statuses[i].code == i32::from(Code::OverLimit) || shadow_over.contains(&i)
             };
             let request = (req, &*self.limits, self.first_rule);
-            reference.record(request, &plans, &seen, over);
+            reference.record(request, plans, &seen, over);
         }
         let dynamic_metadata = self
             .dynamic_metadata
-            .then(|| dynamic_metadata(req, &self.limits, &plans, &statuses));
+            .then(|| dynamic_metadata(req, &self.limits, plans, &statuses));
         Ok(RateLimitResponse {
             overall_code: if admitted { Code::Ok } else { Code::OverLimit }.into(),
             statuses,
