@@ -170,8 +170,13 @@ where
     };
     let answer = match generation.envoy.decide(&request).await {
         Ok(a) => a,
-        Err(status) => {
-            tracing::warn!("/json: {}", status.message());
+        Err(e) => {
+            // Counted as the reference's service counts a failed call,
+            // whichever door it came through.
+            if let Some(reference) = generation.envoy.reference_metrics() {
+                reference.error(e.kind);
+            }
+            tracing::warn!("/json: {}", e.status.message());
             return plain_error(StatusCode::BAD_REQUEST);
         }
     };

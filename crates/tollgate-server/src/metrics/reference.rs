@@ -10,6 +10,7 @@
 //! | `ratelimit_service_total_requests` | counter | `grpc_method` (`ShouldRateLimit`, `Check`) |
 //! | `ratelimit_service_response_time_seconds` | histogram | `grpc_method` |
 //! | `ratelimit_service_config_load_success`, `…_error` | counter | |
+//! | `ratelimit_service_global_shadow_mode` | counter | |
 //! | `go_memstats_gc_cpu_fraction` | gauge | |
 //!
 //! The series live here, per server, not in the process's recorder: a
@@ -72,12 +73,16 @@ pub const RESPONSE_TIME: &str = "ratelimit_service_response_time_seconds";
 pub const LOAD_SUCCESS: &str = "ratelimit_service_config_load_success";
 /// `ratelimit_service_config_load_error`.
 pub const LOAD_ERROR: &str = "ratelimit_service_config_load_error";
+/// `ratelimit_service_global_shadow_mode`: the name the statsd exporter
+/// gives the reference's `ratelimit.service.global_shadow_mode`, which the
+/// mapping leaves unmapped (the stat's name, escaped).
+pub const GLOBAL_SHADOW_MODE: &str = "ratelimit_service_global_shadow_mode";
 /// `go_memstats_gc_cpu_fraction`: Envoy Gateway's dashboard plots it; no
 /// garbage collector runs here, so it is 0.
 pub const GC_CPU_FRACTION: &str = "go_memstats_gc_cpu_fraction";
 
 /// The other families, with their type and help.
-pub const OTHERS: [(&str, Kind, &str); 6] = [
+pub const OTHERS: [(&str, Kind, &str); 7] = [
     (
         ERRORS,
         Kind::Counter,
@@ -102,6 +107,11 @@ pub const OTHERS: [(&str, Kind, &str); 6] = [
         LOAD_ERROR,
         Kind::Counter,
         "Config loads refused, the previous config still serving (reference name).",
+    ),
+    (
+        GLOBAL_SHADOW_MODE,
+        Kind::Counter,
+        "ShouldRateLimit answers that would have been OVER_LIMIT, answered OK under [envoy] shadow_mode (the reference's SHADOW_MODE; name as its exporter gives it).",
     ),
     (
         GC_CPU_FRACTION,
@@ -183,6 +193,7 @@ pub struct ReferenceMetrics {
     from_request: AtomicUsize,
     errors: [AtomicU64; 2],
     calls: [Calls; 2],
+    shadow_answers: AtomicU64,
 }
 
 impl ReferenceMetrics {
@@ -246,6 +257,12 @@ impl ReferenceMetrics {
     /// Counts a failed `ShouldRateLimit` call.
     pub fn error(&self, kind: ErrorKind) {
         self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an answer made `OK` by `[envoy] shadow_mode` that would have
+    /// been `OVER_LIMIT` (the reference's `global_shadow_mode`).
+    pub fn shadow_answer(&self) {
+        self.shadow_answers.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a unary call of `method` that took `took`.
@@ -336,6 +353,9 @@ impl ReferenceMetrics {
         let _ = writeln!(out, "{LOAD_SUCCESS} {}", loads.0);
         head(&mut out, LOAD_ERROR);
         let _ = writeln!(out, "{LOAD_ERROR} {}", loads.1);
+        head(&mut out, GLOBAL_SHADOW_MODE);
+        let shadow = self.shadow_answers.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{GLOBAL_SHADOW_MODE} {shadow}");
         head(&mut out, GC_CPU_FRACTION);
         let _ = writeln!(out, "{GC_CPU_FRACTION} 0");
         out

@@ -222,3 +222,113 @@ fn the_entry_honours_shadow_mode() {
         "{metrics}"
     );
 }
+
+/// The value of the one line of `text` that starts `head` (a name and
+/// its labels).
+fn value(text: &str, head: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(head))?;
+    line.rsplit(' ').next()?.parse().ok()
+}
+
+/// `[total_hits, over_limit, near_limit, within_limit, shadow_mode]` of
+/// the reference series of `key` in domain `d`.
+fn reference_counts(text: &str, key: &str) -> [Option<u64>; 5] {
+    [
+        "total_hits",
+        "over_limit",
+        "near_limit",
+        "within_limit",
+        "shadow_mode",
+    ]
+    .map(|s| {
+        value(
+            text,
+            &format!("ratelimit_service_rate_limit_{s}{{domain=\"d\",key1=\"{key}\"}} "),
+        )
+    })
+}
+
+const REDIS_ERROR: &str = "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} ";
+const SERVICE_ERROR: &str =
+    "ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} ";
+const GLOBAL: &str = "ratelimit_service_global_shadow_mode ";
+
+#[test]
+fn under_store_failure_error_a_dead_store_is_a_redis_error_and_its_hits_count() {
+    let redis = RedisServer::start();
+    let toml = format!(
+        "{}\n[metrics]\nreference_names = true\n",
+        config(&redis.url(), "deny", "store_failure = \"error\"")
+    );
+    let mut rls = Rls::start_with(&toml, YAML, &["--http", "127.0.0.1:0"]);
+    assert_eq!(code(rls.ok(request(&["wide"])).overall_code), Code::Ok);
+    redis.stop();
+    let mut both = request(&["tight", "wide"]);
+    both.hits_addend = 2;
+    let err = rls.call(both).expect_err("store down");
+    assert_eq!(err.code(), tonic::Code::Unknown);
+    // a refused request is the other kind
+    let mut empty = request(&["wide"]);
+    empty.domain = String::new();
+    let refused = rls.call(empty).expect_err("no domain");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+
+    let text = get(rls.server.api(), "/metrics").text();
+    // As the reference: each limit's hits in total_hits (counted before
+    // its Redis call), nothing else, and the call once as a redis_error.
+    assert_eq!(
+        reference_counts(&text, "tight"),
+        [Some(2), Some(0), Some(0), Some(0), Some(0)],
+        "{text}"
+    );
+    assert_eq!(
+        reference_counts(&text, "wide"),
+        [Some(3), Some(0), Some(0), Some(1), Some(0)],
+        "{text}"
+    );
+    assert_eq!(value(&text, REDIS_ERROR), Some(1), "{text}");
+    assert_eq!(value(&text, SERVICE_ERROR), Some(1), "{text}");
+    assert_eq!(
+        value(
+            &text,
+            "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} "
+        ),
+        Some(3),
+        "{text}"
+    );
+}
+
+#[test]
+fn shadow_mode_counts_the_answers_it_turned_ok_under_the_reference_name() {
+    let toml = format!(
+        "{}\n[metrics]\nreference_names = true\n",
+        config("memory", "allow", "shadow_mode = true")
+    );
+    let mut rls = Rls::start_with(&toml, YAML, &["--http", "127.0.0.1:0"]);
+    let text = get(rls.server.api(), "/metrics").text();
+    assert_eq!(value(&text, GLOBAL), Some(0), "{text}");
+    assert!(
+        text.contains("# TYPE ratelimit_service_global_shadow_mode counter\n"),
+        "{text}"
+    );
+    assert_eq!(code(rls.ok(request(&["tight"])).overall_code), Code::Ok);
+    let over = rls.ok(request(&["tight"]));
+    assert_eq!(code(over.overall_code), Code::Ok);
+    assert_eq!(code(over.statuses[0].code), Code::OverLimit);
+    // A limit's own shadow_mode reads OK: the answer was never a denial,
+    // so the reference does not count it.
+    for _ in 0..3 {
+        rls.ok(request(&["shadowed"]));
+    }
+    let text = get(rls.server.api(), "/metrics").text();
+    assert_eq!(value(&text, GLOBAL), Some(1), "{text}");
+    // The per-limit shadow_mode series is for limits in shadow mode of
+    // their own, as there: `tight` is over, not shadowed.
+    let tight = reference_counts(&text, "tight");
+    assert_eq!(
+        (tight[0], tight[1], tight[4]),
+        (Some(2), Some(1), Some(0)),
+        "{text}"
+    );
+    assert_eq!(reference_counts(&text, "shadowed")[4], Some(2), "{text}");
+}

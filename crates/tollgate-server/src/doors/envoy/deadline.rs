@@ -158,12 +158,12 @@ impl CallDeadline {
         Self(timeout.map(|t| Instant::now() + t))
     }
 
-    /// `call`, cut at the deadline: the timer is armed only if `call` has
-    /// to wait.
-    pub async fn bound<T>(
+    /// `call`, cut at the deadline (`CANCELLED`, as its error `E`): the
+    /// timer is armed only if `call` has to wait.
+    pub async fn bound<T, E: From<tonic::Status>>(
         self,
-        call: impl Future<Output = Result<T, tonic::Status>>,
-    ) -> Result<T, tonic::Status> {
+        call: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
         let mut call = std::pin::pin!(call);
         if let Some(polled) = std::future::poll_fn(|cx| {
             Poll::Ready(match call.as_mut().poll(cx) {
@@ -181,7 +181,9 @@ impl CallDeadline {
         tokio::select! {
             biased;
             done = &mut call => done,
-            () = tokio::time::sleep_until(deadline.into()) => Err(tonic::Status::cancelled("Timeout expired")),
+            () = tokio::time::sleep_until(deadline.into()) => {
+                Err(tonic::Status::cancelled("Timeout expired").into())
+            }
         }
     }
 }

@@ -38,10 +38,11 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthService;
 
 use crate::doors::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
+use crate::doors::envoy::failure::CallError;
 use crate::doors::envoy::service::EnvoyService;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Throttle;
-use crate::metrics::reference::{ErrorKind, Method};
+use crate::metrics::reference::Method;
 use crate::telemetry::spans;
 use tracing::Instrument as _;
 
@@ -127,8 +128,8 @@ impl RateLimitServer {
             // Counted before the answer leaves, so a caller that has it
             // finds it counted.
             if let Some(reference) = service.reference_metrics() {
-                if answer.is_err() {
-                    reference.error(ErrorKind::Service);
+                if let Err(e) = &answer {
+                    reference.error(e.kind);
                 }
                 reference.call(Method::ShouldRateLimit, started.elapsed());
             }
@@ -137,7 +138,7 @@ impl RateLimitServer {
                     spans::grpc_answer(&span, Ok(answer.overall_code().as_str_name()));
                     send_message(&mut respond, &answer);
                 }
-                Err(status) => {
+                Err(CallError { status, .. }) => {
                     spans::grpc_answer(&span, Err((status.code() as i32, status.message())));
                     send_status(&mut respond, &status);
                 }
@@ -164,7 +165,7 @@ impl RateLimitServer {
         &self,
         req: http::Request<RecvStream>,
         service: &EnvoyService,
-    ) -> Result<RateLimitResponse, Status> {
+    ) -> Result<RateLimitResponse, CallError> {
         let (parts, body) = req.into_parts();
         if let Some(encoding) = parts.headers.get("grpc-encoding")
             && encoding != "identity"
@@ -172,7 +173,8 @@ impl RateLimitServer {
             return Err(Status::unimplemented(format!(
                 "Content is compressed with `{}` which isn't supported",
                 String::from_utf8_lossy(encoding.as_bytes())
-            )));
+            ))
+            .into());
         }
         let max = self.0.max_decoding_message_size;
         let body = DeadlineBody::new(RecvBody::new(body), self.0.body_timeout);

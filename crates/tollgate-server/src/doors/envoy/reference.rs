@@ -10,7 +10,9 @@
 //! there; nor has a give-back (`is_negative_hits`), which the reference
 //! does not know. A descriptor the store did not decide (it failed, and
 //! the failure policy answered) counts its hits in `total_hits` only, and
-//! the call once as a `redis_error`.
+//! the call once as a `redis_error`; so does every descriptor of a call
+//! that failed on the store (`store_failure = "error"`), whose error the
+//! door counts.
 
 use std::sync::{Arc, OnceLock};
 
@@ -55,21 +57,52 @@ impl ReferenceSeries {
     /// answered over its limit (a shadow limit: was over).
     pub(crate) fn record(
         &self,
-        (req, limits, first_rule): (&RateLimitRequest, &EnvoyLimits, usize),
+        request: (&RateLimitRequest, &EnvoyLimits, usize),
         plans: &[Plan<'_>],
         seen: &[Option<Seen>],
         over: impl Fn(usize) -> bool,
     ) {
+        if self.count(request, plans, Some(seen), over) {
+            self.metrics.error(ErrorKind::Redis);
+        }
+    }
+
+    /// Counts the request `request` whose call failed on the store
+    /// (`[envoy] store_failure = "error"`): each descriptor with a limit
+    /// its hits in `total_hits` and nothing else, as the reference counts
+    /// them before its Redis call. The error itself is the door's to count
+    /// ([`crate::doors::envoy::failure::CallError`]).
+    pub(crate) fn record_failed(
+        &self,
+        request: (&RateLimitRequest, &EnvoyLimits, usize),
+        plans: &[Plan<'_>],
+    ) {
+        self.count(request, plans, None, |_| false);
+    }
+
+    /// Counts each descriptor with a limit; `seen` what the store said of
+    /// each key (`None`: the call failed, nothing was decided). Whether a
+    /// descriptor the store did not decide was counted.
+    fn count(
+        &self,
+        (req, limits, first_rule): (&RateLimitRequest, &EnvoyLimits, usize),
+        plans: &[Plan<'_>],
+        seen: Option<&[Option<Seen>]>,
+        over: impl Fn(usize) -> bool,
+    ) -> bool {
         // `plan` refused a domain that is not UTF-8.
         let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
         let mut store_failed = false;
         for (i, plan) in plans.iter().enumerate() {
             let (seen, rule) = match plan {
                 Plan::Counted { op: Op::Refund, .. } | Plan::None | Plan::Unlimited => continue,
-                Plan::Counted { rule, .. } => (seen[i], rule.checked_sub(first_rule)),
-                // Never in the store: a count of 0 against a limit of 0.
+                Plan::Counted { rule, .. } => {
+                    (seen.and_then(|s| s[i]), rule.checked_sub(first_rule))
+                }
+                // Never in the store: a count of 0 against a limit of 0
+                // (a failed call decided nothing, this one included).
                 Plan::Zero(_) => (
-                    Some(Seen {
+                    seen.map(|_| Seen {
                         before: 0,
                         limit: 0,
                     }),
@@ -115,8 +148,6 @@ impl ReferenceSeries {
                 }
             }
         }
-        if store_failed {
-            self.metrics.error(ErrorKind::Redis);
-        }
+        store_failed
     }
 }

@@ -61,28 +61,28 @@
 //! is UTF-8).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit as CurrentLimit,
-};
-use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use futures_util::future::join_all;
 use tollgate::resilient::Refusal;
-use tollgate::{Check, DecidedBy, Decision, LimitSource, OnError, Op};
+use tollgate::{Check, DecidedBy, OnError, Op};
 
 use crate::config::StoreFailure;
 use crate::doors::envoy::detailed::{DetailedMetrics, Outcome};
+use crate::doors::envoy::failure::CallError;
 use crate::doors::envoy::headers::ResponseHeaders;
-use crate::doors::envoy::limits::{EnvoyLimits, Limit, Unit};
+use crate::doors::envoy::limits::EnvoyLimits;
 use crate::doors::envoy::metadata::dynamic_metadata;
 use crate::doors::envoy::plan::{Plan, plan};
 use crate::doors::envoy::reference::ReferenceSeries;
+use crate::doors::envoy::statuses::{
+    cost_of, failed, initial, note, seen_of, show_admin_overrides, status,
+};
 use crate::doors::envoy::unknown::UnknownDomains;
 use crate::doors::envoy::wire::RateLimitRequest;
 use crate::gate::Gate;
-use crate::metrics::reference::{ReferenceMetrics, Seen};
+use crate::metrics::reference::{ErrorKind, ReferenceMetrics, Seen};
 
 /// The message of the error every call gets under `[envoy.xds]` before
 /// the first config (the reference's, word for word).
@@ -256,13 +256,30 @@ impl EnvoyService {
     /// `UNAVAILABLE` ([`NO_CONFIG`]) under xDS before the first config;
     /// `UNKNOWN` when a store call failed under `[envoy] store_failure =
     /// "error"`.
-    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+    pub async fn decide(&self, req: &RateLimitRequest) -> Result<RateLimitResponse, CallError> {
         if self.limits.awaiting() {
             // As the reference before its first xDS config: an error,
             // which Envoy turns into its failure mode (docs/xds.md).
-            return Err(tonic::Status::unavailable(NO_CONFIG));
+            return Err(tonic::Status::unavailable(NO_CONFIG).into());
         }
         let plans = plan(&self.limits, self.first_rule, req, self.count_own_cost)?;
+        let answer = self.decide_planned(req, &plans).await;
+        if let (Err(e), Some(reference)) = (&answer, &self.reference)
+            && e.kind == ErrorKind::Redis
+        {
+            // The reference counts each limit's hits before its Redis
+            // call, and nothing else of a call that then fails.
+            reference.record_failed((req, &self.limits, self.first_rule), &plans);
+        }
+        answer
+    }
+
+    /// Decides a request resolved into `plans`.
+    async fn decide_planned(
+        &self,
+        req: &RateLimitRequest,
+        plans: &[Plan<'_>],
+    ) -> Result<RateLimitResponse, CallError> {
         // `plan` refused a domain that is not UTF-8.
         let domain = std::str::from_utf8(&req.domain).unwrap_or_default();
         if !self.limits.has_domain(domain) {
@@ -301,7 +318,7 @@ impl EnvoyService {
         // they answer (the reference's INCRBY), each OVER_LIMIT when it
         // took its key past the limit; an enforced one that did denies the
         // request, so the checks below only read.
-        let own = self.record(&plans, Op::Charge, true).await?;
+        let own = self.record(plans, Op::Charge, true).await?;
         for (i, s, by) in own.statuses {
             statuses[i] = s;
             decided[i] = by;
@@ -316,7 +333,7 @@ impl EnvoyService {
         // request).
         let read_only = zero_enforced || own_over;
         let (enforced, checks) = self.checks(
-            &plans,
+            plans,
             |i, p| !quota[i] && self.is(p, Op::Check, false),
             read_only,
         );
@@ -324,10 +341,10 @@ impl EnvoyService {
         if !enforced.is_empty() {
             match self.gate.check_all(&checks).await {
                 Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
-                    return Err(store_failed(None));
+                    return Err(CallError::store(None));
                 }
                 Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
-                    return Err(store_failed(Some(&e)));
+                    return Err(CallError::store(Some(&e)));
                 }
                 Ok(verdict) => {
                     admitted &= verdict.multi.allowed;
@@ -356,7 +373,7 @@ impl EnvoyService {
                     }
                 }
                 Err(Refusal::Invalid(e)) => {
-                    return Err(tonic::Status::invalid_argument(e.to_string()));
+                    return Err(tonic::Status::invalid_argument(e.to_string()).into());
                 }
                 // The store failed and the policy is `deny`: the user's
                 // choice stands.
@@ -372,7 +389,7 @@ impl EnvoyService {
             let consumed = admitted;
             admitted &= self
                 .quota(
-                    &plans,
+                    plans,
                     &quota,
                     (&mut statuses, &mut decided, &mut seen),
                     admitted,
@@ -399,7 +416,7 @@ impl EnvoyService {
         // through, always OK (one the store cannot decide reads OK with no
         // numbers: it never fails the request); and the charges and
         // give-backs, recorded whatever the checks answered.
-        let (shadows, checks) = self.checks(&plans, |_, p| self.is(p, Op::Check, true), !admitted);
+        let (shadows, checks) = self.checks(plans, |_, p| self.is(p, Op::Check, true), !admitted);
         // Charges before give-backs, so one call charging and giving back
         // the same key nets out rather than giving back from empty first.
         let (shadowed, (charged, given)) = tokio::join!(
@@ -409,17 +426,19 @@ impl EnvoyService {
                     .map(|check| self.gate.check_all(std::slice::from_ref(check))),
             ),
             async {
-                let charged = self.record(&plans, Op::Charge, false).await;
-                (charged, self.record(&plans, Op::Refund, false).await)
+                let charged = self.record(plans, Op::Charge, false).await;
+                (charged, self.record(plans, Op::Refund, false).await)
             },
         );
         let mut shadow_over = Vec::new();
         for (&i, result) in shadows.iter().zip(shadowed) {
             if self.store_error {
                 match &result {
-                    Ok(verdict) if verdict.degraded.is_some() => return Err(store_failed(None)),
+                    Ok(verdict) if verdict.degraded.is_some() => {
+                        return Err(CallError::store(None));
+                    }
                     Err(e) if !matches!(e, Refusal::Invalid(_)) => {
-                        return Err(store_failed(Some(e)));
+                        return Err(CallError::store(Some(e)));
                     }
                     _ => {}
                 }
@@ -467,6 +486,9 @@ impl EnvoyService {
                 || (!quotas.is_empty() && quotas.iter().all(|&i| over(i)));
             if would_deny || !admitted {
                 ::metrics::counter!(crate::metrics::ENVOY_SHADOW_MODE).increment(1);
+                if let Some(reference) = &self.reference {
+                    reference.metrics().shadow_answer();
+                }
             }
             admitted = true;
         }
@@ -474,20 +496,20 @@ impl EnvoyService {
         let response_headers_to_add = self
             .headers
             .as_ref()
-            .map(|h| h.for_statuses(&plans, &statuses, &quota, self.gate.rules()))
+            .map(|h| h.for_statuses(plans, &statuses, &quota, self.gate.rules()))
             .unwrap_or_default();
         show_admin_overrides(&decided, &mut statuses);
-        self.record_detailed(req, &plans, &statuses, &shadow_over);
+        self.record_detailed(req, plans, &statuses, &shadow_over);
         if let Some(reference) = &self.reference {
             let over = |i: usize| {
                 statuses[i].code == i32::from(Code::OverLimit) || shadow_over.contains(&i)
             };
             let request = (req, &*self.limits, self.first_rule);
-            reference.record(request, &plans, &seen, over);
+            reference.record(request, plans, &seen, over);
         }
         let dynamic_metadata = self
             .dynamic_metadata
-            .then(|| dynamic_metadata(req, &self.limits, &plans, &statuses));
+            .then(|| dynamic_metadata(req, &self.limits, plans, &statuses));
         Ok(RateLimitResponse {
             overall_code: if admitted { Code::Ok } else { Code::OverLimit }.into(),
             statuses,
@@ -540,7 +562,7 @@ impl EnvoyService {
             &mut [Option<Seen>],
         ),
         consume: bool,
-    ) -> Result<bool, tonic::Status> {
+    ) -> Result<bool, CallError> {
         let (at, checks) = self.checks(
             plans,
             |i, p| quota[i] && self.is(p, Op::Check, false),
@@ -555,10 +577,10 @@ impl EnvoyService {
         for (&i, result) in at.iter().zip(answers) {
             statuses[i] = match result {
                 Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
-                    return Err(store_failed(None));
+                    return Err(CallError::store(None));
                 }
                 Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
-                    return Err(store_failed(Some(&e)));
+                    return Err(CallError::store(Some(&e)));
                 }
                 Ok(verdict) if verdict.degraded == Some(OnError::Allow) => initial(&plans[i]),
                 Ok(verdict) => {
@@ -591,12 +613,7 @@ impl EnvoyService {
     /// each reads `OK` with the key's state after it (an own cost
     /// `OVER_LIMIT` when that state is past its limit); under a store
     /// failure the failure policy answers, as for a check.
-    async fn record(
-        &self,
-        plans: &[Plan<'_>],
-        op: Op,
-        own: bool,
-    ) -> Result<Recorded, tonic::Status> {
+    async fn record(&self, plans: &[Plan<'_>], op: Op, own: bool) -> Result<Recorded, CallError> {
         let (at, checks) = self.checks(
             plans,
             |_, p| matches!(p, Plan::Counted { op: o, .. } if *o == op) && p.counts_own() == own,
@@ -617,10 +634,10 @@ impl EnvoyService {
         };
         match result {
             Ok(verdict) if verdict.degraded.is_some() && self.store_error => {
-                return Err(store_failed(None));
+                return Err(CallError::store(None));
             }
             Err(e) if self.store_error && !matches!(e, Refusal::Invalid(_)) => {
-                return Err(store_failed(Some(&e)));
+                return Err(CallError::store(Some(&e)));
             }
             // Under `allow` nothing was recorded: OK, with no numbers.
             Ok(verdict) if verdict.degraded == Some(OnError::Allow) => {}
@@ -655,7 +672,7 @@ impl EnvoyService {
             // Not for a loaded config (its rules are rates, its keys
             // bounded), but never a panic.
             Err(Refusal::Invalid(e)) => {
-                return Err(tonic::Status::invalid_argument(e.to_string()));
+                return Err(tonic::Status::invalid_argument(e.to_string()).into());
             }
             Err(_) => {
                 recorded.admitted = at.iter().all(|&i| self.is(&plans[i], op, true));
@@ -703,153 +720,4 @@ impl EnvoyService {
             })
             .unzip()
     }
-}
-
-/// The error a call gets when a store call failed under `[envoy]
-/// store_failure = "error"`: `UNKNOWN`, the code grpc-go gives the
-/// reference's Redis error, naming the failure when the gate said it.
-fn store_failed(refusal: Option<&Refusal>) -> tonic::Status {
-    match refusal {
-        Some(Refusal::Unavailable(e)) => tonic::Status::unknown(format!("store unavailable: {e}")),
-        Some(other) => tonic::Status::unknown(format!("store unavailable: {other}")),
-        None => tonic::Status::unknown("store unavailable"),
-    }
-}
-
-/// A descriptor decided under an admin's runtime override (docs/admin.md)
-/// shows that limit in its `current_limit`: its `requests_per_unit`, and
-/// its unit when the override's period is one. `decided` is what decided
-/// each status, as its answer carried it: never looked up again, so a
-/// status never names an override written after its decision.
-fn show_admin_overrides(decided: &[Option<DecidedBy>], statuses: &mut [DescriptorStatus]) {
-    for (by, s) in decided.iter().zip(statuses.iter_mut()) {
-        let Some(by) = by.filter(|by| by.source == LimitSource::RuntimeOverride) else {
-            continue;
-        };
-        if let Some(current) = &mut s.current_limit {
-            current.requests_per_unit = u32::try_from(by.limit).unwrap_or(u32::MAX);
-            if let Some(unit) = Unit::ALL
-                .iter()
-                .find(|u| Duration::from_secs(u.seconds()) == by.period())
-            {
-                current.unit = unit.proto();
-            }
-        }
-    }
-}
-
-/// Notes what the store said of descriptor `i`'s key (`seen` is empty
-/// when the reference's stats are off).
-fn note(seen: &mut [Option<Seen>], i: usize, what: Seen) {
-    if let Some(slot) = seen.get_mut(i) {
-        *slot = Some(what);
-    }
-}
-
-/// What a decision says of its key for the reference's stats: `added`
-/// the units the call consumed (`None`: it consumed nothing).
-fn seen_of(d: &Decision, added: Option<u64>) -> Seen {
-    Seen::after_call(d.limit, d.remaining, 0, added.unwrap_or(0))
-}
-
-/// A counted plan's cost (0 for any other).
-fn cost_of(plan: &Plan<'_>) -> u64 {
-    match plan {
-        Plan::Counted { cost, .. } => *cost,
-        _ => 0,
-    }
-}
-
-/// A descriptor's status before the store answers.
-fn initial(plan: &Plan<'_>) -> DescriptorStatus {
-    match plan {
-        Plan::None | Plan::Counted { .. } => DescriptorStatus {
-            code: Code::Ok.into(),
-            ..DescriptorStatus::default()
-        },
-        Plan::Unlimited => DescriptorStatus {
-            code: Code::Ok.into(),
-            limit_remaining: u32::MAX,
-            ..DescriptorStatus::default()
-        },
-        Plan::Zero(limit) => DescriptorStatus {
-            code: if limit.shadow_mode {
-                Code::Ok
-            } else {
-                Code::OverLimit
-            }
-            .into(),
-            current_limit: Some(current(limit)),
-            limit_remaining: 0,
-            duration_until_reset: limit.unit.map(|u| to_window_end(u.seconds())),
-            ..DescriptorStatus::default()
-        },
-    }
-}
-
-/// A counted limit's status when the store failed under `deny`:
-/// `OVER_LIMIT` (`OK` in shadow mode), no numbers.
-fn failed(plan: &Plan<'_>) -> DescriptorStatus {
-    let Plan::Counted { limit, .. } = plan else {
-        return initial(plan);
-    };
-    DescriptorStatus {
-        code: if limit.shadow_mode {
-            Code::Ok
-        } else {
-            Code::OverLimit
-        }
-        .into(),
-        current_limit: Some(current(limit)),
-        ..DescriptorStatus::default()
-    }
-}
-
-/// The limit as a status's `current_limit`.
-fn current(limit: &Limit) -> CurrentLimit {
-    CurrentLimit {
-        name: limit.name.clone(),
-        requests_per_unit: limit.requests_per_unit,
-        unit: limit.unit.map_or(0, Unit::proto),
-    }
-}
-
-/// A counted limit's status from its decision; `ok` overrides the code
-/// (shadow mode, and a pair that would have admitted in a denied check).
-fn status(plan: &Plan<'_>, d: &Decision, ok: bool) -> DescriptorStatus {
-    let Plan::Counted { limit, .. } = plan else {
-        return DescriptorStatus::default();
-    };
-    let ok = ok || limit.shadow_mode;
-    DescriptorStatus {
-        code: if ok { Code::Ok } else { Code::OverLimit }.into(),
-        current_limit: Some(current(limit)),
-        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
-        duration_until_reset: Some(proto_duration(d.reset_after)),
-        ..DescriptorStatus::default()
-    }
-}
-
-/// A `google.protobuf.Duration` of whole seconds, `d` rounded up: the
-/// reference service's times are whole Unix seconds (a fixed window, aligned
-/// to them, ends where it says), and Envoy's `X-RateLimit-Reset` reads only
-/// the seconds, so a part of one left would read as none.
-fn proto_duration(d: Duration) -> ProtoDuration {
-    let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    ProtoDuration {
-        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
-        nanos: 0,
-    }
-}
-
-/// Time to the end of the current `unit_secs` window on the wall clock (the
-/// reference service's windows), for limits the store never sees.
-fn to_window_end(unit_secs: u64) -> ProtoDuration {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let unit = Duration::from_secs(unit_secs.max(1));
-    let into =
-        Duration::from_nanos(u64::try_from(now.as_nanos() % unit.as_nanos()).unwrap_or_default());
-    proto_duration(unit.saturating_sub(into))
 }
