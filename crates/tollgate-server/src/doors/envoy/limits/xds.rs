@@ -102,23 +102,22 @@ fn label(resource: &RateLimitConfig, index: usize) -> String {
 /// A field as the loader names it (`descriptors[0].descriptors[1].rate_limit.unit`)
 /// with its descriptor part as a `key=value` chain.
 fn rename(field: &str, chains: &HashMap<String, String>) -> String {
-    // The longest descriptor path that prefixes the field.
-    let mut best: Option<(&str, &str)> = None;
-    for (path, chain) in chains {
-        let fits = field == path
-            || field
-                .strip_prefix(path.as_str())
-                .is_some_and(|rest| rest.starts_with('.'));
-        if fits && best.is_none_or(|(p, _)| p.len() < path.len()) {
-            best = Some((path, chain));
+    // The longest descriptor path that prefixes the field: the field
+    // itself, then each prefix ending before a `.`, looked up in turn (a
+    // scan of every path per error made a domain's errors quadratic).
+    let mut end = field.len();
+    loop {
+        let path = &field[..end];
+        if let Some(chain) = chains.get(path) {
+            return match field[end..].strip_prefix('.') {
+                None => format!("descriptor {chain}"),
+                Some(rest) => format!("descriptor {chain}, {rest}"),
+            };
         }
-    }
-    match best {
-        None => field.to_owned(),
-        Some((path, chain)) => match field[path.len()..].strip_prefix('.') {
-            None => format!("descriptor {chain}"),
-            Some(rest) => format!("descriptor {chain}, {rest}"),
-        },
+        match path.rfind('.') {
+            Some(dot) => end = dot,
+            None => return field.to_owned(),
+        }
     }
 }
 
