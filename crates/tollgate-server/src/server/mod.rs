@@ -272,23 +272,11 @@ async fn serve(
     info: ConfigInfo,
     reload: Option<Source>,
 ) -> Result<(), String> {
-    let Listeners {
-        doors: listeners,
-        ops,
-        reference,
-        grpc,
-    } = listeners;
-    crate::doors::check(&plan.config, &listeners)?;
+    crate::doors::check(&plan.config, &listeners.doors)?;
     // Here, the one path every entry takes: the OTEL_* variables over
     // [tracing] (docs/tracing.md). Read at start only, as the listeners.
     crate::telemetry::env::apply(&mut plan.config.tracing)?;
     let telemetry = crate::telemetry::start(&plan.config.tracing)?;
-    let listeners = Listeners {
-        doors: listeners,
-        ops,
-        reference,
-        grpc,
-    };
     let served = serve_traced(listeners, shutdown, plan, info, reload).await;
     telemetry.shutdown().await;
     served
