@@ -148,7 +148,7 @@ pub async fn send(
                 // Refused unsent (the connection is closing): a new one.
                 Err(Unsent::Back(back)) => {
                     pool.drop_h2();
-                    req = back;
+                    req = *back;
                 }
                 Err(Unsent::Failed(e)) => return Err(LinkError::Failed(e)),
             }
@@ -164,7 +164,7 @@ pub async fn send(
 /// Why an HTTP/2 request did not get its answer.
 enum Unsent {
     /// Handed back unsent.
-    Back(Request<Outgoing>),
+    Back(Box<Request<Outgoing>>),
     /// Failed once sent.
     Failed(hyper::Error),
 }
@@ -198,7 +198,7 @@ async fn send_h2(
     match h2.try_send_request(req).await {
         Ok(res) => Ok(res.map(|inner| LinkedBody::new(inner, None, body_idle_timeout))),
         Err(mut e) => match e.take_message() {
-            Some(back) => Err(Unsent::Back(back)),
+            Some(back) => Err(Unsent::Back(Box::new(back))),
             None => Err(Unsent::Failed(e.into_error())),
         },
     }
