@@ -234,3 +234,37 @@ fn clients_speak_http2_with_prior_knowledge_and_over_tls() {
     });
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
 }
+
+#[test]
+fn an_h2_upstream_that_stalls_is_a_504_or_a_cut_body() {
+    let certs = EgCerts::generate();
+    let up = upstream(&certs, H2_AND_H1);
+    let tables = format!(
+        "[proxy]\nresponse_timeout = \"300ms\"\n{}",
+        upstream_tls(&certs, "")
+    );
+    let s = proxy(&up, &tables);
+    let r = request(s.proxy(), "GET", "/hang", &[], b"");
+    assert_eq!(r.status, 504, "{}", r.text());
+    // A body that stops half-way is cut: the first event, then the end of
+    // the connection without the last chunk.
+    let mut c = connect(s.proxy());
+    write!(
+        c,
+        "GET /sse HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .expect("write");
+    let mut seen = Vec::new();
+    let _ = c.read_to_end(&mut seen);
+    let text = String::from_utf8_lossy(&seen);
+    assert!(text.contains("data: one"), "{text}");
+    assert!(!text.contains("data: two"), "{text}");
+    assert!(
+        !text.ends_with("0\r\n\r\n"),
+        "not ended as complete: {text}"
+    );
+    // The connection was kept for the next request all the same.
+    let r = request(s.proxy(), "GET", "/version", &[], b"");
+    assert_eq!((r.status, r.text().as_str()), (200, "HTTP/2.0"));
+    assert_eq!(up.accepted(), 1);
+}

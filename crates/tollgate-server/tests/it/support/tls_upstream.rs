@@ -9,6 +9,7 @@
 //!   the test calls [`TlsUpstream::release`], then `data: two`, then the
 //!   end. A client that reads `one` before releasing proves the proxy
 //!   passed it on alone (no buffering), with no clock involved.
+//! * `/hang`: no answer until released (a stalled upstream).
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -128,6 +129,12 @@ async fn answer(
             Response::builder()
                 .header("content-type", "text/event-stream")
                 .body(body.boxed())
+        }
+        "/hang" => {
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+            Response::builder().body(Full::new(Bytes::from_static(b"late")).boxed())
         }
         _ => {
             Response::builder().body(Full::new(Bytes::from(format!("{:?}", req.version()))).boxed())
