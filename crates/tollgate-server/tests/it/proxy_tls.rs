@@ -268,3 +268,42 @@ fn an_h2_upstream_that_stalls_is_a_504_or_a_cut_body() {
     assert_eq!((r.status, r.text().as_str()), (200, "HTTP/2.0"));
     assert_eq!(up.accepted(), 1);
 }
+
+#[test]
+fn server_sent_events_pass_one_by_one_to_an_http2_client() {
+    let certs = EgCerts::generate();
+    let up = upstream(&certs, H2_AND_H1);
+    let s = proxy(&up, &upstream_tls(&certs, ""));
+    let addr = s.proxy();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                .await
+                .expect("h2c handshake");
+        tokio::spawn(conn);
+        let req = http::Request::get(format!("http://{addr}/sse"))
+            .body(Empty::<Bytes>::new())
+            .expect("request");
+        let res = send.send_request(req).await.expect("response");
+        assert_eq!(res.version(), http::Version::HTTP_2);
+        let mut body = res.into_body();
+        let mut seen = String::new();
+        // As over HTTP/1.1: `two` is released only once `one` is here.
+        let mut released = false;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.expect("frame");
+            if let Some(data) = frame.data_ref() {
+                seen.push_str(&String::from_utf8_lossy(data));
+            }
+            if seen.contains("data: one") && !released {
+                assert!(!seen.contains("data: two"), "{seen}");
+                up.release();
+                released = true;
+            }
+        }
+        assert!(released, "{seen}");
+        assert!(seen.ends_with("data: two\n\n"), "{seen}");
+    });
+}
