@@ -3,13 +3,20 @@
 //! once, of many client connections), ending when the upstream closes it
 //! or every handle to it is gone.
 
+use std::time::Duration;
+
 use http::Request;
 use http::uri::{Authority, Scheme, Uri};
 use hyper::client::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use super::outgoing::Outgoing;
 use super::tls::Io;
+
+/// How often an HTTP/2 upstream connection is pinged.
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+/// How long a ping may go unanswered before the connection is closed.
+const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The HTTP/2 handshake on `io`; the connection's driver is spawned.
 ///
@@ -17,6 +24,14 @@ use super::tls::Io;
 /// As hyper's handshake.
 pub(super) async fn open(io: Io) -> Result<http2::SendRequest<Outgoing>, hyper::Error> {
     let (send, conn) = http2::Builder::new(TokioExecutor::new())
+        // Pings find a connection that died silently (a NAT or balancer
+        // forgot it) before a request waits on it: it closes, and the next
+        // request opens another, as the HTTP/1.1 pool's idle timeout keeps
+        // old connections from being reused.
+        .timer(TokioTimer::new())
+        .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
         .handshake(TokioIo::new(io))
         .await?;
     tokio::spawn(async move {
