@@ -91,6 +91,7 @@ fn an_upstream_requiring_a_client_certificate_gets_cert_file() {
     let without = proxy(&up, &upstream_tls(&certs, ""));
     let r = request(without.proxy(), "GET", "/version", &[], b"");
     assert_eq!(r.status, 502, "no client certificate: {}", r.text());
+    assert!(r.text().contains("could not be reached"), "{}", r.text());
     let client = format!(
         "cert_file = {:?}\nkey_file = {:?}",
         certs.cert("envoy"),

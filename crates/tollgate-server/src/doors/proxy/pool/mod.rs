@@ -179,7 +179,7 @@ async fn sent_h2(
 ) -> Result<Response<LinkedBody>, LinkError> {
     match send_h2(h2, req, dialer, body_idle_timeout).await {
         Ok(res) => Ok(res),
-        Err(Unsent::Failed(e)) => Err(LinkError::Failed(e)),
+        Err(Unsent::Failed(e)) => Err(on_fresh(e, dialer)),
         Err(Unsent::Back(_)) => Err(LinkError::Connect(format!(
             "{}: the new HTTP/2 connection closed at once",
             dialer.address()
@@ -261,10 +261,30 @@ async fn send_h1(
                     req = copy;
                     retried = true;
                 }
+                _ if fresh => return Err(on_fresh(e.into_error(), dialer)),
                 _ => return Err(LinkError::Failed(e.into_error())),
             },
         }
     }
+}
+
+/// The failure of a connection's first request: a connect failure when
+/// TLS reported it (a server may refuse the client's certificate after
+/// the handshake seemed done, as TLS 1.3 lets it), for then the upstream
+/// saw no request (the proxy gives the request's reservation back).
+fn on_fresh(e: hyper::Error, dialer: &Dialer) -> LinkError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(err) = source {
+        let tls = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        if let Some(tls) = tls {
+            return LinkError::Connect(format!("{}: TLS: {tls}", dialer.address()));
+        }
+        source = err.source();
+    }
+    LinkError::Failed(e)
 }
 
 /// An idle connection of `pool` that is still open and ready for a
