@@ -43,6 +43,7 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod terminal;
+mod tls_client;
 pub mod xds;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.

@@ -348,7 +348,7 @@ mod tests {
             ),
             (&["--store", "mysql://x"], "--store: "),
             (
-                &["--proxy", "127.0.0.1:1", "--upstream", "https://a"],
+                &["--proxy", "127.0.0.1:1", "--upstream", "ftp://a"],
                 "--upstream: ",
             ),
         ] {

@@ -4,7 +4,9 @@
 //! stays in use if the new pair does not load, as the reference's
 //! `CertProvider` keeps it), and client certificates required and verified
 //! against `GRPC_CLIENT_TLS_CACERT` when it is set, carrying the DNS name
-//! `GRPC_CLIENT_TLS_SAN` when that is set too.
+//! `GRPC_CLIENT_TLS_SAN` when that is set too. The reverse proxy's TLS
+//! listener (`[proxy.listen_tls]`) handles its certificate the same way
+//! ([`proxy_acceptor`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,6 +23,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio_rustls::TlsAcceptor;
 
 use super::listen::GrpcTls;
+use crate::config::ListenTls;
 
 /// The gRPC port's TLS acceptor (ALPN `h2`).
 ///
@@ -29,7 +32,7 @@ use super::listen::GrpcTls;
 /// certificate's, a SAN that is not a DNS name; each names its variable.
 pub fn acceptor(tls: &GrpcTls) -> Result<TlsAcceptor, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let resolver = Arc::new(ReloadingCert::load(&tls.cert, &tls.key, &provider)?);
+    let resolver = Arc::new(ReloadingCert::load(&tls.cert, &tls.key, &provider, GRPC)?);
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
@@ -67,6 +70,50 @@ pub fn acceptor(tls: &GrpcTls) -> Result<TlsAcceptor, String> {
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
+/// The reverse proxy's listener TLS (`[proxy.listen_tls]`): the same
+/// certificate handling (re-read when its files change), no client
+/// certificates, ALPN `h2` and `http/1.1`.
+///
+/// # Errors
+/// As [`acceptor`], naming the table's fields.
+pub fn proxy_acceptor(tls: &ListenTls) -> Result<TlsAcceptor, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let resolver = Arc::new(ReloadingCert::load(
+        &tls.cert_file,
+        &tls.key_file,
+        &provider,
+        PROXY,
+    )?);
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// How messages name a certificate pair: its two settings and the
+/// listener.
+#[derive(Debug, Clone, Copy)]
+struct Labels {
+    cert: &'static str,
+    key: &'static str,
+    listener: &'static str,
+}
+
+const GRPC: Labels = Labels {
+    cert: "GRPC_SERVER_TLS_CERT",
+    key: "GRPC_SERVER_TLS_KEY",
+    listener: "gRPC TLS",
+};
+
+const PROXY: Labels = Labels {
+    cert: "proxy.listen_tls.cert_file",
+    key: "proxy.listen_tls.key_file",
+    listener: "reverse proxy TLS",
+};
+
 /// The PEM certificates of `path`.
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let pem = crate::config::file::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -95,19 +142,26 @@ struct ReloadingCert {
     cert: PathBuf,
     key: PathBuf,
     provider: Arc<CryptoProvider>,
+    labels: Labels,
     current: Mutex<(Stamp, Stamp, Arc<CertifiedKey>)>,
 }
 
 impl ReloadingCert {
-    fn load(cert: &Path, key: &Path, provider: &Arc<CryptoProvider>) -> Result<Self, String> {
+    fn load(
+        cert: &Path,
+        key: &Path,
+        provider: &Arc<CryptoProvider>,
+        labels: Labels,
+    ) -> Result<Self, String> {
         let (stamps, loaded) = (
             (stamp(cert), stamp(key)),
-            certified_key(cert, key, provider)?,
+            certified_key(cert, key, provider, labels)?,
         );
         Ok(Self {
             cert: cert.to_path_buf(),
             key: key.to_path_buf(),
             provider: Arc::clone(provider),
+            labels,
             current: Mutex::new((stamps.0, stamps.1, Arc::new(loaded))),
         })
     }
@@ -118,25 +172,27 @@ fn certified_key(
     cert: &Path,
     key: &Path,
     provider: &CryptoProvider,
+    labels: Labels,
 ) -> Result<CertifiedKey, String> {
-    let chain = certificates(cert).map_err(|e| format!("GRPC_SERVER_TLS_CERT: {e}"))?;
+    let key_label = labels.key;
+    let chain = certificates(cert).map_err(|e| format!("{}: {e}", labels.cert))?;
     let pem = crate::config::file::read(key)
-        .map_err(|e| format!("GRPC_SERVER_TLS_KEY: {}: {e}", key.display()))?;
+        .map_err(|e| format!("{key_label}: {}: {e}", key.display()))?;
     // Never quoted: a line of it could be a piece of the key.
     let der = PrivateKeyDer::from_pem_slice(&pem).map_err(|_| {
         format!(
-            "GRPC_SERVER_TLS_KEY: {}: no PKCS#8, PKCS#1 or SEC1 private key",
+            "{key_label}: {}: no PKCS#8, PKCS#1 or SEC1 private key",
             key.display()
         )
     })?;
     let signing = provider
         .key_provider
         .load_private_key(der)
-        .map_err(|e| format!("GRPC_SERVER_TLS_KEY: {}: {e}", key.display()))?;
+        .map_err(|e| format!("{key_label}: {}: {e}", key.display()))?;
     let certified = CertifiedKey::new(chain, signing);
     certified.keys_match().map_err(|e| {
         format!(
-            "GRPC_SERVER_TLS_KEY: {} is not the key of {}: {e}",
+            "{key_label}: {} is not the key of {}: {e}",
             key.display(),
             cert.display()
         )
@@ -149,15 +205,16 @@ impl ResolvesServerCert for ReloadingCert {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         let now = (stamp(&self.cert), stamp(&self.key));
         if (now.0, now.1) != (current.0, current.1) {
-            match certified_key(&self.cert, &self.key, &self.provider) {
+            let listener = self.labels.listener;
+            match certified_key(&self.cert, &self.key, &self.provider, self.labels) {
                 Ok(loaded) => {
-                    tracing::info!("gRPC TLS: {} re-read after a change", self.cert.display());
+                    tracing::info!("{listener}: {} re-read after a change", self.cert.display());
                     *current = (now.0, now.1, Arc::new(loaded));
                 }
                 Err(e) => {
                     // Noted as seen: one warning per change, not per
                     // handshake; a later change is tried again.
-                    tracing::warn!("gRPC TLS: keeping the certificate in use: {e}");
+                    tracing::warn!("{listener}: keeping the certificate in use: {e}");
                     current.0 = now.0;
                     current.1 = now.1;
                 }

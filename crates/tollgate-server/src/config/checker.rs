@@ -113,6 +113,8 @@ const PROXY_FIELDS: &[&str] = &[
     "response_timeout",
     "send_timeout",
     "append_forwarded_for",
+    "upstream_tls",
+    "listen_tls",
 ];
 
 pub(super) type Value<'i> = Spanned<DeValue<'i>>;
@@ -494,6 +496,21 @@ impl<'a> Checker<'a> {
         }
         if let Some(b) = self.boolean(t, path, "append_forwarded_for") {
             proxy.append_forwarded_for = b;
+        }
+        for (key, what) in [
+            ("upstream_tls", "[proxy.upstream_tls]"),
+            ("listen_tls", "[proxy.listen_tls]"),
+        ] {
+            let Some(value) = t.get(key) else { continue };
+            match value.get_ref() {
+                DeValue::Table(tls) if key == "upstream_tls" => {
+                    if let Some(tls) = self.upstream_tls(tls) {
+                        proxy.upstream_tls = tls;
+                    }
+                }
+                DeValue::Table(tls) => proxy.listen_tls = self.listen_tls(tls),
+                _ => self.wrong_type(value, &join(path, key), &format!("a table ({what})")),
+            }
         }
         if let Some(value) = t.get("trusted_proxies") {
             match value.get_ref() {

@@ -41,7 +41,8 @@
 //! `rules.rs` (the `[[rules]]` entries), `envoy.rs`, `metrics.rs`,
 //! `admin.rs`, `ops.rs` and `tracing.rs` (the `[envoy]`, `[metrics]`,
 //! `[admin]`, `[ops]` and `[tracing]` tables), `xds.rs` (`[envoy.xds]`,
-//! docs/xds.md), `syntax.rs` (TOML syntax errors placed on their
+//! docs/xds.md), `tls.rs` (the TLS tables: `[envoy.xds.tls]`,
+//! `[proxy.upstream_tls]`, `[proxy.listen_tls]`), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
 //! config holds and the proxy forwards to); `file.rs` reads a config file
 //! (TOML or Envoy YAML) and says what its problems are; `version.rs`
@@ -63,6 +64,7 @@ pub mod secret;
 mod status;
 mod store;
 mod syntax;
+mod tls;
 pub(crate) mod tracing;
 pub mod upstream;
 mod version;

@@ -177,6 +177,70 @@ pub struct ProxyConfig {
     /// `X-Forwarded-For` on forwarded requests (default false: headers are
     /// forwarded unchanged).
     pub append_forwarded_for: bool,
+    /// `[proxy.upstream_tls]`: how an `https://` upstream is reached.
+    pub upstream_tls: UpstreamTls,
+    /// `[proxy.listen_tls]`: the proxy's listener over TLS; `None`: plain
+    /// (HTTP/1.1 and HTTP/2 with prior knowledge).
+    pub listen_tls: Option<ListenTls>,
+}
+
+/// `roots` of `[proxy.upstream_tls]`: the CAs an upstream's certificate
+/// may chain to, besides `ca_file`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Roots {
+    /// `"system"` (the default): the system's CA certificates.
+    #[default]
+    System,
+    /// `"bundled"`: Mozilla's roots built into the binary (webpki-roots),
+    /// for a host or image without a CA bundle.
+    Bundled,
+    /// `"none"`: `ca_file` alone.
+    None,
+}
+
+/// `[proxy.upstream_tls]`: the TLS client of an `https://` upstream; files
+/// read and checked at load, built into the client when the proxy is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// `ca_file`: PEM CAs the upstream's certificate may chain to (added
+    /// to `roots`).
+    pub ca_file: Option<PathBuf>,
+    /// `cert_file`: a client certificate for an upstream that asks for one
+    /// (mTLS), with `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// `key_file`: the client certificate's key.
+    pub key_file: Option<PathBuf>,
+    /// `server_name`: the name sent (SNI) and verified; default the
+    /// upstream URL's host.
+    pub server_name: Option<String>,
+    /// `roots` (default `"system"`).
+    pub roots: Roots,
+    /// `http2` (default true): offer HTTP/2 by ALPN; the upstream's choice
+    /// decides, HTTP/1.1 otherwise.
+    pub http2: bool,
+}
+
+impl Default for UpstreamTls {
+    fn default() -> Self {
+        Self {
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            server_name: None,
+            roots: Roots::System,
+            http2: true,
+        }
+    }
+}
+
+/// `[proxy.listen_tls]`: the proxy's server certificate (ALPN `h2` and
+/// `http/1.1`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenTls {
+    /// `cert_file`: the certificate chain, PEM.
+    pub cert_file: PathBuf,
+    /// `key_file`: its private key, PEM.
+    pub key_file: PathBuf,
 }
 
 impl Default for ProxyConfig {
@@ -191,6 +255,8 @@ impl Default for ProxyConfig {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             send_timeout: DEFAULT_SEND_TIMEOUT,
             append_forwarded_for: false,
+            upstream_tls: UpstreamTls::default(),
+            listen_tls: None,
         }
     }
 }

@@ -223,7 +223,7 @@ port = 1
 
 [proxy]
 listen = "127.0.0.1"
-upstream = "https://x"
+upstream = "ftp://x"
 ipv6_prefix = 129
 on_missing_key = "drop"
 connect_timeout = "0ms"
@@ -244,7 +244,7 @@ period = "1s"
         "t.toml:7: http.legacy_headers: expected a boolean (true or false), found string",
         "t.toml:8: http.port: unknown field; expected one of listen, legacy_headers",
         "t.toml:11: proxy.listen: \"127.0.0.1\" is not an IP:PORT address (e.g. \"127.0.0.1:8080\" or \"[::1]:8080\")",
-        "t.toml:12: proxy.upstream: upstream \"https://x\": https upstreams are not supported yet; use http://host:port",
+        "t.toml:12: proxy.upstream: upstream \"ftp://x\": scheme \"ftp\" is not http or https",
         "t.toml:13: proxy.ipv6_prefix: ipv6_prefix must be from 1 to 128, got 129",
         "t.toml:14: proxy.on_missing_key: unknown on_missing_key \"drop\"; expected empty, skip or reject",
         "t.toml:15: proxy.connect_timeout: connect_timeout must be at least 1ms",

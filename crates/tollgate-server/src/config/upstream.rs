@@ -6,10 +6,13 @@ use std::str::FromStr;
 use http::Uri;
 use http::uri::{Authority, PathAndQuery, Scheme};
 
-/// Where admitted requests are forwarded: `http://host[:port][/base]`.
+/// Where admitted requests are forwarded: `http://host[:port][/base]` or
+/// `https://host[:port][/base]`.
 ///
-/// A request for `/a?b` goes to `http://host:port/base/a?b`. Only plain
-/// HTTP/1.1 upstreams are supported.
+/// A request for `/a?b` goes to `http://host:port/base/a?b`. A plain
+/// `http://` upstream is spoken to in HTTP/1.1; an `https://` one over TLS
+/// (`[proxy.upstream_tls]`), in HTTP/2 when it picks `h2` by ALPN, else
+/// HTTP/1.1 (docs/proxy.md).
 ///
 /// ```
 /// use tollgate_server::config::upstream::Upstream;
@@ -17,10 +20,15 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 /// let u: Upstream = "http://127.0.0.1:9000/api/".parse().unwrap();
 /// assert_eq!(u.uri_for(Some(&"/v1/x?y=1".parse().unwrap())).to_string(),
 ///            "http://127.0.0.1:9000/api/v1/x?y=1");
-/// assert!("https://example.com".parse::<Upstream>().is_err());
+/// let tls: Upstream = "https://api.openai.com".parse().unwrap();
+/// assert!(tls.is_tls());
+/// assert_eq!(tls.address(), "api.openai.com:443");
+/// assert!("ftp://example.com".parse::<Upstream>().is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
+    /// `https://`: over TLS.
+    tls: bool,
     authority: Authority,
     /// The base path without its trailing `/` (`""` for none).
     base: String,
@@ -33,13 +41,28 @@ impl Upstream {
         &self.authority
     }
 
-    /// Where to connect: `host:port` (port 80 when the URL names none).
+    /// Whether the upstream is `https://`.
+    #[must_use]
+    pub fn is_tls(&self) -> bool {
+        self.tls
+    }
+
+    /// The host alone (an IPv6 address without its brackets): the name
+    /// TLS sends and verifies unless `server_name` says another.
+    #[must_use]
+    pub fn host(&self) -> &str {
+        self.authority.host().trim_matches(['[', ']'])
+    }
+
+    /// Where to connect: `host:port` (port 80, or 443 for `https://`, when
+    /// the URL names none).
     #[must_use]
     pub fn address(&self) -> String {
+        let default = if self.tls { 443 } else { 80 };
         format!(
             "{}:{}",
             self.authority.host(),
-            self.authority.port_u16().unwrap_or(80)
+            self.authority.port_u16().unwrap_or(default)
         )
     }
 
@@ -58,7 +81,11 @@ impl Upstream {
     #[must_use]
     pub fn uri_for(&self, path_and_query: Option<&PathAndQuery>) -> Uri {
         let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(Scheme::HTTP);
+        parts.scheme = Some(if self.tls {
+            Scheme::HTTPS
+        } else {
+            Scheme::HTTP
+        });
         parts.authority = Some(self.authority.clone());
         if let Some(pq) = path_and_query
             && self.base.is_empty()
@@ -90,16 +117,12 @@ impl FromStr for Upstream {
         let uri: Uri = s
             .parse()
             .map_err(|e| bad(&format!("not a URL ({e}); expected http://host:port")))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad(
-                    "https upstreams are not supported yet; use http://host:port",
-                ));
-            }
-            Some(other) => return Err(bad(&format!("scheme {other:?} is not http"))),
+        let tls = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            Some(other) => return Err(bad(&format!("scheme {other:?} is not http or https"))),
             None => return Err(bad("no scheme; expected http://host:port")),
-        }
+        };
         let authority = uri
             .authority()
             .cloned()
@@ -121,13 +144,18 @@ impl FromStr for Upstream {
             return Err(bad("a fragment (#...) is not allowed"));
         }
         let base = uri.path().trim_end_matches('/').to_owned();
-        Ok(Self { authority, base })
+        Ok(Self {
+            tls,
+            authority,
+            base,
+        })
     }
 }
 
 impl fmt::Display for Upstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority, self.base)
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.base)
     }
 }
 
@@ -153,9 +181,25 @@ mod tests {
     }
 
     #[test]
+    fn https_is_tls_on_port_443_unless_named() {
+        let u: Upstream = "https://api.example.com/v1".parse().expect("valid");
+        assert!(u.is_tls());
+        assert_eq!(u.address(), "api.example.com:443");
+        assert_eq!(u.to_string(), "https://api.example.com/v1");
+        assert_eq!(
+            u.uri_for(Some(&"/chat".parse().expect("pq"))).to_string(),
+            "https://api.example.com/v1/chat"
+        );
+        let u: Upstream = "https://[::1]:8443".parse().expect("valid");
+        assert_eq!((u.address().as_str(), u.host()), ("[::1]:8443", "::1"));
+        let plain: Upstream = "http://x".parse().expect("valid");
+        assert!(!plain.is_tls());
+        assert_eq!(plain.address(), "x:80");
+    }
+
+    #[test]
     fn rejects_what_it_cannot_forward_to() {
         for (bad, why) in [
-            ("https://x:443", "https upstreams are not supported"),
             ("ftp://x", "is not http"),
             ("x:80", "no scheme"),
             ("http://", "not a URL"),

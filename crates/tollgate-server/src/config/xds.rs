@@ -3,15 +3,12 @@
 //! here, the TLS files read and parsed, so `validate` reports a bad file
 //! with its field; the client builds its TLS from them at start.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use tollgate::store::redis::RedisTls;
 use toml::de::{DeTable, DeValue};
 
 use super::checker::{Checker, join};
 use super::model::{XdsSettings, XdsTls};
-use super::secret::read_pem_file;
 
 const XDS_FIELDS: &[&str] = &[
     "server",
@@ -23,7 +20,6 @@ const XDS_FIELDS: &[&str] = &[
     "max_message_bytes",
     "start_without_config",
 ];
-const TLS_FIELDS: &[&str] = &["ca_file", "cert_file", "key_file", "server_name"];
 
 /// Why `--envoy-config` files and `[envoy.xds]` are refused together
 /// (`serve` and `validate` alike).
@@ -195,55 +191,6 @@ impl Checker<'_> {
             }
         }
         (self.errors.len() == before).then_some(xds)
-    }
-
-    /// `[envoy.xds.tls]`: each file read and parsed now.
-    fn xds_tls(&mut self, t: &DeTable<'_>) -> Option<XdsTls> {
-        let path = "envoy.xds.tls";
-        let before = self.errors.len();
-        self.unknown_fields(t, path, TLS_FIELDS);
-        let mut tls = XdsTls::default();
-        type Check = fn(RedisTls, &[u8]) -> Result<RedisTls, String>;
-        let files: [(&str, &mut Option<PathBuf>, Check); 3] = [
-            ("ca_file", &mut tls.ca_file, RedisTls::with_ca_pem),
-            (
-                "cert_file",
-                &mut tls.cert_file,
-                RedisTls::with_client_cert_pem,
-            ),
-            ("key_file", &mut tls.key_file, RedisTls::with_client_key_pem),
-        ];
-        for (key, slot, check) in files {
-            let Some((file, span)) = self.string(t, path, key) else {
-                continue;
-            };
-            let file = Path::new(file);
-            match read_pem_file(file).and_then(|pem| check(RedisTls::default(), &pem)) {
-                Ok(_) => *slot = Some(file.to_path_buf()),
-                Err(e) => self.error(&span, join(path, key), format!("{}: {e}", file.display())),
-            }
-        }
-        if let Some((name, span)) = self.string(t, path, "server_name") {
-            match RedisTls::default().with_server_name(name) {
-                Ok(_) => tls.server_name = Some(name.to_owned()),
-                Err(e) => self.error(&span, join(path, "server_name"), e),
-            }
-        }
-        let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
-        match (t.contains_key("cert_file"), t.contains_key("key_file")) {
-            (true, false) => self.error(
-                &span("cert_file"),
-                join(path, "key_file"),
-                "cert_file needs key_file (its key)",
-            ),
-            (false, true) => self.error(
-                &span("key_file"),
-                join(path, "cert_file"),
-                "key_file needs cert_file (its certificate)",
-            ),
-            _ => {}
-        }
-        (self.errors.len() == before).then_some(tls)
     }
 }
 

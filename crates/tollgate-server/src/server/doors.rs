@@ -19,8 +19,8 @@ use tokio::sync::watch;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use super::{
-    GRPC_BODY_TIMEOUT, GrpcOptions, MAX_GRPC_MESSAGE, ReferencePorts, SEND_TIMEOUT, grpc,
-    serve_with, stopped,
+    GRPC_BODY_TIMEOUT, GrpcOptions, MAX_GRPC_MESSAGE, Protocols, ReferencePorts, SEND_TIMEOUT,
+    grpc, serve_with, serve_with_protocols, stopped,
 };
 use crate::doors::envoy::grpc::{Current, RateLimitServer};
 use crate::doors::ops::Health;
@@ -119,15 +119,25 @@ fn open_proxy(
     let Some(proxy) = &first.proxy else {
         return Err("the reverse proxy door has no proxy".to_owned());
     };
+    // HTTP/1.1 and HTTP/2 either way: h2c told by its preface, or ALPN.
+    let tls = config
+        .proxy
+        .listen_tls
+        .as_ref()
+        .map(crate::compat::tls::proxy_acceptor)
+        .transpose()?;
     tracing::info!(
-        "reverse proxy listening on http://{addr}, forwarding to {} (store {})",
+        "reverse proxy listening on {}://{addr}, forwarding to {} (store {})",
+        if tls.is_some() { "https" } else { "http" },
         proxy.upstream(),
         config.store.url
     );
-    Ok(Box::pin(serve_with(
+    let protocols = Protocols { h2c: true, tls };
+    Ok(Box::pin(serve_with_protocols(
         listener,
         Door::Proxy.name(),
         config.proxy.send_timeout,
+        protocols,
         stopped(stop),
         move |peer| {
             let live = Arc::clone(&live);

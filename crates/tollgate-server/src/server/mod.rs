@@ -2,7 +2,8 @@
 //! already bound, a shutdown future and the config, and serves until the
 //! future resolves, then drains (mini-redis's shape).
 //!
-//! Connections are HTTP/1.1 (hyper). Limits on what a client can make the
+//! Connections are HTTP/1.1 (hyper); the reverse proxy's also HTTP/2,
+//! with prior knowledge (h2c) or by ALPN over TLS ([`Protocols`]). Limits on what a client can make the
 //! server hold: request heads of at most [`MAX_HEAD_BYTES`] and
 //! [`MAX_HEADERS`] fields, at most [`MAX_CONNECTIONS`] connections per front
 //! door (past it, new connections wait in the kernel's backlog), and a
@@ -38,7 +39,8 @@
 //! door, the ops listener and the compatibility entry's reference ports
 //! (its log line, its service over the generation current at each
 //! request);
-//! `acceptor.rs` accepts connections under the cap; `watchdog.rs` is the
+//! `acceptor.rs` accepts connections under the cap; `connection.rs` serves one
+//! HTTP connection (TLS, h2c or HTTP/1.1, the watchdogs); `watchdog.rs` is the
 //! per-connection watchdog and what it watches; `grpc.rs` serves the gRPC
 //! door's connections (over TLS when [`Listeners::set_grpc_tls`] gave an
 //! acceptor).
@@ -46,13 +48,10 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -64,17 +63,19 @@ use crate::config::{Config, ConfigInfo, ReloadStatus, record_loaded, rfc3339, ve
 use crate::doors::envoy::limits::EnvoyLimits;
 use crate::doors::ops::{Health, STORE_PROBE_EVERY};
 use crate::doors::{ByDoor, Door, Generation, Plan, Shared};
-use crate::inline::Inline;
 use crate::reload::{Reloader, Source};
 use crate::store::open_store;
 
 mod acceptor;
+mod connection;
 mod doors;
 mod grpc;
 mod watchdog;
 
 use acceptor::Acceptor;
-use watchdog::{Activity, Conn, Watchdog, Watched};
+pub use connection::Protocols;
+use connection::{Accepted, Builders, serve_conn};
+use watchdog::{Activity, Conn, Watched};
 
 /// The most bytes of a request head (request line and header fields).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -508,18 +509,40 @@ pub async fn serve_with<M, S, B>(
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    serve_with_protocols(
+        listener,
+        name,
+        send_timeout,
+        Protocols::default(),
+        shutdown,
+        make,
+    )
+    .await;
+}
+
+/// [`serve_with`], the connections also speaking what `protocols` say:
+/// HTTP/2 with prior knowledge (h2c) beside HTTP/1.1, told apart per
+/// connection, and TLS (ALPN choosing `h2` or `http/1.1`). The watchdogs,
+/// the connection limit and the drain are the same for both protocols (an
+/// HTTP/2 connection's requests are its streams).
+pub async fn serve_with_protocols<M, S, B>(
+    listener: TcpListener,
+    name: &'static str,
+    send_timeout: Duration,
+    protocols: Protocols,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    make: M,
+) where
+    M: Fn(SocketAddr) -> S + Send + 'static,
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut builder = http1::Builder::new();
-    builder
-        // The watchdog below instead (no timer per request).
-        .header_read_timeout(None)
-        .max_header_size(MAX_HEAD_BYTES)
-        // A client may shut down its sending side once its request is sent
-        // (HTTP/1.0 clients and `curl -T` often do): answer it all the same.
-        .half_close(true);
-    // MAX_HEADERS is hyper's own default: setting it (`max_headers`) would
-    // make hyper parse every head into a heap buffer instead of its stack
-    // array.
+    let builders = Builders::new();
     let graceful = GracefulShutdown::new();
     let mut acceptor = Acceptor::new(&listener, name, MAX_CONNECTIONS);
     loop {
@@ -532,52 +555,20 @@ pub async fn serve_with<M, S, B>(
             activity: Arc::clone(&activity),
         };
         let stream = Conn::new(stream, permit, Some(Arc::clone(&activity)));
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            // A request with a body makes hyper wake this task while it is
-            // being polled; `Inline` polls again at once (see its module).
-            let conn = std::pin::pin!(conn);
-            let mut conn = Inline::new(conn);
-            let mut watchdog = std::pin::pin!(Watchdog::new(HEAD_TIMEOUT));
-            let mut seen = activity.events();
-            // Looks four times per send timeout, so a client that takes
-            // nothing goes within 1.25 of it.
-            let mut send_watch = std::pin::pin!(Watchdog::new(send_timeout / 4));
-            loop {
-                tokio::select! {
-                    // The connection first: it is what every wake is for,
-                    // and no random start to draw.
-                    biased;
-                    done = &mut conn => {
-                        if let Err(e) = done {
-                            tracing::debug!("{name}: connection from {peer}: {e}");
-                        }
-                        break;
-                    }
-                    () = watchdog.as_mut().fired() => {
-                        let now = activity.events();
-                        if now == seen && activity.in_flight.load(Ordering::Acquire) == 0 {
-                            tracing::debug!(
-                                "{name}: connection from {peer}: no request head for {HEAD_TIMEOUT:?}; closing"
-                            );
-                            break;
-                        }
-                        seen = now;
-                        watchdog.as_mut().rearm();
-                    }
-                    () = send_watch.as_mut().fired() => {
-                        if activity.blocked_for() >= send_timeout {
-                            tracing::debug!(
-                                "{name}: connection from {peer}: the client took nothing written to it for {send_timeout:?}; closing"
-                            );
-                            break;
-                        }
-                        send_watch.as_mut().rearm();
-                    }
-                }
-            }
-        });
+        let accepted = Accepted {
+            name,
+            peer,
+            activity,
+            send_timeout,
+        };
+        tokio::spawn(serve_conn(
+            stream,
+            protocols.clone(),
+            builders.clone(),
+            service,
+            graceful.watcher(),
+            accepted,
+        ));
     }
     drop(listener);
     tracing::info!("{name}: stopped accepting; draining in-flight requests");

@@ -1,4 +1,4 @@
-//! TLS to the collector: the xDS client's rustls setup (`xds/tls.rs`:
+//! TLS to the collector: the shared rustls setup (`tls_client.rs`:
 //! the system's roots plus `ca_file`, a client certificate for mTLS)
 //! with the ALPN of each protocol, and for OTLP/HTTP a hyper connector
 //! over it ([`HttpsConnector`]).
@@ -13,8 +13,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use crate::config::{OtlpProtocol, TracingConfig};
-use crate::xds::tls::{ClientFiles, Connector, client_config};
+use crate::config::{OtlpProtocol, Roots, TracingConfig};
+use crate::tls_client::{ClientFiles, client_config};
+use crate::xds::tls::Connector;
 
 /// The rustls settings for `config`'s collector: ALPN `h2` for gRPC,
 /// `http/1.1` for HTTP (the exporter's hyper client speaks HTTP/1.1).
@@ -31,6 +32,7 @@ pub(super) fn connector(config: &TracingConfig) -> Result<Connector, String> {
         cert_file: config.cert_file.as_deref(),
         key_file: config.key_file.as_deref(),
         what: "[tracing] ca_file (OTEL_EXPORTER_OTLP_CERTIFICATE)",
+        roots: Roots::System,
         alpn,
     };
     let tls = client_config(&files).map_err(|e| format!("tracing: {e}"))?;

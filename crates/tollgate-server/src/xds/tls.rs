@@ -5,41 +5,24 @@
 //! for it). PEM keys may be PKCS#8, PKCS#1 or SEC1 (Envoy Gateway writes
 //! PKCS#1). Files are read once, at start.
 //!
-//! The OTLP exporter (`telemetry/export.rs`) is a client of the same
-//! shape, so it uses [`client_config`] and [`Connector`] too, through
-//! [`ClientFiles`].
+//! The rustls settings come from [`crate::tls_client`], shared with the
+//! OTLP exporter (`telemetry/export.rs`, which uses [`Connector`] too) and
+//! the reverse proxy's `https://` upstreams.
 
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::Uri;
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::config::XdsTls;
-use crate::config::secret::read_pem_file;
-
-/// The files of a TLS client, and where they were set (for messages).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ClientFiles<'a> {
-    /// PEM roots added to the system's.
-    pub(crate) ca_file: Option<&'a Path>,
-    /// The client certificate chain (mTLS), with `key_file`.
-    pub(crate) cert_file: Option<&'a Path>,
-    /// Its key.
-    pub(crate) key_file: Option<&'a Path>,
-    /// The table or variables that set them, named when no root is found.
-    pub(crate) what: &'a str,
-    /// The ALPN protocols offered (`h2` for gRPC, `http/1.1` for HTTP).
-    pub(crate) alpn: &'a [&'a [u8]],
-}
+use crate::config::{Roots, XdsTls};
+use crate::tls_client::{ClientFiles, client_config};
 
 impl<'a> ClientFiles<'a> {
     fn of_xds(tls: &'a XdsTls) -> Self {
@@ -48,62 +31,10 @@ impl<'a> ClientFiles<'a> {
             cert_file: tls.cert_file.as_deref(),
             key_file: tls.key_file.as_deref(),
             what: "[envoy.xds.tls] ca_file",
+            roots: Roots::System,
             alpn: &[b"h2"],
         }
     }
-}
-
-/// The rustls client settings of `tls`.
-///
-/// # Errors
-/// A file that cannot be read or parsed, a certificate without its key,
-/// no root at all.
-pub(crate) fn client_config(tls: &ClientFiles<'_>) -> Result<Arc<rustls::ClientConfig>, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
-    let mut roots = rustls::RootCertStore::empty();
-    // The system's roots, then the CA file (the reference appends it).
-    let found = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(found.certs);
-    if let Some(ca) = tls.ca_file {
-        let pem = read_pem_file(ca).map_err(|e| format!("{}: {e}", ca.display()))?;
-        for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("{}: {e}", ca.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("{}: not a usable CA: {e}", ca.display()))?;
-        }
-    }
-    if roots.is_empty() {
-        return Err(format!(
-            "TLS: no CA certificates on this system; name {}",
-            tls.what
-        ));
-    }
-    let builder = builder.with_root_certificates(roots);
-    let mut config = match (tls.cert_file, tls.key_file) {
-        (Some(cert), Some(key)) => {
-            let chain = read_pem_file(cert)
-                .and_then(|pem| {
-                    CertificateDer::pem_slice_iter(&pem)
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(|e| e.to_string())
-                })
-                .map_err(|e| format!("{}: {e}", cert.display()))?;
-            let key = read_pem_file(key)
-                .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem).map_err(|e| e.to_string()))
-                .map_err(|e| format!("{}: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("TLS client certificate and key: {e}"))?
-        }
-        (None, None) => builder.with_no_client_auth(),
-        _ => return Err("TLS: cert_file and key_file go together".into()),
-    };
-    config.alpn_protocols = tls.alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(Arc::new(config))
 }
 
 /// Connects tonic's channel over TLS: TCP to the URI's host and port,

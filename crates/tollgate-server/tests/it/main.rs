@@ -55,6 +55,7 @@ mod ops;
 mod overrides;
 mod proxy;
 mod proxy_edges;
+mod proxy_tls;
 mod proxy_usage;
 mod redis_serve;
 mod reload;

@@ -232,8 +232,8 @@ fn refusals_before_serving_are_clear() {
             "--http: \"localhost\" is not an IP:PORT",
         ),
         (
-            &["--proxy", "127.0.0.1:0", "--upstream", "https://x"],
-            "https upstreams are not supported yet",
+            &["--proxy", "127.0.0.1:0", "--upstream", "ftp://x"],
+            "scheme \"ftp\" is not http or https",
         ),
     ] {
         let out = serve_output(CONFIG, args);

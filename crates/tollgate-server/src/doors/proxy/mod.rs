@@ -31,8 +31,14 @@
 //! ambiguous or missing (400, see `refuse`). An absolute-form request is
 //! forwarded with its target's host as `Host` (the host `host` keys read).
 //!
+//! Clients speak HTTP/1.1 or HTTP/2 (h2c with prior knowledge, or by ALPN
+//! over `[proxy.listen_tls]`; `server`); the upstream is spoken to in its
+//! own protocol (HTTP/1.1, or HTTP/2 when an `https://` upstream picks it
+//! by ALPN) and the answer goes back in the client's.
+//!
 //! The folder: this file is the proxy service ([`Proxy`]); [`pool`] keeps
-//! the HTTP/1.1 connections to the upstream and sends on them; `fields.rs`
+//! the connections to the upstream (TLS, HTTP/1.1, HTTP/2) and sends on
+//! them; `fields.rs`
 //! drops the hop-by-hop fields and appends `X-Forwarded-For`. The
 //! `--upstream` URL and how a request's target maps onto it is
 //! [`crate::config::upstream`], held by the config.
@@ -74,7 +80,7 @@ pub mod fuzzing {
 }
 
 use crate::config::upstream::Upstream;
-use pool::{LinkError, LinkPool, LinkedBody, Outgoing, Upload};
+use pool::{Dialer, LinkError, LinkPool, LinkedBody, Outgoing, Upload};
 
 /// The body of a proxied response: the upstream's, streamed (its end
 /// settles and releases what the request holds), or one made here (429,
@@ -106,15 +112,15 @@ pub fn upstream_of(config: &Config) -> Result<&Upstream, String> {
 }
 
 /// The reverse proxy: rules with their key extractors, the client-address
-/// policy, and a pool of HTTP/1.1 connections to the upstream
-/// ([`pool`]).
+/// policy, and the connections to the upstream ([`pool`]).
 #[derive(Debug)]
 pub struct Proxy {
     gate: Arc<Gate>,
     upstream: Upstream,
-    /// The upstream's `host:port`.
-    address: String,
-    connect_timeout: Duration,
+    /// Opens connections to the upstream (TCP, TLS for `https://`).
+    dialer: Dialer,
+    /// `[proxy.upstream_tls]`: a reload keeps the pool only if the same.
+    upstream_tls: crate::config::UpstreamTls,
     links: Arc<LinkPool>,
     /// The rules with their keys, the client-address config and the
     /// missing-key policy.
@@ -132,8 +138,8 @@ impl Proxy {
     /// A proxy to `upstream` deciding through `gate`, set up from `config`.
     ///
     /// # Errors
-    /// An `ipv6_prefix` the extractor refuses, or a rule the gate does not
-    /// hold.
+    /// An `ipv6_prefix` the extractor refuses, a rule the gate does not
+    /// hold, TLS settings of an `https://` upstream that cannot be built.
     pub fn new(gate: Arc<Gate>, config: &Config, upstream: Upstream) -> Result<Self, String> {
         // the latency series and the upstream errors at 0 from the start
         let _ = crate::metrics::decision_latency(crate::metrics::Door::Proxy);
@@ -163,11 +169,16 @@ impl Proxy {
         }
         let reservation_ttl = (config.proxy.response_timeout + STREAM_ALLOWANCE)
             .min(tollgate::ticket::MAX_RESERVATION_TTL);
+        let dialer = Dialer::new(
+            &upstream,
+            &config.proxy.upstream_tls,
+            config.proxy.connect_timeout,
+        )?;
         Ok(Self {
             gate,
-            address: upstream.address(),
+            dialer,
+            upstream_tls: config.proxy.upstream_tls.clone(),
             upstream,
-            connect_timeout: config.proxy.connect_timeout,
             links: Arc::new(LinkPool::new(MAX_IDLE, IDLE_TIMEOUT)),
             keys,
             response_timeout: config.proxy.response_timeout,
@@ -181,11 +192,14 @@ impl Proxy {
     }
 
     /// The same proxy keeping `previous`'s idle upstream connections when
-    /// both forward to the same `host:port` (a config reload: the pool is
-    /// not emptied each time).
+    /// both forward to the same `host:port` in the same way (a config
+    /// reload: the pool is not emptied each time).
     #[must_use]
     pub fn keeping_connections_of(mut self, previous: &Proxy) -> Self {
-        if previous.address == self.address {
+        if previous.dialer.address() == self.dialer.address()
+            && previous.upstream.is_tls() == self.upstream.is_tls()
+            && previous.upstream_tls == self.upstream_tls
+        {
             self.links = Arc::clone(&previous.links);
         }
         self
@@ -201,9 +215,18 @@ impl Proxy {
     /// refuses it. Never fails: every problem is an HTTP answer.
     pub async fn handle(
         self: Arc<Self>,
-        req: Request<Incoming>,
+        mut req: Request<Incoming>,
         peer: SocketAddr,
     ) -> Result<Response<ProxyBody>, Infallible> {
+        if req.version() == Version::HTTP_2
+            && !req.headers().contains_key(header::HOST)
+            && let Some(host) = req.uri().authority()
+            && let Ok(host) = HeaderValue::from_str(host.as_str())
+        {
+            // HTTP/2 names the host in `:authority`: a `Host` field for
+            // the keys that read it, as an HTTP/1.1 request would bring.
+            req.headers_mut().insert(header::HOST, host);
+        }
         if let Some(refusal) = refuse(&req) {
             return Ok(refusal.map(full));
         }
@@ -278,6 +301,7 @@ impl Proxy {
         hold: Option<Hold>,
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
+        let client_version = parts.version;
         if let Some(authority) = parts.uri.authority()
             && let Ok(host) = HeaderValue::from_str(authority.as_str())
         {
@@ -292,10 +316,13 @@ impl Proxy {
         } else {
             self.upstream.target_for(parts.uri.path_and_query())
         };
-        if !parts.headers.contains_key(header::HOST)
+        if (self.upstream.is_tls() || !parts.headers.contains_key(header::HOST))
             && let Ok(host) = HeaderValue::from_str(self.upstream.authority().as_str())
         {
             // An HTTP/1.0 request may come without one; HTTP/1.1 needs it.
+            // An `https://` upstream is named by its own host: its
+            // certificate is for it, and a hosted API refuses another
+            // (421 Misdirected Request); `host` keys read the client's.
             parts.headers.insert(header::HOST, host);
         }
         parts.version = Version::HTTP_11;
@@ -327,8 +354,7 @@ impl Proxy {
         let upstream_req = Request::from_parts(parts, Outgoing::new(body, upload.clone()));
         let sent = pool::send(
             &self.links,
-            &self.address,
-            self.connect_timeout,
+            &self.dialer,
             self.response_timeout,
             upstream_req,
         );
@@ -365,14 +391,16 @@ impl Proxy {
                 );
             }
             Some(Err(e)) => {
-                let (kind, detail) = match e {
-                    LinkError::Connect(_) => {
+                let (kind, detail) = match &e {
+                    LinkError::Connect(why) => {
                         if let Some(hold) = hold {
                             hold.cancel();
                         }
-                        ("connect", "could not be reached")
+                        // Why, for the one who sent it (a refused
+                        // certificate is otherwise found only in the log).
+                        ("connect", format!("could not be reached ({why})"))
                     }
-                    LinkError::Failed(_) => ("other", "failed to answer"),
+                    LinkError::Failed(_) => ("other", "failed to answer".to_owned()),
                 };
                 self.upstream_trouble(kind, &e.to_string());
                 return with_headers(
@@ -415,9 +443,9 @@ impl Proxy {
                 extra,
             );
         }
-        // This proxy speaks HTTP/1.1 to its client, whatever the upstream
-        // spoke (RFC 9110 §6.2).
-        *res.version_mut() = Version::HTTP_11;
+        // The client's own protocol, whatever the upstream spoke (RFC 9110
+        // §6.2).
+        *res.version_mut() = client_version;
         if res.headers().contains_key(header::TRANSFER_ENCODING) {
             // The body was framed by its transfer coding, which overrides
             // a Content-Length (RFC 9112 §6.3) and is decoded here: the

@@ -31,6 +31,7 @@ pub mod model;
 pub mod recorder;
 pub mod reference;
 pub mod rls;
+pub mod tls_upstream;
 pub mod usage_upstream;
 pub mod xds;
 
@@ -166,6 +167,9 @@ impl Tollgate {
                         server.http = Some(a);
                     }
                     if let Some(a) = addr_after(&line, "reverse proxy listening on http://") {
+                        server.proxy = Some(a);
+                    }
+                    if let Some(a) = addr_after(&line, "reverse proxy listening on https://") {
                         server.proxy = Some(a);
                     }
                     if let Some(a) =
