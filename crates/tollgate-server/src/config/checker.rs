@@ -113,7 +113,11 @@ const PROXY_FIELDS: &[&str] = &[
     "response_timeout",
     "send_timeout",
     "append_forwarded_for",
+    "request_body_limit",
 ];
+
+/// The largest `[proxy] request_body_limit`: 64 MiB, held per request.
+pub(super) const MAX_REQUEST_BODY_LIMIT: usize = 64 << 20;
 
 pub(super) type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -494,6 +498,19 @@ impl<'a> Checker<'a> {
         }
         if let Some(b) = self.boolean(t, path, "append_forwarded_for") {
             proxy.append_forwarded_for = b;
+        }
+        if let Some((n, span)) = self.positive(t, path, "request_body_limit") {
+            match usize::try_from(n) {
+                Ok(n) if n <= MAX_REQUEST_BODY_LIMIT => proxy.request_body_limit = n,
+                _ => self.error(
+                    &span,
+                    "proxy.request_body_limit",
+                    format!(
+                        "request_body_limit is at most {MAX_REQUEST_BODY_LIMIT} bytes (64 MiB), \
+                         got {n}: each request in flight may hold this much"
+                    ),
+                ),
+            }
         }
         if let Some(value) = t.get("trusted_proxies") {
             match value.get_ref() {

@@ -177,6 +177,10 @@ pub struct ProxyConfig {
     /// `X-Forwarded-For` on forwarded requests (default false: headers are
     /// forwarded unchanged).
     pub append_forwarded_for: bool,
+    /// `request_body_limit`: the most bytes of a request body read before
+    /// the check, when a rule keys on it (`request_json:POINTER`) or
+    /// estimates from it (default 1 MiB); the rest streams on unread.
+    pub request_body_limit: usize,
 }
 
 impl Default for ProxyConfig {
@@ -191,6 +195,7 @@ impl Default for ProxyConfig {
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             send_timeout: DEFAULT_SEND_TIMEOUT,
             append_forwarded_for: false,
+            request_body_limit: tollgate_http::request_body::DEFAULT_REQUEST_BODY_LIMIT,
         }
     }
 }
