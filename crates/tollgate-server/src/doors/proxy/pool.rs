@@ -40,6 +40,8 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::prefix::ClientBody;
+
 /// An HTTP/1.1 client connection and its driver. Always boxed: hyper's
 /// connection state is large, and a response carries its link through
 /// several moves on the way out (they cost 5,800 instructions a proxied
@@ -128,14 +130,14 @@ impl Upload {
 /// request sent again).
 #[derive(Debug)]
 pub struct Outgoing {
-    inner: Option<Incoming>,
+    inner: Option<ClientBody>,
     upload: Option<Arc<Upload>>,
 }
 
 impl Outgoing {
     /// The client's body, its progress noted in `upload`.
     #[must_use]
-    pub fn new(body: Incoming, upload: Option<Arc<Upload>>) -> Self {
+    pub fn new(body: ClientBody, upload: Option<Arc<Upload>>) -> Self {
         Self {
             inner: Some(body),
             upload,
@@ -173,13 +175,13 @@ impl http_body::Body for Outgoing {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
+        self.inner.as_ref().is_none_or(ClientBody::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
         self.inner
             .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+            .map_or_else(|| SizeHint::with_exact(0), ClientBody::size_hint)
     }
 }
 
