@@ -559,10 +559,7 @@ impl RuleKeys {
                 let rule = &self.rules[i];
                 let cost = rule.cost.as_ref()?;
                 let from = cost.request_estimate()?;
-                Some((
-                    i,
-                    from.reserve(body, cost.estimate(), rule.rule.capacity()),
-                ))
+                Some((i, from.reserve(body, cost.estimate(), rule.rule.capacity())))
             })
             .collect();
         Ok(Keys { keys, estimates })
@@ -799,5 +796,7 @@ fn internal(detail: &str) -> Response<String> {
     )
 }
 
+#[cfg(test)]
+mod body_tests;
 #[cfg(test)]
 mod tests;

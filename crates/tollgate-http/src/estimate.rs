@@ -80,12 +80,8 @@ impl RequestEstimate {
     #[must_use]
     pub fn reserve(self, body: Option<&BodyFacts>, default: u64, capacity: u64) -> u64 {
         let max_tokens = || {
-            body.and_then(|b| {
-                MAX_TOKENS_POINTERS
-                    .iter()
-                    .find_map(|p| b.found(p).as_u64())
-            })
-            .unwrap_or(default)
+            body.and_then(|b| MAX_TOKENS_POINTERS.iter().find_map(|p| b.found(p).as_u64()))
+                .unwrap_or(default)
         };
         let prompt = || {
             body.and_then(|b| {

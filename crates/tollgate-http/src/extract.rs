@@ -496,15 +496,13 @@ impl KeyExtractor {
                     }
                     None => {}
                 },
-                KeyPart::RequestJson(pointer) => {
-                    match body.and_then(|b| b.key_text(pointer)) {
-                        Some(text) if !text.is_empty() => push_escaped(&mut key, text.as_bytes()),
-                        _ if missing != MissingKey::Empty => {
-                            return Err(KeyError::Missing(part.clone()));
-                        }
-                        _ => {}
+                KeyPart::RequestJson(pointer) => match body.and_then(|b| b.key_text(pointer)) {
+                    Some(text) if !text.is_empty() => push_escaped(&mut key, text.as_bytes()),
+                    _ if missing != MissingKey::Empty => {
+                        return Err(KeyError::Missing(part.clone()));
                     }
-                }
+                    _ => {}
+                },
             }
         }
         Ok(fit(key))

@@ -363,9 +363,7 @@ impl Scanner {
     pub fn settled(&self) -> bool {
         self.malformed
             || self.expect == Expect::Done
-            || (self.descend == 0
-                && self.targets == 0
-                && self.stack.iter().all(|f| f.mask == 0))
+            || (self.descend == 0 && self.targets == 0 && self.stack.iter().all(|f| f.mask == 0))
     }
 
     /// The input has ended: a number at the document's end ends with it.
@@ -551,9 +549,24 @@ impl Scanner {
                     NumState::Int
                 });
             }
-            b't' => self.token = Token::Lit { word: b"true", at: 1 },
-            b'f' => self.token = Token::Lit { word: b"false", at: 1 },
-            b'n' => self.token = Token::Lit { word: b"null", at: 1 },
+            b't' => {
+                self.token = Token::Lit {
+                    word: b"true",
+                    at: 1,
+                }
+            }
+            b'f' => {
+                self.token = Token::Lit {
+                    word: b"false",
+                    at: 1,
+                }
+            }
+            b'n' => {
+                self.token = Token::Lit {
+                    word: b"null",
+                    at: 1,
+                }
+            }
             _ => self.malformed = true,
         }
     }
@@ -746,4 +759,3 @@ enum ScalarKind {
     False,
     Null,
 }
-

@@ -191,9 +191,7 @@ impl BodyScan {
     /// once may yet come again) or the prompt is being sized.
     #[must_use]
     pub fn wants_more(&self) -> bool {
-        !self.ended
-            && self.scanned < self.limit
-            && (self.plan.prompt || !self.scanner.settled())
+        !self.ended && self.scanned < self.limit && (self.plan.prompt || !self.scanner.settled())
     }
 
     /// What was read.

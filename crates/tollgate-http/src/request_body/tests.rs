@@ -25,7 +25,10 @@ fn scan(plan: &Arc<BodyPlan>, body: &[u8], limit: usize, piece: usize) -> (BodyF
 
 #[test]
 fn fields_are_found_in_any_split() {
-    let p = plan(&["/model", "/user", "/metadata/tenant", "/n", "/stream"], false);
+    let p = plan(
+        &["/model", "/user", "/metadata/tenant", "/n", "/stream"],
+        false,
+    );
     let body = br#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"user":"u+1","metadata":{"tenant":"acme"},"n":2,"stream":true}"#;
     for piece in [1, 2, 7, body.len()] {
         let (f, _) = scan(&p, body, 1 << 20, piece);
@@ -58,13 +61,18 @@ fn a_value_given_twice_or_not_a_scalar_is_missing() {
 fn a_body_that_is_not_json_names_nothing() {
     let p = plan(&["/model"], false);
     for body in [
-        &br#"{"model":"a","#[..],       // ended before its document did
-        br#"{"model":"a"]"#,            // malformed
-        br#"model=a&user=b"#,           // a form
-        b"",                            // no body
+        &br#"{"model":"a","#[..], // ended before its document did
+        br#"{"model":"a"]"#,      // malformed
+        br#"model=a&user=b"#,     // a form
+        b"",                      // no body
     ] {
         let (f, _) = scan(&p, body, 1 << 20, 4);
-        assert_eq!(f.key_text("/model"), None, "{:?}", String::from_utf8_lossy(body));
+        assert_eq!(
+            f.key_text("/model"),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
     }
 }
 
@@ -75,9 +83,16 @@ fn only_the_prefix_is_read() {
     body.extend(std::iter::repeat_n(b'x', 10_000));
     body.extend(br#""}],"model":"late"}"#);
     let (f, pushed) = scan(&p, &body, 4096, 1000);
-    assert_eq!(f.key_text("/user").as_deref(), Some("u"), "within the limit");
+    assert_eq!(
+        f.key_text("/user").as_deref(),
+        Some("u"),
+        "within the limit"
+    );
     assert_eq!(f.key_text("/model"), None, "past the limit");
-    assert_eq!(pushed, 5000, "reading stopped at the piece that reached the limit");
+    assert_eq!(
+        pushed, 5000,
+        "reading stopped at the piece that reached the limit"
+    );
     assert_eq!(f.scanned(), 4096);
     assert_eq!(f.length(), Some(body.len() as u64), "the Content-Length");
     // Within a larger limit, found.
@@ -112,12 +127,19 @@ fn text_counts_characters_not_bytes() {
 #[test]
 fn estimates_read_the_request_and_are_clamped() {
     let p = plan(
-        &["/max_tokens", "/max_completion_tokens", "/max_output_tokens"],
+        &[
+            "/max_tokens",
+            "/max_completion_tokens",
+            "/max_output_tokens",
+        ],
         true,
     );
     let facts = |body: &[u8]| scan(&p, body, 1 << 20, 5).0;
     let max = RequestEstimate::MaxTokens;
-    assert_eq!(max.reserve(Some(&facts(br#"{"max_tokens":300}"#)), 50, 1000), 300);
+    assert_eq!(
+        max.reserve(Some(&facts(br#"{"max_tokens":300}"#)), 50, 1000),
+        300
+    );
     assert_eq!(
         max.reserve(Some(&facts(br#"{"max_completion_tokens":301}"#)), 50, 1000),
         301
@@ -131,7 +153,10 @@ fn estimates_read_the_request_and_are_clamped() {
         50,
         "a string is no number of tokens"
     );
-    assert_eq!(max.reserve(Some(&facts(br#"{"max_tokens":-3}"#)), 50, 1000), 50);
+    assert_eq!(
+        max.reserve(Some(&facts(br#"{"max_tokens":-3}"#)), 50, 1000),
+        50
+    );
     assert_eq!(max.reserve(Some(&facts(b"{}")), 50, 1000), 50);
     assert_eq!(max.reserve(None, 50, 1000), 50, "no body read");
     assert_eq!(
@@ -139,18 +164,27 @@ fn estimates_read_the_request_and_are_clamped() {
         1000,
         "clamped to the capacity"
     );
-    assert_eq!(max.reserve(Some(&facts(br#"{"max_tokens":0}"#)), 50, 1000), 1);
+    assert_eq!(
+        max.reserve(Some(&facts(br#"{"max_tokens":0}"#)), 50, 1000),
+        1
+    );
 
     let body = format!(r#"{{"prompt":"{}","max_tokens":10}}"#, "a".repeat(3000));
     let f = facts(body.as_bytes());
     let prompt = prompt_tokens(f.text());
     assert_eq!(prompt, (body.len() as u64).div_ceil(ASCII_PER_TOKEN));
-    assert_eq!(RequestEstimate::Prompt.reserve(Some(&f), 50, 100_000), prompt);
+    assert_eq!(
+        RequestEstimate::Prompt.reserve(Some(&f), 50, 100_000),
+        prompt
+    );
     assert_eq!(
         RequestEstimate::PromptAndMaxTokens.reserve(Some(&f), 50, 100_000),
         prompt + 10
     );
-    assert_eq!(RequestEstimate::Prompt.reserve(Some(&facts(b"")), 50, 1000), 50);
+    assert_eq!(
+        RequestEstimate::Prompt.reserve(Some(&facts(b"")), 50, 1000),
+        50
+    );
     // A prefix scaled up to the declared length.
     let mut s = p.start(1000, Some(4000));
     s.push(&body.as_bytes()[..1000]);
