@@ -37,15 +37,18 @@ pub const MAX_TOKENS_POINTERS: [&str; 3] = [
     "/max_output_tokens",
 ];
 
-/// ASCII bytes per token [`prompt_tokens`] assumes: fewer than any text
-/// measured has (English prose 4.5 to 5 with o200k_base, code about 4,
-/// JSON about 3), so a prompt is rarely under-reserved.
-/// `bench/tools/prompt-estimate` measures it (bench/README.md).
+/// ASCII bytes per token [`prompt_tokens`] assumes: fewer than the texts
+/// measured average in a chat request body (English prose 4.1, Rust code
+/// 4.4, JSON sent as a string 5.1, with o200k_base and cl100k_base
+/// alike), so that a prompt is rarely under-reserved: a reservation
+/// that errs high is given back when the usage settles, one that errs
+/// low admits past the limit until then. `bench/tools/prompt-estimate`
+/// measures it (bench/README.md, "The prompt estimate").
 pub const ASCII_PER_TOKEN: u64 = 3;
 
 /// Other characters per token [`prompt_tokens`] assumes: one each, what
-/// Chinese and Japanese come close to; alphabets such as Cyrillic or
-/// Greek take fewer tokens (over-reserved up to 3 times).
+/// cl100k_base spends on Chinese, Japanese and Korean; o200k_base and
+/// alphabets such as Cyrillic take fewer (over-reserved up to 3.6 times).
 pub const OTHER_PER_TOKEN: u64 = 1;
 
 /// Where a rule's reservation comes from when it is read from the

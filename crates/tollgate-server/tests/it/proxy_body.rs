@@ -290,6 +290,15 @@ fn estimates_are_read_from_the_request_and_clamped_to_the_capacity() {
         settles_to(&s, "otpm", team_name, 1000);
         settles_to(&s, "itpm", team_name, 100_000);
     }
+    // A prompt is sized to the end of the body: a chunked one read whole
+    // before the check still goes on chunked.
+    let body = br#"{"max_tokens":1,"prompt":"hello"}"#;
+    for f in [Framing::Chunked(4), Framing::Length] {
+        let r = post(s.proxy(), "/?out=0&in=0", &team("g"), body, f);
+        arrived_unchanged(&r, body, f);
+        assert_eq!(left(&r, "itpm"), 100_000 - 11, "{f:?}");
+        settles_to(&s, "itpm", "g", 100_000);
+    }
     // A bodiless request reserves the defaults.
     let r = crate::support::request(s.proxy(), "GET", "/?out=0&in=0", &team("f"), b"");
     assert_eq!((left(&r, "otpm"), left(&r, "itpm")), (900, 100_000 - 7));
