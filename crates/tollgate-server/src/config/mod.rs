@@ -87,4 +87,6 @@ pub use xds::{
 };
 
 #[cfg(test)]
+mod body_tests;
+#[cfg(test)]
 mod tests;
