@@ -13,7 +13,9 @@
 //! `cargo run --release -p prompt-estimate` (bench/README.md keeps the
 //! figures).
 
+use std::fmt::Write as _;
 use std::fs;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use tiktoken_rs::CoreBPE;
@@ -58,8 +60,13 @@ fn main() {
             tiktoken_rs::cl100k_base().expect("cl100k_base"),
         ),
     ];
-    println!("| text | prompts | tokenizer | body | body bytes per token | min | median | max |");
-    println!("|---|---:|---|---|---:|---:|---:|---:|");
+    // The table is written once, at the end (the workspace forbids
+    // `println!`: a library must not write to stdout by accident).
+    let mut out = String::new();
+    out.push_str(
+        "| text | prompts | tokenizer | body | body bytes per token | min | median | max |\n",
+    );
+    out.push_str("|---|---:|---|---|---:|---:|---:|---:|\n");
     let mut every = Vec::new();
     for (class, paths) in &classes {
         let prompts = prompts(paths);
@@ -76,7 +83,8 @@ fn main() {
                 every.extend(&ratios);
                 ratios.sort_by(f64::total_cmp);
                 let body = if ascii { "\\u escaped" } else { "UTF-8" };
-                println!(
+                let _ = writeln!(
+                    out,
                     "| {class} | {} | {name} | {body} | {:.2} | {:.2} | {:.2} | {:.2} |",
                     ratios.len(),
                     bytes as f64 / tokens as f64,
@@ -89,13 +97,17 @@ fn main() {
     }
     every.sort_by(f64::total_cmp);
     let under = every.iter().filter(|&&r| r < 1.0).count();
-    println!(
+    let _ = writeln!(
+        out,
         "\nall {} measurements: min {:.2}, median {:.2}, max {:.2}; under 1 (under-reserved): {under}",
         every.len(),
         every[0],
         every[every.len() / 2],
         every[every.len() - 1]
     );
+    std::io::stdout()
+        .write_all(out.as_bytes())
+        .expect("write stdout");
 }
 
 /// The files under `dir` ending in `.ext`, sorted.
