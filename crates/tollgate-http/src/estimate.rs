@@ -145,3 +145,6 @@ impl FromStr for RequestEstimate {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
