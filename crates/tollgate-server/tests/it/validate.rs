@@ -251,9 +251,10 @@ fn unknown_fields_everywhere() {
             "bad.toml:5: store.ttl: unknown field; expected one of url, timeout, on_error, prefix, max_keys, \
              replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease, password_file, username, tls",
             "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
-             ipv6_prefix, on_missing_key, connect_timeout, response_timeout, send_timeout, append_forwarded_for",
+             ipv6_prefix, on_missing_key, connect_timeout, response_timeout, send_timeout, append_forwarded_for, \
+             request_body_limit",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \
-             period, lease, burst, key, on_error, cost, estimate, overrides",
+             period, lease, burst, key, on_error, cost, estimate, estimate_default, overrides",
             "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing",
         ],
     );
