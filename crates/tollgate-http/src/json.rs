@@ -518,9 +518,19 @@ impl Scanner {
                     return;
                 }
                 let object = b == b'{';
+                let mut mask = self.descend;
+                if !object {
+                    // Only a token that is an index leads into an array.
+                    let depth = self.stack.len();
+                    for (i, p) in self.pointers.iter().enumerate().take(MAX_POINTERS) {
+                        if !p.tokens.get(depth).is_some_and(|t| is_index(t)) {
+                            mask &= !(1 << i);
+                        }
+                    }
+                }
                 self.stack.push(Frame {
                     object,
-                    mask: self.descend,
+                    mask,
                     index: 0,
                 });
                 self.targets = 0;
@@ -751,6 +761,14 @@ impl Scanner {
     }
 }
 
+/// Whether a reference token can name an array element (RFC 6901 §4:
+/// digits without a leading zero).
+fn is_index(token: &str) -> bool {
+    !token.is_empty()
+        && token.bytes().all(|b| b.is_ascii_digit())
+        && (token == "0" || !token.starts_with('0'))
+}
+
 #[derive(Debug, Clone, Copy)]
 enum ScalarKind {
     Number,
@@ -759,3 +777,6 @@ enum ScalarKind {
     False,
     Null,
 }
+
+#[cfg(test)]
+mod tests;
