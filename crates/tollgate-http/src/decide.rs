@@ -402,29 +402,6 @@ impl RuleKeys {
         Ok(self)
     }
 
-    /// `self` unchanged when no rule reads the request body, for a door
-    /// that never reads one (the tower layer): such a rule would key
-    /// every request alike, or reserve its default, without a word.
-    ///
-    /// # Errors
-    /// [`BuildError::ReadsBody`] naming the first rule that reads it.
-    pub fn without_body(self) -> Result<Self, BuildError> {
-        for r in &self.rules {
-            let what = if r.extractor.body_pointers().next().is_some() {
-                format!("key {}", r.extractor)
-            } else if let Some(e) = r.cost.as_ref().and_then(ResponseCost::request_estimate) {
-                format!("estimate {:?}", e.to_string())
-            } else {
-                continue;
-            };
-            return Err(BuildError::ReadsBody {
-                rule: r.name().to_owned(),
-                what,
-            });
-        }
-        Ok(self)
-    }
-
     /// What the rules read of a request body (`request_json` keys, an
     /// estimate read from the request); `None` when nothing, and then
     /// [`RuleKeys::keys`] is all a door needs. A door that cannot read
@@ -796,6 +773,7 @@ fn internal(detail: &str) -> Response<String> {
     )
 }
 
+mod body;
 #[cfg(test)]
 mod body_tests;
 #[cfg(test)]
