@@ -22,6 +22,8 @@ use std::str::FromStr;
 use http::HeaderMap;
 use http::header::HeaderName;
 
+use crate::estimate::RequestEstimate;
+
 /// Where a response reports its usage: a header field, read from the
 /// response head or, when the head lacks it, from the trailers.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -99,6 +101,8 @@ pub enum Reading {
 pub struct ResponseCost {
     source: UsageSource,
     estimate: u64,
+    /// Read from the request instead, `estimate` its default.
+    from_request: Option<RequestEstimate>,
 }
 
 impl ResponseCost {
@@ -111,7 +115,26 @@ impl ResponseCost {
         if estimate == 0 {
             return Err("estimate must be at least 1".to_owned());
         }
-        Ok(Self { source, estimate })
+        Ok(Self {
+            source,
+            estimate,
+            from_request: None,
+        })
+    }
+
+    /// The reservation read from the request (`estimate = "max_tokens"`
+    /// and the like), [`ResponseCost::estimate`] standing in for a part
+    /// the request does not give (`estimate_default`).
+    #[must_use]
+    pub fn with_request_estimate(mut self, from: RequestEstimate) -> Self {
+        self.from_request = Some(from);
+        self
+    }
+
+    /// Where the reservation is read from the request, if it is.
+    #[must_use]
+    pub fn request_estimate(&self) -> Option<RequestEstimate> {
+        self.from_request
     }
 
     /// Where the usage is read.
@@ -120,7 +143,8 @@ impl ResponseCost {
         &self.source
     }
 
-    /// The units reserved when a request arrives.
+    /// The units reserved when a request arrives; with a
+    /// [`ResponseCost::request_estimate`], its default.
     #[must_use]
     pub fn estimate(&self) -> u64 {
         self.estimate

@@ -61,6 +61,7 @@ use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
@@ -69,6 +70,8 @@ use tollgate::resilient::{self, OnError, Refusal, ResilientLimiter};
 use tollgate::{Algorithm, Check, Decision, Error, MultiDecision, Rule, Store};
 
 use crate::cost::ResponseCost;
+use crate::estimate::{MAX_TOKENS_POINTERS, RequestEstimate};
+use crate::request_body::{BodyFacts, BodyPlan};
 
 use crate::extract::{ClientIpConfig, KeyError, MissingKey};
 use crate::headers::{Deciding, HeaderOptions, Policy, insert_headers, insert_policy};
@@ -97,6 +100,15 @@ pub enum BuildError {
         /// Why.
         why: String,
     },
+    /// The rule reads the request body (a `request_json` key, an
+    /// estimate read from the request) and the door does not read bodies
+    /// (the tower layer: [`RuleKeys::without_body`]).
+    ReadsBody {
+        /// The rule's name.
+        rule: String,
+        /// What it reads: its key, or its estimate.
+        what: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -108,6 +120,12 @@ impl fmt::Display for BuildError {
             }
             BuildError::DuplicateRule(name) => write!(f, "rule {name:?} is named twice"),
             BuildError::BadCost { rule, why } => write!(f, "rule {rule:?}: {why}"),
+            BuildError::ReadsBody { rule, what } => write!(
+                f,
+                "rule {rule:?} reads the request body ({what}), which this door does not \
+                 read: key it by the request head and give it a fixed estimate (the reverse \
+                 proxy reads bodies)"
+            ),
         }
     }
 }
@@ -219,6 +237,8 @@ impl RuleKey {
 pub struct RuleKeys {
     rules: Vec<RuleKey>,
     needs_client_ip: bool,
+    /// What the rules read of a request body; `None`: nothing.
+    body: Option<Arc<BodyPlan>>,
     pub(crate) client_ip: ClientIpConfig,
     pub(crate) missing_key: MissingKey,
 }
@@ -229,6 +249,9 @@ pub struct RuleKeys {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keys {
     keys: Vec<(usize, Vec<u8>)>,
+    /// The reservation of each rule whose estimate is read from the
+    /// request, by position.
+    estimates: Vec<(usize, u64)>,
 }
 
 impl Keys {
@@ -258,7 +281,22 @@ impl Keys {
                 .filter(|(i, _)| keep(*i))
                 .cloned()
                 .collect(),
+            estimates: self
+                .estimates
+                .iter()
+                .filter(|(i, _)| keep(*i))
+                .copied()
+                .collect(),
         }
+    }
+
+    /// The reservation the request's own estimate gives the rule at
+    /// position `i`, if its estimate is read from the request.
+    #[must_use]
+    pub fn estimate(&self, i: usize) -> Option<u64> {
+        self.estimates
+            .iter()
+            .find_map(|&(at, n)| (at == i).then_some(n))
     }
 }
 
@@ -302,6 +340,7 @@ impl RuleKeys {
         }
         Ok(Self {
             needs_client_ip: keyed.iter().any(|r| r.extractor.uses_client_ip()),
+            body: body_plan_of(&keyed),
             rules: keyed,
             client_ip: ClientIpConfig::new(),
             missing_key: MissingKey::default(),
@@ -359,7 +398,17 @@ impl RuleKeys {
             )));
         }
         entry.cost = Some(cost);
+        self.body = body_plan_of(&self.rules);
         Ok(self)
+    }
+
+    /// What the rules read of a request body (`request_json` keys, an
+    /// estimate read from the request); `None` when nothing, and then
+    /// [`RuleKeys::keys`] is all a door needs. A door that cannot read
+    /// bodies refuses rules that have one (the tower layer does).
+    #[must_use]
+    pub fn body_plan(&self) -> Option<&Arc<BodyPlan>> {
+        self.body.as_ref()
     }
 
     /// The rules with their costs and leases, in check order.
@@ -430,6 +479,25 @@ impl RuleKeys {
         headers: &HeaderMap,
         peer: Option<IpAddr>,
     ) -> Result<Keys, Box<Response<String>>> {
+        self.keys_with_body(method, uri, headers, peer, None)
+    }
+
+    /// [`RuleKeys::keys`] with what the request body said (`None`: not
+    /// read), for the rules that read it ([`RuleKeys::body_plan`]): a
+    /// `request_json` value it lacks is a missing key, and an estimate
+    /// read from the request gives its rule's reservation
+    /// ([`Keys::estimate`]; at most the rule's capacity).
+    ///
+    /// # Errors
+    /// As [`RuleKeys::keys`].
+    pub fn keys_with_body(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+        body: Option<&BodyFacts>,
+    ) -> Result<Keys, Box<Response<String>>> {
         let client_ip = if self.needs_client_ip {
             peer.map(|ip| self.client_ip.client_ip(ip, headers))
         } else {
@@ -437,10 +505,14 @@ impl RuleKeys {
         };
         let mut keys = Vec::with_capacity(self.rules.len());
         for (i, rule) in self.rules.iter().enumerate() {
-            match rule
-                .extractor
-                .extract_from(method, uri, headers, client_ip, self.missing_key)
-            {
+            match rule.extractor.extract_with_body(
+                method,
+                uri,
+                headers,
+                client_ip,
+                self.missing_key,
+                body,
+            ) {
                 Ok(key) => keys.push((i, key)),
                 Err(KeyError::Missing(_)) if self.missing_key == MissingKey::Skip => {}
                 Err(e @ KeyError::Missing(_)) => {
@@ -458,7 +530,16 @@ impl RuleKeys {
                 Err(e) => return Err(Box::new(internal(&e.to_string()))),
             }
         }
-        Ok(Keys { keys })
+        let estimates = keys
+            .iter()
+            .filter_map(|&(i, _)| {
+                let rule = &self.rules[i];
+                let cost = rule.cost.as_ref()?;
+                let from = cost.request_estimate()?;
+                Some((i, from.reserve(body, cost.estimate(), rule.rule.capacity())))
+            })
+            .collect();
+        Ok(Keys { keys, estimates })
     }
 
     /// One [`Check`] (cost 1) per key, in order, each by its rule's
@@ -515,6 +596,28 @@ impl RuleKeys {
             Err(refused) => refusal(&refused),
         }
     }
+}
+
+/// What `rules` read of a request body, if anything.
+fn body_plan_of(rules: &[RuleKey]) -> Option<Arc<BodyPlan>> {
+    let mut pointers: Vec<&str> = rules
+        .iter()
+        .flat_map(|r| r.extractor.body_pointers())
+        .collect();
+    let estimates = || {
+        rules
+            .iter()
+            .filter_map(|r| r.cost.as_ref()?.request_estimate())
+    };
+    if estimates().any(RequestEstimate::reads_max_tokens) {
+        pointers.extend(MAX_TOKENS_POINTERS);
+    }
+    let prompt = estimates().any(RequestEstimate::reads_prompt);
+    if pointers.is_empty() && !prompt {
+        return None;
+    }
+    // Every pointer here was parsed once already.
+    BodyPlan::new(pointers, prompt).ok().map(Arc::new)
 }
 
 /// What an answer's rate-limit headers rest on, from a check's
@@ -670,5 +773,8 @@ fn internal(detail: &str) -> Response<String> {
     )
 }
 
+mod body;
+#[cfg(test)]
+mod body_tests;
 #[cfg(test)]
 mod tests;

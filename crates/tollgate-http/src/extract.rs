@@ -47,6 +47,7 @@
 //! | `path` | the path as received, without the query and without any normalization |
 //! | `method` | the method, e.g. `GET` |
 //! | `host` | the URI's host (absolute-form or HTTP/2 `:authority`), else the `Host` header's; ASCII-lowercased, without the port and a trailing `.` |
+//! | `request_json:POINTER` | the JSON request body's string (its text), number or bool (its JSON text) at the pointer ([`crate::request_body`] says when it counts as found) |
 //!
 //! A key longer than [`tollgate::limits::MAX_KEY_LEN`] (a header value of 4 KiB
 //! and more) is counted under its digest: `%sha256=` and the SHA-256 of
@@ -57,7 +58,7 @@
 //! followed by `25` or `2B`, no short key names a long key's counter. This
 //! is what the Envoy service does with long descriptors.
 //!
-//! A missing header (or host) is keyed by the empty value, never an error:
+//! A missing header (or host, or body field) is keyed by the empty value, never an error:
 //! [`MissingKey::Empty`], the default. [`MissingKey::Reject`] answers
 //! [`KeyError::Missing`] instead for a header or host that is missing or
 //! empty, which the layer turns into a 400; [`MissingKey::Skip`] leaves the
@@ -71,6 +72,7 @@ use http::{Method, Request, Uri};
 
 use crate::cidr::Cidr;
 use crate::key::{KeyExtractor, KeyPart};
+use crate::request_body::BodyFacts;
 
 /// `X-Forwarded-For`.
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -354,6 +356,11 @@ impl fmt::Display for KeyError {
             KeyError::Missing(KeyPart::Header(name)) => {
                 write!(f, "the request has no {name:?} header, or an empty one")
             }
+            KeyError::Missing(KeyPart::RequestJson(pointer)) => write!(
+                f,
+                "the request body has no JSON string, number or boolean at {pointer} \
+                 (within the part of it read)"
+            ),
             KeyError::Missing(part) => write!(f, "the request has no {part}"),
             KeyError::NoClientIp => f.write_str(
                 "the key reads client_ip but the peer address is unknown (the server does not \
@@ -431,6 +438,24 @@ impl KeyExtractor {
         client_ip: Option<ClientIp>,
         missing: MissingKey,
     ) -> Result<Vec<u8>, KeyError> {
+        self.extract_with_body(method, uri, headers, client_ip, missing, None)
+    }
+
+    /// [`KeyExtractor::extract_from`] with what the request body said
+    /// (`None`: it was not read), which `request_json` parts read: a value
+    /// missing there, or empty, is a missing key as a header is.
+    ///
+    /// # Errors
+    /// As [`KeyExtractor::extract`].
+    pub fn extract_with_body(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        client_ip: Option<ClientIp>,
+        missing: MissingKey,
+        body: Option<&BodyFacts>,
+    ) -> Result<Vec<u8>, KeyError> {
         let mut key = Vec::with_capacity(64);
         for (i, part) in self.parts().iter().enumerate() {
             if i > 0 {
@@ -470,6 +495,13 @@ impl KeyExtractor {
                         return Err(KeyError::Missing(part.clone()));
                     }
                     None => {}
+                },
+                KeyPart::RequestJson(pointer) => match body.and_then(|b| b.key_text(pointer)) {
+                    Some(text) if !text.is_empty() => push_escaped(&mut key, text.as_bytes()),
+                    _ if missing != MissingKey::Empty => {
+                        return Err(KeyError::Missing(part.clone()));
+                    }
+                    _ => {}
                 },
             }
         }

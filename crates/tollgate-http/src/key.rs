@@ -21,6 +21,11 @@ pub enum KeyPart {
     Method,
     /// The `Host` (or `:authority`) of the request.
     Host,
+    /// A field of the JSON request body: the text of the string, number
+    /// or bool at this RFC 6901 pointer (stored in its canonical
+    /// spelling, e.g. `/metadata/tenant`), read by a door that reads
+    /// bodies ([`crate::request_body`]); the tower layer refuses it.
+    RequestJson(String),
 }
 
 impl fmt::Display for KeyPart {
@@ -31,11 +36,13 @@ impl fmt::Display for KeyPart {
             KeyPart::Path => f.write_str("path"),
             KeyPart::Method => f.write_str("method"),
             KeyPart::Host => f.write_str("host"),
+            KeyPart::RequestJson(pointer) => write!(f, "request_json:{pointer}"),
         }
     }
 }
 
-/// A key extractor: one or more [`KeyPart`]s joined with `+`, in order.
+/// A key extractor: one or more [`KeyPart`]s joined with `+`, in order
+/// (so a `request_json` pointer cannot hold a `+`).
 ///
 /// ```
 /// use tollgate_http::key::{KeyExtractor, KeyPart};
@@ -58,6 +65,15 @@ impl KeyExtractor {
     pub fn parts(&self) -> &[KeyPart] {
         &self.parts
     }
+
+    /// The pointers of its `request_json` parts: what it reads of the
+    /// request body (nothing when empty).
+    pub fn body_pointers(&self) -> impl Iterator<Item = &str> {
+        self.parts.iter().filter_map(|p| match p {
+            KeyPart::RequestJson(pointer) => Some(pointer.as_str()),
+            _ => None,
+        })
+    }
 }
 
 /// RFC 9110 `tchar`, the characters of a header field name.
@@ -78,6 +94,15 @@ fn parse_part(part: &str) -> Result<KeyPart, String> {
         }
         return Ok(KeyPart::Header(name.to_ascii_lowercase()));
     }
+    if let Some(pointer) = part.strip_prefix("request_json:") {
+        let parsed: crate::json::Pointer = pointer.parse().map_err(|e| {
+            format!(
+                "request_json:{pointer}: {e} (a JSON pointer such as \"/model\" or \
+                 \"/metadata/tenant\")"
+            )
+        })?;
+        return Ok(KeyPart::RequestJson(parsed.to_string()));
+    }
     match part {
         "client_ip" => Ok(KeyPart::ClientIp),
         "path" => Ok(KeyPart::Path),
@@ -96,8 +121,8 @@ impl FromStr for KeyExtractor {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s.trim().is_empty() {
             return Err(
-                "key must not be empty; use client_ip, header:NAME, path, method or host, \
-                 joined with \"+\""
+                "key must not be empty; use client_ip, header:NAME, path, method, host or \
+                 request_json:POINTER, joined with \"+\""
                     .to_owned(),
             );
         }
@@ -147,6 +172,18 @@ mod tests {
             ]
         );
         assert_eq!(k.to_string(), "client_ip+header:x-tenant+path+method+host");
+        let body: KeyExtractor = "request_json:/model+request_json:/a~1b/c~0d+header:x"
+            .parse()
+            .expect("valid");
+        assert_eq!(
+            body.to_string(),
+            "request_json:/model+request_json:/a~1b/c~0d+header:x"
+        );
+        assert_eq!(
+            body.body_pointers().collect::<Vec<_>>(),
+            ["/model", "/a~1b/c~0d"]
+        );
+        assert_eq!(k.body_pointers().count(), 0);
         let spaced: KeyExtractor = " client_ip + path ".parse().expect("valid");
         assert_eq!(spaced.to_string(), "client_ip+path");
     }
@@ -165,6 +202,9 @@ mod tests {
             ("PATH", "unknown key part \"PATH\""),
             ("path+path", "appears twice"),
             ("header:A+header:a", "appears twice"),
+            ("request_json:", "request_json:"),
+            ("request_json:model", "request_json:model"),
+            ("request_json:/model+request_json:/model", "appears twice"),
         ] {
             let err = bad.parse::<KeyExtractor>().expect_err(bad);
             assert!(err.contains(why), "{bad:?}: {err}");

@@ -47,7 +47,11 @@
 //!   with their key extractors, and [`HttpVerdict`](decide::HttpVerdict),
 //!   the answer: admit with headers, or respond (429, 503, 400, 500).
 //! * [`key`]: key extractors (`client_ip`, `header:NAME`, `path`, `method`,
-//!   `host`, joined with `+`) parsed from their config spelling.
+//!   `host`, `request_json:POINTER`, joined with `+`) parsed from their
+//!   config spelling.
+//! * [`request_body`] and [`estimate`]: what a door that reads request
+//!   bodies (the reverse proxy) takes from a bounded prefix — JSON fields
+//!   for keys, `max_tokens` and the prompt's size for a reservation.
 //! * [`extract`]: a request head into key bytes — the client address
 //!   behind trusted proxies ([`cidr`]), normalized paths, digests of long
 //!   keys — and the [`MissingKey`](extract::MissingKey) policy.
@@ -69,10 +73,12 @@
 pub mod cidr;
 pub mod cost;
 pub mod decide;
+pub mod estimate;
 pub mod extract;
 pub mod headers;
 pub mod json;
 pub mod key;
+pub mod request_body;
 pub mod response;
 pub mod usage;
 

@@ -146,7 +146,9 @@ impl<S: Store> RateLimitLayer<S> {
     /// [`RateLimitLayer::resilient`] for one).
     ///
     /// # Errors
-    /// No rules, a name the limiter does not know, or a name given twice.
+    /// No rules, a name the limiter does not know, or a name given twice;
+    /// a `request_json` key ([`BuildError::ReadsBody`]: the layer sees the
+    /// request head only).
     pub fn new<N: Into<String>>(
         limiter: Arc<Limiter<S>>,
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
@@ -196,7 +198,8 @@ impl<S: Store> RateLimitLayer<S> {
         rules: impl IntoIterator<Item = (N, KeyExtractor)>,
         on_error: Option<OnError>,
     ) -> Result<Self, BuildError> {
-        let keys = RuleKeys::new(limiter.rules(), rules)?;
+        // A tower layer sees the request head only.
+        let keys = RuleKeys::new(limiter.rules(), rules)?.without_body()?;
         if keys.is_empty() {
             return Err(BuildError::NoRules);
         }
@@ -379,12 +382,15 @@ impl<S: Store> RateLimitLayer<S> {
     ///
     /// # Errors
     /// A rule the layer does not check, a `concurrency` rule, or an
-    /// estimate above the rule's capacity ([`BuildError::BadCost`]).
+    /// estimate above the rule's capacity ([`BuildError::BadCost`]); an
+    /// estimate read from the request body ([`BuildError::ReadsBody`]:
+    /// the layer sees the request head only).
     pub fn with_response_cost(self, rule: &str, cost: ResponseCost) -> Result<Self, BuildError> {
         let mut shared = Arc::unwrap_or_clone(self.shared);
         shared.keys = shared
             .keys
-            .with_response_cost(shared.limiter.rules(), rule, cost)?;
+            .with_response_cost(shared.limiter.rules(), rule, cost)?
+            .without_body()?;
         Ok(Self {
             shared: Arc::new(shared),
         })

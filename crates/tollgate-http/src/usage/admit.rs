@@ -23,6 +23,7 @@ use tollgate::ticket::Ticket;
 use tollgate::{Check, DecidedBy, Deciders, Decision, MultiDecision, Store};
 
 use super::hold::{Hold, Pair, Plan};
+use crate::cost::ResponseCost;
 use crate::decide::{HttpVerdict, Keys, RuleKeys, answer, refusal};
 use crate::headers::HeaderOptions;
 
@@ -104,6 +105,10 @@ impl RuleKeys {
                 rule: entries[i].name().to_owned(),
                 index: entries[i].index,
                 key: key.to_vec(),
+                estimate: keys
+                    .estimate(i)
+                    .or_else(|| entries[i].cost.as_ref().map(ResponseCost::estimate))
+                    .unwrap_or(1),
                 cost: entries[i].cost.clone(),
             })
             .collect();

@@ -47,12 +47,15 @@ pub(super) struct Pair {
     pub(super) key: Vec<u8>,
     /// `None`: an ordinary rule, 1 unit per request.
     pub(super) cost: Option<ResponseCost>,
+    /// The units reserved on arrival: 1 for an ordinary rule, else the
+    /// cost's estimate, or the one read from the request.
+    pub(super) estimate: u64,
 }
 
 impl Pair {
     /// The units reserved on arrival.
     pub(super) fn estimate(&self) -> u64 {
-        self.cost.as_ref().map_or(1, ResponseCost::estimate)
+        self.estimate
     }
 }
 
@@ -247,5 +250,5 @@ fn usage(
         }
     };
     ::metrics::counter!(USAGE_UNREAD, "rule" => pair.rule.clone(), "reason" => reason).increment(1);
-    cost.estimate()
+    pair.estimate()
 }

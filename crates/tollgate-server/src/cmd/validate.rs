@@ -321,12 +321,20 @@ pub fn summary(config: &Config, envoy: &EnvoyLimits, file: &str) -> String {
             let _ = write!(out, ", key {key}");
         }
         if let Some(cost) = &rc.cost {
-            let _ = write!(
-                out,
-                ", cost {} (estimate {})",
-                cost.source(),
-                cost.estimate()
-            );
+            let _ = match cost.request_estimate() {
+                Some(from) => write!(
+                    out,
+                    ", cost {} (estimate {from}, default {})",
+                    cost.source(),
+                    cost.estimate()
+                ),
+                None => write!(
+                    out,
+                    ", cost {} (estimate {})",
+                    cost.source(),
+                    cost.estimate()
+                ),
+            };
         }
         let _ = writeln!(out, ", on_error {}", config.on_error_for(rc));
     }

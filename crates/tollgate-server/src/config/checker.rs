@@ -115,7 +115,11 @@ const PROXY_FIELDS: &[&str] = &[
     "append_forwarded_for",
     "upstream_tls",
     "listen_tls",
+    "request_body_limit",
 ];
+
+/// The largest `[proxy] request_body_limit`: 64 MiB, held per request.
+pub(super) const MAX_REQUEST_BODY_LIMIT: usize = 64 << 20;
 
 pub(super) type Value<'i> = Spanned<DeValue<'i>>;
 
@@ -510,6 +514,19 @@ impl<'a> Checker<'a> {
                 }
                 DeValue::Table(tls) => proxy.listen_tls = self.listen_tls(tls),
                 _ => self.wrong_type(value, &join(path, key), &format!("a table ({what})")),
+            }
+        }
+        if let Some((n, span)) = self.positive(t, path, "request_body_limit") {
+            match usize::try_from(n) {
+                Ok(n) if n <= MAX_REQUEST_BODY_LIMIT => proxy.request_body_limit = n,
+                _ => self.error(
+                    &span,
+                    "proxy.request_body_limit",
+                    format!(
+                        "request_body_limit is at most {MAX_REQUEST_BODY_LIMIT} bytes (64 MiB), \
+                         got {n}: each request in flight may hold this much"
+                    ),
+                ),
             }
         }
         if let Some(value) = t.get("trusted_proxies") {

@@ -89,4 +89,6 @@ pub use xds::{
 };
 
 #[cfg(test)]
+mod body_tests;
+#[cfg(test)]
 mod tests;

@@ -177,6 +177,10 @@ pub struct ProxyConfig {
     /// `X-Forwarded-For` on forwarded requests (default false: headers are
     /// forwarded unchanged).
     pub append_forwarded_for: bool,
+    /// `request_body_limit`: the most bytes of a request body read before
+    /// the check, when a rule keys on it (`request_json:POINTER`) or
+    /// estimates from it (default 1 MiB); the rest streams on unread.
+    pub request_body_limit: usize,
     /// `[proxy.upstream_tls]`: how an `https://` upstream is reached.
     pub upstream_tls: UpstreamTls,
     /// `[proxy.listen_tls]`: the proxy's listener over TLS; `None`: plain
@@ -257,6 +261,7 @@ impl Default for ProxyConfig {
             append_forwarded_for: false,
             upstream_tls: UpstreamTls::default(),
             listen_tls: None,
+            request_body_limit: tollgate_http::request_body::DEFAULT_REQUEST_BODY_LIMIT,
         }
     }
 }

@@ -14,6 +14,7 @@ use super::checker::{Checker, Value};
 use super::model::RuleConfig;
 use crate::key::KeyExtractor;
 use tollgate_http::cost::{ResponseCost, UsageSource};
+use tollgate_http::estimate::RequestEstimate;
 
 const RULE_FIELDS: &[&str] = &[
     "name",
@@ -26,6 +27,7 @@ const RULE_FIELDS: &[&str] = &[
     "on_error",
     "cost",
     "estimate",
+    "estimate_default",
     "overrides",
 ];
 
@@ -311,7 +313,7 @@ impl Checker<'_> {
             },
             None => None,
         };
-        let estimate = self.positive(t, path, "estimate");
+        let estimate = self.estimate(t, path);
         if concurrency && let Some(v) = t.get("cost") {
             self.error(
                 &v.span(),
@@ -341,13 +343,18 @@ impl Checker<'_> {
             }
             _ => {}
         }
-        let ((source, _), (estimate, span)) = (source?, estimate?);
+        let ((source, _), (estimate, from_request, span)) = (source?, estimate?);
+        let field = if from_request.is_some() {
+            "estimate_default"
+        } else {
+            "estimate"
+        };
         if let Some(rule) = rule
             && estimate > rule.capacity()
         {
             self.error(
                 &span,
-                format!("{path}.estimate"),
+                format!("{path}.{field}"),
                 format!(
                     "estimate {estimate} is more than the rule admits at once ({}): \
                      no request could ever be admitted",
@@ -357,11 +364,71 @@ impl Checker<'_> {
             return None;
         }
         match ResponseCost::new(source, estimate) {
-            Ok(cost) => Some(cost),
+            Ok(cost) => Some(match from_request {
+                Some(from) => cost.with_request_estimate(from),
+                None => cost,
+            }),
             Err(e) => {
-                self.error(&span, format!("{path}.estimate"), e);
+                self.error(&span, format!("{path}.{field}"), e);
                 None
             }
         }
+    }
+
+    /// `estimate = N`, or `estimate = "max_tokens"` (or `"prompt"`,
+    /// `"prompt+max_tokens"`: read from the request) with its required
+    /// `estimate_default = N`: the units reserved (the default for one
+    /// read from the request), what reads them, and the span of the
+    /// number. A string estimate is clamped to the rule's capacity per
+    /// request, so only the number is checked against it.
+    fn estimate(
+        &mut self,
+        t: &toml::de::DeTable<'_>,
+        path: &str,
+    ) -> Option<(u64, Option<RequestEstimate>, Range<usize>)> {
+        let Some(value) = t.get("estimate") else {
+            if let Some(v) = t.get("estimate_default") {
+                self.error(
+                    &v.span(),
+                    format!("{path}.estimate_default"),
+                    "estimate_default applies only with an estimate read from the request \
+                     (estimate = \"max_tokens\", \"prompt\" or \"prompt+max_tokens\")",
+                );
+            }
+            return None;
+        };
+        let Some(text) = value.get_ref().as_str() else {
+            if let Some(v) = t.get("estimate_default") {
+                self.error(
+                    &v.span(),
+                    format!("{path}.estimate_default"),
+                    "estimate_default applies only with an estimate read from the request \
+                     (estimate = \"max_tokens\", \"prompt\" or \"prompt+max_tokens\")",
+                );
+                return None;
+            }
+            let (n, span) = self.positive(t, path, "estimate")?;
+            return Some((n, None, span));
+        };
+        let from = match text.parse::<RequestEstimate>() {
+            Ok(from) => from,
+            Err(e) => {
+                self.error(&value.span(), format!("{path}.estimate"), e);
+                return None;
+            }
+        };
+        if !t.contains_key("estimate_default") {
+            self.error(
+                &value.span(),
+                format!("{path}.estimate_default"),
+                format!(
+                    "missing required field: estimate = {text:?} needs estimate_default, the \
+                     units reserved when the request does not say (no such field, no JSON body)"
+                ),
+            );
+            return None;
+        }
+        let (n, span) = self.positive(t, path, "estimate_default")?;
+        Some((n, Some(from), span))
     }
 }

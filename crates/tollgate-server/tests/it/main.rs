@@ -54,6 +54,7 @@ mod openapi;
 mod ops;
 mod overrides;
 mod proxy;
+mod proxy_body;
 mod proxy_edges;
 mod proxy_tls;
 mod proxy_usage;

@@ -252,9 +252,9 @@ fn unknown_fields_everywhere() {
              replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease, password_file, username, tls",
             "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
              ipv6_prefix, on_missing_key, connect_timeout, response_timeout, send_timeout, append_forwarded_for, \
-             upstream_tls, listen_tls",
+             upstream_tls, listen_tls, request_body_limit",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \
-             period, lease, burst, key, on_error, cost, estimate, overrides",
+             period, lease, burst, key, on_error, cost, estimate, estimate_default, overrides",
             "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing",
         ],
     );

@@ -358,3 +358,29 @@ async fn bad_costs_are_refused_when_the_layer_is_built() {
         .expect_err("too big");
     assert!(e.to_string().contains("estimate 151"), "{e}");
 }
+
+/// The layer sees request heads only: a rule keyed by a JSON body field,
+/// or reserving an estimate read from the body, is refused when built
+/// instead of keying every request alike (the reverse proxy reads
+/// bodies; docs/proxy.md).
+#[test]
+fn rules_that_read_the_request_body_are_refused() {
+    let (limiter, _clock) = limiter([rule("tpm", Algorithm::Gcra, 1000, HOUR)]);
+    let err = RateLimitLayer::new(
+        limiter.clone(),
+        [("tpm", "request_json:/model".parse().expect("key"))],
+    )
+    .expect_err("a body key");
+    assert!(
+        matches!(&err, tollgate_tower::BuildError::ReadsBody { rule, .. } if rule == "tpm"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("request_json:/model"), "{err}");
+    let err = tpm_layer(limiter, &["tpm"])
+        .with_response_cost(
+            "tpm",
+            tokens(100).with_request_estimate("max_tokens".parse().expect("estimate")),
+        )
+        .expect_err("an estimate from the body");
+    assert!(err.to_string().contains("estimate \"max_tokens\""), "{err}");
+}

@@ -31,6 +31,12 @@
 //! ambiguous or missing (400, see `refuse`). An absolute-form request is
 //! forwarded with its target's host as `Host` (the host `host` keys read).
 //!
+//! A rule keyed by a field of the JSON request body
+//! (`request_json:POINTER`) or reserving an estimate read from it
+//! (`estimate = "max_tokens"`) has the body's first `[proxy]
+//! request_body_limit` bytes (at most) read before the check
+//! (`prefix.rs`); they go upstream first, then the rest, unchanged.
+//!
 //! Clients speak HTTP/1.1 or HTTP/2 (h2c with prior knowledge, or by ALPN
 //! over `[proxy.listen_tls]`; `server`); the upstream is spoken to in its
 //! own protocol (HTTP/1.1, or HTTP/2 when an `https://` upstream picks it
@@ -38,8 +44,9 @@
 //!
 //! The folder: this file is the proxy service ([`Proxy`]); [`pool`] keeps
 //! the connections to the upstream (TLS, HTTP/1.1, HTTP/2) and sends on
-//! them; `fields.rs`
-//! drops the hop-by-hop fields and appends `X-Forwarded-For`. The
+//! them; `fields.rs` drops the hop-by-hop fields and appends
+//! `X-Forwarded-For`; `prefix.rs` reads a body's prefix before the check.
+//! The
 //! `--upstream` URL and how a request's target maps onto it is
 //! [`crate::config::upstream`], held by the config.
 
@@ -69,6 +76,7 @@ use crate::gate::{Gate, Throttle};
 
 mod fields;
 pub mod pool;
+mod prefix;
 
 pub use fields::strip_hop_by_hop;
 use fields::{append_forwarded_for, is_host_port};
@@ -81,6 +89,7 @@ pub mod fuzzing {
 
 use crate::config::upstream::Upstream;
 use pool::{Dialer, LinkError, LinkPool, LinkedBody, Outgoing, Upload};
+pub use prefix::ClientBody;
 
 /// The body of a proxied response: the upstream's, streamed (its end
 /// settles and releases what the request holds), or one made here (429,
@@ -130,6 +139,9 @@ pub struct Proxy {
     reservation_ttl: Duration,
     headers: HeaderOptions,
     append_forwarded_for: bool,
+    /// `[proxy] request_body_limit`: the most of a body read before the
+    /// check, for rules that read it.
+    request_body_limit: usize,
     /// Upstream failures are logged at most once a second.
     trouble: Throttle,
 }
@@ -187,6 +199,7 @@ impl Proxy {
                 legacy: config.http.legacy_headers,
             },
             append_forwarded_for: config.proxy.append_forwarded_for,
+            request_body_limit: config.proxy.request_body_limit,
             trouble: Throttle::new(Duration::from_secs(1)),
         })
     }
@@ -230,9 +243,25 @@ impl Proxy {
         if let Some(refusal) = refuse(&req) {
             return Ok(refusal.map(full));
         }
-        let keys = self
-            .keys
-            .keys(req.method(), req.uri(), req.headers(), Some(peer.ip()));
+        // Rules that key on the body, or estimate from it, read a prefix
+        // of it first (`prefix`).
+        let (req, body) = match self.keys.body_plan() {
+            None => (req.map(ClientBody::new), None),
+            Some(plan) => {
+                match prefix::read(req, plan, self.request_body_limit, self.response_timeout).await
+                {
+                    Ok((req, facts)) => (req, Some(facts)),
+                    Err((status, detail)) => return Ok(about_blank(status, detail).map(full)),
+                }
+            }
+        };
+        let keys = self.keys.keys_with_body(
+            req.method(),
+            req.uri(),
+            req.headers(),
+            Some(peer.ip()),
+            body.as_ref(),
+        );
         Ok(match keys {
             Err(refusal) => refusal.map(full),
             Ok(keys) => {
@@ -261,7 +290,7 @@ impl Proxy {
     /// response body).
     async fn check_and_forward(
         &self,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         peer: SocketAddr,
         keys: Keys,
     ) -> Response<ProxyBody> {
@@ -295,7 +324,7 @@ impl Proxy {
     /// did none: the whole estimate is given back.
     async fn forward(
         &self,
-        req: Request<Incoming>,
+        req: Request<ClientBody>,
         peer: SocketAddr,
         extra: &HeaderMap,
         hold: Option<Hold>,

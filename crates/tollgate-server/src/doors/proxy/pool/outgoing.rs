@@ -8,7 +8,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::body::{Frame, SizeHint};
+
+use super::super::prefix::ClientBody;
 
 /// What a forwarded request's body has done so far, shared between the
 /// body (which notes it) and the proxy (which reads it): the upstream's
@@ -58,14 +60,14 @@ impl Upload {
 /// request sent again).
 #[derive(Debug)]
 pub struct Outgoing {
-    inner: Option<Incoming>,
+    inner: Option<ClientBody>,
     upload: Option<Arc<Upload>>,
 }
 
 impl Outgoing {
     /// The client's body, its progress noted in `upload`.
     #[must_use]
-    pub fn new(body: Incoming, upload: Option<Arc<Upload>>) -> Self {
+    pub fn new(body: ClientBody, upload: Option<Arc<Upload>>) -> Self {
         Self {
             inner: Some(body),
             upload,
@@ -103,12 +105,12 @@ impl http_body::Body for Outgoing {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
+        self.inner.as_ref().is_none_or(ClientBody::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
         self.inner
             .as_ref()
-            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+            .map_or_else(|| SizeHint::with_exact(0), ClientBody::size_hint)
     }
 }
