@@ -210,30 +210,96 @@ fn sdk_calls_to_llmock_are_charged_what_it_reported() {
     charged_from_the_body(&llmock.url, "anthropic", "/anthropic");
 }
 
-#[test]
-#[ignore = "needs part A: https:// upstreams, [proxy.upstream_tls] ca_file"]
-fn sdk_calls_reach_an_https_upstream_of_a_test_ca() {
-    clear_of_the_hour();
-    let ca = TestCa::generate();
-    let replay = Replay::start_tls(&ca);
-    let header = format!("response_header:{USAGE_HEADER}");
-    let config = format!(
-        "[proxy.upstream_tls]\nca_file = \"{}\"\n\n{}",
-        ca.ca().display(),
-        counting_rule("tokens", Some(&header))
-    );
-    let s = gateway(&config, &replay.url());
+/// Every case through `target`, each answered with its example; returns
+/// the usage reported in all.
+fn every_case_gets_its_example(target: &Target) -> u64 {
     let cases = all_cases();
-    let calls = Target::new(vec![base(&s)], TEAM).calls(&cases);
+    let calls = target.calls(&cases);
+    assert_eq!(calls.len(), cases.len());
     let mut want = 0;
     for c in &calls {
         let shape = shape_of_api(api_of(&c.case));
         assert!(c.ok, "{}: {}", c.case, c.raw);
         assert_eq!(c.usage.map(|u| u.total), Some(shape.total), "{}", c.case);
+        assert_eq!(c.text, shape.text, "{}", c.case);
         want += shape.total;
     }
-    assert_eq!(replay.served(), cases.len() as u64);
-    settles_to(&s, "tokens", want);
+    want
+}
+
+#[test]
+fn the_sdks_trust_the_tls_replay_of_the_test_ca() {
+    // The rig itself, with no proxy between: the certificate, its names
+    // and the SDKs' `--ca` work, so a failure of the HTTPS tests below is
+    // the proxy's.
+    let ca = TestCa::generate();
+    let replay = Replay::start_tls(&ca);
+    let mut target = Target::new(vec![replay.url()], TEAM);
+    target.ca = Some(ca.ca());
+    every_case_gets_its_example(&target);
+    assert_eq!(replay.served(), all_cases().len() as u64);
+    assert_eq!(replay.served_h2(), 0, "httpx speaks HTTP/1.1");
+    // A client that offers h2 by ALPN gets it (curl, built with nghttp2).
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--http2", "--cacert"])
+        .arg(ca.ca())
+        .args(["-o", "/dev/null", "-w", "%{http_version}", "-d", "{}"])
+        .arg(format!("{}/v1/chat/completions", replay.url()))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2", "{out:?}");
+    assert_eq!(replay.served_h2(), 1);
+}
+
+#[test]
+#[ignore = "needs part A: https:// upstreams, [proxy.upstream_tls]"]
+fn sdk_calls_reach_an_https_upstream_of_a_test_ca_over_h2_or_http1() {
+    clear_of_the_hour();
+    let ca = TestCa::generate();
+    let replay = Replay::start_tls(&ca);
+    let header = format!("response_header:{USAGE_HEADER}");
+    let n = all_cases().len() as u64;
+    // http2 = true (the default) offers h2 by ALPN, which the replay
+    // takes; with http2 = false every answer comes over HTTP/1.1.
+    for (http2, h2_answers) in [("true", n), ("false", 0)] {
+        let config = format!(
+            "[proxy.upstream_tls]\nca_file = \"{}\"\nhttp2 = {http2}\n\n{}",
+            ca.ca().display(),
+            counting_rule("tokens", Some(&header))
+        );
+        let s = gateway(&config, &replay.url());
+        let before = (replay.served(), replay.served_h2());
+        let want = every_case_gets_its_example(&Target::new(vec![base(&s)], TEAM));
+        assert_eq!(replay.served() - before.0, n);
+        assert_eq!(replay.served_h2() - before.1, h2_answers, "http2 = {http2}");
+        settles_to(&s, "tokens", want);
+    }
+}
+
+#[test]
+#[ignore = "needs part A: https:// upstreams, [proxy.upstream_tls]"]
+fn an_https_upstream_of_an_unknown_ca_is_not_reached() {
+    // Without the CA file the test CA is unknown to the system roots: the
+    // proxy must refuse the upstream's certificate, never fall back to
+    // plain text or skip the check, and give the reservation back.
+    clear_of_the_hour();
+    let ca = TestCa::generate();
+    let replay = Replay::start_tls(&ca);
+    let header = format!("response_header:{USAGE_HEADER}");
+    let s = gateway(&counting_rule("tokens", Some(&header)), &replay.url());
+    let calls = Target::new(vec![base(&s)], TEAM).calls(&["openai-chat:sync".to_owned()]);
+    assert!(
+        !calls[0].ok,
+        "reached an upstream of an unknown CA: {}",
+        calls[0].raw
+    );
+    assert!(
+        matches!(calls[0].status, Some(502..=504)),
+        "{}",
+        calls[0].raw
+    );
+    assert_eq!(replay.served(), 0);
+    settles_to(&s, "tokens", 0);
 }
 
 #[test]
@@ -255,15 +321,7 @@ fn sdk_calls_over_the_tls_listener_trust_a_custom_ca() {
         TEAM,
     );
     target.ca = Some(ca.ca());
-    let cases = all_cases();
-    let calls = target.calls(&cases);
-    let mut want = 0;
-    for c in &calls {
-        let shape = shape_of_api(api_of(&c.case));
-        assert!(c.ok, "{}: {}", c.case, c.raw);
-        assert_eq!(c.usage.map(|u| u.total), Some(shape.total), "{}", c.case);
-        want += shape.total;
-    }
+    let want = every_case_gets_its_example(&target);
     settles_to(&s, "tokens", want);
 }
 

@@ -11,9 +11,11 @@
 //!
 //! Every answer also carries the example's total usage in
 //! [`USAGE_HEADER`], so that a `response_header:` cost can charge it
-//! today; the providers send no such field. Served over plain HTTP/1.1,
-//! or over TLS ([`Replay::start_tls`]) with a certificate of a test CA
-//! ([`TestCa`]).
+//! today; the providers send no such field. Served over plain HTTP
+//! (HTTP/1.1, or HTTP/2 with prior knowledge), or over TLS
+//! ([`Replay::start_tls`]) with a certificate of a test CA ([`TestCa`]),
+//! offering `h2` and `http/1.1` by ALPN as the providers do; it counts the
+//! answers it sent over HTTP/2 ([`Replay::served_h2`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -255,7 +257,7 @@ impl TestCa {
             .with_no_client_auth()
             .with_single_cert(certs, key)
             .expect("certificate and key");
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
     }
 }
@@ -265,7 +267,7 @@ pub struct Replay {
     /// Its address.
     pub addr: SocketAddr,
     tls: bool,
-    served: Arc<AtomicU64>,
+    served: Arc<Counts>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -293,14 +295,19 @@ impl Replay {
 
     /// Answers it has sent (each counted before its first byte).
     pub fn served(&self) -> u64 {
-        self.served.load(Ordering::SeqCst)
+        self.served.all.load(Ordering::SeqCst)
+    }
+
+    /// Those of [`Replay::served`] sent over HTTP/2.
+    pub fn served_h2(&self) -> u64 {
+        self.served.h2.load(Ordering::SeqCst)
     }
 
     fn spawn(tls: Option<tokio_rustls::TlsAcceptor>) -> Replay {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind replay");
         listener.set_nonblocking(true).expect("nonblocking");
         let addr = listener.local_addr().expect("addr");
-        let served = Arc::new(AtomicU64::new(0));
+        let served = Arc::new(Counts::default());
         let counter = Arc::clone(&served);
         let is_tls = tls.is_some();
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
@@ -344,13 +351,22 @@ impl Drop for Replay {
     }
 }
 
+/// Answers sent, in all and over HTTP/2.
+#[derive(Default)]
+struct Counts {
+    all: AtomicU64,
+    h2: AtomicU64,
+}
+
 async fn connection(
     stream: tokio::net::TcpStream,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    served: Arc<AtomicU64>,
+    served: Arc<Counts>,
 ) {
     let service = hyper::service::service_fn(move |req| answer(req, Arc::clone(&served)));
-    let http = hyper::server::conn::http1::Builder::new();
+    // HTTP/1.1 or HTTP/2, told apart by the connection's first bytes
+    // (after TLS, they follow what ALPN chose).
+    let http = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
     match tls {
         None => {
             let _ = http
@@ -370,9 +386,10 @@ async fn connection(
 
 async fn answer(
     req: Request<Incoming>,
-    served: Arc<AtomicU64>,
+    served: Arc<Counts>,
 ) -> Result<Response<BoxBody<Bytes, BoxError>>, Infallible> {
     let path = req.uri().path().to_owned();
+    let h2 = req.version() == hyper::Version::HTTP_2;
     let body = req
         .into_body()
         .collect()
@@ -388,7 +405,10 @@ async fn answer(
         *res.status_mut() = hyper::StatusCode::NOT_FOUND;
         return Ok(res);
     };
-    served.fetch_add(1, Ordering::SeqCst);
+    served.all.fetch_add(1, Ordering::SeqCst);
+    if h2 {
+        served.h2.fetch_add(1, Ordering::SeqCst);
+    }
     let bytes = fixture(shape.file);
     let (content_type, body) = if shape.stream {
         ("text/event-stream; charset=utf-8", sse_body(bytes))
