@@ -6,6 +6,15 @@
 //! `stream_options.include_usage`). All three are pinned in
 //! scripts/install-deps.sh; as with Envoy, no test skips when they are
 //! missing: it fails with the install command.
+//!
+//! Why llmock: of the OpenAI-compatible mock servers on PyPI looked at
+//! (mockllm, fakellm, stubllm, mock-ai-api, llmock), it is the one that
+//! sends the usage chunk `stream_options.include_usage` asks for; it is
+//! maintained (five releases, the last of autumn 2026); it serves every
+//! API the gateway meters (chat completions, the responses API,
+//! Anthropic's messages) with usage in the JSON and in the streams; and it
+//! can cut streams on purpose (`--stream-fault`) for the dropped-stream
+//! cases.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
