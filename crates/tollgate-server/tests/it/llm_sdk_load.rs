@@ -6,9 +6,9 @@
 //! The fleet's check does not depend on timing: calls are made one at a
 //! time until the budget is spent, each settle awaited before the next,
 //! so whether a call may be admitted follows from the usage reported so
-//! far (admitted exactly while `used + estimate <= budget`); then a burst
-//! of concurrent calls to all three proxies must all be refused, and
-//! charge nothing (an admitted call would have reserved its estimate
+//! far (admitted exactly while `used + estimate <= budget`, the estimate
+//! being 1); then a burst of concurrent calls to all three proxies must
+//! all be refused, and charge nothing (an admitted call would have reserved its estimate
 //! before its answer reached the client).
 
 use redis_harness::RedisServer;
@@ -122,7 +122,7 @@ fn fleet_never_admits_past_a_spent_budget(
             .calls(&[format!("{api}:async")])
             .pop()
             .expect("one call");
-        if used + 1 <= BUDGET {
+        if used < BUDGET {
             assert!(
                 call.ok,
                 "call {i} with {used} of {BUDGET} used: {}",

@@ -237,6 +237,7 @@ impl Llmock {
                 }
                 Err(_) => {
                     let _ = child.kill();
+                    let _ = child.wait();
                     panic!("llmock did not start (install: {SDK_INSTALL}); log:\n{log}");
                 }
             }

@@ -394,7 +394,7 @@ async fn answer(
         .into_body()
         .collect()
         .await
-        .map(|b| b.to_bytes())
+        .map(http_body_util::Collected::to_bytes)
         .unwrap_or_default();
     let stream = serde_json::from_slice::<serde_json::Value>(&body)
         .ok()
