@@ -48,6 +48,9 @@ fn sixty_four_streaming_sdk_clients_are_charged_the_replayed_usage_exactly() {
     let replay = Replay::start();
     let header = format!("response_header:{USAGE_HEADER}");
     let s = gateway(&counting_rule("tokens", Some(&header)), &replay.url());
+    // The first 64 streams are held open until all 64 have begun: the
+    // proxy carries 64 at once.
+    replay.hold_streams(CLIENTS);
     let mut want = 0;
     for api in ["openai-chat-stream", "anthropic-stream"] {
         let shape = shape_of_api(api);
@@ -56,6 +59,7 @@ fn sixty_four_streaming_sdk_clients_are_charged_the_replayed_usage_exactly() {
             want += u.total;
         }
     }
+    assert!(replay.streams_met(), "fewer than {CLIENTS} streams at once");
     assert_eq!(replay.served(), 2 * CALLS);
     settles_to(&s, "tokens", want);
 }

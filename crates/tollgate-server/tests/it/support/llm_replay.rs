@@ -298,6 +298,20 @@ impl Replay {
         self.served.all.load(Ordering::SeqCst)
     }
 
+    /// Holds every stream after its first event until `n` streams have
+    /// begun: then `n` answers are in flight through the proxy at once,
+    /// whatever the timing. Later streams are not held.
+    pub fn hold_streams(&self, n: u64) {
+        self.served.hold.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether the streams held by [`Replay::hold_streams`] all met (a
+    /// proxy that let fewer through at once leaves them waiting until a
+    /// 30 s deadline lets them go).
+    pub fn streams_met(&self) -> bool {
+        self.served.met.load(Ordering::SeqCst) && !self.served.gave_up.load(Ordering::SeqCst)
+    }
+
     /// Those of [`Replay::served`] sent over HTTP/2.
     pub fn served_h2(&self) -> u64 {
         self.served.h2.load(Ordering::SeqCst)
@@ -351,11 +365,48 @@ impl Drop for Replay {
     }
 }
 
-/// Answers sent, in all and over HTTP/2.
+/// Answers sent, in all and over HTTP/2, and the streams' meeting point.
 #[derive(Default)]
 struct Counts {
     all: AtomicU64,
     h2: AtomicU64,
+    /// Streams to hold after their first event until this many have
+    /// begun (0: none held).
+    hold: AtomicU64,
+    begun: AtomicU64,
+    met: std::sync::atomic::AtomicBool,
+    gave_up: std::sync::atomic::AtomicBool,
+    meet: tokio::sync::Notify,
+}
+
+impl Counts {
+    /// Called by a stream after its first event: waits until
+    /// [`Replay::hold_streams`]'s number of streams have begun (at most
+    /// 30 s, so that a proxy that serializes fails the test instead of
+    /// hanging it).
+    async fn meet(&self) {
+        let n = self.begun.fetch_add(1, Ordering::SeqCst) + 1;
+        let hold = self.hold.load(Ordering::SeqCst);
+        if hold == 0 || self.met.load(Ordering::SeqCst) {
+            return;
+        }
+        if n >= hold {
+            self.met.store(true, Ordering::SeqCst);
+            self.meet.notify_waiters();
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let notified = self.meet.notified();
+            if self.met.load(Ordering::SeqCst) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                self.gave_up.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
 }
 
 async fn connection(
@@ -411,7 +462,7 @@ async fn answer(
     }
     let bytes = fixture(shape.file);
     let (content_type, body) = if shape.stream {
-        ("text/event-stream; charset=utf-8", sse_body(bytes))
+        ("text/event-stream; charset=utf-8", sse_body(bytes, served))
     } else {
         ("application/json", full(Bytes::from(bytes)))
     };
@@ -430,8 +481,9 @@ fn full(bytes: Bytes) -> BoxBody<Bytes, BoxError> {
 }
 
 /// The stream's events, one a frame (each with its blank line), a
-/// millisecond apart.
-fn sse_body(bytes: Vec<u8>) -> BoxBody<Bytes, BoxError> {
+/// millisecond apart; after the first, the stream meets the others
+/// ([`Replay::hold_streams`]).
+fn sse_body(bytes: Vec<u8>, served: Arc<Counts>) -> BoxBody<Bytes, BoxError> {
     let text = String::from_utf8(bytes).expect("an SSE example is UTF-8");
     let events: Vec<Bytes> = text
         .split_inclusive("\n\n")
@@ -439,9 +491,12 @@ fn sse_body(bytes: Vec<u8>) -> BoxBody<Bytes, BoxError> {
         .collect();
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(1);
     tokio::spawn(async move {
-        for event in events {
+        for (i, event) in events.into_iter().enumerate() {
             if tx.send(Ok(Frame::data(event))).await.is_err() {
                 return;
+            }
+            if i == 0 {
+                served.meet().await;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
