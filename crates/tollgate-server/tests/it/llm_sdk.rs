@@ -358,8 +358,8 @@ fn the_reservation_is_the_requests_max_tokens_clamped_to_the_limit() {
          estimate = \"max_tokens\"\nestimate_default = 1\n"
     );
     let s = gateway(&config, &replay.url());
-    let target = Target::new(vec![base(&s)], TEAM);
-    let one = |case: &str| target.calls(&[case.to_owned()]).pop().expect("one call");
+    let mut session = Target::new(vec![base(&s)], TEAM).session();
+    let mut one = |case: &str| session.call(case, 0);
     let left_settles_to = |want: u64| {
         let start = Instant::now();
         while remaining(&s, "budget", TEAM) != want {

@@ -114,6 +114,8 @@ fn fleet_never_admits_past_a_spent_budget(
         t.anthropic_path = path.to_owned();
         t
     };
+    let bases: Vec<String> = fleet.iter().map(base).collect();
+    let mut session = target(bases.clone()).session();
     let mut used = 0;
     let mut admitted = 0;
     for i in 0.. {
@@ -121,11 +123,7 @@ fn fleet_never_admits_past_a_spent_budget(
             i < 1000,
             "{admitted} calls admitted and the budget still not spent"
         );
-        let proxy = &fleet[i % 3];
-        let call = target(vec![base(proxy)])
-            .calls(&[format!("{api}:async")])
-            .pop()
-            .expect("one call");
+        let call = session.call(&format!("{api}:async"), i % 3);
         if used < BUDGET {
             assert!(
                 call.ok,
@@ -149,7 +147,6 @@ fn fleet_never_admits_past_a_spent_budget(
     }
     assert!(admitted >= 2, "the budget holds a few calls");
 
-    let bases = fleet.iter().map(base).collect();
     let burst = target(bases).swarm(api, 48, 48);
     assert_eq!(burst.len(), 48);
     for c in &burst {

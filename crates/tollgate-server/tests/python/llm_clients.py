@@ -10,16 +10,18 @@ The Rust tests compare that usage with what the upstream sent and with
 what tollgate charged.
 
     llm_clients.py calls  --base-url URL [--base-url URL2 ...] CASE ...
-    llm_clients.py swarm  --base-url URL ... --case CASE --requests N --concurrency C
+    llm_clients.py swarm  --base-url URL ... --api API --requests N --concurrency C
+    llm_clients.py serve  --base-url URL ...   (stdin: one `CASE URL_INDEX` a line)
 
 A CASE is API[-stream]:MODE, API one of openai-chat, openai-responses,
 anthropic, MODE sync or async (e.g. `openai-chat-stream:async`). With
 several --base-url, call i goes to URL i mod n (a fleet of proxies).
 `swarm` runs N async calls, C at a time, each line carrying its sequence
-number `seq`. `--ca FILE` makes the SDKs trust a test CA (httpx's
-`verify=`); `--header K:V` is sent with
-every call (the proxy's rules key on it); `--anthropic-path P` puts the
-Anthropic client under URL + P (llmock serves it under `/anthropic`).
+number `seq`. `serve` makes one call per line of its stdin, as a test
+decides them. `--ca FILE` makes the SDKs trust a test CA (httpx's
+`verify=`); `--header K:V` is sent with every call (the proxy's rules
+key on it); `--anthropic-path P` puts the Anthropic client under URL + P
+(llmock serves it under `/anthropic`).
 """
 
 import argparse
@@ -171,36 +173,49 @@ def emit(line):
     print(json.dumps(line), flush=True)
 
 
-def run_calls(args, headers):
-    for i, case in enumerate(args.case):
-        api, _, mode = case.partition(":")
-        base = args.base_url[i % len(args.base_url)]
-        line = {"case": case, "seq": i}
-        if mode == "sync":
-            oa, an, http = clients(base, args.ca, headers, False, args.anthropic_path)
+def one_call(case, base, args, headers, seq):
+    """Makes one call of `case` to `base` with fresh clients; prints its line."""
+    api, _, mode = case.partition(":")
+    line = {"case": case, "seq": seq}
+    if mode == "sync":
+        oa, an, http = clients(base, args.ca, headers, False, args.anthropic_path)
+        try:
+            usage, text = sync_call(api, oa, an)
+            line.update(ok=True, status=200, usage=usage, text=text)
+        except (openai.APIError, anthropic.APIError) as e:
+            line.update(failure(e))
+        finally:
+            for h in http:
+                h.close()
+    elif mode == "async":
+        async def one():
+            oa, an, http = clients(base, args.ca, headers, True, args.anthropic_path)
             try:
-                usage, text = sync_call(api, oa, an)
+                usage, text = await async_call(api, oa, an)
                 line.update(ok=True, status=200, usage=usage, text=text)
             except (openai.APIError, anthropic.APIError) as e:
                 line.update(failure(e))
             finally:
                 for h in http:
-                    h.close()
-        elif mode == "async":
-            async def one():
-                oa, an, http = clients(base, args.ca, headers, True, args.anthropic_path)
-                try:
-                    usage, text = await async_call(api, oa, an)
-                    line.update(ok=True, status=200, usage=usage, text=text)
-                except (openai.APIError, anthropic.APIError) as e:
-                    line.update(failure(e))
-                finally:
-                    for h in http:
-                        await h.aclose()
-            asyncio.run(one())
-        else:
-            raise SystemExit(f"{case}: the mode is sync or async")
-        emit(line)
+                    await h.aclose()
+        asyncio.run(one())
+    else:
+        raise SystemExit(f"{case}: the mode is sync or async")
+    emit(line)
+
+
+def run_calls(args, headers):
+    for i, case in enumerate(args.case):
+        one_call(case, args.base_url[i % len(args.base_url)], args, headers, i)
+
+
+def serve(args, headers):
+    """One call per line of stdin, `CASE URL_INDEX`, until it ends: a test
+    that decides each call after the last (and waits in between) pays for
+    the SDKs' import once."""
+    for seq, line in enumerate(sys.stdin):
+        case, index = line.split()
+        one_call(case, args.base_url[int(index)], args, headers, seq)
 
 
 async def swarm(args, headers):
@@ -228,7 +243,7 @@ async def swarm(args, headers):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name in ("calls", "swarm"):
+    for name in ("calls", "swarm", "serve"):
         s = sub.add_parser(name)
         s.add_argument("--base-url", action="append", required=True)
         s.add_argument("--ca")
@@ -243,6 +258,8 @@ def main():
     headers = dict(h.split(":", 1) for h in args.header)
     if args.cmd == "calls":
         run_calls(args, headers)
+    elif args.cmd == "serve":
+        serve(args, headers)
     else:
         asyncio.run(swarm(args, headers))
 

@@ -16,9 +16,9 @@
 //! can cut streams on purpose (`--stream-fault`) for the dropped-stream
 //! cases.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -146,6 +146,55 @@ impl Target {
         let mut calls = run(&args);
         calls.sort_by_key(|c| c.seq);
         calls
+    }
+}
+
+impl Target {
+    /// A client process that makes one call at a time as the test asks
+    /// ([`Session::call`]): the SDKs are imported once.
+    pub fn session(&self) -> Session {
+        let mut child = Command::new("python3")
+            .args(self.args("serve"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run python3 ({e}); install it and: {SDK_INSTALL}"));
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Session {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+}
+
+/// A running `llm_clients.py serve`, ended on drop.
+pub struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Session {
+    /// Makes one call of `case` to the target's `base`-th URL.
+    pub fn call(&mut self, case: &str, base: usize) -> Call {
+        writeln!(self.stdin, "{case} {base}").expect("write to llm_clients.py");
+        self.stdin.flush().expect("flush");
+        let mut line = String::new();
+        let n = self
+            .stdout
+            .read_line(&mut line)
+            .expect("read llm_clients.py");
+        assert!(n > 0, "llm_clients.py serve ended (see its stderr above)");
+        parse(&line)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
