@@ -242,7 +242,8 @@ pub struct Llmock {
 }
 
 impl Llmock {
-    /// Starts it (port 0) and reads the port uvicorn bound from its log.
+    /// Starts it (port 0, text answers only, 2 ms between streamed
+    /// chunks) and reads the port uvicorn bound from its log.
     pub fn start() -> Llmock {
         let mut child = Command::new("python3")
             .args([
@@ -255,6 +256,10 @@ impl Llmock {
                 "0",
                 "--tool-mode",
                 "off",
+                // A pause between chunks, as a model generates: streams
+                // overlap in the proxy.
+                "--stream-chunk-delay-ms",
+                "2",
             ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
