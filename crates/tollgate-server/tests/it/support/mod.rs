@@ -28,6 +28,8 @@ pub mod eg_certs;
 pub mod envoy;
 pub mod envoy_bootstrap;
 pub mod gateway;
+pub mod llm_clients;
+pub mod llm_replay;
 pub mod model;
 pub mod recorder;
 pub mod reference;
@@ -167,7 +169,10 @@ impl Tollgate {
                     if let Some(a) = addr_after(&line, "HTTP API listening on http://") {
                         server.http = Some(a);
                     }
-                    if let Some(a) = addr_after(&line, "reverse proxy listening on http://") {
+                    // `https://` once the listener serves TLS.
+                    if let Some(a) = addr_after(&line, "reverse proxy listening on http://")
+                        .or_else(|| addr_after(&line, "reverse proxy listening on https://"))
+                    {
                         server.proxy = Some(a);
                     }
                     if let Some(a) = addr_after(&line, "reverse proxy listening on https://") {
