@@ -252,7 +252,6 @@ fn the_sdks_trust_the_tls_replay_of_the_test_ca() {
 }
 
 #[test]
-#[ignore = "needs part A: https:// upstreams, [proxy.upstream_tls]"]
 fn sdk_calls_reach_an_https_upstream_of_a_test_ca_over_h2_or_http1() {
     clear_of_the_hour();
     let ca = TestCa::generate();
@@ -277,7 +276,6 @@ fn sdk_calls_reach_an_https_upstream_of_a_test_ca_over_h2_or_http1() {
 }
 
 #[test]
-#[ignore = "needs part A: https:// upstreams, [proxy.upstream_tls]"]
 fn an_https_upstream_of_an_unknown_ca_is_not_reached() {
     // Without the CA file the test CA is unknown to the system roots: the
     // proxy must refuse the upstream's certificate, never fall back to
@@ -303,7 +301,6 @@ fn an_https_upstream_of_an_unknown_ca_is_not_reached() {
 }
 
 #[test]
-#[ignore = "needs part A: [proxy.listen_tls]"]
 fn sdk_calls_over_the_tls_listener_trust_a_custom_ca() {
     clear_of_the_hour();
     let ca = TestCa::generate();
@@ -326,7 +323,6 @@ fn sdk_calls_over_the_tls_listener_trust_a_custom_ca() {
 }
 
 #[test]
-#[ignore = "needs part C: key = \"request_json:/model\""]
 fn sdk_calls_are_counted_per_model_from_the_request_body() {
     clear_of_the_hour();
     let llmock = Llmock::start();
@@ -348,7 +344,6 @@ fn sdk_calls_are_counted_per_model_from_the_request_body() {
 }
 
 #[test]
-#[ignore = "needs part C: estimate = \"max_tokens\", estimate_default"]
 fn the_reservation_is_the_requests_max_tokens_clamped_to_the_limit() {
     clear_of_the_hour();
     let replay = Replay::start();
