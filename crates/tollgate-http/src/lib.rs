@@ -69,6 +69,7 @@ pub mod cost;
 pub mod decide;
 pub mod extract;
 pub mod headers;
+pub mod json;
 pub mod key;
 pub mod response;
 pub mod usage;
