@@ -54,6 +54,8 @@
 //! * [`headers`]: the `RateLimit-Policy` and `RateLimit` fields of the
 //!   IETF httpapi draft, and the legacy `X-RateLimit-*` ones.
 //! * [`response`]: the 429, 503 and problem+json answers.
+//! * [`json`]: a push-based JSON scanner picking the values at a few
+//!   pointers out of a body as it passes, in bounded memory.
 //! * [`cost`] and [`usage`]: a rule charged by the usage its response
 //!   reports (reserved on arrival, settled when the body ends) and
 //!   `concurrency` leases held for the life of a request, ended by the
