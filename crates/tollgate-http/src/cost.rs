@@ -155,9 +155,9 @@ impl FromStr for UsageSource {
                 .map_err(|_| format!("cost {s:?}: {name:?} is not a header field name"))?;
             Kind::Header(header)
         } else if let Some(pointer) = s.strip_prefix("response_json:") {
-            let parsed: crate::json::Pointer = pointer
-                .parse()
-                .map_err(|e| format!("cost {s:?}: {e} (an RFC 6901 pointer, e.g. /usage/total_tokens)"))?;
+            let parsed: crate::json::Pointer = pointer.parse().map_err(|e| {
+                format!("cost {s:?}: {e} (an RFC 6901 pointer, e.g. /usage/total_tokens)")
+            })?;
             Kind::Json(parsed.to_string())
         } else {
             let (name, part) = s.split_once(':').unwrap_or((s, ""));

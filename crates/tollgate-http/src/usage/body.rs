@@ -59,7 +59,7 @@ impl Meter {
         if let Some(hold) = self.hold.take() {
             let mut how = how;
             if let Some(body) = &mut self.body {
-                let (read, ended) = body.finish(self.readings.len(), how);
+                let (read, ended) = body.finish(how);
                 how = ended;
                 for (reading, from_body) in self.readings.iter_mut().zip(read) {
                     if from_body != Reading::Absent || *reading == Reading::Absent {

@@ -38,8 +38,10 @@ enum Reader {
 #[derive(Debug)]
 struct Events {
     parser: SseParser,
-    /// The open event's scanner, made at its first data.
-    event: Option<Scanner>,
+    /// The events' scanner, restarted for each event.
+    scanner: Scanner,
+    /// An event is open (its data has begun).
+    open: bool,
     /// The open event's first bytes and length, to pass over `[DONE]`.
     head: [u8; 6],
     len: usize,
@@ -82,7 +84,8 @@ impl BodyMeter {
                 }
                 Some("text/event-stream") => Reader::Sse(Box::new(Events {
                     parser: SseParser::new(),
-                    event: None,
+                    scanner: Scanner::new(wanted.pointers()),
+                    open: false,
                     head: [0; 6],
                     len: 0,
                     fields: vec![Val::Absent; wanted.field_count()],
@@ -117,11 +120,24 @@ impl BodyMeter {
         self.reader = Reader::Unreadable;
     }
 
-    /// The body ended as `how` says: one reading per source, in the
-    /// hold's order ([`Reading::Absent`] for a header source), and how it
-    /// ended as far as the usage goes (an event stream that stopped
-    /// inside an event was cut short, however its HTTP framing ended).
-    pub(crate) fn finish(&mut self, sources: usize, how: Ended) -> (Vec<Reading>, Ended) {
+    /// The body ended — at its end (`complete`), or dropped or failed
+    /// before it: one reading per source, in the order of
+    /// [`BodyMeter::new`]'s ([`Reading::Absent`] for a header source),
+    /// and whether the usage was cut short (not `complete`, or an event
+    /// stream that stopped inside an event, however its HTTP framing
+    /// ended).
+    pub fn end(&mut self, complete: bool) -> (Vec<Reading>, bool) {
+        let how = if complete {
+            Ended::Complete
+        } else {
+            Ended::Dropped
+        };
+        let (readings, how) = self.finish(how);
+        (readings, how != Ended::Complete)
+    }
+
+    pub(crate) fn finish(&mut self, how: Ended) -> (Vec<Reading>, Ended) {
+        let sources = self.wanted.sources();
         let mut how = how;
         let complete = how == Ended::Complete;
         let readings = match &mut self.reader {
@@ -150,7 +166,8 @@ impl BodyMeter {
                 if events.cut {
                     how = Ended::Dropped;
                 }
-                let (fields, unread, closed) = (events.fields.clone(), events.unread, events.closed);
+                let (fields, unread, closed) =
+                    (events.fields.clone(), events.unread, events.closed);
                 let ended = how == Ended::Complete || closed;
                 self.each(sources, |w, i| match w.usage(i, &fields) {
                     Some((Val::Absent, _)) if unread > 0 => Reading::Garbage,
@@ -191,9 +208,10 @@ impl Events {
     fn piece(&mut self, wanted: &Wanted, piece: Piece<'_>) {
         match piece {
             Piece::Data(bytes) => {
-                let scanner = self
-                    .event
-                    .get_or_insert_with(|| Scanner::new(wanted.pointers()));
+                if !self.open {
+                    self.open = true;
+                    self.scanner.restart();
+                }
                 for (k, &b) in bytes.iter().enumerate() {
                     if self.len + k >= self.head.len() {
                         break;
@@ -201,13 +219,12 @@ impl Events {
                     self.head[self.len + k] = b;
                 }
                 self.len = self.len.saturating_add(bytes.len());
-                scanner.push(bytes);
+                self.scanner.push(bytes);
             }
             Piece::Dispatch => {
                 let done = self.len == 6 && &self.head == b"[DONE]";
-                if let Some(mut scanner) = self.event.take()
-                    && !done
-                {
+                if std::mem::take(&mut self.open) && !done {
+                    let scanner = &mut self.scanner;
                     scanner.finish();
                     if scanner.malformed() || !scanner.complete() {
                         self.unread += 1;
@@ -227,12 +244,12 @@ impl Events {
                 self.len = 0;
             }
             Piece::Skipped => {
-                self.event = None;
+                self.open = false;
                 self.len = 0;
                 self.unread += 1;
             }
             Piece::Cut => {
-                self.event = None;
+                self.open = false;
                 self.len = 0;
                 self.cut = true;
             }
@@ -246,3 +263,7 @@ fn media_type(head: &HeaderMap) -> Option<String> {
     let essence = value.split(';').next()?.trim();
     Some(essence.to_ascii_lowercase())
 }
+
+#[cfg(test)]
+#[path = "meter_tests.rs"]
+mod tests;

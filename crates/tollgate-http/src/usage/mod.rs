@@ -26,5 +26,5 @@ pub mod sse;
 
 pub use admit::{Admission, AdmissionFuture};
 pub use body::UsageBody;
-pub use meter::BodyMeter;
 pub use hold::{DEFAULT_RESERVATION_TTL, Hold, USAGE_UNREAD};
+pub use meter::BodyMeter;

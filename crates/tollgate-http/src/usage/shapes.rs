@@ -10,6 +10,8 @@
 //! Anthropic's are `usage.*` (a JSON answer, `message_delta`) or
 //! `message.usage.*` (`message_start`).
 
+use std::sync::Arc;
+
 use crate::cost::{Kind, Part, Shape, UsageSource};
 use crate::json::{Found, Pointer, Scalar};
 
@@ -58,11 +60,22 @@ impl Val {
 enum Formula {
     One(usize),
     /// OpenAI's total: `total`, else `input + output`.
-    TotalElse { total: usize, input: usize, output: usize },
+    TotalElse {
+        total: usize,
+        input: usize,
+        output: usize,
+    },
     /// Anthropic's input: `input` plus the cache fields when present.
-    Input { input: usize, cached: [usize; 2] },
+    Input {
+        input: usize,
+        cached: [usize; 2],
+    },
     /// Anthropic's total: its input plus `output`.
-    InputPlus { input: usize, cached: [usize; 2], output: usize },
+    InputPlus {
+        input: usize,
+        cached: [usize; 2],
+        output: usize,
+    },
 }
 
 /// What a request's body sources look for.
@@ -70,6 +83,8 @@ enum Formula {
 pub(crate) struct Wanted {
     /// Every pointer, each once, in the scanner's order.
     pointers: Vec<Pointer>,
+    /// The same, shared by every scanner of the response.
+    shared: Arc<[Pointer]>,
     /// Each field's spellings (indexes into `pointers`), first first.
     fields: Vec<Vec<usize>>,
     /// One per source, in the hold's order; `None` for a header source.
@@ -124,6 +139,7 @@ impl Wanted {
             fields: Vec::new(),
             formulas: Vec::new(),
             kind: None,
+            shared: Arc::new([]),
         };
         for source in sources {
             let formula = match source.kind() {
@@ -145,7 +161,10 @@ impl Wanted {
                 }
                 Kind::Shape(Shape::Anthropic, part) => {
                     let input = w.field(ANTHROPIC_INPUT);
-                    let cached = [w.field(ANTHROPIC_CACHE_WRITE), w.field(ANTHROPIC_CACHE_READ)];
+                    let cached = [
+                        w.field(ANTHROPIC_CACHE_WRITE),
+                        w.field(ANTHROPIC_CACHE_READ),
+                    ];
                     let output = w.field(ANTHROPIC_OUTPUT);
                     w.kind = Some(w.pointer("/type"));
                     Some(match part {
@@ -164,6 +183,7 @@ impl Wanted {
             };
             w.formulas.push(formula);
         }
+        w.shared = w.pointers.clone().into();
         Some(w)
     }
 
@@ -173,7 +193,7 @@ impl Wanted {
         let Ok(p) = spelling.parse::<Pointer>() else {
             return usize::MAX;
         };
-        if let Some(i) = self.pointers.iter().position(|q| q.to_string() == p.to_string()) {
+        if let Some(i) = self.pointers.iter().position(|q| *q == p) {
             return i;
         }
         self.pointers.push(p);
@@ -189,14 +209,19 @@ impl Wanted {
         self.fields.len() - 1
     }
 
+    /// The number of sources.
+    pub(crate) fn sources(&self) -> usize {
+        self.formulas.len()
+    }
+
     /// Whether source `i` reads the body.
     pub(crate) fn reads(&self, i: usize) -> bool {
         self.formulas.get(i).is_some_and(Option::is_some)
     }
 
     /// The pointers a scanner looks for.
-    pub(crate) fn pointers(&self) -> Vec<Pointer> {
-        self.pointers.clone()
+    pub(crate) fn pointers(&self) -> Arc<[Pointer]> {
+        Arc::clone(&self.shared)
     }
 
     /// The number of fields.
@@ -211,7 +236,13 @@ impl Wanted {
             .map(|spellings| {
                 spellings
                     .iter()
-                    .map(|&p| if p == usize::MAX { Val::Absent } else { found(p) })
+                    .map(|&p| {
+                        if p == usize::MAX {
+                            Val::Absent
+                        } else {
+                            found(p)
+                        }
+                    })
                     .find(|v| *v != Val::Absent)
                     .unwrap_or(Val::Absent)
             })

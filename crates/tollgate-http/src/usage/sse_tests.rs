@@ -10,7 +10,9 @@ fn events(chunks: &[&[u8]]) -> Vec<String> {
     let mut open = Vec::new();
     let mut take = |piece: Piece<'_>| match piece {
         Piece::Data(d) => open.extend_from_slice(d),
-        Piece::Dispatch => out.push(String::from_utf8_lossy(&std::mem::take(&mut open)).into_owned()),
+        Piece::Dispatch => {
+            out.push(String::from_utf8_lossy(&std::mem::take(&mut open)).into_owned())
+        }
         Piece::Skipped => {
             open.clear();
             out.push("<skipped>".to_owned());
@@ -35,18 +37,27 @@ fn events_end_at_a_blank_line_with_any_line_ending() {
         b"data: a\r\rdata: b\r\r",
         b"data: a\r\n\ndata: b\n\r\n",
     ] {
-        assert_eq!(events(&[stream]), ["a", "b"], "{:?}", String::from_utf8_lossy(stream));
+        assert_eq!(
+            events(&[stream]),
+            ["a", "b"],
+            "{:?}",
+            String::from_utf8_lossy(stream)
+        );
     }
 }
 
 #[test]
 fn data_lines_join_with_lf_and_other_fields_are_ignored() {
-    let stream = b": a comment\nevent: message_start\nid: 7\nretry: 10\ndata: {\"a\":\ndata:1}\ndata\n\n";
+    let stream =
+        b": a comment\nevent: message_start\nid: 7\nretry: 10\ndata: {\"a\":\ndata:1}\ndata\n\n";
     assert_eq!(events(&[stream]), ["{\"a\":\n1}\n"]);
     // Only one space after the colon is dropped; `datum` is not `data`.
     assert_eq!(events(&[b"data:  x\ndatum: y\ndat: z\n\n"]), [" x"]);
     // An event with no data is no event.
-    assert_eq!(events(&[b"event: ping\n\n: keep-alive\n\n"]), Vec::<String>::new());
+    assert_eq!(
+        events(&[b"event: ping\n\n: keep-alive\n\n"]),
+        Vec::<String>::new()
+    );
     // A byte-order mark at the start is skipped, split or not.
     assert_eq!(events(&[b"\xEF\xBB\xBFdata: a\n\n"]), ["a"]);
     assert_eq!(events(&[b"\xEF", b"\xBB", b"\xBFdata: a\n\n"]), ["a"]);
