@@ -269,4 +269,52 @@ mod tests {
             assert_eq!(source.read(&fields(bad)), Reading::Garbage, "{bad:?}");
         }
     }
+
+    #[test]
+    fn body_sources_round_trip_and_bad_spellings_are_named() {
+        for spelling in [
+            "openai",
+            "openai:input",
+            "openai:output",
+            "anthropic",
+            "anthropic:input",
+            "anthropic:output",
+            "response_json:/usage/total_tokens",
+            "response_json:/a~1b/c~0d",
+        ] {
+            let source: UsageSource = spelling.parse().expect(spelling);
+            assert_eq!(source.to_string(), spelling);
+            assert!(source.reads_body(), "{spelling}");
+            assert!(source.header().is_none());
+            assert_eq!(
+                source.read(&fields(&["5"])),
+                Reading::Absent,
+                "a body source reads no header"
+            );
+        }
+        let header: UsageSource = "response_header:x-usage-tokens".parse().expect("source");
+        assert!(!header.reads_body());
+        for (bad, says) in [
+            (
+                "openai:inputs",
+                "\"inputs\" is not a part of openai's usage",
+            ),
+            ("anthropic:", "\"\" is not a part of anthropic's usage"),
+            (
+                "OpenAI",
+                "expected \"response_header:NAME\", \"response_json:POINTER\"",
+            ),
+            ("gemini", "cost \"gemini\" is not a usage source"),
+            ("response_json:usage/total", "must start with '/'"),
+            ("response_json:", "must start with '/'"),
+            ("response_json:/a~2", "'~' must be followed by 0 or 1"),
+        ] {
+            let e = bad.parse::<UsageSource>().expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(
+                e.contains(&format!("{bad:?}")),
+                "{bad}: names the spelling: {e}"
+            );
+        }
+    }
 }
