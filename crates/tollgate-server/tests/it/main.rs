@@ -54,6 +54,7 @@ mod openapi;
 mod ops;
 mod overrides;
 mod proxy;
+mod proxy_body_usage;
 mod proxy_edges;
 mod proxy_usage;
 mod redis_serve;

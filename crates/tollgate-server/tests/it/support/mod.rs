@@ -22,6 +22,7 @@ use http_body_util::combinators::BoxBody;
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 
+pub mod body_upstream;
 pub mod compat;
 pub mod eg_certs;
 pub mod envoy;
