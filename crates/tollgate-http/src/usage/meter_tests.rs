@@ -179,14 +179,14 @@ fn a_cut_openai_stream_has_its_usage_or_none() {
     let (r, cut) = read(
         ALL_OPENAI,
         SSE,
-        &[CHAT_STREAM[..cut_at + 40].as_bytes()],
+        &[&CHAT_STREAM.as_bytes()[..cut_at + 40]],
         false,
     );
     assert!(cut);
     assert_eq!(r, [Reading::Absent; 3]);
     // The usage chunk came, [DONE] did not: the usage is whole.
     let done = CHAT_STREAM.find("data: [DONE]").expect("done");
-    let (r, _) = read(ALL_OPENAI, SSE, &[CHAT_STREAM[..done].as_bytes()], false);
+    let (r, _) = read(ALL_OPENAI, SSE, &[&CHAT_STREAM.as_bytes()[..done]], false);
     assert_eq!(r, found(&[10, 8, 2]));
 }
 

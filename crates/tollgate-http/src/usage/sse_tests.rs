@@ -11,7 +11,7 @@ fn events(chunks: &[&[u8]]) -> Vec<String> {
     let mut take = |piece: Piece<'_>| match piece {
         Piece::Data(d) => open.extend_from_slice(d),
         Piece::Dispatch => {
-            out.push(String::from_utf8_lossy(&std::mem::take(&mut open)).into_owned())
+            out.push(String::from_utf8_lossy(&std::mem::take(&mut open)).into_owned());
         }
         Piece::Skipped => {
             open.clear();
