@@ -37,7 +37,10 @@ impl Meter {
 
     /// Feeds a data frame to the body's reader, without consuming it.
     fn data(&mut self, data: &impl Buf) {
-        let Some(body) = &mut self.body else { return };
+        let (Some(body), Some(_)) = (&mut self.body, &self.hold) else {
+            // Nothing to read for, or the hold has ended already.
+            return;
+        };
         if data.chunk().len() == data.remaining() {
             body.push(data.chunk());
             return;

@@ -62,6 +62,9 @@ struct Events {
 pub struct BodyMeter {
     wanted: Wanted,
     reader: Reader,
+    /// Some body came: an empty one (a `HEAD` answer, a 204) holds no
+    /// usage rather than malformed JSON.
+    fed: bool,
 }
 
 impl BodyMeter {
@@ -96,11 +99,16 @@ impl BodyMeter {
                 _ => Reader::Other,
             }
         };
-        Some(Self { wanted, reader })
+        Some(Self {
+            wanted,
+            reader,
+            fed: false,
+        })
     }
 
     /// The next bytes of the body, as they pass.
     pub fn push(&mut self, bytes: &[u8]) {
+        self.fed |= !bytes.is_empty();
         match &mut self.reader {
             Reader::Json(scanner) => scanner.push(bytes),
             Reader::Sse(events) => {
@@ -141,6 +149,7 @@ impl BodyMeter {
         let mut how = how;
         let complete = how == Ended::Complete;
         let readings = match &mut self.reader {
+            _ if !self.fed => vec![Reading::Absent; sources],
             Reader::Other => vec![Reading::Absent; sources],
             Reader::Unreadable => self.each(sources, |_, _| Reading::Garbage),
             Reader::Json(scanner) => {

@@ -262,7 +262,7 @@ fn repeated_or_malformed_json_is_garbage() {
         r#"{"usage":{"total_tokens":5}"#,
         r#"{"usage":{"total_tokens":5}}}"#,
         "{usage:5}",
-        "",
+        " ",
         "[DONE]",
     ] {
         assert_eq!(
@@ -297,6 +297,8 @@ fn bodies_without_usage_are_missing() {
     assert_eq!(whole(src, "text/plain", CHAT), [Reading::Absent; 2]);
     let (r, _) = read(src, JSON, &[], false);
     assert_eq!(r, [Reading::Absent; 2]);
+    // An empty body (a HEAD answer, a 204) is no malformed JSON.
+    assert_eq!(whole(src, JSON, ""), [Reading::Absent; 2]);
 }
 
 #[test]
