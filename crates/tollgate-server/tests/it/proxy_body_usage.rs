@@ -183,6 +183,29 @@ fn anthropic_usage_complete_and_cut_short() {
     );
 }
 
+/// A stream that stops sending (and never ends) is cut by the body stall
+/// timeout; it settles as a stream cut short.
+#[test]
+fn a_stalled_stream_is_cut_and_settles_as_dropped() {
+    let up = start_body_upstream(HashMap::from([(
+        "/messages/stall",
+        Answer::new(SSE, MESSAGE_START).stall(),
+    )]));
+    let config = format!(
+        "[proxy]\nresponse_timeout = \"300ms\"\n{}",
+        rules("anthropic")
+    );
+    let s = serve(&config, up.addr);
+    let r = post(s.proxy(), "/messages/stall", "s");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), MESSAGE_START, "what came before the stall");
+    charged(&s, "s", [30, 100, 150]);
+    metric_line(
+        &s,
+        r#"tollgate_usage_unread_total{rule="out",reason="dropped"} 1"#,
+    );
+}
+
 #[test]
 fn hostile_bodies_settle_at_the_estimate_and_are_counted() {
     let negative = r#"{"usage":{"prompt_tokens":-5,"completion_tokens":1.5,"total_tokens":99999999999999999999999}}"#;

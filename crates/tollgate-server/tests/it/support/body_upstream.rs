@@ -1,7 +1,7 @@
 //! A raw HTTP/1.1 upstream for the body-usage tests: it answers each path
 //! with a body its test gave, typed and framed as the test says, written
 //! in small pieces with a flush between them (so a proxy sees them as
-//! separate frames), and echoes the request's `Accept-Encoding` back in
+//! separate frames), cut short or stalled when the test says, and echoes the request's `Accept-Encoding` back in
 //! `x-seen-accept-encoding`. One thread per connection; every answer
 //! ends its connection.
 
@@ -21,6 +21,8 @@ pub struct Answer {
     pub body: Vec<u8>,
     pub piece: usize,
     pub cut: bool,
+    /// After the body, send nothing more for 30 s (nor end it).
+    pub stall: bool,
 }
 
 impl Answer {
@@ -31,7 +33,13 @@ impl Answer {
             body: body.into(),
             piece: 7,
             cut: false,
+            stall: false,
         }
+    }
+
+    pub fn stall(mut self) -> Self {
+        self.stall = true;
+        self
     }
 
     pub fn cut(mut self) -> Self {
@@ -116,6 +124,9 @@ fn answer(mut s: TcpStream, a: &Answer, accept_encoding: &str) -> std::io::Resul
         s.flush()?;
         // A pause now and then, so pieces reach the proxy apart.
         std::thread::sleep(Duration::from_micros(200));
+    }
+    if a.stall {
+        std::thread::sleep(Duration::from_secs(30));
     }
     if !a.cut {
         s.write_all(b"0\r\n\r\n")?;
