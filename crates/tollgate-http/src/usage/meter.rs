@@ -125,6 +125,7 @@ impl BodyMeter {
     /// Some of the body could not be seen (a data frame the meter could
     /// not read whole): what it reads is no longer to be trusted.
     pub fn blind(&mut self) {
+        self.fed = true;
         self.reader = Reader::Unreadable;
     }
 
