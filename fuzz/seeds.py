@@ -184,6 +184,22 @@ for h in [
 ]:
     seed("proxy_headers", h)
 
+# Response bodies for the usage meter: a kind byte (even JSON, odd SSE;
+# 2 set: the body was cut short), a piece size, then the body.
+for kind, body in [
+    (0, '{"usage":{"prompt_tokens":19,"completion_tokens":10,"total_tokens":29}}'),
+    (0, '{"usage":{"input_tokens":36,"output_tokens":87,"total_tokens":123}}'),
+    (0, '{"usage":{"input_tokens":4,"cache_creation_input_tokens":null,"cache_read_input_tokens":2,"output_tokens":3}}'),
+    (0, '{"usage":{"total_tokens":-5,"total_tokens":1.5e3}}'),
+    (2, '{"usage":{"total_tokens":18446744073709551616'),
+    (1, 'data: {"choices":[],"usage":null}\n\ndata: {"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":2,"total_tokens":10}}\n\ndata: [DONE]\n\n'),
+    (1, 'event: response.completed\r\ndata: {"type":"response.completed","response":{"usage":{"input_tokens":37,"output_tokens":11,"total_tokens":48}}}\r\n\r\n'),
+    (1, 'event: message_start\ndata: {"type":"message_start","message":{"usage":{"input_tokens":25,"output_tokens":1}}}\n\nevent: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":15}}\n\nevent: message_stop\ndata: {"type":"message_stop"}\n\n'),
+    (3, '\ufeff: hi\rdata: {"a":[{"/":7}]}\r\rdata: {"usage":\ndata: {"total_tokens":4}}\n\ndata: {"us'),
+]:
+    for step in [1, 7]:
+        seed("usage_body", bytes([kind, step]) + body.encode())
+
 # Ticket ids from the docs and the tests' shapes.
 for t in [
     "r1~XPrdvz-8O8U5I6WpudWTNA~tpm~PXRlYW0tYQ",

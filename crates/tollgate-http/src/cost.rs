@@ -1,5 +1,6 @@
 //! A rule's cost taken from the response (`cost =
-//! "response_header:x-usage-tokens"`, `estimate = 1000`): the usage a
+//! "response_header:x-usage-tokens"`, `"openai:output"`,
+//! `"response_json:/usage/total"`, ...; `estimate = 1000`): the usage a
 //! request made is known only when its response ends, so the door
 //! reserves an estimate when the request arrives and settles at the
 //! usage the response reports (docs/proxy.md, "Usage from the response and
@@ -13,6 +14,13 @@
 //! let cost = ResponseCost::new(source, 1000).unwrap();
 //! assert_eq!(cost.estimate(), 1000);
 //! assert!("header:x-usage-tokens".parse::<UsageSource>().is_err());
+//!
+//! // From the body: a named shape, or a JSON pointer.
+//! for spelling in ["openai", "anthropic:input", "response_json:/usage/total"] {
+//!     let source: UsageSource = spelling.parse().unwrap();
+//!     assert!(source.reads_body());
+//!     assert_eq!(source.to_string(), spelling);
+//! }
 //! assert!(ResponseCost::new("response_header:x".parse().unwrap(), 0).is_err());
 //! ```
 
@@ -24,27 +32,89 @@ use http::header::HeaderName;
 
 use crate::estimate::RequestEstimate;
 
-/// Where a response reports its usage: a header field, read from the
-/// response head or, when the head lacks it, from the trailers.
+/// Where a response reports its usage: a header field (read from the
+/// response head or, when the head lacks it, from the trailers), or the
+/// response body — a JSON answer, or the events of a `text/event-stream`
+/// — at a JSON pointer or in a named provider's shape
+/// (docs/proxy.md, "Usage from the response and in-flight limits").
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UsageSource {
-    header: HeaderName,
+    kind: Kind,
+}
+
+/// The kinds of [`UsageSource`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// `response_header:NAME`.
+    Header(HeaderName),
+    /// `response_json:POINTER`: the pointer as written (validated).
+    Json(String),
+    /// `openai[:PART]`, `anthropic[:PART]`.
+    Shape(Shape, Part),
+}
+
+/// A provider whose usage object a body source reads by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Shape {
+    /// OpenAI's chat completions, completions and responses APIs, and the
+    /// servers that copy them (vLLM, llama.cpp, Ollama, TGI).
+    OpenAi,
+    /// Anthropic's messages API.
+    Anthropic,
+}
+
+/// Which tokens of a shape's usage a source counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Part {
+    /// Input and output.
+    Total,
+    /// The prompt's tokens.
+    Input,
+    /// The generated tokens.
+    Output,
+}
+
+impl Shape {
+    const fn name(self) -> &'static str {
+        match self {
+            Self::OpenAi => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
 }
 
 impl UsageSource {
-    /// The field read (lowercase).
+    /// The header field read (lowercase); `None` for a body source.
     #[must_use]
-    pub fn header(&self) -> &HeaderName {
-        &self.header
+    pub fn header(&self) -> Option<&HeaderName> {
+        match &self.kind {
+            Kind::Header(name) => Some(name),
+            _ => None,
+        }
     }
 
-    /// What `fields` (a response head or its trailers) say of the usage.
+    /// Whether the usage is read from the response body (JSON or
+    /// server-sent events) rather than a header field.
+    #[must_use]
+    pub fn reads_body(&self) -> bool {
+        !matches!(self.kind, Kind::Header(_))
+    }
+
+    pub(crate) fn kind(&self) -> &Kind {
+        &self.kind
+    }
+
+    /// What `fields` (a response head or its trailers) say of the usage;
+    /// [`Reading::Absent`] for a body source.
     #[must_use]
     pub fn read(&self, fields: &HeaderMap) -> Reading {
-        let mut values = fields.get_all(&self.header).iter();
+        let Kind::Header(header) = &self.kind else {
+            return Reading::Absent;
+        };
+        let mut values = fields.get_all(header).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
             // None, or two values that may disagree: not a usage to trust.
-            return if fields.contains_key(&self.header) {
+            return if fields.contains_key(header) {
                 Reading::Garbage
             } else {
                 Reading::Absent
@@ -63,23 +133,59 @@ impl UsageSource {
 
 impl fmt::Display for UsageSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "response_header:{}", self.header)
+        match &self.kind {
+            Kind::Header(name) => write!(f, "response_header:{name}"),
+            Kind::Json(pointer) => write!(f, "response_json:{pointer}"),
+            Kind::Shape(shape, Part::Total) => f.write_str(shape.name()),
+            Kind::Shape(shape, Part::Input) => write!(f, "{}:input", shape.name()),
+            Kind::Shape(shape, Part::Output) => write!(f, "{}:output", shape.name()),
+        }
     }
 }
+
+/// Every spelling a cost may take, for the error that names a bad one.
+const SPELLINGS: &str = "\"response_header:NAME\", \"response_json:POINTER\", \"openai\", \
+     \"openai:input\", \"openai:output\", \"anthropic\", \"anthropic:input\" or \
+     \"anthropic:output\"";
 
 impl FromStr for UsageSource {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let Some(name) = s.strip_prefix("response_header:") else {
-            return Err(format!(
-                "cost {s:?} is not a usage source; expected \"response_header:NAME\" \
-                 (the response field, or trailer, that reports the usage)"
-            ));
+        let kind = if let Some(name) = s.strip_prefix("response_header:") {
+            let header = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("cost {s:?}: {name:?} is not a header field name"))?;
+            Kind::Header(header)
+        } else if let Some(pointer) = s.strip_prefix("response_json:") {
+            let parsed: crate::json::Pointer = pointer.parse().map_err(|e| {
+                format!("cost {s:?}: {e} (an RFC 6901 pointer, e.g. /usage/total_tokens)")
+            })?;
+            Kind::Json(parsed.to_string())
+        } else {
+            let (name, part) = s.split_once(':').unwrap_or((s, ""));
+            let shape = match name {
+                "openai" => Shape::OpenAi,
+                "anthropic" => Shape::Anthropic,
+                _ => {
+                    return Err(format!(
+                        "cost {s:?} is not a usage source; expected {SPELLINGS}"
+                    ));
+                }
+            };
+            let part = match (part, s.contains(':')) {
+                (_, false) => Part::Total,
+                ("input", true) => Part::Input,
+                ("output", true) => Part::Output,
+                _ => {
+                    return Err(format!(
+                        "cost {s:?}: {part:?} is not a part of {name}'s usage; expected \
+                         \"{name}\" (the total), \"{name}:input\" or \"{name}:output\""
+                    ));
+                }
+            };
+            Kind::Shape(shape, part)
         };
-        let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("cost {s:?}: {name:?} is not a header field name"))?;
-        Ok(Self { header })
+        Ok(Self { kind })
     }
 }
 
@@ -90,8 +196,13 @@ pub enum Reading {
     Found(u64),
     /// No such field.
     Absent,
-    /// A value that is not a whole number of units (or two values).
+    /// A value that is not a whole number of units (or two values), or a
+    /// body that could not be read (malformed, encoded).
     Garbage,
+    /// The part of a growing count (a streamed answer's output) seen
+    /// before the stream was cut short: settled at the larger of it and
+    /// the estimate.
+    Partial(u64),
 }
 
 /// A rule's cost read from the response: `estimate` units reserved when
@@ -180,6 +291,54 @@ mod tests {
             &["3", "4"],
         ] {
             assert_eq!(source.read(&fields(bad)), Reading::Garbage, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn body_sources_round_trip_and_bad_spellings_are_named() {
+        for spelling in [
+            "openai",
+            "openai:input",
+            "openai:output",
+            "anthropic",
+            "anthropic:input",
+            "anthropic:output",
+            "response_json:/usage/total_tokens",
+            "response_json:/a~1b/c~0d",
+        ] {
+            let source: UsageSource = spelling.parse().expect(spelling);
+            assert_eq!(source.to_string(), spelling);
+            assert!(source.reads_body(), "{spelling}");
+            assert!(source.header().is_none());
+            assert_eq!(
+                source.read(&fields(&["5"])),
+                Reading::Absent,
+                "a body source reads no header"
+            );
+        }
+        let header: UsageSource = "response_header:x-usage-tokens".parse().expect("source");
+        assert!(!header.reads_body());
+        for (bad, says) in [
+            (
+                "openai:inputs",
+                "\"inputs\" is not a part of openai's usage",
+            ),
+            ("anthropic:", "\"\" is not a part of anthropic's usage"),
+            (
+                "OpenAI",
+                "expected \"response_header:NAME\", \"response_json:POINTER\"",
+            ),
+            ("gemini", "cost \"gemini\" is not a usage source"),
+            ("response_json:usage/total", "must start with '/'"),
+            ("response_json:", "must start with '/'"),
+            ("response_json:/a~2", "'~' must be followed by 0 or 1"),
+        ] {
+            let e = bad.parse::<UsageSource>().expect_err(bad);
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(
+                e.contains(&format!("{bad:?}")),
+                "{bad}: names the spelling: {e}"
+            );
         }
     }
 }

@@ -1,14 +1,17 @@
 //! [`UsageBody`]: a response body that ends its request's [`Hold`] when it
-//! ends or is dropped, with the usage read from the head or the trailers.
+//! ends or is dropped, with the usage read from the head, the trailers,
+//! or the body's own bytes as they pass ([`BodyMeter`]).
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
+use bytes::Buf;
 use http::{HeaderMap, Response};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use super::hold::{Ended, Hold, Outcome};
+use super::meter::BodyMeter;
 use crate::cost::Reading;
 
 /// A held request's hold and what its response said so far.
@@ -18,6 +21,8 @@ struct Meter {
     /// One reading per usage source: from the head, then from the
     /// trailers for a source the head lacked.
     readings: Vec<Reading>,
+    /// The body sources' reader, when a source reads the body.
+    body: Option<BodyMeter>,
 }
 
 impl Meter {
@@ -30,9 +35,41 @@ impl Meter {
         }
     }
 
+    /// Feeds a data frame to the body's reader, without consuming it.
+    fn data(&mut self, data: &impl Buf) {
+        let (Some(body), Some(_)) = (&mut self.body, &self.hold) else {
+            // Nothing to read for, or the hold has ended already.
+            return;
+        };
+        if data.chunk().len() == data.remaining() {
+            body.push(data.chunk());
+            return;
+        }
+        // A buffer in several pieces: read them in place.
+        let mut slices = [std::io::IoSlice::new(&[]); 64];
+        let n = data.chunks_vectored(&mut slices);
+        if slices[..n].iter().map(|s| s.len()).sum::<usize>() == data.remaining() {
+            for s in &slices[..n] {
+                body.push(s);
+            }
+        } else {
+            body.blind();
+        }
+    }
+
     /// Ends the hold, once.
     fn finish(&mut self, how: Ended) {
         if let Some(hold) = self.hold.take() {
+            let mut how = how;
+            if let Some(body) = &mut self.body {
+                let (read, ended) = body.finish(how);
+                how = ended;
+                for (reading, from_body) in self.readings.iter_mut().zip(read) {
+                    if from_body != Reading::Absent || *reading == Reading::Absent {
+                        *reading = from_body;
+                    }
+                }
+            }
             hold.end(Outcome {
                 readings: std::mem::take(&mut self.readings),
                 how,
@@ -76,7 +113,8 @@ impl<B> UsageBody<B> {
     }
 
     /// The inner body, unwrapped: a hold it had ends now, as if the body
-    /// were dropped (settled with the usage its head reported).
+    /// were dropped (settled with the usage its head reported, or what
+    /// its body showed so far).
     pub fn into_inner(self) -> B {
         self.inner
     }
@@ -107,14 +145,17 @@ impl<B: From<String>> From<String> for UsageBody<B> {
 impl Hold {
     /// `response` with its body wrapped so that its end ends this hold;
     /// the usage is read from its head now, and from its trailers when
-    /// the head lacks it.
+    /// the head lacks it, and from the body as it passes when a source
+    /// reads the body (the reader chosen by its `Content-Type`).
     pub fn wrap<B>(self, response: Response<B>) -> Response<UsageBody<B>> {
         let readings = self.read_head(response.headers());
+        let body = BodyMeter::new(self.sources(), response.headers());
         response.map(|inner| UsageBody {
             inner,
             meter: Some(Meter {
                 hold: Some(self),
                 readings,
+                body,
             }),
         })
     }
@@ -142,8 +183,12 @@ impl<B: Body> Body for UsageBody<B> {
                 }
             }
             Some(Ok(frame)) => {
-                if let (Some(trailers), Some(meter)) = (frame.trailers_ref(), this.meter) {
-                    meter.trailers(trailers);
+                if let Some(meter) = this.meter {
+                    if let Some(data) = frame.data_ref() {
+                        meter.data(data);
+                    } else if let Some(trailers) = frame.trailers_ref() {
+                        meter.trailers(trailers);
+                    }
                 }
                 // A server may stop polling once the body says it has
                 // ended; the hold ends with the last frame then.

@@ -26,8 +26,11 @@ use crate::cost::{Reading, ResponseCost, UsageSource};
 /// Counter, labels `rule`, `reason`: responses whose usage could not be
 /// read, settled at the estimate instead — `missing` (the response ended
 /// without the field, in its head or trailers), `garbage` (not a whole
-/// number, or given twice), `dropped` (the body was dropped, or failed,
-/// before its end and the head had no usage), `no_response` (no response
+/// number, or given twice; a body source's body malformed or encoded),
+/// `dropped` (the body was dropped, or failed, or its event stream
+/// stopped inside an event, before its end and before the usage was
+/// read whole; settled at the larger of the estimate and what was seen of
+/// a growing count), `no_response` (no response
 /// came: the upstream or inner service failed, or the client left first).
 pub const USAGE_UNREAD: &str = "tollgate_usage_unread_total";
 
@@ -127,6 +130,14 @@ impl Hold {
     /// The usage fields read, each once.
     pub(crate) fn sources(&self) -> &[UsageSource] {
         &self.sources
+    }
+
+    /// Whether a usage is read from the response body: the upstream is
+    /// then asked for it unencoded (`Accept-Encoding: identity`), which a
+    /// meter can read as it passes.
+    #[must_use]
+    pub fn reads_body(&self) -> bool {
+        self.sources.iter().any(UsageSource::reads_body)
     }
 
     /// Ends the hold with `outcome` (once: it is consumed).
@@ -244,6 +255,13 @@ fn usage(
             match at.and_then(|i| o.readings.get(i)) {
                 Some(Reading::Found(n)) => return *n,
                 Some(Reading::Garbage) => "garbage",
+                Some(Reading::Partial(n)) => {
+                    // The answer was cut short while its count grew: what
+                    // was seen was used, and the estimate was agreed to.
+                    ::metrics::counter!(USAGE_UNREAD, "rule" => pair.rule.clone(), "reason" => "dropped")
+                        .increment(1);
+                    return (*n).max(pair.estimate());
+                }
                 _ if o.how == Ended::Dropped => "dropped",
                 _ => "missing",
             }

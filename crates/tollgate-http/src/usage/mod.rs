@@ -11,13 +11,20 @@
 //! * `hold.rs`: [`Hold`], what an admitted request holds, and the task
 //!   that renews its lease and, once, settles and releases.
 //! * `body.rs`: [`UsageBody`], the response body that reads the usage
-//!   from the head or the trailers and ends the hold when it ends or is
-//!   dropped.
+//!   from the head, the trailers or (through a [`BodyMeter`]) the body,
+//!   and ends the hold when it ends or is dropped.
+//! * `meter.rs`: [`BodyMeter`], the usage of a JSON body or an event
+//!   stream read as it passes; `shapes.rs`, where each named shape keeps
+//!   its usage; [`sse`], the event-stream parser.
 
 mod admit;
 mod body;
 mod hold;
+mod meter;
+mod shapes;
+pub mod sse;
 
 pub use admit::{Admission, AdmissionFuture};
 pub use body::UsageBody;
 pub use hold::{DEFAULT_RESERVATION_TTL, Hold, USAGE_UNREAD};
+pub use meter::BodyMeter;

@@ -291,7 +291,9 @@ impl Checker<'_> {
         })
     }
 
-    /// `cost = "response_header:NAME"` with `estimate = N`: the rule is
+    /// `cost = "response_header:NAME"` (or a body source: `"openai"`,
+    /// `"anthropic:output"`, `"response_json:POINTER"`, ...) with
+    /// `estimate = N`: the rule is
     /// charged the usage the response reports (docs/config.md, "Cost from
     /// the response"). Both or neither; never on a `concurrency` rule; an
     /// estimate the rule can admit.
@@ -337,7 +339,8 @@ impl Checker<'_> {
                 self.error(
                     &v.span(),
                     format!("{path}.estimate"),
-                    "estimate applies only with cost = \"response_header:NAME\"",
+                    "estimate applies only with cost (a usage read from the response: \
+                     \"response_header:NAME\", \"response_json:POINTER\", \"openai\", ...)",
                 );
                 return None;
             }

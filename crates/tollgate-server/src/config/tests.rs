@@ -335,9 +335,66 @@ fn cost_from_the_response() {
     )
     .expect("valid");
     let cost = config.rules[0].cost.as_ref().expect("a cost");
-    assert_eq!(cost.source().header().as_str(), "x-usage-tokens");
+    assert_eq!(
+        cost.source().header().map(http::HeaderName::as_str),
+        Some("x-usage-tokens")
+    );
     assert_eq!(cost.estimate(), 500);
     assert!(config.rules[1].cost.is_none());
+}
+
+#[test]
+fn costs_read_from_the_body() {
+    let mut src = String::new();
+    for (i, cost) in [
+        "openai",
+        "openai:input",
+        "openai:output",
+        "anthropic",
+        "anthropic:input",
+        "anthropic:output",
+        "response_json:/usage/billed_units",
+    ]
+    .iter()
+    .enumerate()
+    {
+        src.push_str(&format!(
+            "[[rules]]\nname = \"r{i}\"\nalgorithm = \"gcra\"\nlimit = 1000\nperiod = \"1m\"\n\
+             cost = \"{cost}\"\nestimate = 100\n"
+        ));
+    }
+    let config = Config::parse(&src, "ok.toml").expect("valid");
+    let spelled: Vec<String> = config
+        .rules
+        .iter()
+        .map(|r| r.cost.as_ref().expect("a cost").source().to_string())
+        .collect();
+    assert_eq!(spelled[0], "openai");
+    assert_eq!(spelled[6], "response_json:/usage/billed_units");
+    assert!(
+        config
+            .rules
+            .iter()
+            .all(|r| r.cost.as_ref().is_some_and(|c| c.source().reads_body()))
+    );
+
+    let e = errors(
+        "[[rules]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 100\nperiod = \"1m\"\n\
+         cost = \"openai:prompt\"\nestimate = 10\n\
+         [[rules]]\nname = \"b\"\nalgorithm = \"gcra\"\nlimit = 100\nperiod = \"1m\"\n\
+         cost = \"response_json:usage\"\nestimate = 10\n\
+         [[rules]]\nname = \"c\"\nalgorithm = \"gcra\"\nlimit = 100\nperiod = \"1m\"\n\
+         cost = \"anthropic\"\n",
+    );
+    let expect = [
+        "t.toml:6: rules[0].cost: cost \"openai:prompt\": \"prompt\" is not a part of openai's usage",
+        "t.toml:13: rules[1].cost: cost \"response_json:usage\": JSON pointer \"usage\" must start with '/'",
+        "t.toml:15: rules[2].estimate: missing required field",
+    ];
+    assert_eq!(e.len(), expect.len(), "{e:#?}");
+    for (got, want) in e.iter().zip(expect) {
+        assert!(got.starts_with(want), "{got}\n  should start with\n{want}");
+    }
 }
 
 #[test]

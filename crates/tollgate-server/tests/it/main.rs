@@ -57,6 +57,7 @@ mod ops;
 mod overrides;
 mod proxy;
 mod proxy_body;
+mod proxy_body_usage;
 mod proxy_edges;
 mod proxy_tls;
 mod proxy_usage;

@@ -15,8 +15,10 @@
 //! fields (RFC 9110 §7.6.1: `Connection` and every field it names,
 //! `Keep-Alive`, `Proxy-Connection`, `TE`, `Trailer`, `Transfer-Encoding`,
 //! `Upgrade`, `Proxy-Authorization`, `Proxy-Authenticate`) and `Expect`
-//! (answered here), which are dropped both ways. The upstream's response
-//! streams back with the RateLimit headers added. Protocol upgrades
+//! (answered here), which are dropped both ways, and `Accept-Encoding`,
+//! set to `identity` when a rule reads its usage from the response body.
+//! The upstream's response streams back with the RateLimit headers added
+//! (and, for such a rule, its body read as it passes). Protocol upgrades
 //! (WebSocket) are not proxied.
 //!
 //! An upstream that refuses the connection, or does not accept it within
@@ -360,6 +362,14 @@ impl Proxy {
         // `Proxy` is no standard field; CGI upstreams read it as
         // HTTP_PROXY ("httpoxy"), so it is not passed on.
         parts.headers.remove(PROXY);
+        if hold.as_ref().is_some_and(Hold::reads_body) {
+            // A rule's usage is read from the body as it passes: an
+            // encoded body cannot be (it settles at the estimate).
+            parts.headers.insert(
+                header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+        }
         if self.append_forwarded_for {
             append_forwarded_for(&mut parts.headers, peer);
         }

@@ -31,6 +31,7 @@ pub mod gateway;
 pub mod llm_clients;
 pub mod llm_replay;
 pub mod model;
+pub mod piece_upstream;
 pub mod recorder;
 pub mod reference;
 pub mod rls;
