@@ -169,7 +169,6 @@ fn charged_from_the_body(upstream: &str, family: &str, anthropic_path: &str) {
 }
 
 #[test]
-#[ignore = "needs part B: cost = \"openai\" / \"anthropic\" (+ :input, :output)"]
 fn sdk_calls_are_charged_the_usage_in_the_example_bodies() {
     clear_of_the_hour();
     let replay = Replay::start();
@@ -202,7 +201,6 @@ fn sdk_calls_through_the_proxy_reach_llmock_and_parse_its_answers() {
 }
 
 #[test]
-#[ignore = "needs part B: cost = \"openai\" / \"anthropic\" (+ :input, :output)"]
 fn sdk_calls_to_llmock_are_charged_what_it_reported() {
     clear_of_the_hour();
     let llmock = Llmock::start();

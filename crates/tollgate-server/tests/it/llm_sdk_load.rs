@@ -65,7 +65,6 @@ fn sixty_four_streaming_sdk_clients_are_charged_the_replayed_usage_exactly() {
 }
 
 #[test]
-#[ignore = "needs part B: cost = \"openai\" / \"anthropic\""]
 fn sixty_four_streaming_sdk_clients_are_charged_what_llmock_reported_exactly() {
     clear_of_the_hour();
     let llmock = Llmock::start();
@@ -175,7 +174,6 @@ fn a_fleet_of_three_never_admits_a_call_once_the_budget_is_spent() {
 }
 
 #[test]
-#[ignore = "needs part B: cost = \"openai\" / \"anthropic\""]
 fn a_fleet_of_three_never_admits_a_call_once_llmock_reported_the_budget_spent() {
     let llmock = Llmock::start();
     fleet_never_admits_past_a_spent_budget(&llmock.url, "openai", "openai-chat-stream", "");
