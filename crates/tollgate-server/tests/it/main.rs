@@ -46,6 +46,7 @@ mod fleet_proxy;
 mod hostile_files;
 mod http_api;
 mod hybrid_serve;
+mod llm_doc_configs;
 mod llm_gateway;
 mod llm_sdk;
 mod llm_sdk_load;

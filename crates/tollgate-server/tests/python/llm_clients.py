@@ -38,6 +38,9 @@ except ImportError as e:  # the Rust side turns this into the install command
     sys.exit(3)
 
 PROMPT = "Hello!"
+# Anthropic calls name their end user in metadata.user_id, as
+# docs/llm-gateway.md keys them: the x-team header's value, when given.
+USER_ID = "anonymous"
 
 
 def verify(ca):
@@ -114,11 +117,11 @@ def sync_call(api, oa, an):
             r = stream.get_final_response()
         return openai_usage(r.usage), r.output_text
     if api == "anthropic":
-        m = an.messages.create(model="claude-sonnet-4-5", max_tokens=64,
+        m = an.messages.create(model="claude-sonnet-4-5", max_tokens=64, metadata={"user_id": USER_ID},
                                messages=[{"role": "user", "content": PROMPT}])
         return anthropic_usage(m.usage), "".join(b.text for b in m.content if b.type == "text")
     if api == "anthropic-stream":
-        with an.messages.stream(model="claude-sonnet-4-5", max_tokens=64,
+        with an.messages.stream(model="claude-sonnet-4-5", max_tokens=64, metadata={"user_id": USER_ID},
                                 messages=[{"role": "user", "content": PROMPT}]) as stream:
             m = stream.get_final_message()
         return anthropic_usage(m.usage), "".join(b.text for b in m.content if b.type == "text")
@@ -152,11 +155,11 @@ async def async_call(api, oa, an):
             r = await stream.get_final_response()
         return openai_usage(r.usage), r.output_text
     if api == "anthropic":
-        m = await an.messages.create(model="claude-sonnet-4-5", max_tokens=64,
+        m = await an.messages.create(model="claude-sonnet-4-5", max_tokens=64, metadata={"user_id": USER_ID},
                                      messages=[{"role": "user", "content": PROMPT}])
         return anthropic_usage(m.usage), "".join(b.text for b in m.content if b.type == "text")
     if api == "anthropic-stream":
-        async with an.messages.stream(model="claude-sonnet-4-5", max_tokens=64,
+        async with an.messages.stream(model="claude-sonnet-4-5", max_tokens=64, metadata={"user_id": USER_ID},
                                       messages=[{"role": "user", "content": PROMPT}]) as stream:
             m = await stream.get_final_message()
         return anthropic_usage(m.usage), "".join(b.text for b in m.content if b.type == "text")
@@ -256,6 +259,8 @@ def main():
     sw.add_argument("--concurrency", type=int, required=True)
     args = p.parse_args()
     headers = dict(h.split(":", 1) for h in args.header)
+    global USER_ID
+    USER_ID = headers.get("x-team", USER_ID)
     if args.cmd == "calls":
         run_calls(args, headers)
     elif args.cmd == "serve":
