@@ -1,5 +1,5 @@
 //! An LLM-shaped upstream and a time-to-first-byte client, for
-//! `bench/llm.sh` ([bench/llm.md](../llm.md)).
+//! `bench/llm.sh` (bench/llm.md).
 //!
 //! ```text
 //! sse_stream serve ADDR [--cert FILE --key FILE] [--events N] [--interval-ms MS] [--threads T]
@@ -118,7 +118,8 @@ impl Flags {
 
     fn num(&self, name: &str, default: usize) -> Result<usize, String> {
         self.get(name).map_or(Ok(default), |v| {
-            v.parse().map_err(|_| format!("{name}: {v:?} is not a count"))
+            v.parse()
+                .map_err(|_| format!("{name}: {v:?} is not a count"))
         })
     }
 }
@@ -346,7 +347,11 @@ async fn client(url: &str, flags: &Flags) -> Result<(), String> {
         uri,
         tls,
         requests: flags.num("--requests", 1000)?,
-        expect: flags.get("--expect-events").map(str::parse).transpose().map_err(|_| "--expect-events: not a count")?,
+        expect: flags
+            .get("--expect-events")
+            .map(str::parse)
+            .transpose()
+            .map_err(|_| "--expect-events: not a count")?,
         next: AtomicUsize::new(0),
         warm: Mutex::new(Vec::new()),
         barrier: tokio::sync::Barrier::new(concurrency),
@@ -397,13 +402,22 @@ async fn open(run: &Run) -> Result<Sender, String> {
     let http = hyper::client::conn::http1::Builder::new();
     let sender = match &run.tls {
         None => {
-            let (sender, conn) = http.handshake(TokioIo::new(tcp)).await.map_err(|e| e.to_string())?;
+            let (sender, conn) = http
+                .handshake(TokioIo::new(tcp))
+                .await
+                .map_err(|e| e.to_string())?;
             tokio::spawn(conn);
             sender
         }
         Some((tls, name)) => {
-            let stream = tls.connect(name.clone(), tcp).await.map_err(|e| format!("TLS: {e}"))?;
-            let (sender, conn) = http.handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+            let stream = tls
+                .connect(name.clone(), tcp)
+                .await
+                .map_err(|e| format!("TLS: {e}"))?;
+            let (sender, conn) = http
+                .handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
             tokio::spawn(conn);
             sender
         }
@@ -460,11 +474,20 @@ type Outcome = (Vec<Sample>, usize, Option<Instant>, Option<Instant>);
 
 async fn connection(run: Arc<Run>, me: usize, of: usize) -> Result<Outcome, String> {
     let mut sender = open(&run).await?;
-    let warm = request(&run, &mut sender, me).await.map_err(|e| format!("warm-up: {e}"))?;
-    run.warm.lock().unwrap_or_else(PoisonError::into_inner).push(warm.total);
+    let warm = request(&run, &mut sender, me)
+        .await
+        .map_err(|e| format!("warm-up: {e}"))?;
+    run.warm
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(warm.total);
     run.barrier.wait().await;
     let stagger = {
-        let mut w = run.warm.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let mut w = run
+            .warm
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         w.sort();
         w[w.len() / 2] / u32::try_from(of).unwrap_or(u32::MAX)
     };
