@@ -56,8 +56,9 @@ threads=2
 conns=64
 keys=10000
 
-# log, die, need_pkg, stop, free_port, wait_http, start_tollgate,
-# start_redis, measure (wrk), benchstat: shared with the other scripts.
+# log, die, need_pkg, need_oha, stop, free_port, wait_http,
+# start_tollgate, start_redis, measure (wrk), measure_rate (oha),
+# benchstat: shared with the other scripts.
 source "$(dirname "$0")/lib/common.sh"
 need_pkg wrk wrk
 need_pkg nginx nginx-light
@@ -72,14 +73,7 @@ if [[ ! -x "$tc_bin" ]]; then
   cargo install -q --locked --root "$tools" throttlecrab-server --version '^0.4'
 fi
 tc_version=$("$tc_bin" --version 2>/dev/null | head -1 || true)
-oha_bin="$tools/bin/oha"
-if [[ ! -x "$oha_bin" ]]; then
-  # oha 1.16 does not build without a TLS backend; native-tls needs OpenSSL.
-  need_pkg pkg-config pkg-config
-  dpkg -s libssl-dev >/dev/null 2>&1 || { log "installing libssl-dev (apt-get)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null; }
-  log "installing oha 1.16 into $tools (cargo install)"
-  cargo install -q --locked --root "$tools" oha --version '~1.16' --no-default-features --features native-tls
-fi
+need_oha
 rate="${BENCH_RATE:-2000}"
 [[ "$rate" =~ ^[0-9]+$ ]] && ((rate >= 1 && rate <= 1000000)) || die "BENCH_RATE must be 1..1000000 requests/s"
 
@@ -92,19 +86,6 @@ results="$work/results"
 round=0
 sut=() # the server under test, with its children (its CPU is the "srv" column)
 aux=() # what it leans on: redis-server, the proxy's upstream ("aux" column)
-
-# measure_rate ID LABEL URL: one oha run at the fixed rate $rate over $conns
-# connections (every request sends `x-key: k1`, which the proxies' rules key
-# on), latency corrected for coordinated omission (measured from when each
-# request was due, not from when it could be sent); its best round is the
-# one with the lowest p99 (its req/s is the rate), its "wrk" column oha's CPU.
-measure_rate() {
-  local id=$1 label=$2 url=$3
-  benchstat run --results "$results" --id "$id" --round "$round" --label "$label" --quiet \
-    --sut "${sut[*]}" --aux "${aux[*]}" --parse oha --set best=-p99 --out "$work/oha-$id.$round.json" -- \
-    timeout $((secs + 30)) "$oha_bin" -z "${secs}s" -c "$conns" -q "$rate" --latency-correction \
-    --no-tui --output-format json -H 'x-key: k1' "$url/"
-}
 
 # expect WHAT GOT WANT: a sanity check of one answer before a target is loaded.
 expect() { [[ "$2" == *"$3"* ]] || die "$1: expected $3, got: $2"; }
@@ -219,15 +200,15 @@ one_round() {
   sut=("$ng_pid") aux=()
   measure direct "nginx direct (c=$conns)" "http://127.0.0.1:$ng_port" get.lua "$conns" -- / "$keys"
   measure direct1 "nginx direct (c=1)" "http://127.0.0.1:$ng_port" get.lua 1 -- / "$keys"
-  measure_rate directr "nginx direct ($rate/s)" "http://127.0.0.1:$ng_port"
+  measure_rate directr "nginx direct ($rate/s)" "http://127.0.0.1:$ng_port/"
   sut=("$proxy_pid") aux=("$ng_pid")
   measure proxy "proxy -> nginx (c=$conns)" "http://$proxy_addr" get.lua "$conns" -- / "$keys"
   measure proxy1 "proxy -> nginx (c=1)" "http://$proxy_addr" get.lua 1 -- / "$keys"
-  measure_rate proxyr "proxy -> nginx ($rate/s)" "http://$proxy_addr"
+  measure_rate proxyr "proxy -> nginx ($rate/s)" "http://$proxy_addr/"
   sut=("$np_pid") aux=("$ng_pid")
   measure nproxy "nginx proxy -> nginx (c=$conns)" "http://127.0.0.1:$np_port" get.lua "$conns" -- / "$keys"
   measure nproxy1 "nginx proxy -> nginx (c=1)" "http://127.0.0.1:$np_port" get.lua 1 -- / "$keys"
-  measure_rate nproxyr "nginx proxy -> nginx ($rate/s)" "http://127.0.0.1:$np_port"
+  measure_rate nproxyr "nginx proxy -> nginx ($rate/s)" "http://127.0.0.1:$np_port/"
   stop "$np_pid"
   stop "$proxy_pid"
   stop "$ng_pid"

@@ -72,7 +72,8 @@ wait_http() {
 
 # start_tollgate NAME ARGS...: runs `$tollgate serve ARGS` (or, with
 # BIN=PATH, `PATH ARGS`), logging to $work/NAME.log; sets $pid and $addr,
-# the address of the first door it logs (60 s at most: valgrind is slow).
+# the address of the first door it logs, http:// or https:// (60 s at
+# most: valgrind is slow).
 start_tollgate() {
   local name=$1; shift
   if [[ -n "${BIN:-}" ]]; then "$BIN" "$@" >"$work/$name.log" 2>&1 &
@@ -82,7 +83,7 @@ start_tollgate() {
   pids+=("$pid")
   addr=
   for _ in $(seq 600); do
-    addr=$(grep -o 'listening on http://[0-9.:]*' "$work/$name.log" | head -1 | sed 's|.*http://||' || true)
+    addr=$(grep -o 'listening on https\?://[0-9.:]*' "$work/$name.log" | head -1 | sed 's|.*://||' || true)
     [[ -n "$addr" ]] && return 0
     kill -0 "$pid" 2>/dev/null || { cat "$work/$name.log" >&2; die "tollgate ($name) exited"; }
     sleep 0.1
@@ -127,6 +128,41 @@ measure() {
     --sut "${sut[*]}" --aux "${aux[*]}" --parse wrk --out "$work/wrk-$id.$round.txt" -- \
     timeout $((secs + 30)) wrk -t"$t" -c"$c" -d"${secs}s" --latency --timeout 2s \
     -s "$root/bench/http/$script" "$url" -- "$@"
+}
+
+# cmdlog COMMAND ARGS...: notes a command a script ran (quoted, one a
+# line) in $work/commands.txt, for its report to print.
+cmdlog() { printf '%q ' "$@" | sed 's/ $//' >>"$work/commands.txt"; echo >>"$work/commands.txt"; }
+
+# need_oha: sets $oha_bin, oha 1.16 (the fixed-rate load generator),
+# installed into $target/bench-tools by cargo the first time.
+need_oha() {
+  local tools="$target/bench-tools"
+  oha_bin="$tools/bin/oha"
+  [[ -x "$oha_bin" ]] && return
+  # oha 1.16 does not build without a TLS backend; native-tls needs OpenSSL.
+  need_pkg pkg-config pkg-config
+  dpkg -s libssl-dev >/dev/null 2>&1 || { log "installing libssl-dev (apt-get)"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libssl-dev >/dev/null; }
+  log "installing oha 1.16 into $tools (cargo install)"
+  cargo install -q --locked --root "$tools" oha --version '~1.16' --no-default-features --features native-tls
+}
+
+# measure_rate ID LABEL URL [OHA-ARGS...]: one oha run (need_oha) at the
+# fixed rate $rate over $conns connections for $secs s, in round $round
+# (every request sends `x-key: k1`, which the proxies' rules key on),
+# latency corrected for coordinated omission (measured from when each
+# request was due, not from when it could be sent); its record goes to
+# $results with the CPU of the arrays sut and aux, as measure's; its best
+# round is the one with the lowest p99 (its req/s is the rate), its "wrk"
+# column oha's CPU.
+measure_rate() {
+  local id=$1 label=$2 url=$3; shift 3
+  cmdlog "$oha_bin" -z "${secs}s" -c "$conns" -q "$rate" --latency-correction \
+    --no-tui --output-format json -H 'x-key: k1' "$@" "$url"
+  benchstat run --results "$results" --id "$id" --round "$round" --label "$label" --quiet \
+    --sut "${sut[*]}" --aux "${aux[*]}" --parse oha --set best=-p99 --out "$work/oha-$id.$round.json" -- \
+    timeout $((secs + 30)) "$oha_bin" -z "${secs}s" -c "$conns" -q "$rate" --latency-correction \
+    --no-tui --output-format json -H 'x-key: k1' "$@" "$url"
 }
 
 # tree: this tree's commit, and whether crates/ has uncommitted changes.
