@@ -59,6 +59,10 @@ fn an_https_upstream_speaks_h2_when_alpn_picks_it_on_one_connection() {
         assert_eq!(r.text(), "HTTP/2.0", "the upstream saw HTTP/2");
     }
     assert_eq!(up.accepted(), 1, "one HTTP/2 connection serves them all");
+    // The host goes as `:authority` alone: a `Host` field beside it is
+    // refused by servers (nginx: "client sent duplicate host header").
+    let r = request(s.proxy(), "GET", "/host", &[], b"");
+    assert_eq!(r.text(), format!("host=- authority={}", up.addr));
 }
 
 #[test]
@@ -72,6 +76,8 @@ fn an_upstream_offering_only_http1_gets_http1_on_a_reused_connection() {
         assert_eq!(r.text(), "HTTP/1.1");
     }
     assert_eq!(up.accepted(), 1, "the idle connection is reused");
+    let r = request(s.proxy(), "GET", "/host", &[], b"");
+    assert_eq!(r.text(), format!("host={} authority=-", up.addr));
     // `http2 = false` offers HTTP/1.1 alone, to an upstream that has h2.
     let up = upstream(&certs, H2_AND_H1);
     let s = proxy(&up, &upstream_tls(&certs, "http2 = false"));

@@ -10,6 +10,9 @@
 //!   end. A client that reads `one` before releasing proves the proxy
 //!   passed it on alone (no buffering), with no clock involved.
 //! * `/hang`: no answer until released (a stalled upstream).
+//! * `/host`: the body says the request's `Host` field and its URI's
+//!   authority (`:authority` in HTTP/2): `host=H authority=A`, `-` for
+//!   none.
 
 use std::convert::Infallible;
 use std::path::Path;
@@ -145,6 +148,17 @@ async fn answer(
                 permit.forget();
             }
             Response::builder().body(Full::new(Bytes::from_static(b"late")).boxed())
+        }
+        "/host" => {
+            let host = req
+                .headers()
+                .get(http::header::HOST)
+                .map_or("-".to_owned(), |h| {
+                    String::from_utf8_lossy(h.as_bytes()).into_owned()
+                });
+            let authority = req.uri().authority().map_or("-", |a| a.as_str());
+            Response::builder()
+                .body(Full::new(Bytes::from(format!("host={host} authority={authority}"))).boxed())
         }
         _ => {
             Response::builder().body(Full::new(Bytes::from(format!("{:?}", req.version()))).boxed())

@@ -43,15 +43,16 @@ pub(super) async fn open(io: Io) -> Result<http2::SendRequest<Outgoing>, hyper::
 }
 
 /// `req` (origin form, `Host` set) in the form HTTP/2 sends: the absolute
-/// URI, whose authority (`:authority`) is the `Host` field's, which stays
-/// (the same value, as RFC 9113 §8.3.1 allows).
+/// URI, whose authority (`:authority`) is the `Host` field's. The field
+/// itself goes: RFC 9113 §8.3.1 allows both when they agree, but servers
+/// refuse it (nginx answers 400 "client sent duplicate host header").
 pub(super) fn absolute(req: &mut Request<Outgoing>, fallback: &Authority) {
     if req.uri().scheme().is_some() {
         return;
     }
     let authority = req
-        .headers()
-        .get(http::header::HOST)
+        .headers_mut()
+        .remove(http::header::HOST)
         .and_then(|h| Authority::try_from(h.as_bytes()).ok())
         .unwrap_or_else(|| fallback.clone());
     let mut parts = req.uri().clone().into_parts();
@@ -74,7 +75,12 @@ pub(super) fn origin_form(req: &mut Request<Outgoing>) {
     }
     let mut parts = req.uri().clone().into_parts();
     parts.scheme = None;
-    parts.authority = None;
+    if let Some(authority) = parts.authority.take()
+        && let Ok(host) = http::HeaderValue::from_str(authority.as_str())
+    {
+        // HTTP/1.1 names the host in its field again.
+        req.headers_mut().insert(http::header::HOST, host);
+    }
     if let Ok(uri) = Uri::from_parts(parts) {
         *req.uri_mut() = uri;
     }
