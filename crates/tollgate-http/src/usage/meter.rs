@@ -178,10 +178,14 @@ impl BodyMeter {
                 }
                 let (fields, unread, closed) =
                     (events.fields.clone(), events.unread, events.closed);
-                let ended = how == Ended::Complete || closed;
+                let ended = |finality| match finality {
+                    Finality::OnSight => true,
+                    Finality::Open => how == Ended::Complete || closed,
+                    Finality::UntilStop => closed,
+                };
                 self.each(sources, |w, i| match w.usage(i, &fields) {
                     Some((Val::Absent, _)) if unread > 0 => Reading::Garbage,
-                    Some((v, finality)) => reading(v, ended || finality == Finality::OnSight),
+                    Some((v, finality)) => reading(v, ended(finality)),
                     None => Reading::Absent,
                 })
             }
@@ -240,8 +244,16 @@ impl Events {
                         self.unread += 1;
                     } else {
                         let values = wanted.values(|p| val(scanner.found(p)));
-                        for (field, v) in self.fields.iter_mut().zip(values) {
-                            if v != Val::Absent {
+                        // An event with any of a shape's fields set
+                        // together replaces them all (a `null` total
+                        // beside its parts is the parts' sum, not an
+                        // earlier event's total).
+                        let whole = values
+                            .iter()
+                            .enumerate()
+                            .any(|(f, v)| wanted.together(f) && *v != Val::Absent);
+                        for (f, (field, v)) in self.fields.iter_mut().zip(values).enumerate() {
+                            if v != Val::Absent || (whole && wanted.together(f)) {
                                 *field = v;
                             }
                         }

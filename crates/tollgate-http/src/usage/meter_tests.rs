@@ -174,6 +174,43 @@ fn a_cut_anthropic_stream_keeps_its_input_exact_and_its_output_open() {
 }
 
 #[test]
+fn an_anthropic_stream_ending_without_message_stop_is_cut_short() {
+    // An overloaded upstream sends an `error` event and ends its body
+    // cleanly: the output never stopped growing, so it is not final.
+    let error = "event: error\ndata: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n";
+    let stream = format!("{MESSAGE_START}{error}");
+    let (r, _) = read(ALL_ANTHROPIC, SSE, &[stream.as_bytes()], true);
+    assert_eq!(
+        r,
+        [
+            Reading::Partial(31),
+            Reading::Found(30),
+            Reading::Partial(1)
+        ]
+    );
+    let stream = format!("{MESSAGE_START}{MESSAGE_DELTA}");
+    let (r, _) = read(ALL_ANTHROPIC, SSE, &[stream.as_bytes()], true);
+    assert_eq!(r[2], Reading::Partial(15));
+}
+
+#[test]
+fn an_openai_event_sets_its_usage_whole() {
+    // The last usage chunk has a null total: the total is its own parts,
+    // not an earlier chunk's total.
+    let stream = "data: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n\
+                  data: {\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":9,\"total_tokens\":null}}\n\n";
+    assert_eq!(whole(ALL_OPENAI, SSE, stream), found(&[21, 12, 9]));
+    // A last chunk with its output alone: the input and total it does not
+    // give are not an earlier chunk's either.
+    let stream = "data: {\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,\"total_tokens\":8}}\n\n\
+                  data: {\"usage\":{\"completion_tokens\":9}}\n\n";
+    assert_eq!(
+        whole(ALL_OPENAI, SSE, stream),
+        [Reading::Absent, Reading::Absent, Reading::Found(9)]
+    );
+}
+
+#[test]
 fn a_cut_openai_stream_has_its_usage_or_none() {
     let cut_at = CHAT_STREAM.find("data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1694268190,\"model\":\"gpt-4o-mini\",\"choices\":[]").expect("last chunk");
     let (r, cut) = read(

@@ -92,6 +92,10 @@ pub(crate) struct Wanted {
     /// The pointer `/type` when an Anthropic source is read: its
     /// `message_stop` event closes the output.
     kind: Option<usize>,
+    /// Fields an event sets together (OpenAI's input, output and total):
+    /// an event with any of them replaces all three, so a total is never
+    /// taken from one event and its parts from another.
+    together: Vec<bool>,
 }
 
 /// When a value seen in a stream cut short is the whole usage.
@@ -100,9 +104,13 @@ pub(crate) enum Finality {
     /// Sent once, complete (OpenAI's usage; Anthropic's input in
     /// `message_start`).
     OnSight,
-    /// Grows as the answer streams (Anthropic's output, a pointer's
-    /// value): final only once the stream says it has ended.
+    /// Grows as the answer streams (a pointer's value): final once the
+    /// body has ended.
     Open,
+    /// Grows as the answer streams, and only the stream says when it is
+    /// done (Anthropic's output: `message_stop`). A body that ends
+    /// without saying so (an `error` event, then the end) was cut short.
+    UntilStop,
 }
 
 const OPENAI_INPUT: &[&str] = &[
@@ -139,6 +147,7 @@ impl Wanted {
             fields: Vec::new(),
             formulas: Vec::new(),
             kind: None,
+            together: Vec::new(),
             shared: Arc::new([]),
         };
         for source in sources {
@@ -148,11 +157,13 @@ impl Wanted {
                 Kind::Shape(Shape::OpenAi, part) => {
                     let input = w.field(OPENAI_INPUT);
                     let output = w.field(OPENAI_OUTPUT);
+                    let total = w.field(OPENAI_TOTAL);
+                    w.set_together(&[input, output, total]);
                     let f = match part {
                         Part::Input => Formula::One(input),
                         Part::Output => Formula::One(output),
                         Part::Total => Formula::TotalElse {
-                            total: w.field(OPENAI_TOTAL),
+                            total,
                             input,
                             output,
                         },
@@ -169,14 +180,14 @@ impl Wanted {
                     w.kind = Some(w.pointer("/type"));
                     Some(match part {
                         Part::Input => (Formula::Input { input, cached }, Finality::OnSight),
-                        Part::Output => (Formula::One(output), Finality::Open),
+                        Part::Output => (Formula::One(output), Finality::UntilStop),
                         Part::Total => (
                             Formula::InputPlus {
                                 input,
                                 cached,
                                 output,
                             },
-                            Finality::Open,
+                            Finality::UntilStop,
                         ),
                     })
                 }
@@ -198,6 +209,20 @@ impl Wanted {
         }
         self.pointers.push(p);
         self.pointers.len() - 1
+    }
+
+    fn set_together(&mut self, fields: &[usize]) {
+        for &f in fields {
+            if self.together.len() <= f {
+                self.together.resize(f + 1, false);
+            }
+            self.together[f] = true;
+        }
+    }
+
+    /// Whether field `f` is set together with the others of its shape.
+    pub(crate) fn together(&self, f: usize) -> bool {
+        self.together.get(f).copied().unwrap_or(false)
     }
 
     fn field(&mut self, spellings: &[&str]) -> usize {
