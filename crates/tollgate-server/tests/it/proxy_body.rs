@@ -304,6 +304,19 @@ fn estimates_are_read_from_the_request_and_clamped_to_the_capacity() {
     assert_eq!((left(&r, "otpm"), left(&r, "itpm")), (900, 100_000 - 7));
 }
 
+#[test]
+fn an_encoded_request_body_is_not_read_and_reserves_the_defaults() {
+    let up = start_body_upstream();
+    let s = serve(ESTIMATES, &up);
+    // Whatever its bytes, a body with a content coding is not the JSON
+    // the rules read: its size says nothing of its prompt either.
+    let body = br#"{"max_tokens":300,"prompt":"counted as if it were text"}"#;
+    let h = [("x-team", "z"), ("content-encoding", "gzip")];
+    let r = post(s.proxy(), "/?out=0&in=0", &h, body, Framing::Length);
+    arrived_unchanged(&r, body, Framing::Length);
+    assert_eq!((left(&r, "otpm"), left(&r, "itpm")), (900, 100_000 - 7));
+}
+
 const SPLIT: &str = r#"
 [[rules]]
 name = "input"
