@@ -309,7 +309,10 @@ mod tests {
 
     #[test]
     fn body_sources_round_trip_and_bad_spellings_are_named() {
-        let json = ["response_json:/usage/total_tokens", "response_json:/a~1b/c~0d"];
+        let json = [
+            "response_json:/usage/total_tokens",
+            "response_json:/a~1b/c~0d",
+        ];
         for spelling in SHAPE_SPELLINGS.iter().copied().chain(json) {
             let source: UsageSource = spelling.parse().expect(spelling);
             assert_eq!(source.to_string(), spelling);
