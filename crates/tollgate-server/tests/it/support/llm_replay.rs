@@ -20,7 +20,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -32,6 +31,8 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::eg_certs::openssl;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -150,19 +151,6 @@ pub fn fixture(file: &str) -> Vec<u8> {
 /// the files live in a temp dir removed on drop.
 pub struct TestCa {
     dir: tempfile::TempDir,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (apt-get install -y openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 impl TestCa {
