@@ -32,6 +32,7 @@ pub mod llm_clients;
 pub mod llm_replay;
 pub mod model;
 pub mod piece_upstream;
+pub mod proxy;
 pub mod recorder;
 pub mod reference;
 pub mod rls;
