@@ -11,24 +11,20 @@ use std::sync::LazyLock;
 
 use http::HeaderMap;
 use libfuzzer_sys::fuzz_target;
-use tollgate_http::cost::UsageSource;
+use tollgate_http::cost::{SHAPE_SPELLINGS, UsageSource};
 use tollgate_http::usage::BodyMeter;
 
 static SOURCES: LazyLock<Vec<UsageSource>> = LazyLock::new(|| {
-    [
-        "openai",
-        "openai:input",
-        "openai:output",
-        "anthropic",
-        "anthropic:input",
-        "anthropic:output",
+    let others = [
         "response_json:/usage/total_tokens",
         "response_json:/a/0/~1",
         "response_header:x-usage",
-    ]
-    .iter()
-    .map(|s| s.parse().expect("a source"))
-    .collect()
+    ];
+    SHAPE_SPELLINGS
+        .iter()
+        .chain(&others)
+        .map(|s| s.parse().expect("a source"))
+        .collect()
 });
 
 fn meter(sse: bool) -> BodyMeter {

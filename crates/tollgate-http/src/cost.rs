@@ -143,6 +143,19 @@ impl fmt::Display for UsageSource {
     }
 }
 
+/// Every spelling of the named shapes' sources (`openai[:PART]`,
+/// `anthropic[:PART]`), for the tests and fuzz targets that try them
+/// all: not an API.
+#[doc(hidden)]
+pub const SHAPE_SPELLINGS: &[&str] = &[
+    "openai",
+    "openai:input",
+    "openai:output",
+    "anthropic",
+    "anthropic:input",
+    "anthropic:output",
+];
+
 /// Every spelling a cost may take, for the error that names a bad one.
 const SPELLINGS: &str = "\"response_header:NAME\", \"response_json:POINTER\", \"openai\", \
      \"openai:input\", \"openai:output\", \"anthropic\", \"anthropic:input\" or \
@@ -296,16 +309,11 @@ mod tests {
 
     #[test]
     fn body_sources_round_trip_and_bad_spellings_are_named() {
-        for spelling in [
-            "openai",
-            "openai:input",
-            "openai:output",
-            "anthropic",
-            "anthropic:input",
-            "anthropic:output",
+        let json = [
             "response_json:/usage/total_tokens",
             "response_json:/a~1b/c~0d",
-        ] {
+        ];
+        for spelling in SHAPE_SPELLINGS.iter().copied().chain(json) {
             let source: UsageSource = spelling.parse().expect(spelling);
             assert_eq!(source.to_string(), spelling);
             assert!(source.reads_body(), "{spelling}");

@@ -378,6 +378,21 @@ impl Checker<'_> {
         }
     }
 
+    /// An `estimate_default` where no estimate is read from the request
+    /// is an error; says whether there was one.
+    fn estimate_default_unread(&mut self, t: &toml::de::DeTable<'_>, path: &str) -> bool {
+        let Some(v) = t.get("estimate_default") else {
+            return false;
+        };
+        self.error(
+            &v.span(),
+            format!("{path}.estimate_default"),
+            "estimate_default applies only with an estimate read from the request \
+             (estimate = \"max_tokens\", \"prompt\" or \"prompt+max_tokens\")",
+        );
+        true
+    }
+
     /// `estimate = N`, or `estimate = "max_tokens"` (or `"prompt"`,
     /// `"prompt+max_tokens"`: read from the request) with its required
     /// `estimate_default = N`: the units reserved (the default for one
@@ -390,24 +405,11 @@ impl Checker<'_> {
         path: &str,
     ) -> Option<(u64, Option<RequestEstimate>, Range<usize>)> {
         let Some(value) = t.get("estimate") else {
-            if let Some(v) = t.get("estimate_default") {
-                self.error(
-                    &v.span(),
-                    format!("{path}.estimate_default"),
-                    "estimate_default applies only with an estimate read from the request \
-                     (estimate = \"max_tokens\", \"prompt\" or \"prompt+max_tokens\")",
-                );
-            }
+            self.estimate_default_unread(t, path);
             return None;
         };
         let Some(text) = value.get_ref().as_str() else {
-            if let Some(v) = t.get("estimate_default") {
-                self.error(
-                    &v.span(),
-                    format!("{path}.estimate_default"),
-                    "estimate_default applies only with an estimate read from the request \
-                     (estimate = \"max_tokens\", \"prompt\" or \"prompt+max_tokens\")",
-                );
+            if self.estimate_default_unread(t, path) {
                 return None;
             }
             let (n, span) = self.positive(t, path, "estimate")?;

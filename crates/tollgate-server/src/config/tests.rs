@@ -3,6 +3,7 @@ use std::time::Duration;
 use super::*;
 use crate::store_url::StoreUrl;
 use tollgate::OnError;
+use tollgate_http::cost::SHAPE_SPELLINGS;
 use tollgate_http::extract::MissingKey;
 
 fn errors(src: &str) -> Vec<String> {
@@ -346,18 +347,8 @@ fn cost_from_the_response() {
 #[test]
 fn costs_read_from_the_body() {
     let mut src = String::new();
-    for (i, cost) in [
-        "openai",
-        "openai:input",
-        "openai:output",
-        "anthropic",
-        "anthropic:input",
-        "anthropic:output",
-        "response_json:/usage/billed_units",
-    ]
-    .iter()
-    .enumerate()
-    {
+    let json = ["response_json:/usage/billed_units"];
+    for (i, cost) in SHAPE_SPELLINGS.iter().chain(&json).enumerate() {
         src.push_str(&format!(
             "[[rules]]\nname = \"r{i}\"\nalgorithm = \"gcra\"\nlimit = 1000\nperiod = \"1m\"\n\
              cost = \"{cost}\"\nestimate = 100\n"

@@ -136,6 +136,13 @@ impl Checker<'_> {
                 Err(e) => self.error(&span, join(path, "server_name"), e),
             }
         }
+        self.cert_with_key(t, path);
+        tls
+    }
+
+    /// A client certificate goes with its key: either file without the
+    /// other is an error on the one given. `[tracing]` checks it too.
+    pub(super) fn cert_with_key(&mut self, t: &DeTable<'_>, path: &str) {
         let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
         match (t.contains_key("cert_file"), t.contains_key("key_file")) {
             (true, false) => self.error(
@@ -150,7 +157,6 @@ impl Checker<'_> {
             ),
             _ => {}
         }
-        tls
     }
 }
 

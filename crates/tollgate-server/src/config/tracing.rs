@@ -207,20 +207,7 @@ impl Checker<'_> {
                 Err(e) => self.error(&span, join(path, key), e),
             }
         }
-        let span = |k: &str| t.get(k).map(toml::Spanned::span).unwrap_or_default();
-        match (t.contains_key("cert_file"), t.contains_key("key_file")) {
-            (true, false) => self.error(
-                &span("cert_file"),
-                join(path, "key_file"),
-                "cert_file needs key_file (its key)",
-            ),
-            (false, true) => self.error(
-                &span("key_file"),
-                join(path, "cert_file"),
-                "key_file needs cert_file (its certificate)",
-            ),
-            _ => {}
-        }
+        self.cert_with_key(t, path);
         (self.errors.len() == before).then_some(tracing)
     }
 

@@ -9,23 +9,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::support::body_upstream::{BodyUpstream, FNV_START, fnv, start_body_upstream};
-use crate::support::{Resp, Tollgate, connect, ratelimit_members, read_response, remaining};
-
-fn serve(config: &str, up: &BodyUpstream) -> Tollgate {
-    let upstream = format!("http://{}", up.addr);
-    Tollgate::start(
-        config,
-        &[
-            "--proxy",
-            "127.0.0.1:0",
-            "--upstream",
-            &upstream,
-            "--http",
-            "127.0.0.1:0",
-        ],
-    )
-}
+use crate::support::body_upstream::{FNV_START, fnv, start_body_upstream};
+use crate::support::proxy::{serve, settles_to};
+use crate::support::{Resp, connect, ratelimit_members, read_response, remaining};
 
 /// How a body is sent.
 #[derive(Clone, Copy, Debug)]
@@ -81,23 +67,6 @@ fn arrived_unchanged(r: &Resp, body: &[u8], f: Framing) {
     assert_eq!(r.header("x-framing"), Some(want), "{f:?}");
 }
 
-/// Waits (up to 5 s) for `rule`/`key` to have `want` left (the proxy
-/// settles on its own task once a response has ended).
-fn settles_to(s: &Tollgate, rule: &str, key: &str, want: u64) {
-    let start = Instant::now();
-    loop {
-        let now = remaining(s, rule, key);
-        if now == want {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{rule}/{key}: {now} remaining, never {want}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// `r=` of `rule` in the answer's RateLimit field.
 fn left(r: &Resp, rule: &str) -> i64 {
     let field = r.header("ratelimit").expect("RateLimit");
@@ -145,7 +114,7 @@ fn chat(model: &str, user: &str, tenant: &str) -> String {
 #[test]
 fn rules_are_keyed_per_model_user_and_tenant() {
     let up = start_body_upstream();
-    let s = serve(KEYED, &up);
+    let s = serve(KEYED, up.addr);
     for (model, user, tenant) in [
         ("gpt-4o", "alice", "acme"),
         ("gpt-4o", "bob", "acme"),
@@ -172,7 +141,7 @@ fn rules_are_keyed_per_model_user_and_tenant() {
 #[test]
 fn the_body_reaches_the_upstream_unchanged_in_its_framing() {
     let up = start_body_upstream();
-    let s = serve(KEYED, &up);
+    let s = serve(KEYED, up.addr);
     let small = chat("m", "u", "t");
     // Longer than the limit (1024): read in part, the rest streamed.
     let long = format!(
@@ -198,7 +167,7 @@ fn the_body_reaches_the_upstream_unchanged_in_its_framing() {
 #[test]
 fn a_field_past_the_limit_or_in_a_body_that_is_not_json_is_a_missing_key() {
     let up = start_body_upstream();
-    let s = serve(KEYED, &up);
+    let s = serve(KEYED, up.addr);
     let late = format!(
         r#"{{"user":"u","metadata":{{"tenant":"t"}},"prompt":"{}","model":"m"}}"#,
         "x".repeat(2000)
@@ -264,7 +233,7 @@ estimate_default = 7
 #[test]
 fn estimates_are_read_from_the_request_and_clamped_to_the_capacity() {
     let up = start_body_upstream();
-    let s = serve(ESTIMATES, &up);
+    let s = serve(ESTIMATES, up.addr);
     let team = |t| [("x-team", t)];
     // max_tokens, max_completion_tokens, max_output_tokens; used 0 each.
     for (team_name, body, reserved) in [
@@ -356,7 +325,7 @@ estimate_default = 100
 #[test]
 fn input_output_and_total_rules_admit_all_or_nothing() {
     let up = start_body_upstream();
-    let s = serve(SPLIT, &up);
+    let s = serve(SPLIT, up.addr);
     let h = [("x-team", "a")];
     let r = post(
         s.proxy(),
@@ -403,7 +372,7 @@ fn a_huge_body_streams_on_past_the_limit_in_bounded_memory() {
     let s = serve(
         "[proxy]\nrequest_body_limit = 65536\n\n[[rules]]\nname = \"per_model\"\n\
          algorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1h\"\nkey = \"request_json:/model\"\n",
-        &up,
+        up.addr,
     );
     let rss_before = s.peak_rss_kib();
     let mut conn = connect(s.proxy());
@@ -461,7 +430,7 @@ fn a_body_that_stalls_or_fails_before_the_check_takes_nothing() {
             "[proxy]\nresponse_timeout = \"500ms\"\n{}",
             KEYED.replace("[proxy]\n", "")
         ),
-        &up,
+        up.addr,
     );
     // Stalls half-way through its Content-Length: 408.
     let mut conn = connect(s.proxy());

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use redis_harness::RedisServer;
 
 use crate::support::piece_upstream::{Answer, start_piece_upstream};
+use crate::support::proxy::{metric_appears, serve};
 use crate::support::{Tollgate, get, remaining, request};
 
 const JSON: &str = "application/json";
@@ -34,21 +35,6 @@ event: content_block_start\ndata: {\"type\": \"content_block_start\", \"index\":
 event: content_block_delta\ndata: {\"type\": \"content_block_delta\", \"index\": 0, \"delta\": {\"type\": \"text_delta\", \"text\": \"Hello\"}}\n\n";
 const MESSAGE_END: &str = "event: message_delta\ndata: {\"type\": \"message_delta\", \"delta\": {\"stop_reason\": \"end_turn\"}, \"usage\": {\"output_tokens\": 15}}\n\n\
 event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n";
-
-fn serve(config: &str, upstream: SocketAddr) -> Tollgate {
-    let upstream = format!("http://{upstream}");
-    Tollgate::start(
-        config,
-        &[
-            "--proxy",
-            "127.0.0.1:0",
-            "--upstream",
-            &upstream,
-            "--http",
-            "127.0.0.1:0",
-        ],
-    )
-}
 
 /// Three rules of one shape: input, output and total tokens per team,
 /// each counted in a window that never fills (`LIMIT`).
@@ -98,21 +84,6 @@ fn post(proxy: SocketAddr, path: &str, team: &str) -> crate::support::Resp {
         ],
         br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
     )
-}
-
-fn metric_line(s: &Tollgate, want: &str) {
-    let start = Instant::now();
-    loop {
-        let metrics = get(s.api(), "/metrics").text();
-        if metrics.lines().any(|l| l == want) {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{want} never in\n{metrics}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -168,11 +139,11 @@ fn anthropic_usage_complete_and_cut_short() {
     let r = post(s.proxy(), "/messages/cut", "b");
     assert_eq!(r.status, 200);
     charged(&s, "b", [30, 100, 150]);
-    metric_line(
+    metric_appears(
         &s,
         r#"tollgate_usage_unread_total{rule="out",reason="dropped"} 1"#,
     );
-    metric_line(
+    metric_appears(
         &s,
         r#"tollgate_usage_unread_total{rule="total",reason="dropped"} 1"#,
     );
@@ -200,7 +171,7 @@ fn a_stalled_stream_is_cut_and_settles_as_dropped() {
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), MESSAGE_START, "what came before the stall");
     charged(&s, "s", [30, 100, 150]);
-    metric_line(
+    metric_appears(
         &s,
         r#"tollgate_usage_unread_total{rule="out",reason="dropped"} 1"#,
     );
@@ -242,11 +213,11 @@ fn hostile_bodies_settle_at_the_estimate_and_are_counted() {
         charged(&s, "t", [50 * n, 100 * n, 150 * n]);
     }
     for rule in ["in", "out", "total"] {
-        metric_line(
+        metric_appears(
             &s,
             &format!(r#"tollgate_usage_unread_total{{rule="{rule}",reason="garbage"}} 4"#),
         );
-        metric_line(
+        metric_appears(
             &s,
             &format!(r#"tollgate_usage_unread_total{{rule="{rule}",reason="missing"}} 2"#),
         );

@@ -10,8 +10,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::support;
+use crate::support::proxy::{metric_appears, serve, settles_to};
 use crate::support::usage_upstream::start_usage_upstream;
-use crate::support::{Tollgate, connect, dead_addr, get, remaining, request};
+use crate::support::{connect, dead_addr, get, remaining, request};
 
 const TPM: &str = r#"
 [[rules]]
@@ -23,55 +24,6 @@ key = "header:x-team"
 cost = "response_header:x-usage-tokens"
 estimate = 100
 "#;
-
-fn serve(config: &str, upstream: SocketAddr) -> Tollgate {
-    let upstream = format!("http://{upstream}");
-    Tollgate::start(
-        config,
-        &[
-            "--proxy",
-            "127.0.0.1:0",
-            "--upstream",
-            &upstream,
-            "--http",
-            "127.0.0.1:0",
-        ],
-    )
-}
-
-/// Waits (up to 5 s) for `rule`/`key` to have `want` left: the proxy
-/// settles on its own task once the response has ended.
-fn settles_to(s: &Tollgate, rule: &str, key: &str, want: u64) {
-    let start = Instant::now();
-    loop {
-        let now = remaining(s, rule, key);
-        if now == want {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{rule}/{key}: {now} remaining, never {want}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits (up to 5 s) for `/metrics` to hold the line `want`; returns the
-/// page.
-fn metric_appears(s: &Tollgate, want: &str) -> String {
-    let start = Instant::now();
-    loop {
-        let metrics = get(s.api(), "/metrics").text();
-        if metrics.lines().any(|l| l == want) {
-            return metrics;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{want} never in\n{metrics}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 fn team(proxy: SocketAddr, path: &str, team: &str) -> support::Resp {
     request(proxy, "GET", path, &[("x-team", team)], b"")

@@ -16,7 +16,9 @@ pub struct EgCerts {
     dir: tempfile::TempDir,
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
+/// Runs `openssl` with `args` in `dir`; panics with its stderr when it
+/// fails. The other test certificates (`llm_replay`) are made with it too.
+pub fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .args(args)
         .current_dir(dir)

@@ -20,7 +20,6 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -32,6 +31,9 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::eg_certs::openssl;
+use super::loopback::LoopbackServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -152,19 +154,6 @@ pub struct TestCa {
     dir: tempfile::TempDir,
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl (apt-get install -y openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 impl TestCa {
     /// Makes the CA and the server certificate.
     pub fn generate() -> TestCa {
@@ -268,8 +257,8 @@ pub struct Replay {
     pub addr: SocketAddr,
     tls: bool,
     served: Arc<Counts>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// Stops it when dropped.
+    _server: LoopbackServer,
 }
 
 impl Replay {
@@ -318,49 +307,17 @@ impl Replay {
     }
 
     fn spawn(tls: Option<tokio_rustls::TlsAcceptor>) -> Replay {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind replay");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("addr");
         let served = Arc::new(Counts::default());
         let counter = Arc::clone(&served);
         let is_tls = tls.is_some();
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                loop {
-                    tokio::select! {
-                        _ = &mut stopped => break,
-                        accepted = listener.accept() => {
-                            let Ok((stream, _)) = accepted else { continue };
-                            tokio::spawn(connection(stream, tls.clone(), Arc::clone(&counter)));
-                        }
-                    }
-                }
-            });
+        let server = LoopbackServer::start(move |stream| {
+            tokio::spawn(connection(stream, tls.clone(), Arc::clone(&counter)));
         });
         Replay {
-            addr,
+            addr: server.addr,
             tls: is_tls,
             served,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Replay {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            _server: server,
         }
     }
 }

@@ -30,8 +30,10 @@ pub mod envoy_bootstrap;
 pub mod gateway;
 pub mod llm_clients;
 pub mod llm_replay;
+pub mod loopback;
 pub mod model;
 pub mod piece_upstream;
+pub mod proxy;
 pub mod recorder;
 pub mod reference;
 pub mod rls;
@@ -501,19 +503,8 @@ pub struct Upstream {
     pub addr: SocketAddr,
     accepted: Arc<std::sync::atomic::AtomicU64>,
     ended: Arc<std::sync::atomic::AtomicU64>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Upstream {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    /// Stops the upstream when dropped.
+    _server: loopback::LoopbackServer,
 }
 
 struct PatternBody {
@@ -631,59 +622,35 @@ async fn upstream_service(
 
 /// Starts the test upstream on a free loopback port.
 pub fn start_upstream() -> Upstream {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind upstream");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let addr = listener.local_addr().expect("addr");
     let accepted = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = Arc::clone(&accepted);
     let ended = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let ended_count = Arc::clone(&ended);
-    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-            loop {
-                tokio::select! {
-                    _ = &mut stop_rx => break,
-                    accepted = listener.accept() => {
-                        let Ok((stream, _)) = accepted else { continue };
-                        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        let ended = Arc::clone(&ended_count);
-                        tokio::spawn(async move {
-                            let linger = Arc::new(tokio::sync::Notify::new());
-                            let notified = Arc::clone(&linger);
-                            let conn = hyper::server::conn::http1::Builder::new()
-                                .serve_connection(
-                                    hyper_util::rt::TokioIo::new(stream),
-                                    hyper::service::service_fn(move |req| {
-                                        upstream_service(req, Arc::clone(&linger))
-                                    }),
-                                );
-                            tokio::select! {
-                                _ = conn => {}
-                                () = async {
-                                    notified.notified().await;
-                                    tokio::time::sleep(Duration::from_millis(50)).await;
-                                } => {}
-                            }
-                            ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        });
-                    }
-                }
+    let server = loopback::LoopbackServer::start(move |stream| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let ended = Arc::clone(&ended_count);
+        tokio::spawn(async move {
+            let linger = Arc::new(tokio::sync::Notify::new());
+            let notified = Arc::clone(&linger);
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(
+                hyper_util::rt::TokioIo::new(stream),
+                hyper::service::service_fn(move |req| upstream_service(req, Arc::clone(&linger))),
+            );
+            tokio::select! {
+                _ = conn => {}
+                () = async {
+                    notified.notified().await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                } => {}
             }
+            ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         });
     });
     Upstream {
-        addr,
+        addr: server.addr,
         accepted,
         ended,
-        stop: Some(stop_tx),
-        thread: Some(thread),
+        _server: server,
     }
 }
 
