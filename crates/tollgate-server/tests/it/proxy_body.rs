@@ -276,7 +276,7 @@ fn estimates_are_read_from_the_request_and_clamped_to_the_capacity() {
 #[test]
 fn an_encoded_request_body_is_not_read_and_reserves_the_defaults() {
     let up = start_body_upstream();
-    let s = serve(ESTIMATES, &up);
+    let s = serve(ESTIMATES, up.addr);
     // Whatever its bytes, a body with a content coding is not the JSON
     // the rules read: its size says nothing of its prompt either.
     let body = br#"{"max_tokens":300,"prompt":"counted as if it were text"}"#;
