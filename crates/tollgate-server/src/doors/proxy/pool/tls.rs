@@ -4,30 +4,25 @@
 //! `[proxy.upstream_tls]`, by the builder every TLS client of tollgate
 //! shares ([`crate::tls_client`]).
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::uri::Authority;
 use rustls_pki_types::ServerName;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+use tokio_util::either::Either;
 
 use crate::config::UpstreamTls;
 use crate::config::upstream::Upstream;
 use crate::tls_client::{ClientFiles, client_config};
 
-/// An upstream connection's stream: plain TCP or TLS over it.
-#[derive(Debug)]
-pub enum Io {
-    /// `http://`.
-    Plain(TcpStream),
-    /// `https://` (boxed: rustls's state is large, the TCP stream small).
-    Tls(Box<TlsStream<TcpStream>>),
-}
+/// An upstream connection's stream: plain TCP (`http://`, left) or TLS
+/// over it (`https://`, right; boxed: rustls's state is large, the TCP
+/// stream small). tokio-util's `Either` reads and writes through to
+/// either side, vectored writes included.
+pub type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// What a connection speaks, as ALPN decided (HTTP/1.1 without TLS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +149,7 @@ impl Dialer {
             .map_err(|e| e.to_string())?;
         let _ = tcp.set_nodelay(true);
         let Some((connector, name)) = &self.tls else {
-            return Ok((Io::Plain(tcp), Proto::Http1));
+            return Ok((Either::Left(tcp), Proto::Http1));
         };
         let tls = connector
             .connect(name.clone(), tcp)
@@ -165,64 +160,6 @@ impl Dialer {
         } else {
             Proto::Http1
         };
-        Ok((Io::Tls(Box::new(tls)), proto))
-    }
-}
-
-impl AsyncRead for Io {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Io {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
+        Ok((Either::Right(Box::new(tls)), proto))
     }
 }
