@@ -240,33 +240,31 @@ async fn settle<S: Store>(
     }
 }
 
-/// The usage of one pair: what its source read, else its estimate
-/// (counted with the reason).
+/// The usage of one pair: what its source read, else its estimate (or,
+/// for a count cut short, the larger of it and what was seen), counted
+/// with the reason.
 fn usage(
     pair: &Pair,
     cost: &ResponseCost,
     sources: &[UsageSource],
     outcome: Option<&Outcome>,
 ) -> u64 {
-    let reason = match outcome {
-        None => "no_response",
+    // What was read, else what is charged instead and why.
+    let (reason, units) = match outcome {
+        None => ("no_response", pair.estimate()),
         Some(o) => {
             let at = sources.iter().position(|s| s == cost.source());
             match at.and_then(|i| o.readings.get(i)) {
                 Some(Reading::Found(n)) => return *n,
-                Some(Reading::Garbage) => "garbage",
-                Some(Reading::Partial(n)) => {
-                    // The answer was cut short while its count grew: what
-                    // was seen was used, and the estimate was agreed to.
-                    ::metrics::counter!(USAGE_UNREAD, "rule" => pair.rule.clone(), "reason" => "dropped")
-                        .increment(1);
-                    return (*n).max(pair.estimate());
-                }
-                _ if o.how == Ended::Dropped => "dropped",
-                _ => "missing",
+                Some(Reading::Garbage) => ("garbage", pair.estimate()),
+                // The answer was cut short while its count grew: what was
+                // seen was used, and the estimate was agreed to.
+                Some(Reading::Partial(n)) => ("dropped", (*n).max(pair.estimate())),
+                _ if o.how == Ended::Dropped => ("dropped", pair.estimate()),
+                _ => ("missing", pair.estimate()),
             }
         }
     };
     ::metrics::counter!(USAGE_UNREAD, "rule" => pair.rule.clone(), "reason" => reason).increment(1);
-    pair.estimate()
+    units
 }
