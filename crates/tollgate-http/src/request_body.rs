@@ -27,11 +27,25 @@
 
 use std::sync::Arc;
 
+use http::HeaderMap;
+use http::header::CONTENT_ENCODING;
+
 use crate::json::{Found, Pointer, Scanner};
 
 /// `[proxy] request_body_limit` unless set: 1 MiB read at most before the
 /// check.
 pub const DEFAULT_REQUEST_BODY_LIMIT: usize = 1 << 20;
+
+/// Whether a message's body has a content coding other than `identity`
+/// (on any `Content-Encoding` field line): its bytes are not the JSON
+/// they encode. A request's body is then read as no body (the proxy); a
+/// response's usage is unreadable (the usage meter).
+#[must_use]
+pub fn is_encoded(head: &HeaderMap) -> bool {
+    head.get_all(CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+}
 
 /// What a door reads of a request body for its rules: the pointers to
 /// find and whether the prompt's size is wanted. Built once per set of

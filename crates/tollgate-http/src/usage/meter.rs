@@ -13,13 +13,14 @@
 //! request, so an input, an output and a total rule settle from one pass.
 
 use http::HeaderMap;
-use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 
 use super::hold::Ended;
 use super::shapes::{Finality, Val, Wanted, val};
 use super::sse::{Piece, SseParser};
 use crate::cost::{Reading, UsageSource};
 use crate::json::{Found, Scanner};
+use crate::request_body::is_encoded;
 
 /// How a body is read.
 #[derive(Debug)]
@@ -73,11 +74,7 @@ impl BodyMeter {
     #[must_use]
     pub fn new(sources: &[UsageSource], head: &HeaderMap) -> Option<Self> {
         let wanted = Wanted::new(sources)?;
-        let encoded = head
-            .get_all(CONTENT_ENCODING)
-            .iter()
-            .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
-        let reader = if encoded {
+        let reader = if is_encoded(head) {
             Reader::Unreadable
         } else {
             match media_type(head).as_deref() {

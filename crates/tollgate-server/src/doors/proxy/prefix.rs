@@ -106,10 +106,7 @@ pub(super) async fn read(
         .and_then(|v| v.to_str().ok()?.parse().ok());
     // A body with a content coding (gzip, say) is not the JSON the rules
     // read, and its size is not its prompt's: it is read as no body.
-    let encoded = req
-        .headers()
-        .get(header::CONTENT_ENCODING)
-        .is_some_and(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    let encoded = tollgate_http::request_body::is_encoded(req.headers());
     let (parts, mut rest) = req.into_parts();
     let sized = rest.size_hint().exact().is_some();
     let (mut read, mut read_len) = (VecDeque::new(), 0);
