@@ -96,6 +96,16 @@ impl Fixture {
         let script = RlqsScript::start();
         let upstream = support::start_upstream();
         let envoy = Envoy::start(&bootstrap(script.addr, upstream.addr, edit));
+        // The filter says at `info` whether it made a token bucket anew or
+        // kept the one it had (`Fixture::token_bucket_logs`).
+        let r = support::request(
+            envoy.admin,
+            "POST",
+            "/logging?rate_limit_quota=info",
+            &[],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
         Fixture {
             script,
             envoy,
@@ -153,6 +163,17 @@ impl Fixture {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// How many times Envoy's log says it made a token bucket anew, and
+    /// how many it kept the one it had (the assignment unchanged by its
+    /// comparison).
+    fn token_bucket_logs(&self) -> (usize, usize) {
+        let log = self.envoy.log();
+        (
+            log.matches("A new TokenBucket has been configured").count(),
+            log.matches("is carried over during response processing").count(),
+        )
     }
 
     /// Waits for `n` more reports after now (each 5 s apart): time that
@@ -281,22 +302,58 @@ fn a_token_bucket_without_tokens_per_fill_never_refills() {
 }
 
 #[test]
-fn a_token_bucket_with_only_fill_interval_nanos_changed_is_new_and_the_same_one_carries_over() {
+fn a_token_bucket_resent_unchanged_is_carried_over_its_tokens_not_reset() {
     let f = Fixture::start(|_| {});
     let a = tenant("a");
     f.sight("a");
     f.sight(PROBE);
     f.apply(vec![token_bucket(&a, 2, None, duration(1, 0), ttl())]);
     assert_eq!(f.statuses("a", 3), [200, 200, 429]);
-    // The same proto again: the spent bucket is carried over.
+    // The same proto again (as to extend its time to live): the spent
+    // bucket stays spent.
     f.apply(vec![token_bucket(&a, 2, None, duration(1, 0), ttl())]);
     assert_eq!(f.get("a"), 429);
-    // One nanosecond more: a new, full bucket (tollgate alternates the
-    // nanos to hand a fresh one-shot grant on every report).
-    f.apply(vec![token_bucket(&a, 2, None, duration(1, 1), ttl())]);
-    assert_eq!(f.statuses("a", 3), [200, 200, 429]);
+    assert_eq!(f.token_bucket_logs(), (1, 1));
+}
+
+#[test]
+fn a_replaced_token_bucket_starts_with_the_old_ones_share_of_tokens_left_not_full() {
+    let f = Fixture::start(|_| {});
+    let a = tenant("a");
+    f.sight("a");
+    f.sight(PROBE);
+    f.apply(vec![token_bucket(&a, 4, None, duration(1, 0), ttl())]);
+    assert_eq!(f.statuses("a", 2), [200; 2]);
+    // Half of 4 left: a bucket of 8 starts with half of 8.
+    f.apply(vec![token_bucket(&a, 8, None, duration(1, 0), ttl())]);
+    assert_eq!(f.statuses("a", 5), [200, 200, 200, 200, 429]);
+    // Spent: a bucket made new by a change of fill_interval.nanos (which
+    // Envoy compares, with max_tokens and tokens_per_fill) starts spent,
+    // so it hands out nothing.
+    f.apply(vec![token_bucket(&a, 8, None, duration(1, 1), ttl())]);
+    assert_eq!(f.get("a"), 429);
+    assert_eq!(f.token_bucket_logs(), (3, 0));
+}
+
+#[test]
+fn a_blanket_rule_then_a_token_bucket_in_one_response_is_a_new_full_bucket() {
+    let f = Fixture::start(|_| {});
+    let a = tenant("a");
+    f.sight("a");
+    f.sight(PROBE);
     f.apply(vec![token_bucket(&a, 2, None, duration(1, 0), ttl())]);
     assert_eq!(f.statuses("a", 3), [200, 200, 429]);
+    // The blanket rule drops the spent bucket; the token bucket after it
+    // then has none to take its share from, and starts full. Envoy
+    // applies a response's actions in order and only then hands the
+    // buckets to its workers, which never see the blanket rule.
+    for _ in 0..2 {
+        f.apply(vec![
+            blanket(&a, true, ttl()),
+            token_bucket(&a, 2, None, duration(1, 0), ttl()),
+        ]);
+        assert_eq!(f.statuses("a", 3), [200, 200, 429]);
+    }
 }
 
 #[test]
@@ -305,12 +362,15 @@ fn a_token_bucket_with_only_fill_interval_seconds_changed_is_carried_over() {
     let a = tenant("a");
     f.sight("a");
     f.sight(PROBE);
-    f.apply(vec![token_bucket(&a, 2, None, duration(1, 0), ttl())]);
+    // One token every 4 s.
+    f.apply(vec![token_bucket(&a, 2, Some(1), duration(4, 0), ttl())]);
     assert_eq!(f.statuses("a", 3), [200, 200, 429]);
-    // A new rate by the proto; Envoy compares max_tokens, tokens_per_fill
-    // and fill_interval.nanos only.
-    f.apply(vec![token_bucket(&a, 2, None, duration(2, 0), ttl())]);
-    assert_eq!(f.get("a"), 429);
+    // One every 60 s by the proto; Envoy keeps the bucket it has.
+    f.apply(vec![token_bucket(&a, 2, Some(1), duration(60, 0), ttl())]);
+    assert_eq!(f.token_bucket_logs(), (1, 1));
+    // Two reports later, at least 5 s: a token refilled at the old rate.
+    f.wait_reports(2);
+    assert_eq!(f.get("a"), 200);
 }
 
 #[test]
@@ -364,3 +424,4 @@ fn after_the_server_drops_the_stream_envoy_reconnects_with_a_report_of_every_buc
     assert_eq!(buckets, [a, b]);
     assert_eq!(reopened.message.domain, DOMAIN);
 }
+
