@@ -13,12 +13,13 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
 use serde_json::{Value, json};
 
-use crate::support::envoy::Envoy;
+use crate::support::envoy::{Envoy, envoy_binary};
 use crate::support::envoy_bootstrap::yaml_to_json;
 use crate::support::rlqs_script::{
     Bucket, Report, RlqsScript, abandon, blanket, bucket, duration, requests_per_second,
@@ -42,11 +43,16 @@ fn tenant(tenant: &str) -> Bucket {
     bucket(&[("name", "per-tenant"), ("tenant", tenant)])
 }
 
+/// `deploy/envoy/rlqs.yaml` in the repository.
+fn rlqs_yaml() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy/rlqs.yaml")
+}
+
 /// `deploy/envoy/rlqs.yaml` with the listener and admin on free ports,
 /// its clusters at `rlqs` and `upstream`, then `edit` applied to each
 /// bucket's settings (`RateLimitQuotaBucketSettings`).
 fn bootstrap(rlqs: SocketAddr, upstream: SocketAddr, mut edit: impl FnMut(&mut Value)) -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/envoy/rlqs.yaml");
+    let path = rlqs_yaml();
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     let mut config = yaml_to_json(&text);
@@ -116,7 +122,14 @@ impl Fixture {
 
     /// Envoy's status for a request of `x-tenant: tenant`.
     fn get(&self, tenant: &str) -> u16 {
-        support::request(self.envoy.listener, "GET", "/", &[("x-tenant", tenant)], b"").status
+        support::request(
+            self.envoy.listener,
+            "GET",
+            "/",
+            &[("x-tenant", tenant)],
+            b"",
+        )
+        .status
     }
 
     /// Envoy's statuses for `n` requests of `tenant`, in order.
@@ -172,7 +185,8 @@ impl Fixture {
         let log = self.envoy.log();
         (
             log.matches("A new TokenBucket has been configured").count(),
-            log.matches("is carried over during response processing").count(),
+            log.matches("is carried over during response processing")
+                .count(),
         )
     }
 
@@ -192,8 +206,39 @@ fn allowed(r: &Report, b: &Bucket) -> u64 {
 }
 
 #[test]
+fn deploy_envoy_rlqs_yaml_passes_envoy_validate_as_it_is() {
+    let out = Command::new(envoy_binary())
+        .args(["--mode", "validate", "-c"])
+        .arg(rlqs_yaml())
+        .output()
+        .expect("run envoy");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("OK"),
+        "envoy --mode validate -c deploy/envoy/rlqs.yaml: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn deploy_envoy_rlqs_yaml_names_the_bucket_after_x_rule_else_per_tenant() {
+    let f = Fixture::start(|_| {});
+    f.sight("acme");
+    let headers = [("x-rule", "per-user"), ("x-tenant", "acme")];
+    let r = support::request(f.envoy.listener, "GET", "/", &headers, b"");
+    assert_eq!(r.status, 200);
+    let per_user = bucket(&[("name", "per-user"), ("tenant", "acme")]);
+    let named = f.script.wait("a report of the per-user bucket", |r| {
+        r.iter().find(|r| r.usage(&per_user).is_some()).cloned()
+    });
+    assert_eq!(named.buckets(), [per_user]);
+    assert!(named.is_first_sighting(), "{named:#?}");
+}
+
+#[test]
 fn a_new_bucket_is_reported_alone_with_time_elapsed_0_then_every_bucket_as_deltas_in_whole_seconds()
- {
+{
     let f = Fixture::start(|_| {});
     let (a, b) = (tenant("a"), tenant("b"));
     let first = f.sight("a");
@@ -271,12 +316,22 @@ fn requests_per_time_unit_is_ignored_a_0_rps_assignment_still_admits() {
 
 #[test]
 fn an_assignment_without_time_to_live_expires_at_once() {
-    let f = Fixture::start(|_| {});
+    // Without an expired-assignment fallback, an expired bucket goes back
+    // to its no-assignment behaviour (ALLOW_ALL).
+    let f = Fixture::start(|settings| {
+        let removed = settings
+            .as_object_mut()
+            .and_then(|s| s.remove("expired_assignment_behavior"));
+        assert!(
+            removed.is_some(),
+            "rlqs.yaml sets expired_assignment_behavior"
+        );
+    });
     f.sight("a");
     f.sight(PROBE);
     f.apply(vec![blanket(&tenant("a"), true, None)]);
-    // The proto says an unset TTL never expires; the no-assignment
-    // ALLOW_ALL admits instead.
+    // The proto says an unset TTL never expires; it expires at once, and
+    // the no-assignment ALLOW_ALL admits.
     assert_eq!(f.statuses("a", 2), [200; 2]);
     // The same DENY_ALL with a TTL denies.
     f.apply(vec![blanket(&tenant("a"), true, ttl())]);
@@ -400,7 +455,10 @@ fn envoy_never_drops_an_idle_bucket_by_itself_but_drops_it_on_abandon_action() {
             .find(|r| r.usage(&probe).is_some_and(|u| u.num_requests_denied > 0))
             .cloned()
     });
-    assert!(after.usage(&a).is_none(), "abandoned, still reported: {after:#?}");
+    assert!(
+        after.usage(&a).is_none(),
+        "abandoned, still reported: {after:#?}"
+    );
     // The next request makes the bucket anew: a first report again.
     let again = f.sight("a");
     assert_eq!(again.usage(&a).expect("a").num_requests_allowed, 1);
@@ -424,4 +482,3 @@ fn after_the_server_drops_the_stream_envoy_reconnects_with_a_report_of_every_buc
     assert_eq!(buckets, [a, b]);
     assert_eq!(reopened.message.domain, DOMAIN);
 }
-

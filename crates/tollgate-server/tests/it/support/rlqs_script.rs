@@ -86,8 +86,13 @@ impl Report {
 }
 
 fn sorted(id: Option<&BucketId>) -> Bucket {
-    id.map(|id| id.bucket.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default()
+    id.map(|id| {
+        id.bucket
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 type Reply = Result<RateLimitQuotaResponse, tonic::Status>;
