@@ -68,6 +68,7 @@ mod replay;
 mod replay_ops;
 mod replay_plot;
 mod replay_redis;
+mod rlqs_envoy_quirks;
 mod rlqs_real;
 mod rlqs_real_ops;
 mod run_in_process;

@@ -14,13 +14,12 @@
 //! after every stream is open, so the third term is in no counted window.
 //! The figures are printed (`--nocapture`) for the closing note.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis_harness::RedisServer;
 
 use crate::support::envoy::envoy_binary;
-use crate::support::rlqs_envoy::{Load, RlqsEnvoy, Sample, now_ms, rlqs_yaml_path};
+use crate::support::rlqs_envoy::{Load, RlqsEnvoy, Sample, now_ms};
 use crate::support::{self, Tollgate};
 
 /// The rule's limit per window.
@@ -267,28 +266,12 @@ fn fleet_run(what: &str, tollgates: &[&Tollgate], envoys: &[RlqsEnvoy], tenant: 
     assert_eq!(rls_calls, 0.0, "{what}: Envoy called ShouldRateLimit");
     // Envoy's side of it: one gRPC stream each (a reconnect or two at most).
     for (i, e) in envoys.iter().enumerate() {
-        let streams = e.stat("cluster.tollgate_rlqs.upstream_rq_total");
+        let streams = e.streams_opened();
         assert!(
             streams.is_some_and(|n| (1..=3).contains(&n)),
             "{what}: Envoy {i} opened {streams:?} streams to tollgate"
         );
     }
-}
-
-#[test]
-fn deploy_envoy_rlqs_yaml_passes_envoy_validate() {
-    let out = Command::new(envoy_binary())
-        .args(["--mode", "validate", "-c"])
-        .arg(rlqs_yaml_path())
-        .output()
-        .expect("run envoy");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("OK"),
-        "envoy --mode validate -c deploy/envoy/rlqs.yaml: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

@@ -37,6 +37,7 @@ pub mod proxy;
 pub mod recorder;
 pub mod reference;
 pub mod rlqs_envoy;
+pub mod rlqs_script;
 pub mod rls;
 pub mod tls_upstream;
 pub mod usage_upstream;

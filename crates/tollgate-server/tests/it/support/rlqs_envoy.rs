@@ -23,8 +23,6 @@ use serde_json::{Value, json};
 use super::envoy::Envoy;
 use super::envoy_bootstrap::yaml_to_json;
 
-/// The cluster of the bootstrap that reaches tollgate's gRPC port.
-const RLQS_CLUSTER: &str = "tollgate_rlqs";
 /// The filter's name in `http_filters`.
 const RLQS_FILTER: &str = "envoy.filters.http.rate_limit_quota";
 
@@ -34,10 +32,15 @@ pub fn rlqs_yaml_path() -> PathBuf {
 }
 
 /// The bootstrap (JSON text, which Envoy reads as YAML): the file with its
-/// admin API and listener on free loopback ports, cluster `tollgate_rlqs`
-/// at `rlqs_grpc`, cluster `upstream` at `upstream`, and the filter's
-/// domain `domain`. Nothing else changes.
-pub fn bootstrap(rlqs_grpc: SocketAddr, upstream: SocketAddr, domain: &str) -> String {
+/// admin API and listener on free loopback ports, the cluster the filter's
+/// `rlqs_server` names at `rlqs_grpc`, cluster `upstream` at `upstream`,
+/// and the filter's domain `domain`. Nothing else changes.
+/// Also the name of that cluster.
+fn bootstrap_and_cluster(
+    rlqs_grpc: SocketAddr,
+    upstream: SocketAddr,
+    domain: &str,
+) -> (String, String) {
     let path = rlqs_yaml_path();
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
@@ -57,13 +60,14 @@ pub fn bootstrap(rlqs_grpc: SocketAddr, upstream: SocketAddr, domain: &str) -> S
         .find(|f| f["name"] == RLQS_FILTER)
         .expect("rlqs.yaml: the rate_limit_quota filter");
     filter["typed_config"]["domain"] = json!(domain);
-    assert_eq!(
-        filter["typed_config"]["rlqs_server"]["envoy_grpc"]["cluster_name"], RLQS_CLUSTER,
-        "rlqs.yaml: the filter calls {RLQS_CLUSTER}"
-    );
-    point(&mut config, RLQS_CLUSTER, rlqs_grpc);
+    let rlqs_cluster = filter["typed_config"]["rlqs_server"]["envoy_grpc"]["cluster_name"]
+        .as_str()
+        .expect("rlqs.yaml: rlqs_server.envoy_grpc.cluster_name")
+        .to_owned();
+    point(&mut config, &rlqs_cluster, rlqs_grpc);
     point(&mut config, "upstream", upstream);
-    serde_json::to_string_pretty(&config).expect("JSON")
+    let text = serde_json::to_string_pretty(&config).expect("JSON");
+    (text, rlqs_cluster)
 }
 
 /// Cluster `name`'s one endpoint set to `addr`.
@@ -86,6 +90,8 @@ fn point(config: &mut Value, name: &str, addr: SocketAddr) {
 /// A running Envoy on `deploy/envoy/rlqs.yaml`, killed on drop.
 pub struct RlqsEnvoy {
     envoy: Envoy,
+    /// The cluster that reaches tollgate.
+    cluster: String,
 }
 
 impl RlqsEnvoy {
@@ -93,8 +99,10 @@ impl RlqsEnvoy {
     /// tollgate's gRPC port `rlqs_grpc`, in front of `upstream`. Its stream
     /// to tollgate opens on the first request that makes a bucket.
     pub fn start(rlqs_grpc: SocketAddr, upstream: SocketAddr, domain: &str) -> RlqsEnvoy {
+        let (text, cluster) = bootstrap_and_cluster(rlqs_grpc, upstream, domain);
         RlqsEnvoy {
-            envoy: Envoy::start(&bootstrap(rlqs_grpc, upstream, domain)),
+            envoy: Envoy::start(&text),
+            cluster,
         }
     }
 
@@ -108,9 +116,14 @@ impl RlqsEnvoy {
         self.envoy.admin
     }
 
+    /// The gRPC streams it opened to tollgate so far (its RLQS cluster's
+    /// `upstream_rq_total`).
+    pub fn streams_opened(&self) -> Option<u64> {
+        self.stat(&format!("cluster.{}.upstream_rq_total", self.cluster))
+    }
+
     /// A counter or gauge of its admin API's `/stats` (`None` when
-    /// absent), e.g. `cluster.tollgate_rlqs.upstream_rq_total`: the
-    /// streams it opened to tollgate.
+    /// absent).
     pub fn stat(&self, name: &str) -> Option<u64> {
         let text = super::get(self.admin(), &format!("/stats?filter=^{name}$")).text();
         text.lines().find_map(|l| {
