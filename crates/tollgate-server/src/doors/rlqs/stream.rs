@@ -44,6 +44,10 @@ struct Held {
     limit: Option<u64>,
     /// Reports of it answered on this stream.
     reports: u64,
+    /// Its last assignment was the failure policy's (`allow` or `local`
+    /// with the store down): what Envoy admits under it is not charged
+    /// afterwards, as no door records what its policy admitted.
+    degraded: bool,
 }
 
 /// One stream: its domain (fixed by its first message) and buckets.
@@ -120,6 +124,7 @@ impl StreamState {
                         idle_since: None,
                         limit: None,
                         reports: 0,
+                        degraded: false,
                     }
                 }
             };
@@ -262,7 +267,7 @@ async fn settle(gate: &Gate, held: &mut Held, allowed: u64) {
                 tracing::debug!("RLQS: a lease could not be settled: {e}");
             }
         }
-        None if allowed > 0 => {
+        None if allowed > 0 && !held.degraded => {
             if let Some((rule, key)) = &held.target
                 && let Err(e) = gate
                     .charge_all(&[Check::new(rule, key).cost(allowed)])
@@ -293,6 +298,7 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
                 let verdict = &reserved.verdict;
                 let decision = verdict.decision();
                 held.limit = Some(decision.limit);
+                held.degraded = verdict.degraded.is_some();
                 if verdict.degraded == Some(OnError::Allow) {
                     return Assignment::AllowAll;
                 }
@@ -306,7 +312,10 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
                 }
                 cost = decision.remaining;
             }
-            Err(Refusal::Unavailable(_)) => return Assignment::DenyAll,
+            Err(Refusal::Unavailable(_)) => {
+                held.degraded = true;
+                return Assignment::DenyAll;
+            }
             Err(e) => {
                 tracing::debug!("RLQS: lease of rule {rule:?} refused: {e}");
                 return match env.config.unmatched {
