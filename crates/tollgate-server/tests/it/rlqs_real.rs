@@ -241,8 +241,18 @@ fn fleet_run(what: &str, tollgates: &[&Tollgate], envoys: &[RlqsEnvoy], tenant: 
             w.admitted
         );
     }
-    // Over consecutive windows the outstanding leases enter once: what
-    // one window carries into the next was charged to the first.
+    // Two consecutive windows admit at most 2L; over more, the leases
+    // outstanding enter once (what one window carries into the next was
+    // counted in the first).
+    for pair in windows.windows(2) {
+        let two = pair[0].admitted + pair[1].admitted;
+        assert!(
+            two <= 2 * LIMIT,
+            "{what}: windows {} and {} admitted {two} > 2 x {LIMIT}",
+            pair[0].start_s,
+            pair[1].start_s
+        );
+    }
     assert!(
         admitted <= WINDOWS * LIMIT + outstanding,
         "{what}: {admitted} admitted over {WINDOWS} windows"
