@@ -17,6 +17,15 @@ use crate::support::{self, Tollgate};
 /// "within one report" may take.
 const ONE_REPORT: Duration = Duration::from_secs(15);
 
+/// `s`'s RLQS and check series, for a failure's message.
+fn rlqs_metrics(s: &Tollgate) -> String {
+    let text = support::get(s.api(), "/metrics").text();
+    text.lines()
+        .filter(|l| l.starts_with("tollgate_rlqs_") || l.starts_with("tollgate_checks_total"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Waits until `s` has `n` RLQS streams open.
 fn streams_open(s: &Tollgate, n: f64) {
     assert!(
@@ -234,7 +243,11 @@ fn an_idle_bucket_is_abandoned_and_the_next_request_makes_a_fresh_one() {
         s.log()
     );
     // Until then it stayed denied (idle reports got deny-all again).
-    assert!(metric(&s, "tollgate_rlqs_assignments_total", "kind=\"deny_all\"") > denied);
+    assert!(
+        metric(&s, "tollgate_rlqs_assignments_total", "kind=\"deny_all\"") > denied,
+        "no deny-all while idle:\n{}",
+        rlqs_metrics(&s)
+    );
     assert!(
         eventually(ONE_REPORT, || metric(&s, "tollgate_rlqs_buckets", "")
             == 0.0),
