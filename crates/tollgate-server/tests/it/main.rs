@@ -70,7 +70,6 @@ mod replay_plot;
 mod replay_redis;
 mod rlqs_envoy_quirks;
 mod rlqs_real;
-mod rlqs_real_ops;
 mod run_in_process;
 mod secrets;
 mod serve;
