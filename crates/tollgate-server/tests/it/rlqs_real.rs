@@ -603,6 +603,61 @@ fn an_idle_bucket_is_abandoned_and_the_next_request_makes_a_fresh_one() {
 }
 
 #[test]
+fn the_bucket_name_picks_the_rule_a_domain_may_fix_it_and_no_rule_is_allowed() {
+    envoy_binary();
+    let up = support::start_upstream();
+    // `strict` is spent after two requests; `per-tenant` never is.
+    let config = "[store]\nurl = \"memory\"\n\n[rlqs]\n\n\
+                  [rlqs.domains.fixed]\nrule = \"strict\"\nkey_entries = [\"tenant\"]\n\n\
+                  [[rules]]\nname = \"per-tenant\"\nalgorithm = \"gcra\"\nlimit = 100000\nperiod = \"1h\"\n\n\
+                  [[rules]]\nname = \"strict\"\nalgorithm = \"gcra\"\nlimit = 2\nperiod = \"1h\"\n";
+    let s = tollgate(config, "127.0.0.1:0");
+    let named = RlqsEnvoy::start(s.grpc(), up.addr, DOMAIN);
+    let fixed = RlqsEnvoy::start(s.grpc(), up.addr, "fixed");
+    let inspect = |key: &str| {
+        let r = support::get(s.admin(), &format!("/admin/v1/keys/strict/{key}"));
+        assert_eq!(r.status, 200, "inspect {key}: {}", r.text());
+        r.json()["remaining"].as_u64().expect("remaining")
+    };
+
+    // x-rule names the rule: {name: strict, tenant: t1} is rule `strict`,
+    // key `tenant=t1`, denied once its two are spent.
+    assert!(
+        eventually(ONE_REPORT, || named.get("t1", Some("strict")) == 429),
+        "x-rule: strict is never denied:\n{}",
+        s.log()
+    );
+    assert_eq!(inspect("tenant%3Dt1"), 0);
+    // The same tenant without x-rule is `per-tenant`'s: not denied.
+    for _ in 0..5 {
+        assert_eq!(named.get("t1", None), 200);
+    }
+    // A domain with a fixed rule: {name: per-tenant, tenant: t2} counts on
+    // `strict`, key `tenant=t2` (its key_entries).
+    assert_eq!(inspect("tenant%3Dt2"), 2);
+    assert!(
+        eventually(ONE_REPORT, || fixed.get("t2", None) == 429),
+        "domain `fixed` is not held to `strict`:\n{}",
+        s.log()
+    );
+    assert_eq!(inspect("tenant%3Dt2"), 0);
+    // A name no rule has: `unmatched` (allow by default), never denied.
+    for _ in 0..3 {
+        assert_eq!(named.get("t3", Some("no-such-rule")), 200);
+    }
+    assert!(
+        eventually(ONE_REPORT, || metric(
+            &s,
+            "tollgate_rlqs_assignments_total",
+            "kind=\"allow_all\""
+        ) >= 1.0),
+        "no allow-all for a bucket of no rule:\n{}",
+        rlqs_metrics(&s)
+    );
+    assert_eq!(named.get("t3", Some("no-such-rule")), 200);
+}
+
+#[test]
 fn sum_series_adds_the_series_whose_labels_match() {
     let text = "# HELP x y\nx_total{rule=\"a\",kind=\"k\"} 2\nx_total{rule=\"b\"} 3\n\
                 x_total_more 9\nx_total 4\ng 1.5\n";
