@@ -68,6 +68,8 @@ mod replay;
 mod replay_ops;
 mod replay_plot;
 mod replay_redis;
+mod rlqs_hostile;
+mod rlqs_protocol;
 mod run_in_process;
 mod secrets;
 mod serve;

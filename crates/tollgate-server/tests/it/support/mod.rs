@@ -36,6 +36,8 @@ pub mod piece_upstream;
 pub mod proxy;
 pub mod recorder;
 pub mod reference;
+pub mod rlqs_client;
+pub mod rlqs_server;
 pub mod rls;
 pub mod tls_upstream;
 pub mod usage_upstream;
