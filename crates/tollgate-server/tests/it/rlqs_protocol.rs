@@ -351,6 +351,22 @@ async fn an_unspent_share_is_given_back_when_settled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_outlives_the_grpc_ports_body_bound() {
+    // Envoy holds its stream for the life of the process; the gRPC port
+    // cuts a rate limit call whose body has not ended after 10 s, which
+    // must not apply here.
+    let s = start("[rlqs]\n");
+    let mut c = RlqsClient::connect(s.grpc(), "web").await;
+    let id = bucket(&[("name", "wide"), ("tenant", "acme")]);
+    share(&c.one(&id, 1, 0, 0).await);
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(13) {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        share(&c.one(&id, 0, 1, 1).await);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_stream_leaves_its_shares_spent() {
     // Envoy keeps spending a share until its TTL whether or not the
     // stream lives: nothing of it comes back when the stream closes.
