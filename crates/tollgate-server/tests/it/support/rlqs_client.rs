@@ -362,21 +362,20 @@ impl RawRlqs {
         self.send_bytes(grpc_frame(&message.encode_to_vec()))
     }
 
-    /// Waits for the response headers; true when they came (a reset
-    /// before them is false).
-    pub async fn headers(&mut self) -> bool {
-        if self.body.is_some() {
-            return true;
-        }
-        let response = self.response.take().expect("response pending");
+    /// Waits for the response headers; the h2 error when the stream was
+    /// reset before them.
+    pub async fn headers(&mut self) -> Result<(), String> {
+        let Some(response) = self.response.take() else {
+            return Ok(());
+        };
         match tokio::time::timeout(ANSWER_WITHIN, response).await {
             Ok(Ok(r)) => {
                 let (parts, body) = r.into_parts();
                 self.headers = Some(parts.headers);
                 self.body = Some(body);
-                true
+                Ok(())
             }
-            Ok(Err(_)) => false,
+            Ok(Err(e)) => Err(e.to_string()),
             Err(_) => panic!("no response headers within {ANSWER_WITHIN:?}"),
         }
     }
@@ -392,9 +391,8 @@ impl RawRlqs {
                 reset: None,
                 received: 0,
             };
-            if !self.headers().await {
-                let response = self.response.take();
-                end.reset = Some(format!("reset before headers ({})", response.is_none()));
+            if let Err(e) = self.headers().await {
+                end.reset = Some(format!("before the headers: {e}"));
                 return end;
             }
             if let Some(h) = &self.headers {
