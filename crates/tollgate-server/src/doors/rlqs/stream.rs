@@ -196,7 +196,6 @@ async fn one_bucket(
         ::metrics::counter!(metric::REQUESTS, "rule" => rule_label.clone(), "outcome" => outcome)
             .increment(n);
     }
-    settle(env.gate, &mut held, allowed).await;
     if held.target != target {
         // A new bucket, or a reload moved it to another rule or key.
         if let Some(old) = held.target.take() {
@@ -208,6 +207,10 @@ async fn one_bucket(
         held.target.clone_from(&target);
         held.limit = None;
     }
+    // After the target is known: a new bucket's requests, admitted by
+    // Envoy's no-assignment behaviour, are charged to it (a ticket
+    // settles on its own rule and key).
+    settle(env.gate, &mut held, allowed).await;
     if allowed == 0 && denied == 0 {
         let since = *held.idle_since.get_or_insert(now);
         if now.saturating_duration_since(since) >= env.config.abandon_after {
