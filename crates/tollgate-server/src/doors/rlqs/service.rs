@@ -168,6 +168,11 @@ async fn serve_stream(
                     "bad_report"
                 };
                 cut(reason);
+                // tonic says OUT_OF_RANGE for a message over the decoding
+                // limit; a size bound is RESOURCE_EXHAUSTED, as the other caps are.
+                if status.code() == tonic::Code::OutOfRange {
+                    break Some(Status::resource_exhausted(status.message().to_owned()));
+                }
                 break Some(status);
             }
         };
