@@ -14,7 +14,7 @@ use tonic::Code;
 
 use crate::support::Tollgate;
 use crate::support::rlqs_client::{
-    Assigned, Ended, RawRlqs, RlqsClient, action_for, bucket, grpc_frame, reports,
+    Assigned, Ended, RawRlqs, RlqsClient, action_for, bucket, buckets_named, grpc_frame, reports,
 };
 use crate::support::rlqs_server::{metrics, start};
 use crate::support::series;
@@ -121,7 +121,7 @@ async fn a_stream_over_max_buckets_is_cut_and_others_are_not() {
     let r = c
         .exchange(&[(&ids[0], 1, 0, 5), (&ids[1], 0, 0, 5), (&ids[2], 0, 0, 5)])
         .await;
-    assert_eq!(r.bucket_action.len(), 3);
+    assert_eq!(buckets_named(&r).len(), 3);
     // A fourth cuts the stream.
     c.report(&[(&ids[3], 1, 0, 0)]);
     refused(&c.ended().await, Code::ResourceExhausted, "bucket");

@@ -8,7 +8,9 @@
 //! shares given back, and an idle bucket abandoned. Hostile clients are
 //! in `rlqs_hostile`.
 
-use crate::support::rlqs_client::{Answer, Assigned, RlqsClient, action_for, bucket, sorted};
+use crate::support::rlqs_client::{
+    Answer, Assigned, RlqsClient, action_for, actions_for, bucket, buckets_named,
+};
 use crate::support::rlqs_server::{block, remaining, set_override, start, unblock};
 
 /// The TTL every assignment carries by default (INTERFACE: 15 s).
@@ -94,38 +96,32 @@ async fn a_periodic_report_is_answered_for_every_bucket() {
             (&fresh, 2, 0, 5),
         ])
         .await;
-    assert_eq!(r.bucket_action.len(), 4, "one action per bucket: {r:?}");
+    assert_eq!(buckets_named(&r).len(), 4, "every bucket answered: {r:?}");
     for id in ids.iter().chain([&fresh]) {
         share(&action_for(&r, id));
     }
-    // Bucket ids are maps: the same id in another order is the same bucket.
-    let mut seen: Vec<_> = r
-        .bucket_action
-        .iter()
-        .map(|a| sorted(a.bucket_id.as_ref().expect("bucket id")))
-        .collect();
-    seen.dedup();
-    assert_eq!(seen.len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn consecutive_shares_differ_so_envoy_replaces_the_bucket() {
-    // Envoy 1.40 rebuilds a token bucket only when max_tokens,
-    // tokens_per_fill or fill_interval.nanos change; the same values only
-    // extend the TTL, leaving a spent one-shot bucket spent.
+async fn every_share_reaches_envoy_as_a_new_full_bucket() {
+    // Envoy 1.40 carries a token bucket's tokens over to the next token
+    // bucket it is sent, and rebuilds one only when max_tokens,
+    // tokens_per_fill or fill_interval.nanos change: a share sent as the
+    // same bucket would leave a spent bucket spent. tollgate sends each
+    // share right after a DENY_ALL of the bucket, in the same message, so
+    // that Envoy builds the bucket anew, full.
     let s = start("[rlqs]\n");
     let mut c = RlqsClient::connect(s.grpc(), "web").await;
     let id = bucket(&[("name", "wide"), ("tenant", "acme")]);
-    let mut last = c.one(&id, 1, 0, 0).await;
-    share(&last);
+    let mut first = true;
     for _ in 0..6 {
-        let next = c.one(&id, 1, 0, 5).await;
-        share(&next);
-        assert_ne!(
-            next.assigned, last.assigned,
-            "Envoy would keep the old bucket"
-        );
-        last = next;
+        let r = c.exchange(&[(&id, 1, 0, if first { 0 } else { 5 })]).await;
+        first = false;
+        let all = actions_for(&r, &id);
+        assert_eq!(all.len(), 2, "{all:?}");
+        blanket(&all[0], &Assigned::DenyAll);
+        share(&all[1]);
+        assert_eq!(all[0].ttl, all[1].ttl, "{all:?}");
     }
 }
 
@@ -142,7 +138,7 @@ async fn a_reconnect_whose_first_message_is_periodic_subscribes_every_bucket() {
     // a periodic report of every bucket, not one-bucket initial reports.
     let mut again = RlqsClient::connect(s.grpc(), "web").await;
     let r = again.exchange(&[(&one, 2, 0, 5), (&two, 0, 1, 5)]).await;
-    assert_eq!(r.bucket_action.len(), 2, "{r:?}");
+    assert_eq!(buckets_named(&r).len(), 2, "{r:?}");
     share(&action_for(&r, &one));
     share(&action_for(&r, &two));
 }
@@ -211,10 +207,12 @@ async fn a_bucket_of_no_rule_is_denied_when_unmatched_is_deny() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_domain_rule_and_key_entries_pick_the_rule_and_key() {
     let s = start(
-        "[rlqs]\nkey_entries = [\"tenant\"]\n\n[rlqs.domains.fixed]\nrule = \"per-tenant\"\n",
+        "[rlqs]\nkey_entries = [\"tenant\"]\n\n\
+         [rlqs.domains.fixed]\nrule = \"per-tenant\"\nkey_entries = [\"tenant\"]\n\n\
+         [rlqs.domains.whole]\nrule = \"pair\"\n",
     );
-    // Domain `fixed`: every bucket is `per-tenant`'s, no `name` read; only
-    // `tenant` makes the key.
+    // Domain `fixed`: every bucket is `per-tenant`'s, no `name` read; its
+    // own key_entries: `tenant` alone makes the key.
     let mut fixed = RlqsClient::connect(s.grpc(), "fixed").await;
     let id = bucket(&[("tenant", "acme"), ("path", "/x")]);
     let k = share(&fixed.one(&id, 1, 0, 0).await);
@@ -222,7 +220,17 @@ async fn a_domain_rule_and_key_entries_pick_the_rule_and_key() {
         remaining(&s, "per-tenant", "tenant=acme"),
         10 - 1 - u64::from(k)
     );
-    // Another domain: `name` names the rule; the key is still `tenant` alone.
+    // Domain `whole` names no key_entries of its own: every entry makes
+    // the key, whatever `[rlqs] key_entries` says (which is for buckets
+    // whose entry names the rule).
+    let mut whole = RlqsClient::connect(s.grpc(), "whole").await;
+    let id = bucket(&[("tenant", "acme"), ("path", "/x")]);
+    let k = share(&whole.one(&id, 1, 0, 0).await);
+    assert_eq!(
+        remaining(&s, "pair", "path=/x,tenant=acme"),
+        20 - 1 - u64::from(k)
+    );
+    // Another domain: `name` names the rule; the key is `tenant` alone.
     let mut other = RlqsClient::connect(s.grpc(), "other").await;
     let id = bucket(&[("name", "wide"), ("tenant", "acme"), ("path", "/y")]);
     let k = share(&other.one(&id, 1, 0, 0).await);
@@ -318,9 +326,17 @@ async fn a_runtime_override_changes_the_next_share() {
     let k = share(&c.one(&id, 0, 500, 5).await);
     assert!(k <= 2, "a share of {k} of 4");
     set_override(&s, "small", "tenant=acme", 1000);
-    // Demand far above: the next share follows the override's limit.
+    // Demand far above: the share follows the override's limit. The
+    // share is capped by the limit the last lease was decided under, so
+    // a raised limit shows one report late (the lease of the report after
+    // the change is decided under it; the next one's cap follows).
+    let first = share(&c.one(&id, 0, 500, 5).await);
+    assert!(first <= 1000 / 2, "a share of {first} of 1000");
     let k = share(&c.one(&id, 0, 500, 5).await);
-    assert!(k > 2, "the override of 1000 left the share at {k}");
+    assert!(
+        k > 2,
+        "the override of 1000 left the share at {first}, then {k}"
+    );
     assert!(k <= 1000 / 2, "a share of {k} of 1000");
     // And back down: an override below what was leased allows nothing new.
     set_override(&s, "small", "tenant=acme", 1);

@@ -146,22 +146,37 @@ fn strategy(s: Option<&RateLimitStrategy>) -> Assigned {
     }
 }
 
-/// The action `response` holds for bucket `id` (bucket ids compare as
-/// maps: order does not matter), flattened; panics naming what it holds
-/// when there is none or more than one.
-pub fn action_for(response: &RateLimitQuotaResponse, id: &BucketId) -> Answer {
-    let found: Vec<&BucketAction> = response
+/// Every action `response` holds for bucket `id` (bucket ids compare as
+/// maps: order does not matter), flattened, in order: Envoy applies them
+/// in order, so the last is what it enforces.
+pub fn actions_for(response: &RateLimitQuotaResponse, id: &BucketId) -> Vec<Answer> {
+    response
         .bucket_action
         .iter()
         .filter(|a| a.bucket_id.as_ref() == Some(id))
+        .map(answer)
+        .collect()
+}
+
+/// The action for bucket `id` that Envoy ends up enforcing (the last of
+/// its actions in `response`); panics naming what `response` holds when
+/// there is none.
+pub fn action_for(response: &RateLimitQuotaResponse, id: &BucketId) -> Answer {
+    actions_for(response, id)
+        .pop()
+        .unwrap_or_else(|| panic!("no action for {:?} in {response:?}", id.bucket))
+}
+
+/// The distinct buckets `response` names.
+pub fn buckets_named(response: &RateLimitQuotaResponse) -> Vec<Vec<(String, String)>> {
+    let mut seen: Vec<_> = response
+        .bucket_action
+        .iter()
+        .map(|a| sorted(a.bucket_id.as_ref().expect("bucket id")))
         .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "one action for {:?} in {response:?}",
-        id.bucket
-    );
-    answer(found[0])
+    seen.sort();
+    seen.dedup();
+    seen
 }
 
 /// A stream's end as the client saw it: the status the server sent (OK
