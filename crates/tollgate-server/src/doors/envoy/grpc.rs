@@ -249,6 +249,18 @@ where
             if send.poll_reset(cx).is_ready() {
                 return Poll::Ready(None);
             }
+            // The next frame only once the client's window has room (as
+            // hyper does): h2 would buffer without bound what a client
+            // that never reads is sent, where waiting lets the service's
+            // own queue fill, and the RLQS stream cut such a client.
+            send.reserve_capacity(1);
+            while send.capacity() == 0 {
+                match send.poll_capacity(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(Ok(_))) => {}
+                    Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(None),
+                }
+            }
             Pin::new(&mut body).poll_frame(cx)
         })
         .await;
