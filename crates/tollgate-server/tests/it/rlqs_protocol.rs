@@ -11,7 +11,7 @@
 use crate::support::rlqs_client::{
     Answer, Assigned, RlqsClient, action_for, actions_for, bucket, buckets_named,
 };
-use crate::support::rlqs_server::{block, remaining, set_override, start, unblock};
+use crate::support::rlqs_server::{block, metrics, remaining, set_override, start, unblock};
 
 /// The TTL every assignment carries by default (INTERFACE: 15 s).
 const DEFAULT_TTL: (i64, i32) = (15, 0);
@@ -426,4 +426,98 @@ async fn an_idle_bucket_is_abandoned() {
     assert_eq!(remaining(&s, "wide", "tenant=idle"), 99);
     // Envoy erases the bucket; its next request starts it over.
     share(&c.one(&idle, 1, 0, 0).await);
+}
+
+/// The sum of the series of `name` whose labels include every one of
+/// `labels` (`rule="x"`), in a `/metrics` text.
+fn sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (set, value) = match rest.strip_prefix('{') {
+                Some(r) => r.split_once("} ")?,
+                None => ("", rest.strip_prefix(' ')?),
+            };
+            let set: Vec<&str> = set.split(',').collect();
+            labels
+                .iter()
+                .all(|want| set.contains(want))
+                .then(|| value.trim().parse::<f64>().expect("a number"))
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_requests_and_assignments_are_counted() {
+    let s = start("[rlqs]\n");
+    let mut c = RlqsClient::connect(s.grpc(), "web").await;
+    let acme = bucket(&[("name", "per-tenant"), ("tenant", "acme")]);
+    let lost = bucket(&[("name", "no-such-rule")]);
+    share(&c.one(&acme, 1, 0, 0).await);
+    blanket(&c.one(&lost, 2, 0, 0).await, &Assigned::AllowAll);
+    let r = c.exchange(&[(&acme, 3, 2, 5), (&lost, 0, 0, 5)]).await;
+    share(&action_for(&r, &acme));
+    let m = metrics(&s);
+    let count = |name: &str, labels: &[&str]| sum(&m, name, labels);
+    assert_eq!(count("tollgate_rlqs_reports_total", &[]), 3.0, "{m}");
+    let per_tenant = "rule=\"per-tenant\"";
+    assert_eq!(
+        count(
+            "tollgate_rlqs_requests_total",
+            &[per_tenant, "outcome=\"allowed\""]
+        ),
+        4.0
+    );
+    assert_eq!(
+        count(
+            "tollgate_rlqs_requests_total",
+            &[per_tenant, "outcome=\"denied\""]
+        ),
+        2.0
+    );
+    assert_eq!(
+        count("tollgate_rlqs_requests_total", &["outcome=\"allowed\""]),
+        6.0,
+        "the unmatched bucket's requests are counted too"
+    );
+    let kind = |k: &str| {
+        count(
+            "tollgate_rlqs_assignments_total",
+            &[&format!("kind=\"{k}\"")],
+        )
+    };
+    assert_eq!(kind("token_bucket"), 2.0);
+    assert_eq!(kind("allow_all"), 2.0);
+    assert_eq!(count("tollgate_rlqs_streams", &[]), 1.0);
+    assert_eq!(count("tollgate_rlqs_buckets", &[]), 2.0);
+    // A stream gone takes its buckets out of the gauges (the server sees
+    // the close a little after: poll).
+    drop(c);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let m = metrics(&s);
+        if sum(&m, "tollgate_rlqs_streams", &[]) == 0.0
+            && sum(&m, "tollgate_rlqs_buckets", &[]) == 0.0
+        {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "gauges stuck: {m}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_ends_unavailable_when_tollgate_stops() {
+    // Envoy holds its stream forever: a draining tollgate ends it, so
+    // that Envoy reconnects elsewhere and the drain is not held open.
+    let mut s = start("[rlqs]\n");
+    let mut c = RlqsClient::connect(s.grpc(), "web").await;
+    let id = bucket(&[("name", "wide"), ("tenant", "acme")]);
+    share(&c.one(&id, 1, 0, 0).await);
+    s.signal("TERM");
+    let end = c.ended().await;
+    assert_eq!(end.code, tonic::Code::Unavailable, "{end:?}");
+    let exited = tokio::task::block_in_place(|| s.wait_exit(std::time::Duration::from_secs(60)));
+    assert!(exited.is_some(), "tollgate did not exit with a stream open");
 }
