@@ -210,6 +210,10 @@ async fn an_empty_bucket_id_is_refused_naming_it() {
     let mut c = RlqsClient::connect(s.grpc(), "web").await;
     c.report(&[(&bucket(&[]), 1, 0, 0)]);
     refused(&c.ended().await, Code::InvalidArgument, "bucket");
+    // A report of no bucket at all (Envoy never sends one).
+    let mut c = RlqsClient::connect(s.grpc(), "web").await;
+    c.report(&[]);
+    refused(&c.ended().await, Code::InvalidArgument, "bucket");
     // An entry with an empty value is another matter: Envoy fills values
     // from request headers, and a client's empty header must not cut the
     // stream every bucket of that Envoy rides on. It is a bucket.
@@ -260,5 +264,23 @@ async fn huge_entries_are_limited_like_any_bucket() {
         assert!(used <= 10, "admitted and leased {used} of 10");
         a = c.one(&id, u64::from(max), 100, 5).await;
     }
+    still_served(&mut other, "other").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_counts_are_charged_and_the_server_serves_on() {
+    // A report claiming u64::MAX requests, admitted and denied: charged
+    // (the key deep in debt: DENY_ALL), no overflow, nothing cut.
+    let s = start("[rlqs]\n");
+    let mut other = good(&s, "other").await;
+    let mut c = good(&s, "liar").await;
+    let id = bucket(&[("name", "wide"), ("tenant", "liar")]);
+    for _ in 0..3 {
+        let a = c.one(&id, u64::MAX, u64::MAX, i64::MAX).await;
+        assert_eq!(a.assigned, Assigned::DenyAll, "{a:?}");
+    }
+    let lost = bucket(&[("name", "no-such-rule")]);
+    let a = c.one(&lost, u64::MAX, u64::MAX, -1).await;
+    assert_eq!(a.assigned, Assigned::AllowAll, "{a:?}");
     still_served(&mut other, "other").await;
 }
