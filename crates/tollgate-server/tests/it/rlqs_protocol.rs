@@ -182,6 +182,10 @@ async fn a_bucket_of_no_rule_is_allowed_by_default() {
     let mut c = RlqsClient::connect(s.grpc(), "web").await;
     let unknown = bucket(&[("name", "no-such-rule"), ("tenant", "acme")]);
     blanket(&c.one(&unknown, 1, 0, 0).await, &Assigned::AllowAll);
+    // A concurrency rule limits requests in flight, which Envoy does not
+    // report: its buckets are unmatched too.
+    let inflight = bucket(&[("name", "inflight"), ("tenant", "acme")]);
+    blanket(&c.one(&inflight, 1, 0, 0).await, &Assigned::AllowAll);
     // No `name` entry at all: no rule either.
     let nameless = bucket(&[("tenant", "acme")]);
     blanket(&c.one(&nameless, 1, 0, 0).await, &Assigned::AllowAll);

@@ -10,14 +10,16 @@ use super::{Resp, Tollgate, get, request};
 /// The admin API's token in these tests.
 pub const TOKEN: &str = "rlqs-0123456789abcdef";
 
-/// Rules most tests use: `per-tenant` (10 an hour), `wide` (100 an hour)
-/// and `pair` (20 an hour), fixed windows so that nothing refills while a
-/// test runs (`Tollgate::start` keeps an hour's window whole for its
-/// first minute).
+/// Rules the tests use: `per-tenant` (10 an hour), `wide` (100 an
+/// hour), `pair` (20 an hour) and `small` (4 an hour), fixed windows so
+/// that nothing refills while a test runs (`Tollgate::start` keeps an
+/// hour's window whole for its first minute); and `inflight`, a
+/// concurrency rule (no RLQS share).
 pub const RULES: &str = "[[rules]]\nname = \"per-tenant\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1h\"\n\n\
      [[rules]]\nname = \"wide\"\nalgorithm = \"fixed_window\"\nlimit = 100\nperiod = \"1h\"\n\n\
      [[rules]]\nname = \"pair\"\nalgorithm = \"fixed_window\"\nlimit = 20\nperiod = \"1h\"\n\n\
-     [[rules]]\nname = \"small\"\nalgorithm = \"fixed_window\"\nlimit = 4\nperiod = \"1h\"\n";
+     [[rules]]\nname = \"small\"\nalgorithm = \"fixed_window\"\nlimit = 4\nperiod = \"1h\"\n\n\
+     [[rules]]\nname = \"inflight\"\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
 
 /// The whole config: the memory store, the admin token, `rlqs` (the
 /// `[rlqs]` section and its subsections, as TOML) and [`RULES`].
