@@ -32,7 +32,10 @@ fn gate() -> Gate {
     Gate::new(&config, &[], MemoryStore::new().into()).expect("gate")
 }
 
-fn report(domain: &str, buckets: &[(&[(&str, &str)], u64, u64)]) -> RateLimitQuotaUsageReports {
+/// A bucket id's entries, its allowed and denied requests.
+type Usage<'a> = (&'a [(&'a str, &'a str)], u64, u64);
+
+fn report(domain: &str, buckets: &[Usage<'_>]) -> RateLimitQuotaUsageReports {
     RateLimitQuotaUsageReports {
         domain: domain.to_owned(),
         bucket_quota_usages: buckets
@@ -243,7 +246,7 @@ async fn a_report_the_stream_cannot_take_ends_it_with_a_status_naming_why() {
         .await
         .expect_err("empty id");
     assert!(e.message().contains("without entries"), "{e:?}");
-    let three: [(&[(&str, &str)], u64, u64); 3] = [
+    let three: [Usage<'_>; 3] = [
         (&[("name", "api"), ("t", "1")], 0, 0),
         (&[("name", "api"), ("t", "2")], 0, 0),
         (&[("name", "api"), ("t", "3")], 0, 0),
