@@ -247,7 +247,7 @@ fn unknown_fields_everywhere() {
          [[rules]]\nname = \"r\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nlimt = 2\n\n\
          [server]\nport = 80\n",
         &[
-            "bad.toml:1: colour: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing",
+            "bad.toml:1: colour: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing, rlqs",
             "bad.toml:5: store.ttl: unknown field; expected one of url, timeout, on_error, prefix, max_keys, \
              replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease, password_file, username, tls",
             "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
@@ -255,7 +255,7 @@ fn unknown_fields_everywhere() {
              upstream_tls, listen_tls, request_body_limit",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \
              period, lease, burst, key, on_error, cost, estimate, estimate_default, overrides",
-            "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing",
+            "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing, rlqs",
         ],
     );
 }
