@@ -662,3 +662,32 @@ fn a_proxy_without_an_upstream_is_refused_as_serve_refuses_it() {
         out.stderr
     );
 }
+
+/// `[rlqs]` is summarised (what maps a bucket, each domain's fixed
+/// rule), and a domain's rule must be a `[[rules]]` entry.
+#[test]
+fn rlqs_is_summarised_and_a_domains_rule_must_exist() {
+    let rules = "[[rules]]\nname = \"per-tenant\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1m\"\n";
+    let out = validate(&format!(
+        "{rules}[rlqs]\nkey_entries = [\"tenant\"]\nunmatched = \"deny\"\n\
+         [rlqs.domains.checkout]\nrule = \"per-tenant\"\n"
+    ));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(
+            "rlqs: served on --grpc; rule from entry \"name\", key from tenant, unmatched deny"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("rlqs: domain \"checkout\" counts on rule per-tenant"),
+        "{}",
+        out.stdout
+    );
+    assert_problems(
+        &format!("{rules}[rlqs.domains.checkout]\nrule = \"per-user\"\n"),
+        &["bad.toml:7: rlqs.domains.checkout.rule: no [[rules]] entry is named \"per-user\""],
+    );
+}
