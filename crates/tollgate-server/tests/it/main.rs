@@ -68,6 +68,7 @@ mod replay;
 mod replay_ops;
 mod replay_plot;
 mod replay_redis;
+mod rlqs_envoy_quirks;
 mod rlqs_hostile;
 mod rlqs_protocol;
 mod run_in_process;

@@ -44,6 +44,10 @@ struct Held {
     limit: Option<u64>,
     /// Reports of it answered on this stream.
     reports: u64,
+    /// Its last assignment was the failure policy's (`allow` or `local`
+    /// with the store down): what Envoy admits under it is not charged
+    /// afterwards, as no door records what its policy admitted.
+    degraded: bool,
 }
 
 /// One stream: its domain (fixed by its first message) and buckets.
@@ -97,12 +101,22 @@ impl StreamState {
             return Err(Status::invalid_argument("the report has no bucket"));
         }
         let now = Instant::now();
-        let mut work = Vec::with_capacity(report.bucket_quota_usages.len());
+        let mut work: Vec<(BucketName, Held, u64, u64)> =
+            Vec::with_capacity(report.bucket_quota_usages.len());
+        // Where each bucket of this report is in `work`: a bucket named
+        // twice (Envoy never does) is one bucket with the usage summed.
+        let mut seen: HashMap<BucketName, usize> = HashMap::new();
         for usage in report.bucket_quota_usages {
             let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
                 return Err(Status::invalid_argument("a bucket id without entries"));
             };
             let name = BucketName::new(&id.bucket);
+            if let Some(&i) = seen.get(&name) {
+                let w = &mut work[i];
+                w.2 = w.2.saturating_add(usage.num_requests_allowed);
+                w.3 = w.3.saturating_add(usage.num_requests_denied);
+                continue;
+            }
             let held = match self.buckets.remove(&name) {
                 Some(h) => h,
                 None => {
@@ -120,9 +134,11 @@ impl StreamState {
                         idle_since: None,
                         limit: None,
                         reports: 0,
+                        degraded: false,
                     }
                 }
             };
+            seen.insert(name.clone(), work.len());
             work.push((
                 name,
                 held,
@@ -207,9 +223,8 @@ async fn one_bucket(
         held.target.clone_from(&target);
         held.limit = None;
     }
-    // After the target is known: a new bucket's requests, admitted by
-    // Envoy's no-assignment behaviour, are charged to it (a ticket
-    // settles on its own rule and key).
+    // After the target is known: a first report's requests (admitted by
+    // Envoy before any assignment) are charged to it.
     settle(env.gate, &mut held, allowed).await;
     if allowed == 0 && denied == 0 {
         let since = *held.idle_since.get_or_insert(now);
@@ -265,7 +280,7 @@ async fn settle(gate: &Gate, held: &mut Held, allowed: u64) {
                 tracing::debug!("RLQS: a lease could not be settled: {e}");
             }
         }
-        None if allowed > 0 => {
+        None if allowed > 0 && !held.degraded => {
             if let Some((rule, key)) = &held.target
                 && let Err(e) = gate
                     .charge_all(&[Check::new(rule, key).cost(allowed)])
@@ -296,6 +311,7 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
                 let verdict = &reserved.verdict;
                 let decision = verdict.decision();
                 held.limit = Some(decision.limit);
+                held.degraded = verdict.degraded.is_some();
                 if verdict.degraded == Some(OnError::Allow) {
                     return Assignment::AllowAll;
                 }
@@ -309,7 +325,10 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
                 }
                 cost = decision.remaining;
             }
-            Err(Refusal::Unavailable(_)) => return Assignment::DenyAll,
+            Err(Refusal::Unavailable(_)) => {
+                held.degraded = true;
+                return Assignment::DenyAll;
+            }
             Err(e) => {
                 tracing::debug!("RLQS: lease of rule {rule:?} refused: {e}");
                 return match env.config.unmatched {

@@ -37,6 +37,7 @@ pub mod proxy;
 pub mod recorder;
 pub mod reference;
 pub mod rlqs_client;
+pub mod rlqs_script;
 pub mod rlqs_server;
 pub mod rls;
 pub mod tls_upstream;
