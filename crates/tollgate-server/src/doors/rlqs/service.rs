@@ -169,11 +169,15 @@ async fn serve_stream(
                 };
                 cut(reason);
                 // tonic says OUT_OF_RANGE for a message over the decoding
-                // limit; a size bound is RESOURCE_EXHAUSTED, as the other caps are.
-                if status.code() == tonic::Code::OutOfRange {
-                    break Some(Status::resource_exhausted(status.message().to_owned()));
-                }
-                break Some(status);
+                // limit (a size bound: RESOURCE_EXHAUSTED, as the other
+                // caps) and INTERNAL for bytes that are no message (the
+                // client's fault: INVALID_ARGUMENT, docs/rlqs.md "Bounds").
+                let message = status.message().to_owned();
+                break Some(match status.code() {
+                    tonic::Code::OutOfRange => Status::resource_exhausted(message),
+                    tonic::Code::Internal => Status::invalid_argument(message),
+                    _ => status,
+                });
             }
         };
         ::metrics::counter!(metric::REPORTS).increment(1);
