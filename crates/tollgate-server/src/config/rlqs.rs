@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use toml::de::{DeTable, DeValue};
 
+use tollgate::Algorithm;
+
 use super::checker::{Checker, join};
+use super::model::RuleConfig;
 
 const RLQS_FIELDS: &[&str] = &[
     "rule_entry",
@@ -89,7 +92,13 @@ impl Default for RlqsConfig {
 }
 
 impl Checker<'_> {
-    pub(super) fn rlqs(&mut self, t: &DeTable<'_>) -> Option<RlqsConfig> {
+    /// `[rlqs]`; a domain's fixed `rule` must be one of `rules` (when they
+    /// parsed) and not a concurrency rule.
+    pub(super) fn rlqs(
+        &mut self,
+        t: &DeTable<'_>,
+        rules: Option<&[RuleConfig]>,
+    ) -> Option<RlqsConfig> {
         let path = "rlqs";
         let before = self.errors.len();
         self.unknown_fields(t, path, RLQS_FIELDS);
@@ -153,7 +162,26 @@ impl Checker<'_> {
                         self.unknown_fields(d, &field, DOMAIN_FIELDS);
                         self.required(d, &name.span(), &field, "rule");
                         let key_entries = self.entry_names(d, &field);
-                        if let Some((rule, _)) = self.string(d, &field, "rule") {
+                        if let Some((rule, span)) = self.string(d, &field, "rule") {
+                            let found = rules.map(|r| r.iter().find(|r| r.rule.name() == rule));
+                            match found {
+                                Some(None) => self.error(
+                                    &span,
+                                    format!("{field}.rule"),
+                                    format!("no [[rules]] entry is named {rule:?}"),
+                                ),
+                                Some(Some(r)) if r.rule.algorithm() == Algorithm::Concurrency => {
+                                    self.error(
+                                        &span,
+                                        format!("{field}.rule"),
+                                        format!(
+                                            "{rule:?} is a concurrency rule: RLQS leases \
+                                             count requests, not slots"
+                                        ),
+                                    );
+                                }
+                                _ => {}
+                            }
                             rlqs.domains.insert(
                                 name.get_ref().to_string(),
                                 RlqsDomain {
@@ -342,6 +370,15 @@ mod tests {
                 .any(|e| e.contains("rlqs.domains.d.rule: missing required field")),
             "{got:?}"
         );
+        let got = errors(&format!("{RULE}[rlqs.domains.d]\nrule = \"b\"\n"));
+        assert_eq!(
+            got,
+            ["t.toml:7: rlqs.domains.d.rule: no [[rules]] entry is named \"b\""]
+        );
+        let slots =
+            "[[rules]]\nname = \"s\"\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"1m\"\n";
+        let got = errors(&format!("{RULE}{slots}[rlqs.domains.d]\nrule = \"s\"\n"));
+        assert!(got[0].contains("\"s\" is a concurrency rule"), "{got:?}");
         let got = errors(&format!("rlqs = 1\n{RULE}"));
         assert_eq!(
             got,

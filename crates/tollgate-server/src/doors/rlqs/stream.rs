@@ -101,12 +101,22 @@ impl StreamState {
             return Err(Status::invalid_argument("the report has no bucket"));
         }
         let now = Instant::now();
-        let mut work = Vec::with_capacity(report.bucket_quota_usages.len());
+        let mut work: Vec<(BucketName, Held, u64, u64)> =
+            Vec::with_capacity(report.bucket_quota_usages.len());
+        // Where each bucket of this report is in `work`: a bucket named
+        // twice (Envoy never does) is one bucket with the usage summed.
+        let mut seen: HashMap<BucketName, usize> = HashMap::new();
         for usage in report.bucket_quota_usages {
             let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
                 return Err(Status::invalid_argument("a bucket id without entries"));
             };
             let name = BucketName::new(&id.bucket);
+            if let Some(&i) = seen.get(&name) {
+                let w = &mut work[i];
+                w.2 = w.2.saturating_add(usage.num_requests_allowed);
+                w.3 = w.3.saturating_add(usage.num_requests_denied);
+                continue;
+            }
             let held = match self.buckets.remove(&name) {
                 Some(h) => h,
                 None => {
@@ -128,6 +138,7 @@ impl StreamState {
                     }
                 }
             };
+            seen.insert(name.clone(), work.len());
             work.push((
                 name,
                 held,
@@ -212,8 +223,8 @@ async fn one_bucket(
         held.target.clone_from(&target);
         held.limit = None;
     }
-    // After the target is known: a first sighting's requests (admitted by
-    // Envoy's no-assignment fallback) are charged to it.
+    // After the target is known: a first report's requests (admitted by
+    // Envoy before any assignment) are charged to it.
     settle(env.gate, &mut held, allowed).await;
     if allowed == 0 && denied == 0 {
         let since = *held.idle_since.get_or_insert(now);
