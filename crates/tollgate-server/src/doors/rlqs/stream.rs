@@ -40,14 +40,16 @@ struct Held {
     reported: Instant,
     /// Since when every report said idle.
     idle_since: Option<Instant>,
-    /// The limit its last lease was decided under (an override's, if any).
-    limit: Option<u64>,
     /// Reports of it answered on this stream.
     reports: u64,
-    /// Its last assignment was the failure policy's (`allow` or `local`
-    /// with the store down): what Envoy admits under it is not charged
-    /// afterwards, as no door records what its policy admitted.
-    degraded: bool,
+    /// What Envoy admitted since the last report is not charged at the
+    /// next: the last assignment was the failure policy's (`allow` or
+    /// `local` with the store down; no door records what its policy
+    /// admitted), or this is the first report on this stream of a bucket
+    /// Envoy had before (a reconnect: spent from the earlier stream's
+    /// lease, which stays counted, or under Envoy's fallback while no
+    /// stream was up).
+    uncharged: bool,
 }
 
 /// One stream: its domain (fixed by its first message) and buckets.
@@ -132,9 +134,13 @@ impl StreamState {
                         // A first sighting counts as a period's report.
                         reported: now.checked_sub(env.config.report_period).unwrap_or(now),
                         idle_since: None,
-                        limit: None,
                         reports: 0,
-                        degraded: false,
+                        // Envoy's first report of a new bucket has
+                        // `time_elapsed` 0; a periodic one follows a
+                        // reconnect.
+                        uncharged: usage
+                            .time_elapsed
+                            .is_some_and(|d| d.seconds > 0 || d.nanos > 0),
                     }
                 }
             };
@@ -221,7 +227,6 @@ async fn one_bucket(
             env.holders.hold(t);
         }
         held.target.clone_from(&target);
-        held.limit = None;
     }
     // After the target is known: a first report's requests (admitted by
     // Envoy before any assignment) are charged to it.
@@ -244,10 +249,9 @@ async fn one_bucket(
         };
         return (Some(held), assignment);
     };
-    let limit = held
-        .limit
-        .or_else(|| env.gate.rule(&rule).map(tollgate::Rule::limit))
-        .unwrap_or(1);
+    // The limit deciding the key now: an override set since the last
+    // report sizes this lease.
+    let limit = env.gate.deciding_limit(&rule, key.as_bytes()).unwrap_or(1);
     let holders = env
         .holders
         .count(&(rule.clone(), key.clone()))
@@ -280,7 +284,7 @@ async fn settle(gate: &Gate, held: &mut Held, allowed: u64) {
                 tracing::debug!("RLQS: a lease could not be settled: {e}");
             }
         }
-        None if allowed > 0 && !held.degraded => {
+        None if allowed > 0 && !held.uncharged => {
             if let Some((rule, key)) = &held.target
                 && let Err(e) = gate
                     .charge_all(&[Check::new(rule, key).cost(allowed)])
@@ -310,8 +314,7 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
             Ok(reserved) => {
                 let verdict = &reserved.verdict;
                 let decision = verdict.decision();
-                held.limit = Some(decision.limit);
-                held.degraded = verdict.degraded.is_some();
+                held.uncharged = verdict.degraded.is_some();
                 if verdict.degraded == Some(OnError::Allow) {
                     return Assignment::AllowAll;
                 }
@@ -326,7 +329,7 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
                 cost = decision.remaining;
             }
             Err(Refusal::Unavailable(_)) => {
-                held.degraded = true;
+                held.uncharged = true;
                 return Assignment::DenyAll;
             }
             Err(e) => {

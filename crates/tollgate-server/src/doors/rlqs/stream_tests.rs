@@ -298,3 +298,42 @@ async fn an_idle_bucket_is_abandoned_after_abandon_after_and_its_lease_returned(
         "every lease settled at 0: {seen:?}"
     );
 }
+
+#[tokio::test]
+async fn a_reconnects_first_report_is_not_charged_again() {
+    let (gate, config, holders) = (gate(), RlqsConfig::default(), Holders::default());
+    let env = Env {
+        gate: &gate,
+        config: &config,
+        holders: &holders,
+    };
+    let mut old = StreamState::default();
+    let r = old
+        .answer(report("d", &[(ACME, 0, 0)]), &env)
+        .await
+        .expect("answered");
+    assert_eq!(assigned(&r), [Err("deny"), Ok(50)]);
+    old.close(&holders);
+    // Envoy reconnects: its first message is periodic (`time_elapsed`
+    // 5 s) and reports 30 requests spent from the old stream's lease,
+    // which stays counted.
+    let mut periodic = report("d", &[(ACME, 30, 0)]);
+    periodic.bucket_quota_usages[0].time_elapsed =
+        Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 5,
+            nanos: 0,
+        });
+    let mut new = StreamState::default();
+    let r = new.answer(periodic, &env).await.expect("answered");
+    // The old lease (50) and this one's fair share (25 left of half): no
+    // second charge of the 30.
+    let seen = gate.inspect("api", b"tenant=acme").await.expect("inspect");
+    let Some(Ok(leased)) = assigned(&r).last().copied() else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        seen.decision.remaining,
+        LIMIT - 50 - u64::from(leased),
+        "{seen:?}"
+    );
+}
