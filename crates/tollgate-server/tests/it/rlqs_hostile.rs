@@ -289,3 +289,34 @@ async fn absurd_counts_are_charged_and_the_server_serves_on() {
     assert_eq!(a.assigned, Assigned::AllowAll, "{a:?}");
     still_served(&mut other, "other").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_is_no_cut() {
+    let s = start("[rlqs]\n");
+    let mut raw = RawRlqs::open(s.grpc()).await;
+    let id = bucket(&[("name", "wide"), ("tenant", "gone")]);
+    raw.send_message(&reports("web", &[(&id, 0, 0, 0)]))
+        .expect("send");
+    raw.headers().await.expect("the stream is answered");
+    // Its connection closed under the stream, as when Envoy stops.
+    raw.vanish();
+    let open = |s: &Tollgate| {
+        metrics(s)
+            .lines()
+            .find_map(|l| l.strip_prefix("tollgate_rlqs_streams "))
+            .map_or(-1.0, |v| v.trim().parse::<f64>().expect("a number"))
+    };
+    let deadline = std::time::Instant::now() + CUT_WITHIN;
+    while open(&s) != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        cuts(&s, "bad_report"),
+        0.0,
+        "a client gone counted as a bad report"
+    );
+}

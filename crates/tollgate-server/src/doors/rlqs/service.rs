@@ -135,6 +135,19 @@ impl RateLimitQuotaService for RlqsService {
     }
 }
 
+/// The stream's transport failed (tonic's status made of an h2 error: a
+/// reset, a closed connection), not the bytes of a report.
+fn went_away(status: &Status) -> bool {
+    let mut source = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.is::<h2::Error>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 fn cut(reason: &'static str) {
     ::metrics::counter!(metric::STREAMS_CUT, "reason" => reason).increment(1);
 }
@@ -159,6 +172,12 @@ async fn serve_stream(
         let report = match next {
             Ok(Some(r)) => r,
             Ok(None) => break None,
+            // The client reset the stream or its connection closed (Envoy
+            // stopping, a lost peer): nothing it sent was wrong, so no cut.
+            Err(status) if went_away(&status) => {
+                tracing::debug!("RLQS: the client went away: {}", status.message());
+                break None;
+            }
             Err(status) => {
                 let reason = if status.code() == tonic::Code::OutOfRange
                     || status.code() == tonic::Code::ResourceExhausted

@@ -110,6 +110,7 @@ impl StreamState {
         let mut seen: HashMap<BucketName, usize> = HashMap::new();
         for usage in report.bucket_quota_usages {
             let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
+                self.put_back(work);
                 return Err(Status::invalid_argument("a bucket id without entries"));
             };
             let name = BucketName::new(&id.bucket);
@@ -124,6 +125,7 @@ impl StreamState {
                 None => {
                     let most = env.config.max_buckets_per_stream;
                     if (self.buckets.len() + work.len()) as u64 >= most {
+                        self.put_back(work);
                         return Err(Status::resource_exhausted(format!(
                             "more than {most} buckets on one stream ([rlqs] max_buckets_per_stream)"
                         )));
@@ -176,6 +178,15 @@ impl StreamState {
             response.bucket_action.extend(act);
         }
         Ok(response)
+    }
+
+    /// Returns the buckets a refused report took out, so that `close`
+    /// still releases what they hold (else their holders would count
+    /// forever, shrinking every later stream's share).
+    fn put_back(&mut self, work: Vec<(BucketName, Held, u64, u64)>) {
+        for (name, held, _, _) in work {
+            self.buckets.insert(name, held);
+        }
     }
 
     /// The stream ended: its buckets stop counting as held. What they

@@ -337,3 +337,41 @@ async fn a_reconnects_first_report_is_not_charged_again() {
         "{seen:?}"
     );
 }
+
+#[tokio::test]
+async fn a_refused_report_still_lets_close_release_its_buckets_holders() {
+    let (gate, holders) = (gate(), Holders::default());
+    let config = RlqsConfig {
+        max_buckets_per_stream: 2,
+        ..RlqsConfig::default()
+    };
+    let env = Env {
+        gate: &gate,
+        config: &config,
+        holders: &holders,
+    };
+    let target = ("api".to_owned(), "tenant=acme".to_owned());
+    let other: &[(&str, &str)] = &[("name", "api"), ("tenant", "b")];
+    let third: &[(&str, &str)] = &[("name", "api"), ("tenant", "c")];
+    for bad in [
+        // A bucket id without entries after a held bucket.
+        report("d", &[(ACME, 0, 0), (&[], 0, 0)]),
+        // One bucket more than max_buckets_per_stream.
+        report("d", &[(ACME, 0, 0), (other, 0, 0), (third, 0, 0)]),
+    ] {
+        let mut s = StreamState::default();
+        s.answer(report("d", &[(ACME, 0, 0)]), &env)
+            .await
+            .expect("answered");
+        assert_eq!(holders.count(&target), 1);
+        s.answer(bad, &env).await.expect_err("refused");
+        s.close(&holders);
+        let mut fresh = StreamState::default();
+        fresh
+            .answer(report("d", &[(ACME, 0, 0)]), &env)
+            .await
+            .expect("answered");
+        assert_eq!(holders.count(&target), 1, "a holder leaked");
+        fresh.close(&holders);
+    }
+}

@@ -328,6 +328,7 @@ pub struct RawRlqs {
     response: Option<h2::client::ResponseFuture>,
     body: Option<h2::RecvStream>,
     headers: Option<http::HeaderMap>,
+    conn: tokio::task::JoinHandle<()>,
 }
 
 /// How a raw stream ended: `grpc-status`/`grpc-message` when sent, or
@@ -346,7 +347,7 @@ impl RawRlqs {
     pub async fn open(addr: SocketAddr) -> RawRlqs {
         let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-        tokio::spawn(async move {
+        let conn = tokio::spawn(async move {
             let _ = conn.await;
         });
         let req = http::Request::builder()
@@ -363,7 +364,14 @@ impl RawRlqs {
             response: Some(response),
             body: None,
             headers: None,
+            conn,
         }
+    }
+
+    /// Drops the connection without a word (its socket closed under the
+    /// stream), as a client process that exits.
+    pub fn vanish(self) {
+        self.conn.abort();
     }
 
     /// Sends `bytes` as DATA (not ending the stream); an error once the
