@@ -69,7 +69,8 @@ pub struct RlqsConfig {
     pub abandon_after: Duration,
     /// `max_streams`: open streams at once; more are refused.
     pub max_streams: u64,
-    /// `max_buckets_per_stream`: a stream reporting more is cut.
+    /// `max_buckets_per_stream`: buckets one stream holds; more are
+    /// denied, not held.
     pub max_buckets_per_stream: u64,
     /// `[rlqs.domains.NAME]`: a fixed rule per RLQS domain.
     pub domains: BTreeMap<String, RlqsDomain>,

@@ -233,6 +233,11 @@ pub const FAMILIES: &[Family] = &[
         "RLQS streams tollgate ended, by reason.",
     ),
     (
+        rlqs::BUCKETS_REFUSED,
+        Kind::Counter,
+        "RLQS buckets a stream may not hold (too_many, too_long), answered DENY_ALL or abandoned.",
+    ),
+    (
         super::process::CPU,
         Kind::Counter,
         "Total user and system CPU time spent in seconds.",

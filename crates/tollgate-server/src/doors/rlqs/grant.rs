@@ -57,6 +57,14 @@ pub fn cap(limit: u64, holders: u64) -> u64 {
     (limit / holders.max(1).saturating_mul(2)).max(1)
 }
 
+/// Units a server may still lease of a key whose limit is `limit`, with
+/// `replicas` servers sharing it and `leased` units leased already by
+/// its streams: all leases together hold at most half the limit.
+#[must_use]
+pub fn room(limit: u64, replicas: u64, leased: u64) -> u64 {
+    (limit / 2 / replicas.max(1)).saturating_sub(leased)
+}
+
 /// Units to lease a stream for the next `period`: the demand it reported
 /// (`allowed` + `denied` over `elapsed`, measured by tollgate) scaled to
 /// the period with head room, plus one so an idle stream still admits its
@@ -141,6 +149,15 @@ mod tests {
         assert!(3 * cap(100, 3) <= 50);
         assert_eq!(cap(1, 5), 1, "every stream may hold one unit");
         assert_eq!(cap(100, 0), 50, "no holder counts as one");
+    }
+
+    #[test]
+    fn a_servers_leases_hold_at_most_its_part_of_half_the_limit() {
+        assert_eq!(room(100, 1, 0), 50);
+        assert_eq!(room(100, 1, 45), 5);
+        assert_eq!(room(100, 1, 60), 0);
+        assert_eq!(room(100, 2, 10), 15);
+        assert_eq!(room(1, 1, 0), 0);
     }
 
     #[test]

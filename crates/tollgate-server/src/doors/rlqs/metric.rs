@@ -16,8 +16,14 @@ pub const STREAMS_CUT: &str = "tollgate_rlqs_streams_cut_total";
 /// Every `reason` of [`STREAMS_CUT`].
 pub const CUT_REASONS: &[&str] = &[
     "too_many_streams",
-    "too_many_buckets",
     "bad_report",
     "too_large",
     "not_reading",
+    "silent",
 ];
+/// `tollgate_rlqs_buckets_refused_total{reason}`: reports of buckets a
+/// stream may not hold (`too_many`: past `max_buckets_per_stream`;
+/// `too_long`: an id over 1 KiB), answered `DENY_ALL` or abandoned.
+pub const BUCKETS_REFUSED: &str = "tollgate_rlqs_buckets_refused_total";
+/// Every `reason` of [`BUCKETS_REFUSED`].
+pub const REFUSED_REASONS: &[&str] = &["too_many", "too_long"];

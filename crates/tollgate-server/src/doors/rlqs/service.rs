@@ -7,6 +7,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::{
     RateLimitQuotaService, RateLimitQuotaServiceServer,
@@ -33,7 +34,7 @@ pub const STREAM_PATH: &str =
 /// The largest report read: a stream sending a larger one is ended
 /// `RESOURCE_EXHAUSTED` (a report of 10 000 buckets of short ids is far
 /// below it).
-pub const MAX_REPORT_BYTES: usize = 1024 * 1024;
+pub const MAX_REPORT_BYTES: usize = 8 * 1024 * 1024;
 /// Answers queued for a stream that has not read them: Envoy reads each
 /// as it comes, so a stream this far behind is not reading, and is cut.
 const QUEUED_ANSWERS: usize = 4;
@@ -71,6 +72,9 @@ impl RlqsService {
     pub fn new(source: RlqsSource, stop: watch::Receiver<bool>) -> Self {
         for reason in metric::CUT_REASONS {
             ::metrics::counter!(metric::STREAMS_CUT, "reason" => *reason).increment(0);
+        }
+        for reason in metric::REFUSED_REASONS {
+            ::metrics::counter!(metric::BUCKETS_REFUSED, "reason" => *reason).increment(0);
         }
         ::metrics::gauge!(metric::STREAMS).set(0.0);
         ::metrics::gauge!(metric::BUCKETS).set(0.0);
@@ -162,9 +166,23 @@ async fn serve_stream(
     let inner = &opened.0;
     let mut state = StreamState::default();
     let mut stop = inner.stop.clone();
+    // Envoy reports at once on a new stream (a new bucket's report, or the
+    // periodic one it reconnected for): a stream silent for three periods
+    // only holds a place under max_streams.
+    let first_within = (inner.source)()
+        .1
+        .map_or(Duration::from_secs(15), |c| c.report_period * 3);
     let end = loop {
+        let first = state.reports() == 0;
         let next = tokio::select! {
             next = reports.message() => next,
+            () = tokio::time::sleep(first_within), if first => {
+                cut("silent");
+                break Some(Status::deadline_exceeded(format!(
+                    "no report within {}s of the stream's start",
+                    first_within.as_secs()
+                )));
+            }
             _ = stop.wait_for(|stopping| *stopping) => {
                 break Some(Status::unavailable("tollgate is stopping"));
             }
@@ -228,11 +246,7 @@ async fn serve_stream(
                 }
             }
             Err(status) => {
-                cut(if status.code() == tonic::Code::ResourceExhausted {
-                    "too_many_buckets"
-                } else {
-                    "bad_report"
-                });
+                cut("bad_report");
                 break Some(status);
             }
         }

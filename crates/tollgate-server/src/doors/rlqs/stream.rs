@@ -18,11 +18,18 @@ use tollgate::{Check, OnError};
 use tonic::Status;
 
 use super::bucket::{BucketName, Target, target};
-use super::grant::{Assignment, actions, cap, wanted};
+use super::grant::{Assignment, actions, cap, room, wanted};
 use super::holders::Holders;
 use super::metric;
 use crate::config::{RlqsConfig, Unmatched};
 use crate::gate::Gate;
+
+/// The most bytes a bucket id's entries may hold for a stream to hold
+/// it: a stream's memory is at most `max_buckets_per_stream` of these. A
+/// longer id (a long header value in it) is denied, never counted under
+/// some other key, as the rate limit service answers a long request
+/// `OVER_LIMIT`.
+pub(super) const MAX_BUCKET_ID_BYTES: usize = 1024;
 
 /// Buckets of one report decided at once (each makes up to two store
 /// calls).
@@ -42,6 +49,8 @@ struct Held {
     idle_since: Option<Instant>,
     /// Reports of it answered on this stream.
     reports: u64,
+    /// Units of its outstanding lease (counted in [`Holders`] too).
+    leased: u64,
     /// What Envoy admitted since the last report is not charged at the
     /// next: the last assignment was the failure policy's (`allow` or
     /// `local` with the store down; no door records what its policy
@@ -56,6 +65,7 @@ struct Held {
 #[derive(Debug, Default)]
 pub(super) struct StreamState {
     domain: Option<String>,
+    reports: u64,
     buckets: HashMap<BucketName, Held>,
 }
 
@@ -75,6 +85,11 @@ impl StreamState {
         self.buckets.len()
     }
 
+    /// Reports answered.
+    pub(super) fn reports(&self) -> u64 {
+        self.reports
+    }
+
     /// Answers `report`: one action per bucket, in its order.
     ///
     /// # Errors
@@ -86,6 +101,7 @@ impl StreamState {
         report: RateLimitQuotaUsageReports,
         env: &Env<'_>,
     ) -> Result<RateLimitQuotaResponse, Status> {
+        self.reports += 1;
         if report.domain.is_empty() {
             return Err(Status::invalid_argument("the report names no domain"));
         }
@@ -108,6 +124,8 @@ impl StreamState {
         // Where each bucket of this report is in `work`: a bucket named
         // twice (Envoy never does) is one bucket with the usage summed.
         let mut seen: HashMap<BucketName, usize> = HashMap::new();
+        // The answers to buckets this stream may not hold.
+        let mut refused_actions = Vec::new();
         for usage in report.bucket_quota_usages {
             let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
                 self.put_back(work);
@@ -123,12 +141,37 @@ impl StreamState {
             let held = match self.buckets.remove(&name) {
                 Some(h) => h,
                 None => {
-                    let most = env.config.max_buckets_per_stream;
-                    if (self.buckets.len() + work.len()) as u64 >= most {
-                        self.put_back(work);
-                        return Err(Status::resource_exhausted(format!(
-                            "more than {most} buckets on one stream ([rlqs] max_buckets_per_stream)"
-                        )));
+                    let refused = if name.bytes() > MAX_BUCKET_ID_BYTES {
+                        Some("too_long")
+                    } else if (self.buckets.len() + work.len()) as u64
+                        >= env.config.max_buckets_per_stream
+                    {
+                        Some("too_many")
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = refused {
+                        // Not held, so it costs no memory: denied while
+                        // it has traffic, forgotten by Envoy once idle.
+                        // Cutting the stream instead would leave Envoy on
+                        // its fallback, for good: it never drops a bucket.
+                        ::metrics::counter!(metric::BUCKETS_REFUSED, "reason" => reason)
+                            .increment(1);
+                        let idle =
+                            usage.num_requests_allowed == 0 && usage.num_requests_denied == 0;
+                        let assignment = if idle {
+                            Assignment::Abandon
+                        } else {
+                            Assignment::DenyAll
+                        };
+                        ::metrics::counter!(metric::ASSIGNMENTS, "kind" => assignment.kind())
+                            .increment(1);
+                        refused_actions.extend(actions(
+                            &name,
+                            assignment,
+                            env.config.assignment_ttl,
+                        ));
+                        continue;
                     }
                     Held {
                         target: None,
@@ -137,6 +180,7 @@ impl StreamState {
                         reported: now.checked_sub(env.config.report_period).unwrap_or(now),
                         idle_since: None,
                         reports: 0,
+                        leased: 0,
                         // Envoy's first report of a new bucket has
                         // `time_elapsed` 0; a periodic one follows a
                         // reconnect.
@@ -170,7 +214,9 @@ impl StreamState {
             .buffered(CONCURRENT_BUCKETS)
             .collect()
             .await;
-        let mut response = RateLimitQuotaResponse::default();
+        let mut response = RateLimitQuotaResponse {
+            bucket_action: refused_actions,
+        };
         for (name, held, act) in answered {
             if let Some(held) = held {
                 self.buckets.insert(name, held);
@@ -195,7 +241,7 @@ impl StreamState {
     pub(super) fn close(&mut self, holders: &Holders) {
         for (_, held) in self.buckets.drain() {
             if let Some(t) = &held.target {
-                holders.release(t);
+                holders.release(t, held.leased);
             }
         }
     }
@@ -232,7 +278,8 @@ async fn one_bucket(
     if held.target != target {
         // A new bucket, or a reload moved it to another rule or key.
         if let Some(old) = held.target.take() {
-            env.holders.release(&old);
+            env.holders.release(&old, held.leased);
+            held.leased = 0;
         }
         if let Some(t) = &target {
             env.holders.hold(t);
@@ -242,11 +289,15 @@ async fn one_bucket(
     // After the target is known: a first report's requests (admitted by
     // Envoy before any assignment) are charged to it.
     settle(env.gate, &mut held, allowed).await;
+    if let Some(t) = &held.target {
+        env.holders.lease(t, held.leased, false);
+    }
+    held.leased = 0;
     if allowed == 0 && denied == 0 {
         let since = *held.idle_since.get_or_insert(now);
         if now.saturating_duration_since(since) >= env.config.abandon_after {
             if let Some(t) = held.target.take() {
-                env.holders.release(&t);
+                env.holders.release(&t, 0);
             }
             return (None, Assignment::Abandon);
         }
@@ -263,11 +314,10 @@ async fn one_bucket(
     // The limit deciding the key now: an override set since the last
     // report sizes this lease.
     let limit = env.gate.deciding_limit(&rule, key.as_bytes()).unwrap_or(1);
-    let holders = env
-        .holders
-        .count(&(rule.clone(), key.clone()))
-        .saturating_mul(env.gate.live_replicas().max(1));
-    let cap = cap(limit, holders);
+    let replicas = env.gate.live_replicas().max(1);
+    let shared = (rule, key);
+    let (streams, leased) = env.holders.count(&shared);
+    let cap = cap(limit, streams.saturating_mul(replicas));
     // A bucket's first report says nothing of its demand (Envoy sends it
     // at its first request): its fair share, given back at the next
     // report if unspent. Then its demand.
@@ -276,7 +326,16 @@ async fn one_bucket(
     } else {
         wanted(allowed, denied, elapsed, env.config.report_period, cap)
     };
-    let assignment = lease(env, &mut held, &rule, &key, n).await;
+    // All this server's leases of the key stay within its part of half
+    // the limit, whatever order streams came in (each one's cap alone
+    // would let a run of first reports add up to the whole limit); one
+    // unit at least, so every stream can admit.
+    let n = n.min(room(limit, replicas, leased).max(1));
+    let assignment = lease(env, &mut held, &shared.0, &shared.1, n).await;
+    if let Assignment::Grant(k) = assignment {
+        held.leased = k;
+        env.holders.lease(&shared, k, true);
+    }
     (Some(held), assignment)
 }
 
