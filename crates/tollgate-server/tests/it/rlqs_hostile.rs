@@ -332,3 +332,40 @@ async fn a_client_that_goes_away_is_no_cut() {
         "a client gone counted as a bad report"
     );
 }
+
+/// A stream that never reports is ended after three report periods
+/// (Envoy reports at once on every stream it opens): it cannot hold a
+/// place under `max_streams`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_never_reports_is_ended_and_frees_its_place() {
+    let s = start(
+        "[rlqs]\nmax_streams = 1\nreport_period = \"1s\"\nassignment_ttl = \"2s\"\nabandon_after = \"1s\"\n",
+    );
+    let silent = RawRlqs::open(s.grpc()).await;
+    let end = silent.end(true, CUT_WITHIN).await;
+    assert_eq!(
+        end.status.as_deref(),
+        Some("4"),
+        "DEADLINE_EXCEEDED: {end:?}"
+    );
+    assert!(
+        end.message
+            .as_deref()
+            .unwrap_or("")
+            .contains("no%20report%20within%203s"),
+        "{end:?}"
+    );
+    assert_eq!(cuts(&s, "silent"), 1.0);
+    // Its place is free again (the server sees the end a little after:
+    // poll).
+    let deadline = tokio::time::Instant::now() + CUT_WITHIN;
+    loop {
+        let mut c = RlqsClient::connect(s.grpc(), "web").await;
+        c.report(&[(&bucket(&[("name", "wide"), ("tenant", "a")]), 1, 0, 0)]);
+        match c.next().await {
+            Ok(_) => break,
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "{e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
