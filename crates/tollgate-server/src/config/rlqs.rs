@@ -2,7 +2,6 @@
 //! gRPC listener when the table is present (docs/rlqs.md). It maps bucket
 //! ids to rules and keys, and bounds what the streams may hold.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use toml::de::{DeTable, DeValue};
@@ -10,7 +9,7 @@ use toml::de::{DeTable, DeValue};
 use tollgate::Algorithm;
 
 use super::checker::{Checker, join};
-use super::model::RuleConfig;
+use super::model::{RlqsConfig, RlqsDomain, RuleConfig, Unmatched};
 
 const RLQS_FIELDS: &[&str] = &[
     "rule_entry",
@@ -29,68 +28,6 @@ const DOMAIN_FIELDS: &[&str] = &["rule", "key_entries"];
 pub(super) const MAX_RLQS_STREAMS: u64 = 65_536;
 /// Most buckets `max_buckets_per_stream` may allow.
 pub(super) const MAX_RLQS_BUCKETS: u64 = 1_000_000;
-
-/// What a bucket whose rule is unknown is assigned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Unmatched {
-    /// `ALLOW_ALL` (the default).
-    #[default]
-    Allow,
-    /// `DENY_ALL`.
-    Deny,
-}
-
-/// How one RLQS domain's buckets map to a rule: from an entry of the
-/// bucket id, or one rule for all of them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RlqsDomain {
-    /// `rule`: every bucket of the domain is of this rule.
-    pub rule: String,
-    /// `key_entries`: the entries that make the key (`None`: all of them).
-    pub key_entries: Option<Vec<String>>,
-}
-
-/// `[rlqs]` (docs/rlqs.md, "Config").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RlqsConfig {
-    /// `rule_entry`: the bucket id's entry that names the rule.
-    pub rule_entry: String,
-    /// `key_entries`: the entries that make the key (`None`: every entry
-    /// but `rule_entry`).
-    pub key_entries: Option<Vec<String>>,
-    /// `unmatched`: what a bucket of no known rule is assigned.
-    pub unmatched: Unmatched,
-    /// `report_period`: how often Envoy reports (5 s in Envoy 1.40,
-    /// whatever its filter config says).
-    pub report_period: Duration,
-    /// `assignment_ttl`: every assignment's time to live, whole seconds.
-    pub assignment_ttl: Duration,
-    /// `abandon_after`: a bucket reported idle this long is abandoned.
-    pub abandon_after: Duration,
-    /// `max_streams`: open streams at once; more are refused.
-    pub max_streams: u64,
-    /// `max_buckets_per_stream`: buckets one stream holds; more are
-    /// denied, not held.
-    pub max_buckets_per_stream: u64,
-    /// `[rlqs.domains.NAME]`: a fixed rule per RLQS domain.
-    pub domains: BTreeMap<String, RlqsDomain>,
-}
-
-impl Default for RlqsConfig {
-    fn default() -> Self {
-        Self {
-            rule_entry: "name".to_owned(),
-            key_entries: None,
-            unmatched: Unmatched::Allow,
-            report_period: Duration::from_secs(5),
-            assignment_ttl: Duration::from_secs(15),
-            abandon_after: Duration::from_secs(60),
-            max_streams: 1024,
-            max_buckets_per_stream: 10_000,
-            domains: BTreeMap::new(),
-        }
-    }
-}
 
 impl Checker<'_> {
     /// `[rlqs]`; a domain's fixed `rule` must be one of `rules` (when they

@@ -3,7 +3,7 @@
 //! first scrape, before its first event ([`super::text::stable`]), and a
 //! family recorded without a description still gets its help.
 
-use crate::doors::rlqs::metric as rlqs;
+use super::rlqs;
 use tollgate::resilient::metric;
 
 /// A family's Prometheus type.

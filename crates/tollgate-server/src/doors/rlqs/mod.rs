@@ -7,12 +7,12 @@
 //! `bucket.rs` maps a bucket id to a rule and key; `grant.rs` sizes a
 //! lease and builds the assignment; `holders.rs` counts the streams
 //! sharing a (rule, key); `stream.rs` answers one stream's reports;
-//! `service.rs` is the gRPC service; `metric.rs` its metric names.
+//! `service.rs` is the gRPC service. Its metric names are in
+//! [`crate::metrics::rlqs`].
 
 pub mod bucket;
 pub mod grant;
 mod holders;
-pub mod metric;
 pub mod service;
 mod stream;
 #[cfg(test)]

@@ -21,10 +21,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::holders::Holders;
-use super::metric;
 use super::stream::{Env, StreamState};
 use crate::config::RlqsConfig;
 use crate::gate::Gate;
+use crate::metrics::rlqs as metric;
 
 /// The gRPC service name.
 pub const SERVICE_NAME: &str = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService";

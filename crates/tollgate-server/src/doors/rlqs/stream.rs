@@ -20,9 +20,9 @@ use tonic::Status;
 use super::bucket::{BucketName, Target, target};
 use super::grant::{Assignment, actions, cap, room, wanted};
 use super::holders::Holders;
-use super::metric;
 use crate::config::{RlqsConfig, Unmatched};
 use crate::gate::Gate;
+use crate::metrics::rlqs as metric;
 
 /// The most bytes a bucket id's entries may hold for a stream to hold
 /// it: a stream's memory is at most `max_buckets_per_stream` of these. A

@@ -1,4 +1,6 @@
-//! The RLQS service's Prometheus names (docs/metrics.md).
+//! The RLQS service's Prometheus names (docs/rlqs.md, "Metrics"):
+//! here, not in `doors/rlqs/`, so the catalog lists them without
+//! importing a door.
 
 /// `tollgate_rlqs_streams`: streams open.
 pub const STREAMS: &str = "tollgate_rlqs_streams";
