@@ -291,7 +291,7 @@ async fn two_streams_on_one_bucket_share_the_limit() {
             if next.assigned != Assigned::DenyAll {
                 let k = share(&next);
                 // Both streams hold the bucket: each gets at most the
-                // limit over twice the streams (INTERFACE41's cap).
+                // limit over twice the streams (docs/rlqs.md, "Shares").
                 assert!(k <= 20 / 4, "a share of {k} with two streams on 20");
                 used += u64::from(k);
             }
