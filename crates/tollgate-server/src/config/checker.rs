@@ -100,7 +100,7 @@ impl Config {
 }
 
 const ROOT_FIELDS: &[&str] = &[
-    "store", "rules", "http", "proxy", "envoy", "metrics", "admin", "ops", "tracing",
+    "store", "rules", "http", "proxy", "envoy", "metrics", "admin", "ops", "tracing", "rlqs",
 ];
 const HTTP_FIELDS: &[&str] = &["listen", "legacy_headers"];
 const PROXY_FIELDS: &[&str] = &[
@@ -382,6 +382,16 @@ impl<'a> Checker<'a> {
                 }
             },
         };
+        let rlqs = match root.get("rlqs") {
+            None => Some(None),
+            Some(value) => match value.get_ref() {
+                DeValue::Table(t) => self.rlqs(t).map(Some),
+                _ => {
+                    self.wrong_type(value, "rlqs", "a table ([rlqs])");
+                    None
+                }
+            },
+        };
         Some(Config {
             store: store?,
             rules: rules?,
@@ -392,6 +402,7 @@ impl<'a> Checker<'a> {
             admin: admin?,
             ops: ops?,
             tracing: tracing?,
+            rlqs: rlqs?,
         })
     }
 

@@ -39,8 +39,8 @@
 //! [`Config::parse`]), `chunked.rs` (the same check a `[[rules]]` table
 //! at a time, so a large file's whole TOML tree is never held),
 //! `rules.rs` (the `[[rules]]` entries), `envoy.rs`, `metrics.rs`,
-//! `admin.rs`, `ops.rs` and `tracing.rs` (the `[envoy]`, `[metrics]`,
-//! `[admin]`, `[ops]` and `[tracing]` tables), `xds.rs` (`[envoy.xds]`,
+//! `admin.rs`, `ops.rs`, `tracing.rs` and `rlqs.rs` (the `[envoy]`, `[metrics]`,
+//! `[admin]`, `[ops]`, `[tracing]` and `[rlqs]` tables), `xds.rs` (`[envoy.xds]`,
 //! docs/xds.md), `tls.rs` (the TLS tables: `[envoy.xds.tls]`,
 //! `[proxy.upstream_tls]`, `[proxy.listen_tls]`), `syntax.rs` (TOML syntax errors placed on their
 //! lines), `upstream.rs` (the reverse proxy's `upstream` URL, which the
@@ -59,6 +59,7 @@ mod metrics;
 mod model;
 mod ops;
 mod overrides;
+mod rlqs;
 mod rules;
 pub mod secret;
 mod status;

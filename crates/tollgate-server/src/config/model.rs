@@ -13,6 +13,8 @@ use crate::key::KeyExtractor;
 use crate::store_url::StoreUrl;
 
 use tollgate::OnError;
+
+pub use super::rlqs::{RlqsConfig, RlqsDomain, Unmatched};
 use tollgate_http::cost::ResponseCost;
 use tollgate_http::extract::MissingKey;
 
@@ -400,6 +402,9 @@ pub struct Config {
     pub ops: OpsConfig,
     /// `[tracing]`: OpenTelemetry spans over OTLP (docs/tracing.md).
     pub tracing: TracingConfig,
+    /// `[rlqs]`: Envoy's rate limit quota service, served when present
+    /// (docs/rlqs.md).
+    pub rlqs: Option<RlqsConfig>,
 }
 
 /// `[envoy]`: what the reference service takes from its environment
@@ -634,6 +639,7 @@ impl Config {
             admin: AdminConfig::default(),
             ops: OpsConfig::default(),
             tracing: TracingConfig::default(),
+            rlqs: None,
         }
     }
 

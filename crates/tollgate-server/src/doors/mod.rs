@@ -24,6 +24,7 @@ mod generation;
 pub mod json;
 pub mod ops;
 pub mod proxy;
+pub mod rlqs;
 
 pub(crate) use generation::{Generation, Shared};
 

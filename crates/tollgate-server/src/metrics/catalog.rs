@@ -3,6 +3,7 @@
 //! first scrape, before its first event ([`super::text::stable`]), and a
 //! family recorded without a description still gets its help.
 
+use crate::doors::rlqs::metric as rlqs;
 use tollgate::resilient::metric;
 
 /// A family's Prometheus type.
@@ -205,6 +206,32 @@ pub const FAMILIES: &[Family] = &[
         "Responses whose usage could not be read, settled at the estimate, by rule and reason.",
     ),
     (metric::UTILIZATION, Kind::Gauge, super::UTILIZATION_HELP),
+    (
+        rlqs::STREAMS,
+        Kind::Gauge,
+        "Open streams of Envoy's rate limit quota service (RLQS).",
+    ),
+    (
+        rlqs::BUCKETS,
+        Kind::Gauge,
+        "Buckets the open RLQS streams hold.",
+    ),
+    (rlqs::REPORTS, Kind::Counter, "RLQS usage reports received."),
+    (
+        rlqs::REQUESTS,
+        Kind::Counter,
+        "Requests Envoy reported over RLQS, by rule and outcome (allowed, denied); rule empty for a bucket of no rule.",
+    ),
+    (
+        rlqs::ASSIGNMENTS,
+        Kind::Counter,
+        "RLQS bucket actions sent, by kind (token_bucket, allow_all, deny_all, abandon).",
+    ),
+    (
+        rlqs::STREAMS_CUT,
+        Kind::Counter,
+        "RLQS streams tollgate ended, by reason.",
+    ),
     (
         super::process::CPU,
         Kind::Counter,

@@ -25,6 +25,7 @@ use super::{
 use crate::doors::envoy::grpc::{Current, RateLimitServer};
 use crate::doors::ops::Health;
 use crate::doors::proxy::ProxyBody;
+use crate::doors::rlqs::RlqsService;
 use crate::doors::{Door, Generation, admin, ops};
 
 /// A door being served: it ends once drained after shutdown.
@@ -186,6 +187,20 @@ async fn open_envoy(
         },
         first.plan.config.store.url
     );
+    if let Some(rlqs) = &first.plan.config.rlqs {
+        tracing::info!(
+            "Envoy rate limit quota service (RLQS) on the same port (at most {} streams)",
+            rlqs.max_streams
+        );
+    }
+    let rlqs_live = Arc::clone(&live);
+    let rlqs = RlqsService::new(
+        Arc::new(move || {
+            let now = rlqs_live.load();
+            (Arc::clone(&now.gate), now.plan.config.rlqs.clone())
+        }),
+        stop.clone(),
+    );
     let current: Current = Arc::new(move || Arc::clone(&live.load().envoy));
     let health = health.unwrap_or_else(HealthReporter::new);
     health.set_serving::<RateLimitServer>().await;
@@ -194,7 +209,8 @@ async fn open_envoy(
         HealthService::from_health_reporter(health.clone()),
         MAX_GRPC_MESSAGE,
         GRPC_BODY_TIMEOUT,
-    );
+    )
+    .with_rlqs(rlqs);
     Ok(Box::pin(grpc::serve_grpc(
         listener, server, health, stop, tls,
     )))

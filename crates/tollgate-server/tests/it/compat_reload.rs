@@ -56,5 +56,14 @@ fn a_file_added_in_file_mode_changes_the_version_shown() {
     }
     let now = version(&metrics()).expect("version");
     assert_ne!(now, first, "{}", rl.log());
-    assert!(rl.log().contains(&format!("version {now}")), "{}", rl.log());
+    // The log line is written after the new config serves: wait for it.
+    let line = format!("version {now}");
+    while !rl.log().contains(&line) {
+        assert!(
+            Instant::now() < deadline,
+            "no {line:?} logged: {}",
+            rl.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

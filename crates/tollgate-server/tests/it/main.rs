@@ -68,6 +68,7 @@ mod replay;
 mod replay_ops;
 mod replay_plot;
 mod replay_redis;
+mod rlqs_envoy_quirks;
 mod run_in_process;
 mod secrets;
 mod serve;

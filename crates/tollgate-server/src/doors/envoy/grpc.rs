@@ -2,7 +2,8 @@
 //! ([`RateLimitServer`]): `ShouldRateLimit` read off its stream, decoded
 //! into the bytes-valued messages of [`wire`](super::wire), decided by the
 //! [`EnvoyService`] and answered; `grpc.health.v1.Health` (tonic-health's
-//! service) beside it; any other method `UNIMPLEMENTED`.
+//! service) and the rate limit quota service (tonic's, docs/rlqs.md)
+//! beside it; any other method `UNIMPLEMENTED`.
 //!
 //! The calls are served on `h2` directly, not through tonic's server: a
 //! call is one small message each way, and tonic's layers, hyper's task per
@@ -25,12 +26,12 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use h2::RecvStream;
 use h2::server::SendResponse;
 use http::{HeaderMap, HeaderValue};
-use http_body::Body as _;
 use prost::Message as _;
 use tonic::Status;
 use tonic::codegen::Service as _;
@@ -41,6 +42,8 @@ use crate::doors::envoy::deadline::{CallDeadline, DeadlineBody, RecvBody};
 use crate::doors::envoy::failure::CallError;
 use crate::doors::envoy::service::EnvoyService;
 use crate::doors::envoy::wire::RateLimitRequest;
+use crate::doors::rlqs::RlqsService;
+use crate::doors::rlqs::service::STREAM_PATH;
 use crate::gate::Throttle;
 use crate::metrics::reference::Method;
 use crate::telemetry::spans;
@@ -80,6 +83,7 @@ pub type Current = Arc<dyn Fn() -> Arc<EnvoyService> + Send + Sync>;
 struct Shared {
     current: Current,
     health: HealthServer<HealthService>,
+    rlqs: Option<RateLimitQuotaServiceServer<RlqsService>>,
     max_decoding_message_size: usize,
     body_timeout: Duration,
     too_long_log: Throttle,
@@ -105,10 +109,20 @@ impl RateLimitServer {
         Self(Arc::new(Shared {
             current,
             health: HealthServer::new(health).max_decoding_message_size(max_decoding_message_size),
+            rlqs: None,
             max_decoding_message_size,
             body_timeout,
             too_long_log: Throttle::new(Duration::from_secs(1)),
         }))
+    }
+
+    /// The same, serving the rate limit quota service `rlqs` beside.
+    #[must_use]
+    pub fn with_rlqs(mut self, rlqs: RlqsService) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.0) {
+            shared.rlqs = Some(rlqs.server());
+        }
+        self
     }
 
     /// Serves one call: reads its request from `req`, answers on `respond`.
@@ -143,6 +157,13 @@ impl RateLimitServer {
                     send_status(&mut respond, &status);
                 }
             }
+        } else if path == STREAM_PATH
+            && let Some(rlqs) = &self.0.rlqs
+        {
+            // A stream lives as long as Envoy keeps it: no body deadline.
+            let req = req.map(RecvBody::new);
+            let Ok(answer) = rlqs.clone().call(req).await;
+            forward(answer, respond).await;
         } else if path.starts_with(HEALTH) {
             // The reference counts its unary calls: `Check`, not `Watch`.
             let check = path.ends_with("/Check").then(|| {
@@ -201,49 +222,58 @@ impl RateLimitServer {
 
     /// The health service (tonic-health's, under the same body bound), its
     /// answer streamed back until it ends or the client resets the stream.
-    async fn health(&self, req: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+    async fn health(&self, req: http::Request<RecvStream>, respond: SendResponse<Bytes>) {
         let timeout = self.0.body_timeout;
         let req = req.map(|body| DeadlineBody::new(RecvBody::new(body), timeout));
         let Ok(answer) = self.0.health.clone().call(req).await;
-        let (head, mut body) = answer.into_parts();
-        let end = body.is_end_stream();
-        let Ok(mut send) = respond.send_response(http::Response::from_parts(head, ()), end) else {
-            return;
-        };
-        if end {
-            return;
-        }
-        loop {
-            let frame = poll_fn(|cx| {
-                if send.poll_reset(cx).is_ready() {
-                    return Poll::Ready(None);
-                }
-                Pin::new(&mut body).poll_frame(cx)
-            })
-            .await;
-            match frame {
-                None => {
-                    let _ = send.send_data(Bytes::new(), true);
-                    return;
-                }
-                Some(Err(_)) => {
-                    send.send_reset(h2::Reason::INTERNAL_ERROR);
-                    return;
-                }
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => {
-                        if send.send_data(data, false).is_err() {
-                            return;
-                        }
-                    }
-                    Err(frame) => {
-                        if let Ok(trailers) = frame.into_trailers() {
-                            let _ = send.send_trailers(trailers);
-                            return;
-                        }
-                    }
-                },
+        forward(answer, respond).await;
+    }
+}
+
+/// Sends a tonic service's `answer` on `respond`: its head, then its body
+/// frame by frame until it ends (trailers) or the client resets the stream.
+async fn forward<B>(answer: http::Response<B>, mut respond: SendResponse<Bytes>)
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+{
+    let (head, mut body) = answer.into_parts();
+    let end = body.is_end_stream();
+    let Ok(mut send) = respond.send_response(http::Response::from_parts(head, ()), end) else {
+        return;
+    };
+    if end {
+        return;
+    }
+    loop {
+        let frame = poll_fn(|cx| {
+            if send.poll_reset(cx).is_ready() {
+                return Poll::Ready(None);
             }
+            Pin::new(&mut body).poll_frame(cx)
+        })
+        .await;
+        match frame {
+            None => {
+                let _ = send.send_data(Bytes::new(), true);
+                return;
+            }
+            Some(Err(_)) => {
+                send.send_reset(h2::Reason::INTERNAL_ERROR);
+                return;
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if send.send_data(data, false).is_err() {
+                        return;
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        let _ = send.send_trailers(trailers);
+                        return;
+                    }
+                }
+            },
         }
     }
 }

@@ -36,6 +36,7 @@ pub mod piece_upstream;
 pub mod proxy;
 pub mod recorder;
 pub mod reference;
+pub mod rlqs_script;
 pub mod rls;
 pub mod tls_upstream;
 pub mod usage_upstream;

@@ -1,0 +1,320 @@
+//! One RLQS stream's buckets and what each holds, and one report answered
+//! (docs/rlqs.md, "What tollgate answers"): for every bucket, the last
+//! lease settled at the usage Envoy reported, the next one leased through
+//! the gate, and the assignment built from it.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use futures_util::StreamExt as _;
+use tollgate::Algorithm;
+use tollgate::resilient::Refusal;
+use tollgate::ticket::Ticket;
+use tollgate::{Check, OnError};
+use tonic::Status;
+
+use super::bucket::{BucketName, Target, target};
+use super::grant::{Assignment, actions, cap, wanted};
+use super::holders::Holders;
+use super::metric;
+use crate::config::{RlqsConfig, Unmatched};
+use crate::gate::Gate;
+
+/// Buckets of one report decided at once (each makes up to two store
+/// calls).
+const CONCURRENT_BUCKETS: usize = 32;
+
+/// What one stream holds of one bucket.
+#[derive(Debug)]
+struct Held {
+    /// The rule and key it counts on (kept while the rule is the same).
+    target: Option<(String, String)>,
+    /// The lease to settle at the next report.
+    ticket: Option<Ticket>,
+    /// When it was last reported (tollgate's clock: Envoy's
+    /// `time_elapsed` is whole seconds, and 0 on a first report).
+    reported: Instant,
+    /// Since when every report said idle.
+    idle_since: Option<Instant>,
+    /// The limit its last lease was decided under (an override's, if any).
+    limit: Option<u64>,
+    /// Reports of it answered on this stream.
+    reports: u64,
+}
+
+/// One stream: its domain (fixed by its first message) and buckets.
+#[derive(Debug, Default)]
+pub(super) struct StreamState {
+    domain: Option<String>,
+    buckets: HashMap<BucketName, Held>,
+}
+
+/// What one report needs from the server.
+pub(super) struct Env<'a> {
+    /// The gate of the config serving now.
+    pub(super) gate: &'a Gate,
+    /// Its `[rlqs]` table.
+    pub(super) config: &'a RlqsConfig,
+    /// Streams holding each (rule, key) on this server.
+    pub(super) holders: &'a Holders,
+}
+
+impl StreamState {
+    /// Buckets held.
+    pub(super) fn len(&self) -> usize {
+        self.buckets.len()
+    }
+
+    /// Answers `report`: one action per bucket, in its order.
+    ///
+    /// # Errors
+    /// A report the stream must end on, with the status that says why: no
+    /// domain, a domain other than the stream's, no bucket, a bucket id
+    /// without entries, more buckets than `max_buckets_per_stream`.
+    pub(super) async fn answer(
+        &mut self,
+        report: RateLimitQuotaUsageReports,
+        env: &Env<'_>,
+    ) -> Result<RateLimitQuotaResponse, Status> {
+        if report.domain.is_empty() {
+            return Err(Status::invalid_argument("the report names no domain"));
+        }
+        match &self.domain {
+            Some(d) if *d != report.domain => {
+                return Err(Status::invalid_argument(format!(
+                    "the report's domain {:?} is not the stream's, {d:?}: one stream per domain",
+                    report.domain
+                )));
+            }
+            Some(_) => {}
+            None => self.domain = Some(report.domain.clone()),
+        }
+        if report.bucket_quota_usages.is_empty() {
+            return Err(Status::invalid_argument("the report has no bucket"));
+        }
+        let now = Instant::now();
+        let mut work = Vec::with_capacity(report.bucket_quota_usages.len());
+        for usage in report.bucket_quota_usages {
+            let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
+                return Err(Status::invalid_argument("a bucket id without entries"));
+            };
+            let name = BucketName::new(&id.bucket);
+            let held = match self.buckets.remove(&name) {
+                Some(h) => h,
+                None => {
+                    let most = env.config.max_buckets_per_stream;
+                    if (self.buckets.len() + work.len()) as u64 >= most {
+                        return Err(Status::resource_exhausted(format!(
+                            "more than {most} buckets on one stream ([rlqs] max_buckets_per_stream)"
+                        )));
+                    }
+                    Held {
+                        target: None,
+                        ticket: None,
+                        // A first sighting counts as a period's report.
+                        reported: now.checked_sub(env.config.report_period).unwrap_or(now),
+                        idle_since: None,
+                        limit: None,
+                        reports: 0,
+                    }
+                }
+            };
+            work.push((
+                name,
+                held,
+                usage.num_requests_allowed,
+                usage.num_requests_denied,
+            ));
+        }
+        let domain = self.domain.clone().unwrap_or_default();
+        let answered: Vec<(BucketName, Option<Held>, Vec<BucketAction>)> =
+            futures_util::stream::iter(work.into_iter().map(|(name, held, allowed, denied)| {
+                let domain = &domain;
+                async move {
+                    let (held, assignment) =
+                        one_bucket(env, domain, &name, held, allowed, denied, now).await;
+                    let act = actions(&name, assignment, env.config.assignment_ttl);
+                    ::metrics::counter!(metric::ASSIGNMENTS, "kind" => assignment.kind())
+                        .increment(1);
+                    (name, held, act)
+                }
+            }))
+            .buffered(CONCURRENT_BUCKETS)
+            .collect()
+            .await;
+        let mut response = RateLimitQuotaResponse::default();
+        for (name, held, act) in answered {
+            if let Some(held) = held {
+                self.buckets.insert(name, held);
+            }
+            response.bucket_action.extend(act);
+        }
+        Ok(response)
+    }
+
+    /// The stream ended: its buckets stop counting as held. What they
+    /// hold stays spent: Envoy keeps spending its last assignment until
+    /// the TTL, unreported.
+    pub(super) fn close(&mut self, holders: &Holders) {
+        for (_, held) in self.buckets.drain() {
+            if let Some(t) = &held.target {
+                holders.release(t);
+            }
+        }
+    }
+}
+
+/// One bucket of a report: settles what it held, then leases and assigns
+/// anew. `None` as the held state: the bucket is abandoned.
+async fn one_bucket(
+    env: &Env<'_>,
+    domain: &str,
+    name: &BucketName,
+    mut held: Held,
+    allowed: u64,
+    denied: u64,
+    now: Instant,
+) -> (Option<Held>, Assignment) {
+    let elapsed = now.saturating_duration_since(held.reported);
+    let first = held.reports == 0;
+    held.reports = held.reports.saturating_add(1);
+    held.reported = now;
+    let target = match target(env.config, domain, name) {
+        Target::Rule { rule, key } => match env.gate.rule(&rule) {
+            Some(r) if r.algorithm() != Algorithm::Concurrency => Some((rule, key)),
+            Some(_) => unmatched_log(format!("rule {rule:?} is a concurrency rule")),
+            None => unmatched_log(format!("no rule {rule:?}")),
+        },
+        Target::Unmatched(why) => unmatched_log(why),
+    };
+    let rule_label = target.as_ref().map_or("", |(r, _)| r.as_str()).to_owned();
+    for (outcome, n) in [("allowed", allowed), ("denied", denied)] {
+        ::metrics::counter!(metric::REQUESTS, "rule" => rule_label.clone(), "outcome" => outcome)
+            .increment(n);
+    }
+    settle(env.gate, &mut held, allowed).await;
+    if held.target != target {
+        // A new bucket, or a reload moved it to another rule or key.
+        if let Some(old) = held.target.take() {
+            env.holders.release(&old);
+        }
+        if let Some(t) = &target {
+            env.holders.hold(t);
+        }
+        held.target.clone_from(&target);
+        held.limit = None;
+    }
+    if allowed == 0 && denied == 0 {
+        let since = *held.idle_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= env.config.abandon_after {
+            if let Some(t) = held.target.take() {
+                env.holders.release(&t);
+            }
+            return (None, Assignment::Abandon);
+        }
+    } else {
+        held.idle_since = None;
+    }
+    let Some((rule, key)) = held.target.clone() else {
+        let assignment = match env.config.unmatched {
+            Unmatched::Allow => Assignment::AllowAll,
+            Unmatched::Deny => Assignment::DenyAll,
+        };
+        return (Some(held), assignment);
+    };
+    let limit = held
+        .limit
+        .or_else(|| env.gate.rule(&rule).map(tollgate::Rule::limit))
+        .unwrap_or(1);
+    let holders = env
+        .holders
+        .count(&(rule.clone(), key.clone()))
+        .saturating_mul(env.gate.live_replicas().max(1));
+    let cap = cap(limit, holders);
+    // A bucket's first report says nothing of its demand (Envoy sends it
+    // at its first request): its fair share, given back at the next
+    // report if unspent. Then its demand.
+    let n = if first {
+        cap
+    } else {
+        wanted(allowed, denied, elapsed, env.config.report_period, cap)
+    };
+    let assignment = lease(env, &mut held, &rule, &key, n).await;
+    (Some(held), assignment)
+}
+
+fn unmatched_log(why: String) -> Option<(String, String)> {
+    tracing::debug!("RLQS: a bucket gets [rlqs] unmatched: {why}");
+    None
+}
+
+/// Settles the bucket's lease at the `allowed` requests Envoy admitted
+/// since its last report (unspent units go back, more is charged); with
+/// no lease (Envoy's own fallback admitted them), charges them.
+async fn settle(gate: &Gate, held: &mut Held, allowed: u64) {
+    match held.ticket.take() {
+        Some(ticket) => {
+            if let Err(e) = gate.settle(&ticket, Some(&[allowed])).await {
+                tracing::debug!("RLQS: a lease could not be settled: {e}");
+            }
+        }
+        None if allowed > 0 => {
+            if let Some((rule, key)) = &held.target
+                && let Err(e) = gate
+                    .charge_all(&[Check::new(rule, key).cost(allowed)])
+                    .await
+            {
+                tracing::debug!("RLQS: requests admitted without a lease not charged: {e}");
+            }
+        }
+        None => {}
+    }
+}
+
+/// Leases `n` units of (`rule`, `key`) for the next period, or what is
+/// left when fewer; the answer of the failure policy when the store
+/// fails.
+async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) -> Assignment {
+    // The lease outlives the assignment by a period: a stream that
+    // reports again settles it; one that never does leaves it spent.
+    let ttl = env.config.assignment_ttl + env.config.report_period;
+    let mut cost = n;
+    for _ in 0..2 {
+        match env
+            .gate
+            .reserve_all(&[Check::new(rule, key).cost(cost)], ttl)
+            .await
+        {
+            Ok(reserved) => {
+                let verdict = &reserved.verdict;
+                let decision = verdict.decision();
+                held.limit = Some(decision.limit);
+                if verdict.degraded == Some(OnError::Allow) {
+                    return Assignment::AllowAll;
+                }
+                if decision.allowed {
+                    // Under `local`, the fallback decided: no ticket.
+                    held.ticket = reserved.ticket;
+                    return Assignment::Grant(cost);
+                }
+                if decision.remaining == 0 || decision.remaining >= cost {
+                    return Assignment::DenyAll;
+                }
+                cost = decision.remaining;
+            }
+            Err(Refusal::Unavailable(_)) => return Assignment::DenyAll,
+            Err(e) => {
+                tracing::debug!("RLQS: lease of rule {rule:?} refused: {e}");
+                return match env.config.unmatched {
+                    Unmatched::Allow => Assignment::AllowAll,
+                    Unmatched::Deny => Assignment::DenyAll,
+                };
+            }
+        }
+    }
+    Assignment::DenyAll
+}
