@@ -133,7 +133,7 @@ grpc_addr() {
 # start_tg NAME: one `tollgate serve` (memory store) with the RLS domain and
 # the config; sets tg_pid[NAME], tg_grpc[NAME], tg_ops[NAME] (the ops
 # listener: /metrics).
-declare -A tg_pid tg_grpc tg_ops envoy_pid envoy_port envoy_admin
+declare -A tg_pid tg_grpc tg_ops envoy_pid envoy_port
 start_tg() {
   local args=(--config "$cfg" --store memory --grpc 127.0.0.1:0 --ops 127.0.0.1:0 --envoy-config bench/rlqs/rls.yaml)
   cmdlog "$tollgate" serve "${args[@]}"
@@ -144,7 +144,7 @@ start_tg() {
 }
 
 # start_envoy VARIANT: its Envoy (the bootstrap with the variant's filter,
-# pointed at its tollgate); sets envoy_pid, envoy_port, envoy_admin.
+# pointed at its tollgate); sets envoy_pid and envoy_port.
 start_envoy() {
   local v=$1 dir="$work/envoy-$1" listen admin tg_port=1 filter=/dev/null
   [[ $v != none ]] && { filter="bench/rlqs/filter-$v.yaml"; tg_port=${tg_grpc[$v]##*:}; }
@@ -157,7 +157,7 @@ start_envoy() {
   "${cmd[@]}" >"$dir/envoy.log" 2>&1 &
   envoy_pid[$v]=$!
   pids+=("${envoy_pid[$v]}")
-  envoy_port[$v]=$listen envoy_admin[$v]=$admin
+  envoy_port[$v]=$listen
   for _ in $(seq 300); do
     curl -sf --max-time 1 "http://127.0.0.1:$admin/ready" 2>/dev/null | grep -q LIVE && break
     kill -0 "${envoy_pid[$v]}" 2>/dev/null || { cat "$dir/envoy.log" >&2; die "Envoy ($v) exited"; }
