@@ -13,6 +13,7 @@
 //! | `tollgate_memory_store_keys` | gauge | | keys held by the in-memory store (set at each scrape) |
 //! | `tollgate_store_up` | gauge | | 1 while the store answers, 0 when not (a probe every second for a shared store, [`crate::doors::ops::STORE_PROBE_EVERY`], and each `/readyz` under `[ops] readiness = "store"`; always 1 for the memory store) |
 //! | `tollgate_upstream_errors_total` | counter | `kind` (`connect`, `timeout`, `other`) | proxied requests the upstream failed (502 / 504) |
+//! | `tollgate_rlqs_*` | | | Envoy's rate limit quota service: streams, buckets, reports, requests, assignments, streams cut ([`crate::doors::rlqs::metric`]) |
 //! | `tollgate_config_reloads_total` | counter | `outcome` (`ok`, `error`) | config reloads ([`crate::reload`]) |
 //! | `tollgate_config_info` | gauge | `version` | 1 for the config version serving (one series, written by the API) |
 //! | `tollgate_config_loaded_timestamp_seconds` | gauge | | when the serving config was loaded |

@@ -294,6 +294,33 @@ pub fn summary(config: &Config, envoy: &EnvoyLimits, file: &str) -> String {
     if !parts.is_empty() {
         let _ = writeln!(out, "proxy: {}", parts.join(", "));
     }
+    if let Some(rlqs) = &config.rlqs {
+        let keys = rlqs
+            .key_entries
+            .as_ref()
+            .map_or_else(|| "every other entry".to_owned(), |k| k.join(", "));
+        let _ = writeln!(
+            out,
+            "rlqs: served on --grpc; rule from entry \"{}\", key from {keys}, unmatched {}, \
+             assignments live {}, idle buckets abandoned after {}, at most {} streams",
+            Escaped(&rlqs.rule_entry),
+            match rlqs.unmatched {
+                crate::config::Unmatched::Allow => "allow",
+                crate::config::Unmatched::Deny => "deny",
+            },
+            format_duration(rlqs.assignment_ttl),
+            format_duration(rlqs.abandon_after),
+            rlqs.max_streams
+        );
+        for (domain, d) in &rlqs.domains {
+            let _ = writeln!(
+                out,
+                "rlqs: domain \"{}\" counts on rule {}",
+                Escaped(domain),
+                Escaped(&d.rule)
+            );
+        }
+    }
     let ops = &config.ops;
     if ops.listen.is_some() || ops.readiness != crate::config::Readiness::default() {
         let listen = ops.listen.map(|l| format!("listen {l}, "));

@@ -385,7 +385,7 @@ impl<'a> Checker<'a> {
         let rlqs = match root.get("rlqs") {
             None => Some(None),
             Some(value) => match value.get_ref() {
-                DeValue::Table(t) => self.rlqs(t).map(Some),
+                DeValue::Table(t) => self.rlqs(t, rules.as_deref()).map(Some),
                 _ => {
                     self.wrong_type(value, "rlqs", "a table ([rlqs])");
                     None

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use toml::de::{DeTable, DeValue};
 
+use tollgate::Algorithm;
+
 use super::checker::{Checker, join};
+use super::model::RuleConfig;
 
 const RLQS_FIELDS: &[&str] = &[
     "rule_entry",
@@ -89,7 +92,13 @@ impl Default for RlqsConfig {
 }
 
 impl Checker<'_> {
-    pub(super) fn rlqs(&mut self, t: &DeTable<'_>) -> Option<RlqsConfig> {
+    /// `[rlqs]`; a domain's fixed `rule` must be one of `rules` (when they
+    /// parsed) and not a concurrency rule.
+    pub(super) fn rlqs(
+        &mut self,
+        t: &DeTable<'_>,
+        rules: Option<&[RuleConfig]>,
+    ) -> Option<RlqsConfig> {
         let path = "rlqs";
         let before = self.errors.len();
         self.unknown_fields(t, path, RLQS_FIELDS);
@@ -153,7 +162,26 @@ impl Checker<'_> {
                         self.unknown_fields(d, &field, DOMAIN_FIELDS);
                         self.required(d, &name.span(), &field, "rule");
                         let key_entries = self.entry_names(d, &field);
-                        if let Some((rule, _)) = self.string(d, &field, "rule") {
+                        if let Some((rule, span)) = self.string(d, &field, "rule") {
+                            let found = rules.map(|r| r.iter().find(|r| r.rule.name() == rule));
+                            match found {
+                                Some(None) => self.error(
+                                    &span,
+                                    format!("{field}.rule"),
+                                    format!("no [[rules]] entry is named {rule:?}"),
+                                ),
+                                Some(Some(r)) if r.rule.algorithm() == Algorithm::Concurrency => {
+                                    self.error(
+                                        &span,
+                                        format!("{field}.rule"),
+                                        format!(
+                                            "{rule:?} is a concurrency rule: RLQS leases \
+                                             count requests, not slots"
+                                        ),
+                                    );
+                                }
+                                _ => {}
+                            }
                             rlqs.domains.insert(
                                 name.get_ref().to_string(),
                                 RlqsDomain {
@@ -233,5 +261,128 @@ impl Checker<'_> {
             }
         }
         Some(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const RULE: &str =
+        "[[rules]]\nname = \"a\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\n";
+
+    fn errors(src: &str) -> Vec<String> {
+        match Config::parse(src, "t.toml") {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn absent_is_off_and_empty_is_every_default() {
+        assert_eq!(Config::parse(RULE, "t.toml").expect("ok").rlqs, None);
+        let on = Config::parse(&format!("{RULE}[rlqs]\n"), "t.toml").expect("ok");
+        assert_eq!(on.rlqs, Some(RlqsConfig::default()));
+    }
+
+    #[test]
+    fn every_field_is_read() {
+        let src = format!(
+            "{RULE}[rlqs]\nrule_entry = \"limit\"\nkey_entries = [\"tenant\", \"env\"]\n\
+             unmatched = \"deny\"\nreport_period = \"10s\"\nassignment_ttl = \"30s\"\n\
+             abandon_after = \"2m\"\nmax_streams = 8\nmax_buckets_per_stream = 100\n\
+             [rlqs.domains.checkout]\nrule = \"a\"\nkey_entries = [\"tenant\"]\n"
+        );
+        let rlqs = Config::parse(&src, "t.toml").expect("ok").rlqs.expect("on");
+        assert_eq!(rlqs.rule_entry, "limit");
+        assert_eq!(rlqs.key_entries, Some(vec!["tenant".into(), "env".into()]));
+        assert_eq!(rlqs.unmatched, Unmatched::Deny);
+        assert_eq!(rlqs.report_period, Duration::from_secs(10));
+        assert_eq!(rlqs.assignment_ttl, Duration::from_secs(30));
+        assert_eq!(rlqs.abandon_after, Duration::from_secs(120));
+        assert_eq!((rlqs.max_streams, rlqs.max_buckets_per_stream), (8, 100));
+        assert_eq!(
+            rlqs.domains["checkout"],
+            RlqsDomain {
+                rule: "a".into(),
+                key_entries: Some(vec!["tenant".into()])
+            }
+        );
+    }
+
+    #[test]
+    fn each_bad_value_is_named_on_its_line() {
+        for (bad, want) in [
+            (
+                "unmatched = \"maybe\"",
+                "rlqs.unmatched: unmatched must be \"allow\" or \"deny\", got \"maybe\"",
+            ),
+            (
+                "assignment_ttl = \"1500ms\"",
+                "rlqs.assignment_ttl: assignment_ttl must be whole seconds",
+            ),
+            (
+                "assignment_ttl = \"5s\"",
+                "rlqs.assignment_ttl: assignment_ttl must be at least report_period + 1s (6s)",
+            ),
+            (
+                "report_period = \"500ms\"",
+                "rlqs.report_period: report_period must be at least 1s",
+            ),
+            (
+                "abandon_after = \"1s\"",
+                "rlqs.abandon_after: abandon_after must be at least report_period",
+            ),
+            (
+                "max_streams = 0",
+                "rlqs.max_streams: max_streams must be at least 1",
+            ),
+            (
+                "max_streams = 100000",
+                "rlqs.max_streams: max_streams is at most 65536, got 100000",
+            ),
+            (
+                "key_entries = [\"a\", \"a\"]",
+                "rlqs.key_entries[1]: \"a\" twice",
+            ),
+            (
+                "key_entries = [\"\"]",
+                "rlqs.key_entries[0]: empty entry name",
+            ),
+            (
+                "rule_entry = \"\"",
+                "rlqs.rule_entry: rule_entry must not be empty",
+            ),
+            (
+                "ttl = \"15s\"",
+                "rlqs.ttl: unknown field; expected one of rule_entry",
+            ),
+        ] {
+            let got = errors(&format!("{RULE}[rlqs]\n{bad}\n"));
+            assert_eq!(got.len(), 1, "{bad}: {got:?}");
+            assert!(got[0].starts_with("t.toml:7: "), "{bad}: {got:?}");
+            assert!(got[0].contains(want), "{bad}: {got:?}");
+        }
+        let got = errors(&format!("{RULE}[rlqs.domains.d]\nkey_entries = []\n"));
+        assert!(
+            got.iter()
+                .any(|e| e.contains("rlqs.domains.d.rule: missing required field")),
+            "{got:?}"
+        );
+        let got = errors(&format!("{RULE}[rlqs.domains.d]\nrule = \"b\"\n"));
+        assert_eq!(
+            got,
+            ["t.toml:7: rlqs.domains.d.rule: no [[rules]] entry is named \"b\""]
+        );
+        let slots =
+            "[[rules]]\nname = \"s\"\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"1m\"\n";
+        let got = errors(&format!("{RULE}{slots}[rlqs.domains.d]\nrule = \"s\"\n"));
+        assert!(got[0].contains("\"s\" is a concurrency rule"), "{got:?}");
+        let got = errors(&format!("rlqs = 1\n{RULE}"));
+        assert_eq!(
+            got,
+            ["t.toml:1: rlqs: expected a table ([rlqs]), found integer"]
+        );
     }
 }

@@ -69,6 +69,8 @@ mod replay_ops;
 mod replay_plot;
 mod replay_redis;
 mod rlqs_envoy_quirks;
+mod rlqs_hostile;
+mod rlqs_protocol;
 mod run_in_process;
 mod secrets;
 mod serve;

@@ -247,7 +247,7 @@ fn unknown_fields_everywhere() {
          [[rules]]\nname = \"r\"\nalgorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nlimt = 2\n\n\
          [server]\nport = 80\n",
         &[
-            "bad.toml:1: colour: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing",
+            "bad.toml:1: colour: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing, rlqs",
             "bad.toml:5: store.ttl: unknown field; expected one of url, timeout, on_error, prefix, max_keys, \
              replicas, heartbeat, hybrid, hybrid_batch, hybrid_lease, password_file, username, tls",
             "bad.toml:8: proxy.trusted: unknown field; expected one of listen, upstream, trusted_proxies, \
@@ -255,7 +255,7 @@ fn unknown_fields_everywhere() {
              upstream_tls, listen_tls, request_body_limit",
             "bad.toml:15: rules[0].limt: unknown field; expected one of name, algorithm, limit, \
              period, lease, burst, key, on_error, cost, estimate, estimate_default, overrides",
-            "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing",
+            "bad.toml:17: server: unknown field; expected one of store, rules, http, proxy, envoy, metrics, admin, ops, tracing, rlqs",
         ],
     );
 }
@@ -660,5 +660,34 @@ fn a_proxy_without_an_upstream_is_refused_as_serve_refuses_it() {
         out.stderr.starts_with("p.toml: --upstream: "),
         "{}",
         out.stderr
+    );
+}
+
+/// `[rlqs]` is summarised (what maps a bucket, each domain's fixed
+/// rule), and a domain's rule must be a `[[rules]]` entry.
+#[test]
+fn rlqs_is_summarised_and_a_domains_rule_must_exist() {
+    let rules = "[[rules]]\nname = \"per-tenant\"\nalgorithm = \"fixed_window\"\nlimit = 10\nperiod = \"1m\"\n";
+    let out = validate(&format!(
+        "{rules}[rlqs]\nkey_entries = [\"tenant\"]\nunmatched = \"deny\"\n\
+         [rlqs.domains.checkout]\nrule = \"per-tenant\"\n"
+    ));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(
+            "rlqs: served on --grpc; rule from entry \"name\", key from tenant, unmatched deny"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("rlqs: domain \"checkout\" counts on rule per-tenant"),
+        "{}",
+        out.stdout
+    );
+    assert_problems(
+        &format!("{rules}[rlqs.domains.checkout]\nrule = \"per-user\"\n"),
+        &["bad.toml:7: rlqs.domains.checkout.rule: no [[rules]] entry is named \"per-user\""],
     );
 }

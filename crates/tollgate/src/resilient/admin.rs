@@ -103,6 +103,23 @@ impl<S: Store> ResilientLimiter<S> {
         }
     }
 
+    /// The limit deciding `key` under `rule` now, as a check resolves it
+    /// (a runtime override, a config override, or the rule itself), with
+    /// no store call; `None` for an unknown rule. For a caller that sizes
+    /// what it asks for by the limit (RLQS shares, docs/rlqs.md).
+    #[must_use]
+    pub fn deciding_limit(&self, rule: &str, key: &[u8]) -> Option<u64> {
+        let i = self.rule_index(rule)?;
+        let table = self.inner.live.view.table.load_full();
+        Some(
+            self.inner
+                .limiter
+                .deciding_rule(i, key, Some(&table))
+                .0
+                .limit(),
+        )
+    }
+
     /// `key`'s state under `rule` as its algorithm sees it, nothing
     /// consumed: the deciding rule, remaining, reset, debt, slots held, and
     /// the block if one is on.

@@ -263,7 +263,7 @@ where
             }
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => {
-                    if send.send_data(data, false).is_err() {
+                    if !send_within_window(&mut send, data).await {
                         return;
                     }
                 }
@@ -280,6 +280,41 @@ where
 
 impl tonic::server::NamedService for RateLimitServer {
     const NAME: &'static str = SERVICE_NAME;
+}
+
+/// How long an answer waits for the client to open its flow-control
+/// window before the stream is reset: a client that does not read is not
+/// sent more than its window, nor held forever.
+const SEND_STALL: Duration = Duration::from_secs(30);
+
+/// Sends `data` no faster than the client's window opens (h2 would
+/// otherwise buffer it all, without bound, for a client that never
+/// reads); `false` when the stream is gone or was reset for stalling.
+async fn send_within_window(send: &mut h2::SendStream<Bytes>, mut data: Bytes) -> bool {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let capacity = poll_fn(|cx| {
+            if send.poll_reset(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            send.poll_capacity(cx)
+        });
+        match tokio::time::timeout(SEND_STALL, capacity).await {
+            Ok(Some(Ok(0))) => {}
+            Ok(Some(Ok(n))) => {
+                let chunk = data.split_to(n.min(data.len()));
+                if send.send_data(chunk, false).is_err() {
+                    return false;
+                }
+            }
+            Ok(_) => return false,
+            Err(_) => {
+                send.send_reset(h2::Reason::CANCEL);
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// Reads a unary call's request to the end of its body: its one message,

@@ -97,6 +97,12 @@ pub fn target(config: &RlqsConfig, domain: &str, name: &BucketName) -> Target {
         key.push('=');
         escape_into(&mut key, v);
     }
+    if key.len() > tollgate::limits::MAX_KEY_LEN {
+        // Counted under its digest, as the rate limit service does: a
+        // bucket must not escape its limit by a long header value. No
+        // short key starts with `,` (escaped inside entries).
+        key = tollgate_http::extract::digest_key(",sha256=", key.as_bytes());
+    }
     Target::Rule { rule, key }
 }
 
@@ -179,6 +185,23 @@ mod tests {
             target(&c, "fixed", &b),
             rule("per-tenant", "limit=api,path=/x,tenant=acme")
         );
+    }
+
+    #[test]
+    fn a_key_too_long_to_store_is_counted_under_its_digest() {
+        let c = RlqsConfig::default();
+        let long = "v".repeat(tollgate::limits::MAX_KEY_LEN);
+        let Target::Rule { key, .. } = target(&c, "d", &name(&[("name", "r"), ("t", &long)]))
+        else {
+            panic!("unmatched")
+        };
+        assert!(key.starts_with(",sha256=") && key.len() == 8 + 64, "{key}");
+        let Target::Rule { key: other, .. } =
+            target(&c, "d", &name(&[("name", "r"), ("t", &format!("{long}w"))]))
+        else {
+            panic!("unmatched")
+        };
+        assert_ne!(key, other, "two long keys share a counter");
     }
 
     #[test]

@@ -15,5 +15,7 @@ mod holders;
 pub mod metric;
 pub mod service;
 mod stream;
+#[cfg(test)]
+mod stream_tests;
 
 pub use service::{RlqsService, RlqsSource};

@@ -168,7 +168,16 @@ async fn serve_stream(
                     "bad_report"
                 };
                 cut(reason);
-                break Some(status);
+                // tonic says OUT_OF_RANGE for a message over the decoding
+                // limit (a size bound: RESOURCE_EXHAUSTED, as the other
+                // caps) and INTERNAL for bytes that are no message (the
+                // client's fault: INVALID_ARGUMENT, docs/rlqs.md "Bounds").
+                let message = status.message().to_owned();
+                break Some(match status.code() {
+                    tonic::Code::OutOfRange => Status::resource_exhausted(message),
+                    tonic::Code::Internal => Status::invalid_argument(message),
+                    _ => status,
+                });
             }
         };
         ::metrics::counter!(metric::REPORTS).increment(1);

@@ -40,10 +40,16 @@ struct Held {
     reported: Instant,
     /// Since when every report said idle.
     idle_since: Option<Instant>,
-    /// The limit its last lease was decided under (an override's, if any).
-    limit: Option<u64>,
     /// Reports of it answered on this stream.
     reports: u64,
+    /// What Envoy admitted since the last report is not charged at the
+    /// next: the last assignment was the failure policy's (`allow` or
+    /// `local` with the store down; no door records what its policy
+    /// admitted), or this is the first report on this stream of a bucket
+    /// Envoy had before (a reconnect: spent from the earlier stream's
+    /// lease, which stays counted, or under Envoy's fallback while no
+    /// stream was up).
+    uncharged: bool,
 }
 
 /// One stream: its domain (fixed by its first message) and buckets.
@@ -97,12 +103,22 @@ impl StreamState {
             return Err(Status::invalid_argument("the report has no bucket"));
         }
         let now = Instant::now();
-        let mut work = Vec::with_capacity(report.bucket_quota_usages.len());
+        let mut work: Vec<(BucketName, Held, u64, u64)> =
+            Vec::with_capacity(report.bucket_quota_usages.len());
+        // Where each bucket of this report is in `work`: a bucket named
+        // twice (Envoy never does) is one bucket with the usage summed.
+        let mut seen: HashMap<BucketName, usize> = HashMap::new();
         for usage in report.bucket_quota_usages {
             let Some(id) = usage.bucket_id.filter(|id| !id.bucket.is_empty()) else {
                 return Err(Status::invalid_argument("a bucket id without entries"));
             };
             let name = BucketName::new(&id.bucket);
+            if let Some(&i) = seen.get(&name) {
+                let w = &mut work[i];
+                w.2 = w.2.saturating_add(usage.num_requests_allowed);
+                w.3 = w.3.saturating_add(usage.num_requests_denied);
+                continue;
+            }
             let held = match self.buckets.remove(&name) {
                 Some(h) => h,
                 None => {
@@ -118,11 +134,17 @@ impl StreamState {
                         // A first sighting counts as a period's report.
                         reported: now.checked_sub(env.config.report_period).unwrap_or(now),
                         idle_since: None,
-                        limit: None,
                         reports: 0,
+                        // Envoy's first report of a new bucket has
+                        // `time_elapsed` 0; a periodic one follows a
+                        // reconnect.
+                        uncharged: usage
+                            .time_elapsed
+                            .is_some_and(|d| d.seconds > 0 || d.nanos > 0),
                     }
                 }
             };
+            seen.insert(name.clone(), work.len());
             work.push((
                 name,
                 held,
@@ -196,7 +218,6 @@ async fn one_bucket(
         ::metrics::counter!(metric::REQUESTS, "rule" => rule_label.clone(), "outcome" => outcome)
             .increment(n);
     }
-    settle(env.gate, &mut held, allowed).await;
     if held.target != target {
         // A new bucket, or a reload moved it to another rule or key.
         if let Some(old) = held.target.take() {
@@ -206,8 +227,10 @@ async fn one_bucket(
             env.holders.hold(t);
         }
         held.target.clone_from(&target);
-        held.limit = None;
     }
+    // After the target is known: a first report's requests (admitted by
+    // Envoy before any assignment) are charged to it.
+    settle(env.gate, &mut held, allowed).await;
     if allowed == 0 && denied == 0 {
         let since = *held.idle_since.get_or_insert(now);
         if now.saturating_duration_since(since) >= env.config.abandon_after {
@@ -226,10 +249,9 @@ async fn one_bucket(
         };
         return (Some(held), assignment);
     };
-    let limit = held
-        .limit
-        .or_else(|| env.gate.rule(&rule).map(tollgate::Rule::limit))
-        .unwrap_or(1);
+    // The limit deciding the key now: an override set since the last
+    // report sizes this lease.
+    let limit = env.gate.deciding_limit(&rule, key.as_bytes()).unwrap_or(1);
     let holders = env
         .holders
         .count(&(rule.clone(), key.clone()))
@@ -262,7 +284,7 @@ async fn settle(gate: &Gate, held: &mut Held, allowed: u64) {
                 tracing::debug!("RLQS: a lease could not be settled: {e}");
             }
         }
-        None if allowed > 0 => {
+        None if allowed > 0 && !held.uncharged => {
             if let Some((rule, key)) = &held.target
                 && let Err(e) = gate
                     .charge_all(&[Check::new(rule, key).cost(allowed)])
@@ -292,7 +314,7 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
             Ok(reserved) => {
                 let verdict = &reserved.verdict;
                 let decision = verdict.decision();
-                held.limit = Some(decision.limit);
+                held.uncharged = verdict.degraded.is_some();
                 if verdict.degraded == Some(OnError::Allow) {
                     return Assignment::AllowAll;
                 }
@@ -306,7 +328,10 @@ async fn lease(env: &Env<'_>, held: &mut Held, rule: &str, key: &str, n: u64) ->
                 }
                 cost = decision.remaining;
             }
-            Err(Refusal::Unavailable(_)) => return Assignment::DenyAll,
+            Err(Refusal::Unavailable(_)) => {
+                held.uncharged = true;
+                return Assignment::DenyAll;
+            }
             Err(e) => {
                 tracing::debug!("RLQS: lease of rule {rule:?} refused: {e}");
                 return match env.config.unmatched {
