@@ -16,7 +16,8 @@
 #
 # Each rate-limited Envoy has its own `tollgate serve` (the same config,
 # both services on one --grpc port), so each variant's tollgate CPU is its
-# own. Limits are far above what the run sends: nothing is denied, the
+# own; rlqs has one Envoy and tollgate per scenario, so that the one-tenant
+# runs report one bucket. Limits are far above what the run sends: nothing is denied, the
 # bench measures cost. A request's bucket (or descriptor) is its path:
 # tenant = /t/k1 ("hot": one tenant), or /t/kNNN over BENCH_TENANTS
 # tenants ("many"; oha --rand-regex-url).
@@ -130,9 +131,9 @@ grpc_addr() {
   done
 }
 
-# start_tg NAME: one `tollgate serve` (memory store) with the RLS domain and
-# the config; sets tg_pid[NAME], tg_grpc[NAME], tg_ops[NAME] (the ops
-# listener: /metrics).
+# start_tg INSTANCE: one `tollgate serve` (memory store) with the RLS domain
+# and the config; sets tg_pid[INSTANCE], tg_grpc[INSTANCE], tg_ops[INSTANCE]
+# (the ops listener: /metrics).
 declare -A tg_pid tg_grpc tg_ops envoy_pid envoy_port
 start_tg() {
   local args=(--config "$cfg" --store memory --grpc 127.0.0.1:0 --ops 127.0.0.1:0 --envoy-config bench/rlqs/rls.yaml)
@@ -143,11 +144,12 @@ start_tg() {
   [[ -n "${tg_grpc[$1]}" ]] || { cat "$work/tollgate-$1.log" >&2; die "tollgate ($1) logged no gRPC address"; }
 }
 
-# start_envoy VARIANT: its Envoy (the bootstrap with the variant's filter,
-# pointed at its tollgate); sets envoy_pid and envoy_port.
+# start_envoy INSTANCE: its Envoy (the bootstrap with the filter of its
+# variant, the INSTANCE's name up to a dash, pointed at the INSTANCE's
+# tollgate); sets envoy_pid[INSTANCE] and envoy_port[INSTANCE].
 start_envoy() {
   local v=$1 dir="$work/envoy-$1" listen admin tg_port=1 filter=/dev/null
-  [[ $v != none ]] && { filter="bench/rlqs/filter-$v.yaml"; tg_port=${tg_grpc[$v]##*:}; }
+  [[ $v != none ]] && { filter="bench/rlqs/filter-${v%%-*}.yaml"; tg_port=${tg_grpc[$v]##*:}; }
   listen=$(free_port) admin=$(free_port)
   mkdir -p "$dir"
   awk -v f="$filter" '/^@FILTER@$/ { while ((getline l < f) > 0) print l; next } { print }' bench/rlqs/envoy.yaml.in |
@@ -172,7 +174,12 @@ metric() {
     awk -v n="$2" '$1 == n || index($1, n "{") == 1 { s += $NF } END { printf "%d\n", s }'
 }
 
-for v in "${variants[@]}"; do
+# The instances: a variant's Envoy and its tollgate; rlqs has one per
+# scenario, so that the one-tenant runs report one bucket, not also the
+# many tenants' buckets a shared Envoy would still hold.
+instances=(none rls)
+[[ ${#variants[@]} == 3 ]] && instances+=(rlqs-hot rlqs-many)
+for v in "${instances[@]}"; do
   [[ $v == none ]] || start_tg "$v"
   start_envoy "$v"
 done
@@ -182,11 +189,12 @@ done
 # was reported.
 checks=$(metric "${tg_ops[rls]}" tollgate_checks_total)
 ((checks >= 1)) || die "Envoy (rls) answered, but tollgate counted no check: is the ratelimit filter calling it?"
-if [[ -n "${tg_ops[rlqs]:-}" ]]; then
-  for _ in $(seq 50); do (($(metric "${tg_ops[rlqs]}" tollgate_rlqs_reports_total) >= 1)) && break; sleep 0.1; done
-  (($(metric "${tg_ops[rlqs]}" tollgate_rlqs_reports_total) >= 1)) ||
-    die "Envoy (rlqs) answered, but tollgate counted no RLQS report (its log: $work/envoy-rlqs/envoy.log)"
-fi
+for v in "${instances[@]}"; do
+  [[ $v == rlqs-* ]] || continue
+  for _ in $(seq 50); do (($(metric "${tg_ops[$v]}" tollgate_rlqs_reports_total) >= 1)) && break; sleep 0.1; done
+  (($(metric "${tg_ops[$v]}" tollgate_rlqs_reports_total) >= 1)) ||
+    die "Envoy ($v) answered, but tollgate counted no RLQS report (its log: $work/envoy-$v/envoy.log)"
+done
 
 # ---------------------------------------------------------------- the runs
 # oha_url SCENARIO PORT: the load's URL arguments.
@@ -213,10 +221,12 @@ regex_below() {
 # bucket.SCENARIO (or .TAG; n = reports / bucket reports, aux_s =
 # tollgate's CPU).
 measure() {
-  local v=$1 sc=$2 label=$3 run_secs=${4:-$secs} id=${5:-$1.$2} tag=${5:-$2} url ops=${tg_ops[$1]:-} r0=0 b0=0 c0=0
-  read -ra url <<<"$(oha_url "$sc" "${envoy_port[$v]}")"
-  sut=("${envoy_pid[$v]}") aux=()
-  [[ $v == none ]] || aux=("${tg_pid[$v]}")
+  local v=$1 sc=$2 label=$3 run_secs=${4:-$secs} id=${5:-$1.$2} tag=${5:-$2} url in=$1 ops r0=0 b0=0 c0=0
+  [[ $v == rlqs ]] && in="rlqs-$sc"
+  ops=${tg_ops[$in]:-}
+  read -ra url <<<"$(oha_url "$sc" "${envoy_port[$in]}")"
+  sut=("${envoy_pid[$in]}") aux=()
+  [[ $v == none ]] || aux=("${tg_pid[$in]}")
   local cmd=("$oha_bin" -c "$conns" -q "$rate" --latency-correction --no-tui --output-format json "${url[@]}")
   benchstat quiet
   ((warm == 0)) || timeout $((warm + 30)) "${cmd[@]}" -z "${warm}s" >/dev/null
