@@ -37,26 +37,18 @@ fn check_cmd(config: &Path, rule: &str, key: &str, count: u32) -> Command {
     cmd
 }
 
-/// The same command run under `faketime` with the wall clock shifted.
+/// The same command run under libfaketime with the clock shifted by
+/// `offset` (`+5h`, `-1d`). Preloaded directly, not through the
+/// `faketime` wrapper: the wrapper takes a named semaphore after its own
+/// pid, and one left behind by an earlier process of the same pid (a long
+/// CI run reuses pids) makes it refuse to start ("sem_open: File
+/// exists").
 fn skewed(cmd: &Command, offset: &str) -> Command {
-    let mut f = Command::new(faketime());
-    f.arg("-f")
-        .arg(offset)
-        .arg(cmd.get_program())
-        .args(cmd.get_args());
+    let mut f = Command::new(cmd.get_program());
+    f.args(cmd.get_args())
+        .env("LD_PRELOAD", crate::support::gateway::libfaketime())
+        .env("FAKETIME", offset);
     f
-}
-
-fn faketime() -> &'static str {
-    let ok = Command::new("faketime")
-        .args(["-f", "+5h", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "faketime is missing: install it with `apt-get install -y faketime`"
-    );
-    "faketime"
 }
 
 fn admitted(out: &Output) -> u64 {
@@ -129,6 +121,22 @@ fn processes_with_skewed_clocks_decide_as_one() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("tempdir");
     let config = config(dir.path(), &redis.url());
+    // The preload does shift a process's clock.
+    let shifted = skewed(Command::new("date").arg("+%s"), "+5h")
+        .output()
+        .expect("run date");
+    let shifted: u64 = String::from_utf8_lossy(&shifted.stdout)
+        .trim()
+        .parse()
+        .expect("date prints seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
+    assert!(
+        shifted >= now + 5 * 3600 - 60 && shifted <= now + 5 * 3600 + 3600,
+        "libfaketime did not shift the clock: {shifted} at {now}"
+    );
     for a in ALGORITHMS {
         // Concurrently: clocks 5 h ahead, 3 h behind, a day behind, right.
         let offsets = ["+5h", "-3h", "-1d", "+0"];

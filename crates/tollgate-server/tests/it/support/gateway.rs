@@ -23,7 +23,7 @@ use super::rls::{Rls, code, desc};
 pub const T0: u64 = 1_767_225_630;
 
 /// Where Debian's libfaketime (the multi-threaded one) lives.
-fn libfaketime() -> PathBuf {
+pub fn libfaketime() -> PathBuf {
     let candidates = [
         "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
         "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
