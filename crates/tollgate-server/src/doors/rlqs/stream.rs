@@ -18,7 +18,7 @@ use tollgate::{Check, OnError};
 use tonic::Status;
 
 use super::bucket::{BucketName, Target, target};
-use super::grant::{Assignment, actions, cap, room, wanted};
+use super::grant::{Assignment, Demand, actions, cap, room, wanted};
 use super::holders::Holders;
 use crate::config::{RlqsConfig, Unmatched};
 use crate::gate::Gate;
@@ -51,6 +51,8 @@ struct Held {
     reports: u64,
     /// Units of its outstanding lease (counted in [`Holders`] too).
     leased: u64,
+    /// What it reported, per period.
+    demand: Demand,
     /// What Envoy admitted since the last report is not charged at the
     /// next: the last assignment was the failure policy's (`allow` or
     /// `local` with the store down; no door records what its policy
@@ -181,6 +183,7 @@ impl StreamState {
                         idle_since: None,
                         reports: 0,
                         leased: 0,
+                        demand: Demand::default(),
                         // Envoy's first report of a new bucket has
                         // `time_elapsed` 0; a periodic one follows a
                         // reconnect.
@@ -321,11 +324,10 @@ async fn one_bucket(
     // A bucket's first report says nothing of its demand (Envoy sends it
     // at its first request): its fair share, given back at the next
     // report if unspent. Then its demand.
-    let n = if first {
-        cap
-    } else {
-        wanted(allowed, denied, elapsed, env.config.report_period, cap)
-    };
+    let estimate = held
+        .demand
+        .update(allowed, denied, elapsed, env.config.report_period);
+    let n = if first { cap } else { wanted(estimate, cap) };
     // All this server's leases of the key stay within its part of half
     // the limit, whatever order streams came in (each one's cap alone
     // would let a run of first reports add up to the whole limit); one
