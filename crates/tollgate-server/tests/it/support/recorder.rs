@@ -4,6 +4,8 @@
 //! tollgate's answers alone cannot.
 
 use std::net::SocketAddr;
+
+use super::grpc_thread::GrpcThread;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,8 +21,7 @@ pub struct Recorder {
     /// Its gRPC address.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<RateLimitRequest>>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: GrpcThread,
 }
 
 struct Recording(Arc<Mutex<Vec<RateLimitRequest>>>);
@@ -45,36 +46,13 @@ impl RateLimitService for Recording {
 impl Recorder {
     /// Starts it.
     pub fn start() -> Recorder {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind recorder");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("addr");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let service = RateLimitServiceServer::new(Recording(Arc::clone(&seen)));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                let incoming = tonic::transport::server::TcpIncoming::from(listener);
-                let serve = tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming(incoming);
-                // Stopped without draining: Envoy keeps its connection
-                // open as long as it runs.
-                tokio::select! {
-                    _ = serve => {}
-                    _ = stopped => {}
-                }
-            });
-        });
+        let (addr, server) = GrpcThread::start(tonic::service::Routes::new(service));
         Recorder {
             addr,
             seen,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: server,
         }
     }
 
@@ -92,17 +70,6 @@ impl Recorder {
                 return seen;
             }
             std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
         }
     }
 }

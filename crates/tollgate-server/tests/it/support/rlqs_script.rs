@@ -14,6 +14,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
+
+use super::grpc_thread::GrpcThread;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -154,43 +156,19 @@ pub struct RlqsScript {
     /// Its gRPC address.
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: GrpcThread,
 }
 
 impl RlqsScript {
     /// Starts it.
     pub fn start() -> RlqsScript {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind RLQS script");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("addr");
         let state = Arc::new(Mutex::new(State::default()));
         let service = RateLimitQuotaServiceServer::new(Script(Arc::clone(&state)));
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                let incoming = tonic::transport::server::TcpIncoming::from(listener);
-                let serve = tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming(incoming);
-                // Stopped without draining: Envoy keeps its stream open
-                // as long as it runs.
-                tokio::select! {
-                    _ = serve => {}
-                    _ = stopped => {}
-                }
-            });
-        });
+        let (addr, server) = GrpcThread::start(tonic::service::Routes::new(service));
         RlqsScript {
             addr,
             state,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: server,
         }
     }
 
@@ -254,17 +232,6 @@ impl RlqsScript {
             .replies
             .send(Err(tonic::Status::cancelled("dropped by the test")));
         open.reader.abort();
-    }
-}
-
-impl Drop for RlqsScript {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
