@@ -78,16 +78,21 @@ fn assigned(response: &RateLimitQuotaResponse) -> Vec<Result<u32, &'static str>>
         .collect()
 }
 
+/// What a report needs, over the test's gate, table and holders.
+fn env_of<'a>(gate: &'a Gate, config: &'a RlqsConfig, holders: &'a Holders) -> Env<'a> {
+    Env {
+        gate,
+        config,
+        holders,
+    }
+}
+
 const ACME: &[(&str, &str)] = &[("name", "api"), ("tenant", "acme")];
 
 #[tokio::test]
 async fn a_first_report_leases_the_fair_share_and_the_store_counts_it() {
     let (gate, config, holders) = (gate(), RlqsConfig::default(), Holders::default());
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut s = StreamState::default();
     let r = s
         .answer(report("d", &[(ACME, 1, 0)]), &env)
@@ -102,11 +107,7 @@ async fn a_first_report_leases_the_fair_share_and_the_store_counts_it() {
 #[tokio::test]
 async fn the_leases_of_a_window_never_exceed_the_limit_and_unspent_units_come_back() {
     let (gate, config, holders) = (gate(), RlqsConfig::default(), Holders::default());
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut s = StreamState::default();
     let first = s
         .answer(report("d", &[(ACME, 0, 0)]), &env)
@@ -154,11 +155,7 @@ async fn the_leases_of_a_window_never_exceed_the_limit_and_unspent_units_come_ba
 #[tokio::test]
 async fn a_bucket_named_twice_in_a_report_is_one_bucket() {
     let (gate, config, holders) = (gate(), RlqsConfig::default(), Holders::default());
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut s = StreamState::default();
     let r = s
         .answer(report("d", &[(ACME, 1, 0), (ACME, 2, 0)]), &env)
@@ -180,11 +177,7 @@ async fn a_bucket_named_twice_in_a_report_is_one_bucket() {
 async fn buckets_of_no_rule_get_unmatched_and_concurrency_rules_are_no_rule() {
     let (gate, holders) = (gate(), Holders::default());
     let mut config = RlqsConfig::default();
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut s = StreamState::default();
     let r = s
         .answer(
@@ -202,11 +195,7 @@ async fn buckets_of_no_rule_get_unmatched_and_concurrency_rules_are_no_rule() {
         .expect("answered");
     assert_eq!(assigned(&r), [Err("allow"), Err("allow"), Err("allow")]);
     config.unmatched = crate::config::Unmatched::Deny;
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let r = s
         .answer(report("d", &[(&[("name", "nope")], 0, 0)]), &env)
         .await
@@ -221,11 +210,7 @@ async fn a_report_the_stream_cannot_take_ends_it_with_a_status_naming_why() {
         max_buckets_per_stream: 2,
         ..RlqsConfig::default()
     };
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut s = StreamState::default();
     let e = s
         .answer(report("", &[(ACME, 0, 0)]), &env)
@@ -263,11 +248,7 @@ async fn buckets_past_the_cap_or_too_long_are_denied_or_abandoned_not_held() {
         max_buckets_per_stream: 2,
         ..RlqsConfig::default()
     };
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut s = StreamState::default();
     let long = "x".repeat(2000);
     let huge: &[(&str, &str)] = &[("name", "api"), ("tenant", &long)];
@@ -308,11 +289,7 @@ async fn an_idle_bucket_is_abandoned_after_abandon_after_and_its_lease_returned(
         assignment_ttl: Duration::from_secs(2),
         ..RlqsConfig::default()
     };
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut s = StreamState::default();
     let r = s
         .answer(report("d", &[(ACME, 0, 0)]), &env)
@@ -342,11 +319,7 @@ async fn an_idle_bucket_is_abandoned_after_abandon_after_and_its_lease_returned(
 #[tokio::test]
 async fn a_reconnects_first_report_is_not_charged_again() {
     let (gate, config, holders) = (gate(), RlqsConfig::default(), Holders::default());
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut old = StreamState::default();
     let r = old
         .answer(report("d", &[(ACME, 0, 0)]), &env)
@@ -385,11 +358,7 @@ async fn a_refused_report_still_lets_close_release_its_buckets_holders() {
         max_buckets_per_stream: 2,
         ..RlqsConfig::default()
     };
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let target = ("api".to_owned(), "tenant=acme".to_owned());
     let other: &[(&str, &str)] = &[("name", "api"), ("tenant", "b")];
     let third: &[(&str, &str)] = &[("name", "api"), ("tenant", "c")];
@@ -419,11 +388,7 @@ async fn a_refused_report_still_lets_close_release_its_buckets_holders() {
 #[tokio::test]
 async fn first_reports_in_a_row_lease_at_most_half_the_limit_together() {
     let (gate, config, holders) = (gate(), RlqsConfig::default(), Holders::default());
-    let env = Env {
-        gate: &gate,
-        config: &config,
-        holders: &holders,
-    };
+    let env = env_of(&gate, &config, &holders);
     let mut streams: Vec<StreamState> = (0..4).map(|_| StreamState::default()).collect();
     let mut leased = 0;
     for s in &mut streams {
