@@ -28,7 +28,6 @@ pub mod eg_certs;
 pub mod envoy;
 pub mod envoy_bootstrap;
 pub mod gateway;
-pub mod grpc_thread;
 pub mod llm_clients;
 pub mod llm_replay;
 pub mod loopback;

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 
-use super::grpc_thread::GrpcThread;
+use super::loopback::LoopbackServer;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ pub struct Recorder {
     /// Its gRPC address.
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<RateLimitRequest>>>,
-    _server: GrpcThread,
+    _server: LoopbackServer,
 }
 
 struct Recording(Arc<Mutex<Vec<RateLimitRequest>>>);
@@ -48,7 +48,14 @@ impl Recorder {
     pub fn start() -> Recorder {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let service = RateLimitServiceServer::new(Recording(Arc::clone(&seen)));
-        let (addr, server) = GrpcThread::start(tonic::service::Routes::new(service));
+        let server = LoopbackServer::serve(|listener| async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        let addr = server.addr;
         Recorder {
             addr,
             seen,

@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use super::grpc_thread::GrpcThread;
+use super::loopback::LoopbackServer;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -156,7 +156,7 @@ pub struct RlqsScript {
     /// Its gRPC address.
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
-    _server: GrpcThread,
+    _server: LoopbackServer,
 }
 
 impl RlqsScript {
@@ -164,7 +164,14 @@ impl RlqsScript {
     pub fn start() -> RlqsScript {
         let state = Arc::new(Mutex::new(State::default()));
         let service = RateLimitQuotaServiceServer::new(Script(Arc::clone(&state)));
-        let (addr, server) = GrpcThread::start(tonic::service::Routes::new(service));
+        let server = LoopbackServer::serve(|listener| async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        let addr = server.addr;
         RlqsScript {
             addr,
             state,
