@@ -11,6 +11,8 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
 
+use super::loopback::LoopbackServer;
+
 /// A fake model server: answers every request with `x-usage-tokens` set
 /// to the request's `x-want-tokens` (1 when absent), after a short
 /// "generation"; counts what it served; stopped on drop.
@@ -18,78 +20,46 @@ pub struct ModelServer {
     /// Its address.
     pub addr: SocketAddr,
     served: Arc<AtomicU64>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _server: LoopbackServer,
 }
 
 impl ModelServer {
     /// Starts it on a free loopback port.
     pub fn start() -> ModelServer {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind upstream");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("addr");
         let served = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&served);
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                loop {
-                    tokio::select! {
-                        _ = &mut stopped => break,
-                        accepted = listener.accept() => {
-                            let Ok((stream, _)) = accepted else { continue };
-                            let counter = Arc::clone(&counter);
-                            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(
-                                hyper_util::rt::TokioIo::new(stream),
-                                hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                                    counter.fetch_add(1, Ordering::SeqCst);
-                                    let usage = req
-                                        .headers()
-                                        .get("x-want-tokens")
-                                        .and_then(|v| v.to_str().ok())
-                                        .unwrap_or("1")
-                                        .to_owned();
-                                    async move {
-                                        tokio::time::sleep(Duration::from_millis(10)).await;
-                                        Response::builder()
-                                            .header("x-usage-tokens", usage.as_str())
-                                            .body(Full::new(Bytes::from(format!(
-                                                "{{\"choices\":[{{\"text\":\"...\"}}],\"usage\":{{\"total_tokens\":{usage}}}}}"
-                                            ))))
-                                    }
-                                }),
-                            ));
-                        }
+        let server = LoopbackServer::start(move |stream| {
+            let counter = Arc::clone(&counter);
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(
+                hyper_util::rt::TokioIo::new(stream),
+                hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let usage = req
+                        .headers()
+                        .get("x-want-tokens")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("1")
+                        .to_owned();
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        Response::builder()
+                            .header("x-usage-tokens", usage.as_str())
+                            .body(Full::new(Bytes::from(format!(
+                                "{{\"choices\":[{{\"text\":\"...\"}}],\"usage\":{{\"total_tokens\":{usage}}}}}"
+                            ))))
                     }
-                }
-            });
+                }),
+            ));
         });
         ModelServer {
-            addr,
+            addr: server.addr,
             served,
-            stop: Some(stop),
-            thread: Some(thread),
+            _server: server,
         }
     }
 
     /// Requests answered so far.
     pub fn served(&self) -> u64 {
         self.served.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for ModelServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
