@@ -100,17 +100,6 @@ envoy_files=()
 for f in rls rls-closed correct1 correct2 eg; do envoy_files+=(--envoy-config "bench/grpc/$f.yaml"); done
 printf '[store]\ntimeout = "50ms"\non_error = "allow"\nprefix = "tollgate-grpc-bench"\n' >"$work/t.toml"
 
-# grpc_addr LOG: the gRPC address tollgate logged (5 s at most: it may
-# come a moment after the HTTP door's).
-grpc_addr() {
-  local a
-  for _ in $(seq 50); do
-    a=$(grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||' || true)
-    [[ -n "$a" ]] && { echo "$a"; return; }
-    sleep 0.1
-  done
-}
-
 start_tollgate mem --config "$work/t.toml" --store memory --http 127.0.0.1:0 --grpc 127.0.0.1:0 "${envoy_files[@]}"
 tg_pid=$pid tg_http=$addr tg_grpc=$(grpc_addr "$work/mem.log")
 [[ -n "$tg_grpc" ]] || { cat "$work/mem.log" >&2; die "tollgate logged no gRPC address"; }

@@ -121,16 +121,6 @@ if ! why=$("$tollgate" validate --config "$cfg" --envoy-config bench/rlqs/rls.ya
   variants=(none rls)
 fi
 
-# grpc_addr LOG: the gRPC address tollgate logged (5 s at most).
-grpc_addr() {
-  local a
-  for _ in $(seq 50); do
-    a=$(grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||' || true)
-    [[ -n "$a" ]] && { echo "$a"; return; }
-    sleep 0.1
-  done
-}
-
 # start_tg INSTANCE: one `tollgate serve` (memory store) with the RLS domain
 # and the config; sets tg_pid[INSTANCE], tg_grpc[INSTANCE], tg_ops[INSTANCE]
 # (the ops listener: /metrics).

@@ -55,7 +55,6 @@ spans_received() { echo >&"${SINK[1]}"; local _w n; read -r _w n <&"${SINK[0]}";
 
 # --- the three servers ------------------------------------------------------------
 printf '[store]\ntimeout = "50ms"\non_error = "allow"\n' >"$work/t.toml"
-grpc_addr() { grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||'; }
 # --http too: start_tollgate waits for an http:// address (the API stays idle).
 serve=(--config "$work/t.toml" --store memory --http 127.0.0.1:0 --grpc 127.0.0.1:0 --envoy-config bench/grpc/rls.yaml)
 

@@ -92,6 +92,17 @@ start_tollgate() {
   die "tollgate ($name) logged no address"
 }
 
+# grpc_addr LOG: the gRPC address tollgate logged (5 s at most: it may
+# come a moment after the HTTP door's).
+grpc_addr() {
+  local a
+  for _ in $(seq 50); do
+    a=$(grep -o 'gRPC) listening on [0-9.:]*' "$1" | head -1 | sed 's|.* ||' || true)
+    [[ -n "$a" ]] && { echo "$a"; return; }
+    sleep 0.1
+  done
+}
+
 # start_redis [NAME]: a throwaway redis-server on a free port, without
 # persistence; sets $redis_port and $redis_pid. Extra redis-server
 # arguments: the array redis_args.
