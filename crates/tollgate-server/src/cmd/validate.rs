@@ -304,10 +304,7 @@ pub fn summary(config: &Config, envoy: &EnvoyLimits, file: &str) -> String {
             "rlqs: served on --grpc; rule from entry \"{}\", key from {keys}, unmatched {}, \
              assignments live {}, idle buckets abandoned after {}, at most {} streams",
             Escaped(&rlqs.rule_entry),
-            match rlqs.unmatched {
-                crate::config::Unmatched::Allow => "allow",
-                crate::config::Unmatched::Deny => "deny",
-            },
+            rlqs.unmatched,
             format_duration(rlqs.assignment_ttl),
             format_duration(rlqs.abandon_after),
             rlqs.max_streams

@@ -688,6 +688,15 @@ pub enum Unmatched {
     Deny,
 }
 
+impl std::fmt::Display for Unmatched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unmatched::Allow => "allow",
+            Unmatched::Deny => "deny",
+        })
+    }
+}
+
 /// How one RLQS domain's buckets map to a rule: from an entry of the
 /// bucket id, or one rule for all of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
