@@ -18,8 +18,19 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 # Interdependent crates not yet on crates.io: one `cargo package` for all,
 # which verifies each against the others' packages (a local registry).
 # --allow-dirty: a developer's run checks the tree as it is.
+# Cargo unpacks each local-registry .crate into
+# $CARGO_HOME/registry/src/<hash of the registry's path>/ and, when that
+# folder exists, reuses it without comparing contents. The registry's path
+# (under target/package) is the same on every run from one checkout, so a
+# run after a code change would verify against the last run's sources of an
+# unchanged version. Our crates are on no other registry: drop every
+# unpacked copy of them.
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
 args=()
-for c in "${crates[@]}"; do args+=(-p "$c"); done
+for c in "${crates[@]}"; do
+  args+=(-p "$c")
+  rm -rf "$cargo_home"/registry/src/*/"$c-$version"
+done
 cargo package --locked --allow-dirty "${args[@]}"
 
 for c in "${crates[@]}"; do
@@ -36,6 +47,14 @@ for c in "${crates[@]}"; do
     echo "package-check: $file's LICENSE-MIT is not the repository's" >&2
     exit 1
   }
+  # the verify build compiled the sources this checkout has, not a stale copy
+  for unpacked in "$cargo_home"/registry/src/*/"$c-$version"; do
+    [ -d "$unpacked" ] || continue
+    diff -rq "$unpacked/src" "crates/$c/src" >/dev/null || {
+      echo "package-check: $unpacked/src differs from crates/$c/src: verified stale sources" >&2
+      exit 1
+    }
+  done
   echo "package-check: $c-$version.crate: $(grep -c . <<<"$listing") files, README and licenses in"
 done
 
