@@ -29,6 +29,15 @@ impl LoopbackServer {
         })
     }
 
+    /// Binds a free port and serves the gRPC services of `router` on it
+    /// until the server is dropped.
+    pub fn grpc(router: tonic::transport::server::Router) -> Self {
+        Self::serve(|listener| async move {
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            let _ = router.serve_with_incoming(incoming).await;
+        })
+    }
+
     /// Binds a free port and runs `serve` on its listener until the
     /// server is dropped (a server that does its own accepting, as
     /// tonic's does).

@@ -48,13 +48,7 @@ impl Recorder {
     pub fn start() -> Recorder {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let service = RateLimitServiceServer::new(Recording(Arc::clone(&seen)));
-        let server = LoopbackServer::serve(|listener| async move {
-            let incoming = tonic::transport::server::TcpIncoming::from(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming)
-                .await;
-        });
+        let server = LoopbackServer::grpc(tonic::transport::Server::builder().add_service(service));
         let addr = server.addr;
         Recorder {
             addr,

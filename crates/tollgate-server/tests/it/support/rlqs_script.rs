@@ -164,13 +164,7 @@ impl RlqsScript {
     pub fn start() -> RlqsScript {
         let state = Arc::new(Mutex::new(State::default()));
         let service = RateLimitQuotaServiceServer::new(Script(Arc::clone(&state)));
-        let server = LoopbackServer::serve(|listener| async move {
-            let incoming = tonic::transport::server::TcpIncoming::from(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(incoming)
-                .await;
-        });
+        let server = LoopbackServer::grpc(tonic::transport::Server::builder().add_service(service));
         let addr = server.addr;
         RlqsScript {
             addr,
