@@ -246,7 +246,7 @@ EOF
   local s
   for s in "${skipped[@]}"; do echo "skipped: $s"; done
   echo
-  echo "commands (ports are this run's):"
+  echo "commands (ports are this run's; \$work is its scratch folder):"
   awk '!seen[$0]++ { print "  " $0 }' "$work/commands.txt"
 }
 report | tee "$out_file"

@@ -142,8 +142,21 @@ measure() {
 }
 
 # cmdlog COMMAND ARGS...: notes a command a script ran (quoted, one a
-# line) in $work/commands.txt, for its report to print.
-cmdlog() { printf '%q ' "$@" | sed 's/ $//' >>"$work/commands.txt"; echo >>"$work/commands.txt"; }
+# line) in $work/commands.txt, for its report to print. Paths are written
+# as on any machine: target/ (or $CARGO_TARGET_DIR), $work, and the
+# repository's files relative to it, a program installed elsewhere (envoy
+# from its wheel) by its name.
+cmdlog() {
+  local line shown_target=target program=$1
+  shift
+  [[ $target == "$root/target" ]] || shown_target='$CARGO_TARGET_DIR'
+  [[ $program == /* && $program != "$target"/* && $program != "$root"/* ]] && program=${program##*/}
+  line=$(printf '%q ' "$program" "$@" | sed 's/ $//')
+  line=${line//"$target"/$shown_target}
+  line=${line//"$work"/'$work'}
+  line=${line//"$root/"/}
+  echo "$line" >>"$work/commands.txt"
+}
 
 # need_oha: sets $oha_bin, oha 1.16 (the fixed-rate load generator),
 # installed into $target/bench-tools by cargo the first time.
