@@ -7,13 +7,14 @@
 //!
 //! The folder: `stream.rs` (one stream: requests, ACK and NACK),
 //! `apply.rs` (a response into the next generation of doors),
-//! `backoff.rs` (the wait between connections), `tls.rs` (TLS and mTLS to
-//! the server).
+//! `backoff.rs` (the wait between connections), `preface.rs` (a deadline
+//! on the server's first bytes), `tls.rs` (TLS and mTLS to the server).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use hyper_util::client::legacy::connect::HttpConnector;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
@@ -22,6 +23,7 @@ use crate::doors::{Generation, Shared};
 
 mod apply;
 mod backoff;
+mod preface;
 mod stream;
 pub(crate) mod tls;
 
@@ -29,11 +31,15 @@ pub use stream::{NACK_WAIT_FIRST, NACK_WAIT_MAX};
 
 use apply::Applier;
 use backoff::Backoff;
+use preface::Preface;
 use stream::Progress;
 use tls::Connector;
 
 /// How long a connection attempt may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection made may wait for the server's first bytes, its
+/// HTTP/2 preface (`preface.rs`).
+const PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
 /// HTTP/2 pings on the stream, so a server gone without a word (a node
 /// lost) is noticed within minutes, not at the next TCP timeout. Not more
 /// often: a grpc-go server (Envoy Gateway's) by default closes a
@@ -67,12 +73,14 @@ pub(crate) fn spawn(
     shared: Shared,
     mut stop: watch::Receiver<bool>,
 ) -> Result<watch::Receiver<bool>, String> {
-    let connector = settings
+    let tls = settings
         .tls
         .as_ref()
         .map(Connector::new)
         .transpose()
-        .map_err(|e| format!("[envoy.xds.tls]: {e}"))?;
+        .map_err(|e| format!("[envoy.xds.tls]: {e}"))?
+        .map(|c| Preface::new(c, PREFACE_TIMEOUT));
+    let plain = Preface::new(plain_connector(), PREFACE_TIMEOUT);
     let endpoint = endpoint(&settings.server)?;
     let applier = Applier { live, shared };
     let (first_tx, first_rx) = watch::channel(false);
@@ -81,9 +89,9 @@ pub(crate) fn spawn(
         let mut backoff = Backoff::new(settings.initial_backoff, settings.max_backoff);
         loop {
             let session = async {
-                let channel: Result<Channel, _> = match &connector {
+                let channel: Result<Channel, _> = match &tls {
                     Some(c) => endpoint.connect_with_connector(c.clone()).await,
-                    None => endpoint.connect().await,
+                    None => endpoint.connect_with_connector(plain.clone()).await,
                 };
                 match channel {
                     Ok(channel) => {
@@ -121,6 +129,14 @@ pub(crate) fn spawn(
         }
     });
     Ok(first_rx)
+}
+
+/// TCP to the server, as tonic's own connector makes it.
+fn plain_connector() -> HttpConnector {
+    let mut c = HttpConnector::new();
+    c.set_nodelay(true);
+    c.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    c
 }
 
 /// An error with its sources (tonic's own says only "transport error").

@@ -3,7 +3,9 @@
 //! versions from "1" again (reconnect, the new snapshot applies); no
 //! config yet, with `start_without_config` (the Envoy door answers
 //! UNAVAILABLE until the first config) and without it (no door opens
-//! before); and 1,000 Envoy Gateway-shaped domains in one response.
+//! before); a server that accepts the connection and never speaks (cut
+//! after the preface deadline, then the real server is reached); and
+//! 1,000 Envoy Gateway-shaped domains in one response.
 
 use tollgate_server::rls_conf::RateLimitUnit::{Hour, Minute, Second};
 use xds_harness::AdsServer;
@@ -104,6 +106,55 @@ fn without_start_without_config_no_door_opens_before_the_first_config() {
         .find("Envoy rate limit service (gRPC) listening")
         .expect(&log);
     assert!(waiting < applied && applied < listening, "{log}");
+}
+
+#[test]
+fn a_silent_server_is_left_at_the_preface_deadline_and_a_real_one_reached() {
+    let rt = runtime();
+    // Accepts connections and holds them open without a byte, as a hung
+    // process or a foreign listener does, until told to go.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    silent.set_nonblocking(true).expect("nonblocking");
+    let addr = silent.local_addr().expect("addr");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let holder = {
+        let (stop, accepted) = (stop.clone(), accepted.clone());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                match silent.accept() {
+                    Ok((conn, _)) => {
+                        held.push(conn);
+                        accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+                }
+            }
+        })
+    };
+    let extra = "start_without_config = true\n";
+    let server = Tollgate::start(&toml(&addr.to_string(), extra), ARGS);
+    assert!(
+        server.logs("no HTTP/2 preface"),
+        "the stream was not cut: {}",
+        server.log()
+    );
+    assert!(
+        server.logs("no config yet; reconnecting"),
+        "{}",
+        server.log()
+    );
+    assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    // The silent listener goes; a real ADS server takes its port.
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    holder.join().expect("holder");
+    let ads = rt.block_on(AdsServer::start_at(addr, None));
+    set(&ads, "1", &[eg_domain("d", "route", &[(1, Hour)])]);
+    rt.block_on(acked(&ads, "1"));
+    let mut c = client(&rt, &server);
+    let req = eg_request("d", "route", 0);
+    assert_eq!(codes(&rt, &mut c, &req, 2), ["OK", "OVER_LIMIT"]);
 }
 
 #[test]
