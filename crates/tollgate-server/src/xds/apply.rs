@@ -74,9 +74,19 @@ pub(crate) struct Applier {
 /// The resources of `response`, decoded.
 ///
 /// # Errors
-/// A resource of another type, or bytes that do not decode; named by its
-/// position.
+/// A response of another type (an ADS stream can carry several; this
+/// client subscribes to one, and applying another as the rate limit
+/// config would empty it), a resource of another type, or bytes that do
+/// not decode; named by its position.
 pub(crate) fn decode(response: &DiscoveryResponse) -> Result<Vec<RateLimitConfig>, String> {
+    // An empty type URL is taken as ours: a server that does not set it
+    // can mean nothing else on a stream with one subscription.
+    if !response.type_url.is_empty() && response.type_url != TYPE_URL {
+        return Err(format!(
+            "the response has type {:?}, not the subscribed {TYPE_URL}; nothing applied",
+            response.type_url
+        ));
+    }
     response
         .resources
         .iter()
@@ -226,5 +236,21 @@ mod tests {
         response.resources[1] = any(TYPE_URL, vec![0xff, 0xff]);
         let e = decode(&response).expect_err("bad bytes");
         assert!(e.starts_with("resource #1: not a RateLimitConfig"), "{e}");
+    }
+
+    #[test]
+    fn a_response_of_another_type_is_refused_whole() {
+        let other = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+        // Empty, it would otherwise load as a config without limits.
+        let mut response = DiscoveryResponse {
+            type_url: other.into(),
+            ..DiscoveryResponse::default()
+        };
+        let e = decode(&response).expect_err("another type");
+        assert!(e.contains(other) && e.contains("nothing applied"), "{e}");
+        response.type_url = TYPE_URL.into();
+        assert_eq!(decode(&response).expect("ours"), []);
+        response.type_url.clear();
+        assert_eq!(decode(&response).expect("unset is ours"), []);
     }
 }
