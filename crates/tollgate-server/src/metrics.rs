@@ -153,16 +153,13 @@ pub fn utilization_lines(shares: &[(String, f64)]) -> String {
     let name = metric::UTILIZATION;
     let mut out = format!("# HELP {name} {UTILIZATION_HELP}\n# TYPE {name} gauge\n");
     for (rule, share) in shares {
-        let _ = writeln!(out, "{name}{{rule=\"{}\"}} {share}", label_value(rule));
+        let _ = writeln!(
+            out,
+            "{name}{{rule=\"{}\"}} {share}",
+            text::label_value(rule)
+        );
     }
     out
-}
-
-/// A Prometheus label value: `\`, `"` and line feeds escaped.
-fn label_value(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// Store and decision latency buckets, seconds: 100 µs to 1 s.

@@ -39,6 +39,7 @@ pub use tally::{
 };
 
 use super::catalog::Kind;
+use super::text::label_value;
 
 /// The five per-key counters, in [`Counts`] order, with their help.
 pub const RATE_LIMIT: [(&str, &str); 5] = [
@@ -299,11 +300,11 @@ impl ReferenceMetrics {
                 let _ = write!(
                     out,
                     "{name}{{domain=\"{}\",key1=\"{}\"",
-                    esc(&labels.domain),
-                    esc(&labels.key1)
+                    label_value(&labels.domain),
+                    label_value(&labels.key1)
                 );
                 if let Some(key2) = &labels.key2 {
-                    let _ = write!(out, ",key2=\"{}\"", esc(key2));
+                    let _ = write!(out, ",key2=\"{}\"", label_value(key2));
                 }
                 let _ = writeln!(out, "}} {}", counts[i]);
             }
@@ -360,13 +361,6 @@ impl ReferenceMetrics {
         let _ = writeln!(out, "{GC_CPU_FRACTION} 0");
         out
     }
-}
-
-/// A label value: `\`, `"` and line feeds escaped.
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

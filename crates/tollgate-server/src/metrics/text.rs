@@ -105,6 +105,14 @@ fn sort_samples(name: &str, kind: &str, samples: &mut Vec<String>) {
     samples.extend(series.into_iter().flatten());
 }
 
+/// `s` as a Prometheus label value: `\\`, `"` and line feeds escaped.
+#[must_use]
+pub fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::stable;
