@@ -231,6 +231,7 @@ fn run_serve(args: &ServeArgs) -> Result<(), String> {
             load: Box::new(move || serve::plan(&reload_args)),
             poll: args.reload_poll,
             hup,
+            hup_means: "SIGHUP",
         };
         server::run_reloading(listeners, shutdown, plan, version, source).await
     })?;

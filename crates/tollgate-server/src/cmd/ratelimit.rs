@@ -67,6 +67,7 @@ pub fn source(reference: &Reference) -> (String, Source) {
                 load: Box::new(move || plan(&for_load)),
                 poll: Duration::ZERO,
                 hup,
+                hup_means: "a RUNTIME_ROOT file changed",
             };
             (source.version(), source)
         }
@@ -77,6 +78,7 @@ pub fn source(reference: &Reference) -> (String, Source) {
                 load: Box::new(|| Err("the Envoy limits come from xDS".to_owned())),
                 poll: Duration::ZERO,
                 hup,
+                hup_means: "SIGHUP",
             };
             (String::new(), source)
         }

@@ -36,8 +36,12 @@ pub struct Source {
     /// How often the files are read for a change; zero: never (SIGHUP
     /// only).
     pub poll: Duration,
-    /// Notified on each SIGHUP.
+    /// Notified on each SIGHUP (`serve`), or when a watched file changed
+    /// (the compatibility entry's `RUNTIME_*` directory).
     pub hup: Arc<Notify>,
+    /// What a notification of `hup` means, for the reload's log line and
+    /// status: `"SIGHUP"`, `"a RUNTIME_ROOT file changed"`.
+    pub hup_means: &'static str,
 }
 
 /// How [`Source::list`] lists the files, sorted.

@@ -47,7 +47,7 @@ impl Reloader {
         tick.tick().await;
         loop {
             let why = tokio::select! {
-                () = self.source.hup.notified() => "SIGHUP",
+                () = self.source.hup.notified() => self.source.hup_means,
                 _ = tick.tick(), if !poll.is_zero() => {
                     let source = Arc::clone(&self.source);
                     let now = tokio::task::spawn_blocking(move || source.version())

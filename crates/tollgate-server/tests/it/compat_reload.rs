@@ -57,7 +57,9 @@ fn a_file_added_in_file_mode_changes_the_version_shown() {
     let now = version(&metrics()).expect("version");
     assert_ne!(now, first, "{}", rl.log());
     // The log line is written after the new config serves: wait for it.
-    let line = format!("version {now}");
+    // It names what reloaded (no SIGHUP: under the reference's env a
+    // SIGHUP stops the process).
+    let line = format!("config reloaded (a RUNTIME_ROOT file changed): version {now}");
     while !rl.log().contains(&line) {
         assert!(
             Instant::now() < deadline,

@@ -74,7 +74,8 @@ fn a_domain_in_two_files_is_an_error_unless_merged() {
     assert!(
         err.starts_with(
             "two.yaml:1: domain: duplicate domain 'shared': also in one.yaml \
-             (--envoy-merge-domains merges one domain spread over several files)"
+             (--envoy-merge-domains, [envoy] merge_domains or MERGE_DOMAIN_CONFIG=true merges \
+             one domain spread over several files or xDS resources)"
         ),
         "{err}"
     );

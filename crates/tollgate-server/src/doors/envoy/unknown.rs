@@ -58,7 +58,7 @@ impl UnknownDomains {
         }
         logged.insert(shown.to_owned());
         tracing::warn!(
-            "Envoy: requests for domain {shown:?}, which no --envoy-config file defines, \
+            "Envoy: requests for domain {shown:?}, which no loaded Envoy config (file or xDS) defines, \
              are answered OK (unlimited), as envoyproxy/ratelimit answers them; check the \
              domain of Envoy's rate limit filter (counted in {UNKNOWN_DOMAIN})"
         );

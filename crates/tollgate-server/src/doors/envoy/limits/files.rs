@@ -75,8 +75,9 @@ impl Loader {
                         Some(d)
                     } else {
                         let message = format!(
-                            "duplicate domain '{d}': also in {first} (--envoy-merge-domains \
-                             merges one domain spread over several files)"
+                            "duplicate domain '{d}': also in {first} (--envoy-merge-domains, \
+                             [envoy] merge_domains or MERGE_DOMAIN_CONFIG=true merges one \
+                             domain spread over several files or xDS resources)"
                         );
                         self.error(line, "domain", message);
                         None

@@ -582,7 +582,8 @@ fn load_reads_files_and_reports_unreadable_ones() {
         err.to_string(),
         format!(
             "{file}:1: domain: duplicate domain 'mongo_cps': also in {file} \
-             (--envoy-merge-domains merges one domain spread over several files)"
+             (--envoy-merge-domains, [envoy] merge_domains or MERGE_DOMAIN_CONFIG=true merges \
+             one domain spread over several files or xDS resources)"
         )
     );
 }

@@ -367,13 +367,15 @@ fn duplicate_domains_across_files_name_both_files() {
     assert_eq!(e.field.as_deref(), Some("domain"));
     assert_eq!(
         e.message,
-        "duplicate domain 'shared': also in one.yaml (--envoy-merge-domains merges one \
-         domain spread over several files)"
+        "duplicate domain 'shared': also in one.yaml (--envoy-merge-domains, [envoy] \
+         merge_domains or MERGE_DOMAIN_CONFIG=true merges one domain spread over several \
+         files or xDS resources)"
     );
     assert_eq!(
         err.to_string(),
         "two.yaml:2: domain: duplicate domain 'shared': also in one.yaml \
-         (--envoy-merge-domains merges one domain spread over several files)"
+         (--envoy-merge-domains, [envoy] merge_domains or MERGE_DOMAIN_CONFIG=true merges \
+         one domain spread over several files or xDS resources)"
     );
 }
 
