@@ -81,7 +81,6 @@ pub use file::{ConfigError, ConfigErrors};
 pub(crate) use status::record_loaded;
 pub use status::{
     CONFIG_INFO, CONFIG_INFO_HELP, ConfigInfo, LOADED_AT, RELOADS, ReloadError, ReloadStatus,
-    config_info_lines,
 };
 pub use version::{rfc3339, version_of_files, version_of_text};
 pub use xds::{

@@ -9,7 +9,6 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 
 use super::version::rfc3339;
-use crate::metrics::text::label_value;
 
 /// The loaded config's identity: its version (a content hash of every file
 /// read) and when it was loaded.
@@ -144,63 +143,4 @@ pub(crate) fn record_loaded(info: &ConfigInfo) {
         .unwrap_or_default()
         .as_secs_f64();
     ::metrics::gauge!(LOADED_AT).set(secs);
-}
-
-/// The longest config version shown in the `tollgate_config_info` label:
-/// an xDS server may send any `version_info`, and the label is on every
-/// scrape.
-pub(crate) const VERSION_LABEL_CAP: usize = 256;
-
-/// The `tollgate_config_info` lines for `/metrics`: the version escaped
-/// (an xDS version may hold `"` or a line feed, which would break the
-/// whole page) and cut at [`VERSION_LABEL_CAP`] bytes, with `…`.
-#[must_use]
-pub fn config_info_lines(info: &ConfigInfo) -> String {
-    let version = &info.version;
-    let mut end = version.len().min(VERSION_LABEL_CAP);
-    while !version.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut shown = label_value(&version[..end]);
-    if end < version.len() {
-        shown.push('…');
-    }
-    format!(
-        "# HELP {CONFIG_INFO} {CONFIG_INFO_HELP}\n\
-         # TYPE {CONFIG_INFO} gauge\n{CONFIG_INFO}{{version=\"{shown}\"}} 1\n"
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn label_of(version: &str) -> String {
-        let lines = config_info_lines(&ConfigInfo::now(version.to_owned()));
-        let sample = lines.lines().nth(2).expect("a sample line");
-        assert_eq!(lines.lines().count(), 3, "{lines:?}");
-        sample
-            .strip_prefix("tollgate_config_info{version=\"")
-            .and_then(|rest| rest.strip_suffix("\"} 1"))
-            .unwrap_or_else(|| panic!("not one sample: {sample:?}"))
-            .to_owned()
-    }
-
-    #[test]
-    fn a_version_from_outside_cannot_break_the_page() {
-        assert_eq!(label_of("v1"), "v1");
-        assert_eq!(label_of("a\"b"), "a\\\"b");
-        assert_eq!(label_of("a\nb"), "a\\nb");
-        assert_eq!(label_of("a\\b"), "a\\\\b");
-    }
-
-    #[test]
-    fn a_long_version_is_cut_on_a_character_boundary() {
-        let long = "é".repeat(VERSION_LABEL_CAP);
-        let shown = label_of(&long);
-        assert!(shown.ends_with('…'), "{shown}");
-        let kept = shown.trim_end_matches('…');
-        assert!(kept.len() <= VERSION_LABEL_CAP && kept.len() >= VERSION_LABEL_CAP - 1);
-        assert!(kept.chars().all(|c| c == 'é'));
-    }
 }

@@ -12,9 +12,10 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 
 use super::Health;
-use crate::config::{ConfigInfo, Readiness, ReloadStatus, config_info_lines};
+use crate::config::{ConfigInfo, Readiness, ReloadStatus};
 use crate::doors::json::{ApiBody, get_only, is_get, json_response, method_not_allowed};
 use crate::gate::Gate;
+use crate::metrics::config_info_lines;
 use crate::metrics::reference::ReferenceMetrics;
 
 /// What the probes of one generation answer from: its gate (the store),
