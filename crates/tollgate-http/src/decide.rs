@@ -290,8 +290,9 @@ impl Keys {
         }
     }
 
-    /// The reservation the request's own estimate gives the rule at
-    /// position `i`, if its estimate is read from the request.
+    /// The units the request's own estimate asks of the rule at position
+    /// `i`, if its estimate is read from the request; admission caps them
+    /// at the capacity of the limit deciding the key.
     #[must_use]
     pub fn estimate(&self, i: usize) -> Option<u64> {
         self.estimates
@@ -536,7 +537,9 @@ impl RuleKeys {
                 let rule = &self.rules[i];
                 let cost = rule.cost.as_ref()?;
                 let from = cost.request_estimate()?;
-                Some((i, from.reserve(body, cost.estimate(), rule.rule.capacity())))
+                // Capped at admission by the deciding limit's capacity
+                // (an override may be larger or smaller than the rule).
+                Some((i, from.reserve(body, cost.estimate(), u64::MAX)))
             })
             .collect();
         Ok(Keys { keys, estimates })

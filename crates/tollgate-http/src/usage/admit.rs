@@ -101,15 +101,24 @@ impl RuleKeys {
 
         let pairs: Vec<Pair> = rated
             .iter()
-            .map(|(i, key)| Pair {
-                rule: entries[i].name().to_owned(),
-                index: entries[i].index,
-                key: key.to_vec(),
-                estimate: keys
+            .map(|(i, key)| {
+                let name = entries[i].name();
+                let estimate = keys
                     .estimate(i)
                     .or_else(|| entries[i].cost.as_ref().map(ResponseCost::estimate))
-                    .unwrap_or(1),
-                cost: entries[i].cost.clone(),
+                    .unwrap_or(1);
+                // At most what the limit deciding this key (an override's
+                // when one applies) admits at once: more could never pass,
+                // and the rule's own capacity under a larger override would
+                // reserve too little.
+                let capacity = limiter.deciding_capacity(name, key).unwrap_or(u64::MAX);
+                Pair {
+                    rule: name.to_owned(),
+                    index: entries[i].index,
+                    key: key.to_vec(),
+                    estimate: estimate.clamp(1, capacity.max(1)),
+                    cost: entries[i].cost.clone(),
+                }
             })
             .collect();
         let reserving = pairs.iter().any(|p| p.cost.is_some());

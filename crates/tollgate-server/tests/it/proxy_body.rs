@@ -273,6 +273,60 @@ fn estimates_are_read_from_the_request_and_clamped_to_the_capacity() {
     assert_eq!((left(&r, "otpm"), left(&r, "itpm")), (900, 100_000 - 7));
 }
 
+/// A reservation is capped by the capacity of the limit deciding the key:
+/// an override larger than the rule reserves all the request asks (before,
+/// the rule's 1,000 under a 100,000 override: 40 concurrent requests of
+/// 50,000 each were admitted), one smaller reserves at most its own (before,
+/// a tenant limited to 10 was refused for ever).
+#[test]
+fn estimates_are_capped_by_the_override_deciding_the_key() {
+    let config = r#"
+[[rules]]
+name = "otpm"
+algorithm = "fixed_window"
+limit = 1000
+period = "1h"
+key = "header:x-team"
+cost = "response_header:x-output"
+estimate = "max_tokens"
+estimate_default = 100
+
+[[rules.overrides]]
+key = "big"
+limit = 100000
+
+[[rules.overrides]]
+key = "tiny"
+limit = 10
+"#;
+    let up = start_body_upstream();
+    let s = serve(config, up.addr);
+    for (team, max_tokens, left_after) in [
+        ("big", 50_000, 50_000),
+        ("big", 80_000, 20_000),
+        ("tiny", 50, 0),
+        ("base", 50_000, 0),
+    ] {
+        let body = format!(r#"{{"max_tokens":{max_tokens}}}"#);
+        let r = post(
+            s.proxy(),
+            "/?out=0&in=0",
+            &[("x-team", team)],
+            body.as_bytes(),
+            Framing::Length,
+        );
+        assert_eq!(r.status, 200, "{team} {body}: {}", r.text());
+        assert_eq!(left(&r, "otpm"), left_after, "{team} {body}");
+        // Used nothing: all of it comes back.
+        let whole = match team {
+            "big" => 100_000,
+            "tiny" => 10,
+            _ => 1000,
+        };
+        settles_to(&s, "otpm", team, whole);
+    }
+}
+
 #[test]
 fn an_encoded_request_body_is_not_read_and_reserves_the_defaults() {
     let up = start_body_upstream();

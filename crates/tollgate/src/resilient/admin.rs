@@ -109,15 +109,28 @@ impl<S: Store> ResilientLimiter<S> {
     /// what it asks for by the limit (RLQS shares, docs/rlqs.md).
     #[must_use]
     pub fn deciding_limit(&self, rule: &str, key: &[u8]) -> Option<u64> {
+        self.deciding(rule, key, Rule::limit)
+    }
+
+    /// The capacity (the most one request may take: the burst, or the
+    /// limit) of the limit deciding `key` under `rule` now, resolved as
+    /// [`ResilientLimiter::deciding_limit`] resolves it; `None` for an
+    /// unknown rule. For a caller that sizes a reservation from an
+    /// estimate: one above the deciding limit's capacity could never be
+    /// admitted, and one capped at the rule's own capacity under a larger
+    /// override would reserve too little.
+    #[must_use]
+    pub fn deciding_capacity(&self, rule: &str, key: &[u8]) -> Option<u64> {
+        self.deciding(rule, key, Rule::capacity)
+    }
+
+    /// `read` of the rule deciding `key` under `rule` now.
+    fn deciding<T>(&self, rule: &str, key: &[u8], read: impl Fn(&Rule) -> T) -> Option<T> {
         let i = self.rule_index(rule)?;
         let table = self.inner.live.view.table.load_full();
-        Some(
-            self.inner
-                .limiter
-                .deciding_rule(i, key, Some(&table))
-                .0
-                .limit(),
-        )
+        Some(read(
+            self.inner.limiter.deciding_rule(i, key, Some(&table)).0,
+        ))
     }
 
     /// `key`'s state under `rule` as its algorithm sees it, nothing
