@@ -20,7 +20,11 @@
 //!   Reading goes on past a value found once until the document ends (or
 //!   the limit), so that a second one is seen;
 //! * not in a body that is not JSON: malformed before the limit, or ended
-//!   before its document did.
+//!   before its document did (within the limit: a longer body's prefix
+//!   is a prefix, not a document cut short).
+//!
+//! A leading UTF-8 byte order mark is skipped (Python's `json.loads` of
+//! bytes, behind most LLM servers, skips it too).
 //!
 //! Anything else is a missing value: a missing key under `[proxy]
 //! on_missing_key`, the `estimate_default` for an estimate.
@@ -112,9 +116,17 @@ impl BodyPlan {
             seen: 0,
             ended: false,
             text: TextCount::default(),
+            bom: 0,
         }
     }
 }
+
+/// The UTF-8 byte order mark. JSON must not start with one, but parsers
+/// may skip it, and Python's `json.loads` of bytes (the servers behind
+/// most LLM APIs) does: a body starting with one is read past it, or a
+/// client could hide its keys from the rules while the upstream reads
+/// them.
+const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
 
 /// The characters of a body's prefix as a tokenizer sees them: ASCII
 /// bytes and other characters (a UTF-8 sequence or a `\uXXXX` escape each
@@ -176,6 +188,9 @@ pub struct BodyScan {
     seen: u64,
     ended: bool,
     text: TextCount,
+    /// Bytes of a leading [`BOM`] matched so far; 3 once decided (a whole
+    /// one skipped, or the body does not start with one).
+    bom: usize,
 }
 
 impl BodyScan {
@@ -183,21 +198,61 @@ impl BodyScan {
     pub fn push(&mut self, bytes: &[u8]) {
         self.seen += bytes.len() as u64;
         let room = self.limit.saturating_sub(self.scanned);
-        let take = &bytes[..bytes.len().min(room)];
+        let mut take = &bytes[..bytes.len().min(room)];
         if take.is_empty() {
             return;
         }
         self.scanned += take.len();
-        self.scanner.push(take);
+        // A leading byte order mark, possibly split across pieces.
+        while self.bom < BOM.len() {
+            match take.first() {
+                None => return,
+                Some(&b) if b == BOM[self.bom] => {
+                    self.bom += 1;
+                    take = &take[1..];
+                }
+                Some(_) => {
+                    // Not one: the bytes held back are the body's.
+                    let held = &BOM[..self.bom];
+                    self.bom = BOM.len();
+                    self.feed(held);
+                }
+            }
+        }
+        self.feed(take);
+    }
+
+    /// Bytes of the body for the scanner (and the prompt's count).
+    fn feed(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.scanner.push(bytes);
         if self.plan.prompt {
-            self.text.push(take);
+            self.text.push(bytes);
         }
     }
 
-    /// The body has ended.
+    /// The body has ended. Past the limit, only the scanned prefix is
+    /// the scanner's: its document did not end there, so it is left as a
+    /// prefix (fields met in it count), not judged a document cut short.
     pub fn finish(&mut self) {
         self.ended = true;
-        self.scanner.finish();
+        if self.bom < BOM.len() {
+            // A body that is a part of a byte order mark: its bytes.
+            let held = &BOM[..self.bom];
+            self.bom = BOM.len();
+            self.feed(held);
+        }
+        if !self.truncated() {
+            self.scanner.finish();
+        }
+    }
+
+    /// Whether the body went on past the limit (bytes pushed and not
+    /// scanned).
+    fn truncated(&self) -> bool {
+        self.seen > self.scanned as u64
     }
 
     /// Whether reading on can change the facts: the body has not ended,
@@ -213,7 +268,8 @@ impl BodyScan {
     pub fn facts(&self) -> BodyFacts {
         // A body that is not JSON (malformed, or ended before its
         // document did) names nothing.
-        let broken = self.scanner.malformed() || (self.ended && !self.scanner.complete());
+        let broken = self.scanner.malformed()
+            || (self.ended && !self.truncated() && !self.scanner.complete());
         let found = (0..self.plan.texts.len())
             .map(|i| {
                 if broken {

@@ -122,3 +122,56 @@ fn text_counts_characters_not_bytes() {
     }
     assert_eq!((split.ascii, split.other), (7, 3));
 }
+
+/// A body whose last read crosses the limit and also ends it: the prefix
+/// is scanned as a prefix, as when the body goes on (before, the end made
+/// the scanner judge the cut prefix a document cut short, and every field
+/// in it was missing: a per-user limit skipped for a body one byte over).
+#[test]
+fn a_body_ending_in_the_read_that_crosses_the_limit_keeps_its_fields() {
+    let p = plan(&["/user", "/max_tokens"], false);
+    let body = format!(
+        r#"{{"user":"alice","max_tokens":900,"prompt":"{}"}}"#,
+        "x".repeat(100)
+    );
+    let limit = 64;
+    for piece in [1, 7, limit, limit + 1, body.len()] {
+        let mut s = p.start(limit, Some(body.len() as u64));
+        for chunk in body.as_bytes().chunks(piece) {
+            s.push(chunk);
+        }
+        s.finish();
+        let f = s.facts();
+        assert_eq!(f.key_text("/user").as_deref(), Some("alice"), "{piece}");
+        assert_eq!(f.key_text("/max_tokens").as_deref(), Some("900"), "{piece}");
+        assert_eq!(f.scanned(), limit as u64);
+        assert_eq!(f.length(), Some(body.len() as u64));
+    }
+    // Within the limit, a document cut short still names nothing.
+    let cut = br#"{"user":"alice","max_tokens":900"#;
+    let mut s = p.start(limit, None);
+    s.push(cut);
+    s.finish();
+    assert_eq!(s.facts().key_text("/user"), None);
+}
+
+/// A leading UTF-8 byte order mark is skipped, in any split, as Python's
+/// `json.loads` of bytes skips it; a part of one is the body's bytes.
+#[test]
+fn a_leading_byte_order_mark_is_read_past() {
+    let p = plan(&["/user"], false);
+    let mut body = b"\xEF\xBB\xBF".to_vec();
+    body.extend_from_slice(br#"{"user":"alice"}"#);
+    for piece in [1, 2, 3, 4, body.len()] {
+        let (f, _) = scan(&p, &body, 1 << 20, piece);
+        assert_eq!(f.key_text("/user").as_deref(), Some("alice"), "{piece}");
+    }
+    for broken in [
+        &b"\xEF\xBB{\"user\":\"a\"}"[..],
+        b"\xEF",
+        b"\xEF\xBB\xBF\xEF\xBB\xBF{}",
+    ] {
+        let (f, _) = scan(&p, broken, 1 << 20, 1);
+        assert_eq!(f.key_text("/user"), None, "{broken:?}");
+    }
+}

@@ -164,6 +164,34 @@ fn the_body_reaches_the_upstream_unchanged_in_its_framing() {
     }
 }
 
+/// A body just past `request_body_limit` keeps the fields of its first
+/// bytes, however its last read falls: before, a body one byte over the
+/// limit whose end came in the read that crossed it named nothing (with
+/// `on_missing_key = "skip"`, a per-user limit bypassed).
+#[test]
+fn a_body_just_past_the_limit_keeps_the_fields_of_its_prefix() {
+    let up = start_body_upstream();
+    let s = serve(KEYED, up.addr);
+    let head = chat("m", "carol", "t");
+    // Padding inside the document, after the fields: 1,025 to 1,200 bytes.
+    let mut sent = 0;
+    for total in [1025, 1026, 1100, 1200] {
+        let pad = total - head.len() - r#","pad":"""#.len();
+        let body = format!(
+            r#"{},"pad":"{}"}}"#,
+            &head[..head.len() - 1],
+            "x".repeat(pad)
+        );
+        assert_eq!(body.len(), total);
+        for f in [Framing::Length, Framing::Chunked(total)] {
+            let r = post(s.proxy(), "/", &[("x-team", "t1")], body.as_bytes(), f);
+            arrived_unchanged(&r, body.as_bytes(), f);
+            sent += 1;
+        }
+    }
+    assert_eq!(remaining(&s, "per_user", "carol"), 100 - sent);
+}
+
 #[test]
 fn a_field_past_the_limit_or_in_a_body_that_is_not_json_is_a_missing_key() {
     let up = start_body_upstream();
