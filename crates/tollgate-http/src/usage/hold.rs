@@ -199,6 +199,12 @@ async fn keep<S: Store>(
     }
 }
 
+/// How long a response's settle is tried again after store failures
+/// (`ResilientLimiter::settle_within`): a store stalled for a moment
+/// under load must not leave the reservation at its estimate, which is
+/// too much or too little of what the response used.
+pub(crate) const SETTLE_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Settles the reservation at the usage read (or its estimate, counted in
 /// [`USAGE_UNREAD`]); cancels it when nothing was sent; charges the usage
 /// when the reservation was let through unrecorded.
@@ -210,7 +216,7 @@ async fn settle<S: Store>(
 ) {
     if outcome.is_some_and(|o| o.how == Ended::Cancelled) {
         if let Some(ticket) = &plan.reservation {
-            let _ = limiter.settle(ticket, None).await;
+            let _ = limiter.settle_within(ticket, None, SETTLE_PATIENCE).await;
         }
         return;
     }
@@ -223,8 +229,12 @@ async fn settle<S: Store>(
         })
         .collect();
     if let Some(ticket) = &plan.reservation {
-        // Failures are counted by the limiter as unrecorded units.
-        let _ = limiter.settle(ticket, Some(&actual)).await;
+        // Tried again on a store failure (a settle is once per ticket, so
+        // a retry never charges twice); the last failure is counted by the
+        // limiter as unrecorded units.
+        let _ = limiter
+            .settle_within(ticket, Some(&actual), SETTLE_PATIENCE)
+            .await;
     } else if plan.charge_at_end {
         let checks: Vec<Check<'_>> = plan
             .pairs

@@ -122,6 +122,7 @@ pub use local::local_share;
 use metric::Meters;
 pub use open::MAX_FOLLOWED;
 pub use policy::{OnError, Refusal, Verdict};
+pub use reserve::{SETTLE_RETRY_FIRST, SETTLE_RETRY_MAX};
 
 pub use admin::Inspection;
 pub use live::RUNTIME_REFRESH;

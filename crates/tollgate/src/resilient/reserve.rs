@@ -14,6 +14,12 @@ use crate::limiter::{Check, reservation_ttl};
 use crate::store::{SettlePair, Settled, Store};
 use crate::ticket::Ticket;
 
+/// The first wait before a failed settle is tried again
+/// ([`ResilientLimiter::settle_within`]).
+pub const SETTLE_RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait between two tries of a settle.
+pub const SETTLE_RETRY_MAX: Duration = Duration::from_secs(2);
+
 impl<S: Store> ResilientLimiter<S> {
     /// Reserves `checks` (each pair's cost its estimate) for `ttl`
     /// (docs/semantics.md, "Reserve, then settle").
@@ -42,19 +48,53 @@ impl<S: Store> ResilientLimiter<S> {
         ticket: &Ticket,
         actual: Option<&[u64]>,
     ) -> Result<Settled, Refusal> {
+        self.settle_within(ticket, actual, Duration::ZERO).await
+    }
+
+    /// As [`ResilientLimiter::settle`], but a store failure (a timeout, a
+    /// lost connection, an open circuit) is tried again, after waits that
+    /// double from [`SETTLE_RETRY_FIRST`] to [`SETTLE_RETRY_MAX`], while
+    /// the waits add up to at most `within` (each try itself is bounded
+    /// by the store timeout). Safe because a settle is once per ticket:
+    /// one that timed out here but ran in the store makes the next one
+    /// `Finished`, not a second charge. For a caller with time to spare (a
+    /// response that has ended), so a loaded store's brief stall does not
+    /// leave the reservation at its estimate. Only the last failure
+    /// counts the usage as unrecorded.
+    ///
+    /// # Errors
+    /// As [`ResilientLimiter::settle`], once `within` has passed.
+    pub async fn settle_within(
+        &self,
+        ticket: &Ticket,
+        actual: Option<&[u64]>,
+        within: Duration,
+    ) -> Result<Settled, Refusal> {
         let limiter = &self.inner.limiter;
         let pairs = limiter
             .settle_pairs(ticket, actual)
             .map_err(Refusal::Invalid)?;
         self.start_heartbeat();
-        let result = self
-            .inner
-            .guarded(
-                "settle",
-                self.inner.ticket_gate(ticket),
-                limiter.store().settle(ticket, &pairs, None),
-            )
-            .await;
+        // The waits are counted, not the clock read: each try's own time
+        // is bounded by the store timeout.
+        let mut waited = Duration::ZERO;
+        let mut wait = SETTLE_RETRY_FIRST;
+        let result = loop {
+            let result = self
+                .inner
+                .guarded(
+                    "settle",
+                    self.inner.ticket_gate(ticket),
+                    limiter.store().settle(ticket, &pairs, None),
+                )
+                .await;
+            if result.is_ok() || waited + wait > within {
+                break result;
+            }
+            tokio::time::sleep(wait).await;
+            waited += wait;
+            wait = (wait * 2).min(SETTLE_RETRY_MAX);
+        };
         match result {
             Ok(settled) => {
                 let outcome = match &settled {

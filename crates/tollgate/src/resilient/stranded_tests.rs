@@ -84,3 +84,67 @@ fn refusals_of_an_allow_rule_name_allow() {
     };
     assert_eq!((unrecorded("allow"), unrecorded("deny")), (30, 0));
 }
+
+/// `settle_within` tries a failed settle again until the store answers:
+/// the usage is recorded once (the attempt that timed out ran when the
+/// store came back; the next finds the ticket settled), and nothing is
+/// counted as unrecorded.
+#[test]
+fn a_settle_within_a_window_outlasts_a_stalled_store() {
+    let redis = RedisServer::start();
+    let counters = Counters::default();
+    let left = metrics::with_local_recorder(&counters, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(async {
+                let options = RedisOptions {
+                    timeout: Duration::from_millis(100),
+                    ..RedisOptions::default()
+                };
+                let store = RedisStore::connect(&redis.url(), options)
+                    .await
+                    .expect("connect");
+                let hour = Duration::from_secs(3600);
+                let rules = [RuleSpec::new("open", Algorithm::FixedWindow, 100, hour)]
+                    .map(|s| s.build().expect("rule"));
+                let limiter =
+                    ResilientLimiter::builder(Limiter::new(store, rules).expect("limiter"))
+                        .timeout(Duration::from_millis(100))
+                        .rule_on_error("open", OnError::Allow)
+                        .heartbeat(None)
+                        .build()
+                        .expect("resilient");
+                let reserved = limiter
+                    .reserve_all(&[Check::new("open", "k").cost(10)], hour)
+                    .await
+                    .expect("store up");
+                let reservation = reserved.ticket.expect("admitted");
+                redis.pause();
+                let (settled, ()) = tokio::join!(
+                    limiter.settle_within(&reservation, Some(&[30]), Duration::from_secs(60)),
+                    async {
+                        // Long enough for several tries to fail.
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        redis.resume();
+                    }
+                );
+                settled.expect("settled once the store answered");
+                limiter
+                    .inspect("open", b"k")
+                    .await
+                    .expect("inspect")
+                    .decision
+                    .remaining
+            })
+    });
+    assert_eq!(left, 70, "30 recorded, once");
+    assert_eq!(
+        counters.get(&format!(
+            "{}{{rule=open,policy=allow}}",
+            metric::CHARGE_UNRECORDED
+        )),
+        0
+    );
+}
