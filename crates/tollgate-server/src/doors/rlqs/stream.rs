@@ -35,6 +35,11 @@ pub(super) const MAX_BUCKET_ID_BYTES: usize = 1024;
 /// calls).
 const CONCURRENT_BUCKETS: usize = 32;
 
+/// The most requests one bucket's report adds to
+/// `tollgate_rlqs_requests_total`: a report may say anything up to 2^64−1,
+/// and a counter must not wrap.
+const MAX_COUNTED: u64 = 1 << 32;
+
 /// What one stream holds of one bucket.
 #[derive(Debug)]
 struct Held {
@@ -51,6 +56,9 @@ struct Held {
     reports: u64,
     /// Units of its outstanding lease (counted in [`Holders`] too).
     leased: u64,
+    /// When Envoy stops spending that lease (its assignment's TTL): a
+    /// closed stream's lease counts in [`Holders`] until then.
+    lease_until: Option<Instant>,
     /// What it reported, per period.
     demand: Demand,
     /// What Envoy admitted since the last report is not charged at the
@@ -183,6 +191,7 @@ impl StreamState {
                         idle_since: None,
                         reports: 0,
                         leased: 0,
+                        lease_until: None,
                         demand: Demand::default(),
                         // Envoy's first report of a new bucket has
                         // `time_elapsed` 0; a periodic one follows a
@@ -242,9 +251,10 @@ impl StreamState {
     /// hold stays spent: Envoy keeps spending its last assignment until
     /// the TTL, unreported.
     pub(super) fn close(&mut self, holders: &Holders) {
+        let now = Instant::now();
         for (_, held) in self.buckets.drain() {
             if let Some(t) = &held.target {
-                holders.release(t, held.leased);
+                holders.release(t, held.leased, held.lease_until, now);
             }
         }
     }
@@ -276,16 +286,17 @@ async fn one_bucket(
     let rule_label = target.as_ref().map_or("", |(r, _)| r.as_str()).to_owned();
     for (outcome, n) in [("allowed", allowed), ("denied", denied)] {
         ::metrics::counter!(metric::REQUESTS, "rule" => rule_label.clone(), "outcome" => outcome)
-            .increment(n);
+            .increment(n.min(MAX_COUNTED));
     }
     if held.target != target {
         // A new bucket, or a reload moved it to another rule or key.
         if let Some(old) = held.target.take() {
-            env.holders.release(&old, held.leased);
+            // Its lease is settled below, at this report: it ends now.
+            env.holders.release(&old, held.leased, None, now);
             held.leased = 0;
         }
         if let Some(t) = &target {
-            env.holders.hold(t);
+            env.holders.hold(t, now);
         }
         held.target.clone_from(&target);
     }
@@ -293,14 +304,15 @@ async fn one_bucket(
     // Envoy before any assignment) are charged to it.
     settle(env.gate, &mut held, allowed).await;
     if let Some(t) = &held.target {
-        env.holders.lease(t, held.leased, false);
+        env.holders.lease(t, held.leased, false, now);
     }
     held.leased = 0;
+    held.lease_until = None;
     if allowed == 0 && denied == 0 {
         let since = *held.idle_since.get_or_insert(now);
         if now.saturating_duration_since(since) >= env.config.abandon_after {
             if let Some(t) = held.target.take() {
-                env.holders.release(&t, 0);
+                env.holders.release(&t, 0, None, now);
             }
             return (None, Assignment::Abandon);
         }
@@ -319,7 +331,7 @@ async fn one_bucket(
     let limit = env.gate.deciding_limit(&rule, key.as_bytes()).unwrap_or(1);
     let replicas = env.gate.live_replicas().max(1);
     let shared = (rule, key);
-    let (streams, leased) = env.holders.count(&shared);
+    let (streams, leased) = env.holders.count(&shared, now);
     let cap = cap(limit, streams.saturating_mul(replicas));
     // A bucket's first report says nothing of its demand (Envoy sends it
     // at its first request): its fair share, given back at the next
@@ -336,7 +348,8 @@ async fn one_bucket(
     let assignment = lease(env, &mut held, &shared.0, &shared.1, n).await;
     if let Assignment::Grant(k) = assignment {
         held.leased = k;
-        env.holders.lease(&shared, k, true);
+        held.lease_until = Some(now + env.config.assignment_ttl);
+        env.holders.lease(&shared, k, true, now);
     }
     (Some(held), assignment)
 }

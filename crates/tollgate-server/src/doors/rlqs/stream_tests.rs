@@ -164,10 +164,13 @@ async fn a_bucket_named_twice_in_a_report_is_one_bucket() {
     assert_eq!(assigned(&r), [Err("deny"), Ok(50)]);
     assert_eq!(s.len(), 1);
     let target = ("api".to_owned(), "tenant=acme".to_owned());
-    assert_eq!(holders.count(&target).0, 1);
+    assert_eq!(holders.count(&target, std::time::Instant::now()).0, 1);
     s.close(&holders);
+    let now = std::time::Instant::now();
+    // Envoy may spend the lease until its TTL: it counts until then.
+    assert_eq!(holders.count(&target, now), (1, 50), "no holder, the lease");
     assert_eq!(
-        holders.count(&target),
+        holders.count(&target, now + config.assignment_ttl),
         (1, 0),
         "none left: counts as the asker"
     );
@@ -369,7 +372,7 @@ async fn a_refused_report_still_lets_close_release_its_buckets_holders() {
         s.answer(report("d", &[(ACME, 0, 0)]), &env)
             .await
             .expect("answered");
-        assert_eq!(holders.count(&target).0, 1);
+        assert_eq!(holders.count(&target, std::time::Instant::now()).0, 1);
         s.answer(bad, &env).await.expect_err("refused");
         s.close(&holders);
         let mut fresh = StreamState::default();
@@ -377,7 +380,11 @@ async fn a_refused_report_still_lets_close_release_its_buckets_holders() {
             .answer(report("d", &[(ACME, 0, 0)]), &env)
             .await
             .expect("answered");
-        assert_eq!(holders.count(&target).0, 1, "a holder leaked");
+        assert_eq!(
+            holders.count(&target, std::time::Instant::now()).0,
+            1,
+            "a holder leaked"
+        );
         fresh.close(&holders);
     }
 }
@@ -403,9 +410,46 @@ async fn first_reports_in_a_row_lease_at_most_half_the_limit_together() {
     // One unit at least each, so every stream can admit.
     assert!(leased <= LIMIT / 2 + 3, "{leased} of {LIMIT}");
     let target = ("api".to_owned(), "tenant=acme".to_owned());
-    assert_eq!(holders.count(&target), (4, leased));
+    assert_eq!(
+        holders.count(&target, std::time::Instant::now()),
+        (4, leased)
+    );
     for s in &mut streams {
         s.close(&holders);
     }
-    assert_eq!(holders.count(&target), (1, 0));
+    let now = std::time::Instant::now();
+    assert_eq!(holders.count(&target, now), (1, leased), "until their TTL");
+    assert_eq!(holders.count(&target, now + config.assignment_ttl), (1, 0));
+}
+
+/// A stream that ends leaves its lease counted until the TTL: Envoy
+/// keeps spending it, so a stream opened meanwhile does not get that room
+/// again (before, one window could admit twice the limit).
+#[tokio::test]
+async fn a_closed_streams_lease_keeps_its_room_until_its_ttl() {
+    let (gate, config, holders) = (gate(), RlqsConfig::default(), Holders::default());
+    let env = env_of(&gate, &config, &holders);
+    let mut first = StreamState::default();
+    let r = first
+        .answer(report("d", &[(ACME, 0, 0)]), &env)
+        .await
+        .expect("answered");
+    let Some(Ok(a)) = assigned(&r).last().copied() else {
+        panic!("{r:?}")
+    };
+    first.close(&holders);
+    let mut second = StreamState::default();
+    let r = second
+        .answer(report("d", &[(ACME, 0, 0)]), &env)
+        .await
+        .expect("answered");
+    let Some(Ok(b)) = assigned(&r).last().copied() else {
+        panic!("{r:?}")
+    };
+    // Half the limit is the most leased at once, the closed stream's lease
+    // included (one unit at least for the asker).
+    assert!(
+        u64::from(a) + u64::from(b) <= LIMIT / 2 + 1,
+        "{a} + {b} of {LIMIT}"
+    );
 }
