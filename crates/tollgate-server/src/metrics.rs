@@ -152,7 +152,7 @@ pub(crate) const VERSION_LABEL_CAP: usize = 256;
 
 /// The `tollgate_config_info` lines for `/metrics`: the version escaped
 /// (an xDS version may hold `"` or a line feed, which would break the
-/// whole page) and cut at [`VERSION_LABEL_CAP`] bytes, with `…`.
+/// whole page) and cut at 256 bytes, with `…`.
 #[must_use]
 pub fn config_info_lines(info: &ConfigInfo) -> String {
     let version = &info.version;
