@@ -44,6 +44,7 @@ pub mod store;
 pub mod telemetry;
 pub mod terminal;
 mod tls_client;
+mod utf8;
 pub mod xds;
 
 /// Store URLs; the parser lives in the library, beside the stores it opens.

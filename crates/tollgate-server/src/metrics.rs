@@ -155,13 +155,9 @@ pub(crate) const VERSION_LABEL_CAP: usize = 256;
 /// whole page) and cut at 256 bytes, with `…`.
 #[must_use]
 pub fn config_info_lines(info: &ConfigInfo) -> String {
-    let version = &info.version;
-    let mut end = version.len().min(VERSION_LABEL_CAP);
-    while !version.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut shown = text::label_value(&version[..end]);
-    if end < version.len() {
+    let kept = crate::utf8::prefix(&info.version, VERSION_LABEL_CAP);
+    let mut shown = text::label_value(kept);
+    if kept.len() < info.version.len() {
         shown.push('…');
     }
     format!(

@@ -49,11 +49,7 @@ pub(crate) fn capped(message: &str) -> String {
     }
     if kept == 0 {
         // One line longer than the cap: its start.
-        let mut end = room;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        out.push_str(&message[..end]);
+        out.push_str(crate::utf8::prefix(message, room));
         out.push_str(" …");
         kept = 1;
     }

@@ -94,9 +94,6 @@ fn bounded(key: String) -> String {
         return key;
     }
     const DIGEST: usize = ";sha256=".len() + 64;
-    let mut cut = MAX_METRIC_KEY_LEN - DIGEST;
-    while !key.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    tollgate_http::extract::digest_key(&format!("{};sha256=", &key[..cut]), key.as_bytes())
+    let start = crate::utf8::prefix(&key, MAX_METRIC_KEY_LEN - DIGEST);
+    tollgate_http::extract::digest_key(&format!("{start};sha256="), key.as_bytes())
 }

@@ -33,14 +33,7 @@ impl UnknownDomains {
         ::metrics::counter!(UNKNOWN_DOMAIN).increment(1);
         // Kept and looked up cut alike: a long domain looked up whole would
         // never be found, and be logged at every request.
-        let mut shown = domain;
-        if shown.len() > MAX_DOMAIN_LEN {
-            let mut end = MAX_DOMAIN_LEN;
-            while !shown.is_char_boundary(end) {
-                end -= 1;
-            }
-            shown = &shown[..end];
-        }
+        let shown = crate::utf8::prefix(domain, MAX_DOMAIN_LEN);
         let Ok(mut logged) = self.logged.lock() else {
             return false;
         };
