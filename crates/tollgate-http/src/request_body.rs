@@ -211,15 +211,20 @@ impl BodyScan {
                     self.bom += 1;
                     take = &take[1..];
                 }
-                Some(_) => {
-                    // Not one: the bytes held back are the body's.
-                    let held = &BOM[..self.bom];
-                    self.bom = BOM.len();
-                    self.feed(held);
-                }
+                Some(_) => self.no_bom(),
             }
         }
         self.feed(take);
+    }
+
+    /// The body does not start with a whole byte order mark: the bytes of
+    /// one held back so far are the body's. Nothing once decided.
+    fn no_bom(&mut self) {
+        if self.bom < BOM.len() {
+            let held = &BOM[..self.bom];
+            self.bom = BOM.len();
+            self.feed(held);
+        }
     }
 
     /// Bytes of the body for the scanner (and the prompt's count).
@@ -238,12 +243,8 @@ impl BodyScan {
     /// prefix (fields met in it count), not judged a document cut short.
     pub fn finish(&mut self) {
         self.ended = true;
-        if self.bom < BOM.len() {
-            // A body that is a part of a byte order mark: its bytes.
-            let held = &BOM[..self.bom];
-            self.bom = BOM.len();
-            self.feed(held);
-        }
+        // A body that is a part of a byte order mark: its bytes.
+        self.no_bom();
         if !self.truncated() {
             self.scanner.finish();
         }

@@ -104,10 +104,9 @@ impl Holders {
                     .lingering
                     .push(Reverse((until, target.clone(), leased)));
             }
+            // Goes when it has neither holders nor leases left.
             _ => state.take(target, leased),
         }
-        // A target with neither holders nor leases goes.
-        state.take(target, 0);
     }
 
     /// A stream's lease of `units` of `target` starts (`true`) or ends.

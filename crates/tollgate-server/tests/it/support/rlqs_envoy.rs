@@ -111,11 +111,6 @@ impl RlqsEnvoy {
         self.envoy.listener
     }
 
-    /// Its admin API.
-    pub fn admin(&self) -> SocketAddr {
-        self.envoy.admin
-    }
-
     /// The gRPC streams it opened to tollgate so far (its RLQS cluster's
     /// `upstream_rq_total`).
     pub fn streams_opened(&self) -> Option<u64> {
@@ -125,14 +120,7 @@ impl RlqsEnvoy {
     /// A counter or gauge of its admin API's `/stats` (`None` when
     /// absent).
     pub fn stat(&self, name: &str) -> Option<u64> {
-        let text = super::get(self.admin(), &format!("/stats?filter=^{name}$")).text();
-        text.lines().find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(": ")?
-                .trim()
-                .parse()
-                .ok()
-        })
+        self.envoy.stat(name)
     }
 
     /// Its log so far (warnings and errors).
