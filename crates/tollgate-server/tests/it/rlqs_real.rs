@@ -283,14 +283,15 @@ fn fleet_run(
             w.admitted
         );
     }
-    // Two consecutive windows admit at most 2L; over more, the leases
-    // outstanding enter once (what one window carries into the next was
-    // counted in the first).
+    // Any run of windows admits at most L each plus the leases outstanding
+    // at its start, once: what one window carries into the next was
+    // counted in the first, but what the run's first window carries in was
+    // counted before the run (here, before counting began).
     for pair in windows.windows(2) {
         let two = pair[0].admitted + pair[1].admitted;
         assert!(
-            two <= 2 * LIMIT,
-            "{what}: windows {} and {} admitted {two} > 2 x {LIMIT}",
+            two <= 2 * LIMIT + outstanding,
+            "{what}: windows {} and {} admitted {two} > 2 x {LIMIT} + {outstanding}",
             pair[0].start_s,
             pair[1].start_s
         );
